@@ -1,0 +1,65 @@
+"""Errors that reach the user, each with the exit code the contract gives.
+
+Every error carries a sentence that names what was wrong and a remedy. One
+top-level handler in ``qex.cli`` prints ``qex: <message>`` on stderr and exits
+with ``exit_code``; nothing else in qex prints a traceback to a user.
+"""
+
+
+class QexError(Exception):
+    """Base of every error a user can see. ``exit_code`` follows CONTRACT.md."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, exit_code: int | None = None):
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class UsageError(QexError):
+    """A bad command line or a bad value in one: nothing was done."""
+
+    exit_code = 2
+
+
+class RefusedError(QexError):
+    """qex could not do what was asked and no job ran (121 for job commands)."""
+
+    exit_code = 121
+
+
+class ConfigError(RefusedError):
+    """The config file cannot be used: it names the file, the key, the remedy."""
+
+
+class SpecError(RefusedError):
+    """A submission (options, job file, pipeline) is invalid; no job was made."""
+
+
+class NoSuchJob(QexError):
+    """No job or group with that id: 127 and nothing else means 127."""
+
+    exit_code = 127
+
+
+class AmbiguousId(QexError):
+    """A word that matches two things; the message lists them."""
+
+    exit_code = 2
+
+
+class StoreError(QexError):
+    """The state directory cannot be used (permissions, full disk, damage)."""
+
+    exit_code = 1
+
+
+class PermissionRefused(QexError):
+    """Another user's job: no kill, cancel, clean or reading of its secrets."""
+
+    exit_code = 1
