@@ -1,0 +1,3 @@
+from qex.cli import main
+
+main()

@@ -1,0 +1,65 @@
+"""Entry point: parse the command line, run one command, map errors to exit codes.
+
+Only the parser of the command given is built, and only its module is
+imported: every agent command pays start-up.
+"""
+
+import sys
+
+
+def main(argv=None) -> None:
+    sys.exit(run(sys.argv[1:] if argv is None else list(argv)))
+
+
+def run(argv: list[str]) -> int:
+    from qex.errors import QexError
+
+    try:
+        return _dispatch(argv)
+    except QexError as exc:
+        _say(f"qex: {exc}")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _say("qex: interrupted")
+        return 130
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+        return 0
+
+
+def _dispatch(argv: list[str]) -> int:
+    from qex.cli import parser
+
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.build().print_help()
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        argv = ["version"]
+    name = argv[0]
+    if name not in parser.COMMANDS:
+        from qex.errors import UsageError
+
+        raise UsageError(f"unknown command {name!r}; the commands are: {', '.join(parser.COMMANDS)}")
+    args = parser.build(only=name).parse_args(argv)
+    module, _, func = parser.COMMANDS[name][1].partition(":")
+    import importlib
+
+    return importlib.import_module(module).__dict__[func](args) or 0
+
+
+def _say(text: str) -> None:
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+def _quiet_broken_pipe() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass

@@ -1,0 +1,52 @@
+"""Small helpers shared by the command modules: output, id files, the context."""
+
+import os
+import sys
+
+
+def out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def print_json(obj) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(obj, indent=None, sort_keys=True) + "\n")
+
+
+def context():
+    from qex.engine import Context
+
+    return Context.load()
+
+
+def write_id_file(path: str, lines: list[str]) -> None:
+    """Write and fsync the id file before any wait begins."""
+    from qex.errors import RefusedError
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, ("\n".join(lines) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise RefusedError(f"--id-file: cannot write {path}: {exc.strerror}") from None
+
+
+def become_supervisor_if(ctx, launch) -> None:
+    """In a process forked to supervise a job: supervise, never return."""
+    if launch is not None:
+        from qex.supervisor.run import main_loop
+
+        main_loop(ctx, launch)
+
+
+def command_after_dashes(argv: list[str]) -> list[str]:
+    return argv[1:] if argv[:1] == ["--"] else argv

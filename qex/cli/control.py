@@ -1,0 +1,102 @@
+"""qex kill, cancel, clean."""
+
+from qex.cli.common import context, err, out
+from qex.errors import SpecError
+
+
+def cmd_kill(args) -> int:
+    from qex.control import kill_jobs
+    from qex.resolve import resolve
+
+    ctx = context()
+    targets = [resolve(ctx.store, w) for w in args.ids]
+    job_ids, in_group = [], set()
+    for t in targets:
+        for j in t.members:
+            if j not in job_ids:
+                job_ids.append(j)
+            if t.is_group:
+                in_group.add(j)
+    answer = kill_jobs(ctx, job_ids, wait=True, cancel_queued=bool(in_group))
+    code = 0
+    for job_id in job_ids:
+        what = answer.get(job_id, "")
+        if what == "queued":
+            err(f"qex: {job_id[:8]} is queued, not running; use qex cancel {job_id[:8]}")
+            code = 1
+        elif what.startswith("ended:"):
+            if job_id not in in_group:
+                err(f"qex: {job_id[:8]} has already ended ({what[6:]}); nothing to kill")
+                code = 1
+        elif what == "signalled":
+            err(f"qex: {job_id[:8]} was signalled but has not ended yet")
+        else:
+            out(f"{job_id}  {what}")
+    return code
+
+
+def cmd_cancel(args) -> int:
+    from qex.control import cancel_jobs
+    from qex.resolve import resolve_jobs
+
+    ctx = context()
+    job_ids = resolve_jobs(ctx.store, args.ids)
+    answer = cancel_jobs(ctx, job_ids)
+    code = 0
+    for job_id in job_ids:
+        what = answer[job_id]
+        if what == "cancelled":
+            out(f"{job_id}  cancelled")
+        elif what == "running":
+            err(f"qex: {job_id[:8]} is already running; use qex kill {job_id[:8]}")
+            code = 1
+        else:
+            err(f"qex: {job_id[:8]} has already ended ({what[6:]}); nothing to cancel")
+            code = 1
+    return code
+
+
+def cmd_clean(args) -> int:
+    import time
+
+    from qex.control import clean_jobs
+    from qex.resolve import resolve_jobs
+    from qex.store.records import FINAL
+
+    ctx = context()
+    chosen = [bool(args.ids), bool(args.state), args.older_than is not None, args.auto, args.all]
+    if sum(chosen) == 0:
+        raise SpecError("clean needs ids, --state, --older-than, --auto or --all")
+    if args.ids:
+        job_ids = resolve_jobs(ctx.store, args.ids)
+    else:
+        job_ids = _select(ctx, args, FINAL, time.time())
+    removed, refused = clean_jobs(ctx, job_ids)
+    for job_id, why in refused.items():
+        err(f"qex: not cleaned {job_id[:8]}: {why}")
+    if removed:
+        err(f"qex: removed {len(removed)} record(s)")
+    return 1 if refused and args.ids else 0
+
+
+def _select(ctx, args, final_states, now: float) -> list[str]:
+    from qex.units import parse_duration
+
+    older = parse_duration(args.older_than, "--older-than") if args.older_than is not None else None
+    if args.auto:
+        older = ctx.config.store_max_age
+    states = set(args.state) if args.state else set(final_states)
+    ended = []
+    for job_id in ctx.store.job_ids():
+        try:
+            rec = ctx.store.read_status_dict(job_id)
+        except Exception:
+            continue
+        if rec.get("state") not in states or rec.get("uid") not in (ctx.uid, None) and ctx.uid != 0:
+            continue
+        ended.append((rec.get("ended_at") or rec.get("submitted_at") or 0, job_id))
+    ended.sort()
+    chosen = {j for t, j in ended if older is None or now - t >= older}
+    if args.auto and len(ended) > ctx.config.store_max_records:
+        chosen |= {j for _, j in ended[: len(ended) - ctx.config.store_max_records]}
+    return [j for _, j in ended if j in chosen]

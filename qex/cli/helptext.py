@@ -1,0 +1,206 @@
+"""qex help TOPIC and qex completions SHELL (generated from the parser)."""
+
+from qex.cli.common import out
+from qex.errors import UsageError
+
+TOPICS = {
+    "agents": """\
+qex for agents and scripts
+
+  ID=$(qex submit --cpu 2 --mem 4GB -- ./build.sh)   # stdout is the id, nothing else
+  qex wait "$ID"; echo $?                           # one exit code that means one thing
+  qex status "$ID" --json                           # the whole record
+  qex run -- pytest -x                              # submit, stream the output, return its code
+
+Rules a script can rely on:
+  - stdout of submit carries only the id (or JSON with --json); messages go to stderr.
+  - 0-96 is the job's own code; 97-127 are qex's (see: qex help exit-codes).
+  - 127 means "no job or group with that id" and nothing else.
+  - a submission is either fully queued or absent, even if qex is killed mid-way.
+  - the caller may vanish: a detached supervisor holds each job and records its end.
+  - qex status ID --quiet returns 100 while the job has not stopped.
+""",
+    "exit-codes": """\
+Exit codes of submit --wait/--follow, run, wait, status --wait|--follow|--quiet:
+
+  0-96  the job's own exit code
+  97    the job exited with 97-255 (the record holds the code)
+  98    a signal that qex did not send ended the job
+  99    the kernel stopped the job for memory (state oom)
+  100   the job has not stopped (status --quiet without a wait)
+  121   qex could not do what was asked; no job ran
+  122   your wait was interrupted (Ctrl-C, SIGTERM); the job continues
+  123   the job gave up in the queue (--max-queue-time, state expired)
+  124   your wait reached its own limit; the job continues
+  125   something stopped the job: kill, cancel, --timeout
+  126   a job it needed did not succeed (state skipped)
+  127   no job or group with that id
+
+Other commands: 0 success, 1 failure, 2 bad command line, 127 no such job.
+A group wait returns 0 if every job succeeded, else the code of the first
+job (in submission order) that did not.
+""",
+    "states": """\
+queued -> starting -> running -> completed | failed | killed | timeout | oom
+queued -> expired | cancelled | skipped (without running)
+
+  queued     waits; `blocked_reason` says for what and who holds it
+  starting   admitted; its supervisor is starting it
+  running    its supervisor holds it (liveness is a held lock, not a pid)
+  completed  exit code 0
+  failed     a non-zero code, a signal, or its supervisor was lost (error says so)
+  killed     qex kill (or its supervisor got SIGTERM)
+  timeout    --timeout passed
+  oom        the kernel stopped it for memory
+  expired    --max-queue-time passed before it started
+  cancelled  qex cancel
+  skipped    a job it --needs did not succeed
+""",
+    "resources": """\
+A job starts only when its claims fit, together with everything running:
+
+  --cpu N|guess|half|full|max      cores (guess/half = half the budget, full/max = all)
+  --mem SIZE|guess|half|full|max   memory; SIZE like 512MB, 2GB, 1.5GiB (powers of 1024)
+  --gpu N, --vram SIZE             devices of the pool `gpu` (declared in the config)
+  --claim NAME=N[:SIZE]            units of any pool (SIZE: per device of an indexed pool)
+  --lock NAME                      one unit of NAME; a name no pool declares is a lock
+
+Budget: [budget] cpu and mem, a percentage or an absolute value (default 75%;
+[enforce] mode = "single-user": 90%). Memory must also fit the machine's
+available memory minus [system] reserve_mem.
+
+No claim: [defaults] cpu (1 core) and mem (the machine's memory / cores).
+
+Pools ([[pool]] in the config): `count = N` (plain) or `devices = ["24GB", ...]`
+(indexed). An indexed pool admits a job when enough single devices each have
+the claimed size free: VRAM is never added across devices, so four 24GB
+devices are not 96GB for one job. No --vram takes whole devices. The job gets
+the pool's `env` variable (CUDA_VISIBLE_DEVICES for gpu), QEX_GPU_DEVICES and
+QEX_GPU_VRAM; devices are chosen most-free-first, lowest index on a tie. No
+driver is read: a machine with no GPU schedules GPU claims from the config.
+
+Larger than the budget: [queue] oversized = run-when-idle (runs alone when
+nothing else runs, forced: true), reject, or queue.
+
+Queue order: higher --priority first, then submission order. When the front
+job cannot start because this queue's jobs hold what it needs, at most
+[queue] max_bypass (default 2) later jobs may start past it; then nothing
+starts before it.
+""",
+    "config": """\
+The config file: $QEX_CONFIG, else $XDG_CONFIG_HOME/qex.toml, else
+~/.config/qex.toml. Missing = the defaults. A file that cannot be read, a
+FIFO, a directory, an unknown key or a bad value is an error that names the
+file, the key and the remedy -- never the defaults in silence.
+
+  [budget]   cpu = "75%" | 6,  mem = "75%" | "48GB"
+  [system]   reserve_mem = "2GB"
+  [enforce]  mode = "cooperative" | "single-user"
+  [queue]    oversized = "run-when-idle" | "reject" | "queue",  max_bypass = 2
+  [defaults] cpu, mem, timeout, vram, max_queue_time, oom_retries, retries
+  [logs]     max_bytes = "32MB"
+  [hooks]    on_stop = ["notify-send", "done"], on_stop_states = [...], timeout = "30s"
+  [learn]    enabled = true, margin = "20%"
+  [peers]    dir = "/tmp/qex-peers"
+  [store]    max_age = "30d", max_records = 10000
+  [[pool]]   name = "gpu", devices = ["24GB", "24GB"], env = "CUDA_VISIBLE_DEVICES"
+  [[pool]]   name = "net", count = 4
+
+`qex config show` prints every value in force and where it came from.
+""",
+    "job-file": """\
+qex submit --job FILE (TOML, YAML or JSON by extension). Unknown keys are errors.
+
+  command = ["python", "train.py"]     # or a string, split like a shell would (no shell runs)
+  name = "train"
+  cwd = "/data/run1"
+  tags = ["exp1"]
+  priority = 5
+  timeout = "4h"
+  max_queue_time = "1h"
+  retries = 1
+  needs = ["prep"]
+  env_capture = "minimal"
+  [env]
+  SEED = "1"
+  [resources]
+  cpu = 4
+  mem = "16GB"
+  gpu = 1
+  vram = "20GB"
+  locks = ["dataset"]
+  [resources.claims]
+  net = 1
+  tpu = { count = 2, size = "8GB" }
+
+Options given on the command line win over the file. `qex schema job` gives the schema.
+""",
+}
+
+
+def cmd_help(args) -> int:
+    if not args.topic:
+        from qex.cli.parser import build
+
+        build().print_help()
+        out("\nTopics: " + ", ".join(sorted(TOPICS)))
+        return 0
+    text = TOPICS.get(args.topic)
+    if text is None:
+        from qex.cli.parser import COMMANDS, build
+
+        if args.topic in COMMANDS:
+            build(only=args.topic).parse_args([args.topic, "--help"])
+            return 0
+        raise UsageError(f"no help topic {args.topic!r}; the topics are: {', '.join(sorted(TOPICS))}")
+    out(text.rstrip())
+    return 0
+
+
+def _tree():
+    """(command, [options]) pairs from the real parser."""
+    import argparse
+
+    from qex.cli.parser import build
+
+    parser = build()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    tree = []
+    for name, p in sub.choices.items():
+        opts = sorted(o for a in p._actions for o in a.option_strings if o.startswith("--"))
+        choices = {o: list(a.choices) for a in p._actions if a.choices and not isinstance(a.choices, dict)
+                   for o in (a.option_strings or [a.dest])}
+        tree.append((name, opts, choices))
+    return tree
+
+
+def cmd_completions(args) -> int:
+    tree = _tree()
+    names = " ".join(n for n, _, _ in tree)
+    if args.shell == "bash":
+        out("# bash completion for qex (generated from its parser)")
+        out("_qex() {\n  local cur=${COMP_WORDS[COMP_CWORD]} cmd=${COMP_WORDS[1]}")
+        out(f'  if [ "$COMP_CWORD" -eq 1 ]; then COMPREPLY=($(compgen -W "{names}" -- "$cur")); return; fi')
+        out('  case "$cmd" in')
+        for name, opts, choices in tree:
+            words = " ".join(opts + [c for k, v in choices.items() if not k.startswith("-") for c in v])
+            out(f'    {name}) COMPREPLY=($(compgen -W "{words}" -- "$cur"));;')
+        out("  esac\n}\ncomplete -o default -F _qex qex")
+    elif args.shell == "zsh":
+        out("#compdef qex\n# zsh completion for qex (generated from its parser)")
+        out("_qex() {\n  local -a cmds\n  if (( CURRENT == 2 )); then")
+        out(f"    cmds=({names}); compadd -a cmds; return\n  fi\n  case $words[2] in")
+        for name, opts, choices in tree:
+            words = " ".join(opts + [c for k, v in choices.items() if not k.startswith("-") for c in v])
+            out(f"    {name}) compadd -- {words};;")
+        out("  esac\n}\ncompdef _qex qex")
+    else:
+        out("# fish completion for qex (generated from its parser)")
+        for name, opts, choices in tree:
+            out(f"complete -c qex -f -n __fish_use_subcommand -a {name}")
+            for o in opts:
+                out(f"complete -c qex -n '__fish_seen_subcommand_from {name}' -l {o[2:]}")
+            for k, v in choices.items():
+                if not k.startswith("-"):
+                    out(f"complete -c qex -n '__fish_seen_subcommand_from {name}' -a '{' '.join(v)}'")
+    return 0

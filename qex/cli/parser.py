@@ -1,0 +1,186 @@
+"""The command line, declared once: the parser, the help and the completions
+all come from here, so they can never disagree."""
+
+import argparse
+
+# name -> (one-line help, "module:function" that runs it)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "submit": ("queue a job; print its id", "qex.cli.submit:cmd_submit"),
+    "run": ("submit, stream the output, return the job's code", "qex.cli.submit:cmd_run"),
+    "wait": ("wait for jobs to end; return the code of the first that did not succeed", "qex.cli.wait:cmd_wait"),
+    "status": ("show one job (or group)", "qex.cli.wait:cmd_status"),
+    "list": ("list jobs", "qex.cli.show:cmd_list"),
+    "logs": ("print a job's output", "qex.cli.show:cmd_logs"),
+    "kill": ("stop running jobs (the whole process group)", "qex.cli.control:cmd_kill"),
+    "cancel": ("take queued jobs out of the queue", "qex.cli.control:cmd_cancel"),
+    "clean": ("remove the records of ended jobs", "qex.cli.control:cmd_clean"),
+    "info": ("budget, load, pools, peers, queue health", "qex.cli.show:cmd_info"),
+    "config": ("show the config in force", "qex.cli.show:cmd_config"),
+    "schema": ("print the JSON Schema of a record", "qex.cli.show:cmd_schema"),
+    "help": ("help on a topic", "qex.cli.helptext:cmd_help"),
+    "completions": ("shell completions generated from this parser", "qex.cli.helptext:cmd_completions"),
+    "version": ("print the version", "qex.cli.show:cmd_version"),
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that exits 2 with one line, not a usage dump, on a bad command line."""
+
+    def error(self, message):
+        from qex.errors import UsageError
+
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def add_claims(p) -> None:
+    g = p.add_argument_group("claims")
+    g.add_argument("--cpu", metavar="N", help="cores: a number, or guess|half (half the budget), full|max")
+    g.add_argument("--mem", metavar="SIZE", help="memory: 512MB, 2GB, 1.5GiB, or guess|half|full|max")
+    g.add_argument("--gpu", metavar="N", type=_int("--gpu"), help="whole devices of the pool gpu (or N devices with --vram each)")
+    g.add_argument("--vram", metavar="SIZE", help="memory on each GPU device (the pool gpu)")
+    g.add_argument("--claim", metavar="NAME=N[:SIZE]", action="append", default=[], help="units of a pool (repeatable)")
+    g.add_argument("--lock", metavar="NAME", action="append", default=[], help="one unit of NAME; an undeclared name is a lock (repeatable)")
+
+
+def add_job_options(p) -> None:
+    add_claims(p)
+    g = p.add_argument_group("job")
+    g.add_argument("--name", help="a name: letters, digits, - _ . (at most 128)")
+    g.add_argument("--tag", action="append", default=[], help="a tag (repeatable)")
+    g.add_argument("--priority", type=_int("--priority"), default=None, help="higher first (default 0)")
+    g.add_argument("--timeout", metavar="T", help="stop the job after T (90s, 30m, 4h, 7d)")
+    g.add_argument("--max-queue-time", metavar="T", help="give up if not started after T (state expired, 123)")
+    g.add_argument("--retries", type=_int("--retries"), default=None, help="retry failed attempts N times")
+    g.add_argument("--oom-retries", type=_int("--oom-retries"), default=None, help="retry an out-of-memory kill with double memory N times (default 1)")
+    g.add_argument("--needs", metavar="ID,...", action="append", default=[], help="run only if these succeed")
+    g.add_argument("--after", metavar="ID,...", action="append", default=[], help="run after these end, whatever their result")
+    g.add_argument("--env", metavar="K=V", action="append", default=[], help="set a variable for the job (repeatable)")
+    g.add_argument("--env-capture", choices=("all", "minimal", "none"), default=None,
+                   help="which of your environment the job gets (default all)")
+    g.add_argument("--cwd", metavar="DIR", help="run in DIR (default: here)")
+    g.add_argument("--nice", type=_int("--nice"), default=None, help="niceness of the job")
+    g.add_argument("--job", metavar="FILE", help="a job file (TOML, YAML or JSON)")
+    g.add_argument("--id-file", metavar="FILE", help="write the id here (fsynced before any wait)")
+
+
+def _int(option):
+    def parse(text):
+        from qex.errors import SpecError
+
+        try:
+            return int(text)
+        except ValueError:
+            raise SpecError(f"{option}: {text!r} is not a whole number") from None
+    parse.__name__ = "whole number"
+    return parse
+
+
+def build(only: str | None = None) -> Parser:
+    p = Parser(prog="qex", description="A daemonless job queue for one shared machine.",
+               epilog="Topics: qex help agents|resources|states|exit-codes|config|job-file")
+    p.add_argument("--version", action="store_true", help=argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name, (text, _) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        c = sub.add_parser(name, help=text, description=text)
+        globals()[f"_args_{name}"](c)
+    return p
+
+
+def _args_submit(c):
+    add_job_options(c)
+    g = c.add_argument_group("output")
+    g.add_argument("--json", action="store_true", help='print {"id": ..., "deduplicated": false}')
+    g.add_argument("--wait", action="store_true", help="wait for the end; stdout carries the record")
+    g.add_argument("--follow", action="store_true", help="stream the output; return the job's code")
+    g.add_argument("--wait-timeout", metavar="T", help="stop waiting after T (124)")
+    g.add_argument("--quiet", action="store_true", help="print nothing on success")
+    c.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND...")
+
+
+def _args_run(c):
+    add_job_options(c)
+    c.add_argument("--quiet", action="store_true", help="do not print the id on stderr")
+    c.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND...")
+
+
+def _args_wait(c):
+    c.add_argument("ids", nargs="+", metavar="ID")
+    c.add_argument("--next", action="store_true", help="return when the first of them ends")
+    c.add_argument("--timeout", metavar="T", help="stop waiting after T (124)")
+    c.add_argument("--quiet", action="store_true")
+    c.add_argument("--json", action="store_true", help="print the records")
+
+
+def _args_status(c):
+    c.add_argument("id", metavar="ID")
+    c.add_argument("--wait", action="store_true")
+    c.add_argument("--follow", action="store_true")
+    c.add_argument("--quiet", action="store_true", help="print nothing; the exit code says it (100: not stopped)")
+    c.add_argument("--json", action="store_true")
+    c.add_argument("--show-env", action="store_true", help="also print the job's environment (your jobs only)")
+    c.add_argument("--timeout", metavar="T", help="with --wait/--follow: stop waiting after T (124)")
+
+
+def _args_list(c):
+    from qex.store.records import STATES
+
+    c.add_argument("--state", action="append", default=[], choices=STATES + ("active", "final"))
+    c.add_argument("--group", metavar="G")
+    c.add_argument("--tag", action="append", default=[])
+    c.add_argument("--cwd", metavar="DIR")
+    c.add_argument("--json", action="store_true")
+
+
+def _args_logs(c):
+    c.add_argument("id", metavar="ID")
+    c.add_argument("--follow", action="store_true")
+    c.add_argument("--tail", type=_int("--tail"), metavar="N")
+    c.add_argument("--grep", metavar="RE")
+    s = c.add_mutually_exclusive_group()
+    s.add_argument("--stdout", action="store_true")
+    s.add_argument("--stderr", action="store_true")
+
+
+def _args_kill(c):
+    c.add_argument("ids", nargs="+", metavar="ID")
+
+
+def _args_cancel(c):
+    c.add_argument("ids", nargs="+", metavar="ID")
+
+
+def _args_clean(c):
+    from qex.store.records import FINAL
+
+    c.add_argument("ids", nargs="*", metavar="ID")
+    c.add_argument("--state", action="append", default=[], choices=FINAL)
+    c.add_argument("--older-than", metavar="T")
+    c.add_argument("--auto", action="store_true", help="apply [store] max_age and max_records")
+    c.add_argument("--all", action="store_true", help="every ended job")
+
+
+def _args_info(c):
+    c.add_argument("--json", action="store_true")
+
+
+def _args_config(c):
+    c.add_argument("action", choices=("show",))
+    c.add_argument("--json", action="store_true")
+
+
+def _args_schema(c):
+    c.add_argument("kind", choices=("job", "status"))
+
+
+def _args_help(c):
+    c.add_argument("topic", nargs="?")
+
+
+def _args_completions(c):
+    c.add_argument("shell", choices=("bash", "zsh", "fish"))
+
+
+def _args_version(c):
+    pass

@@ -1,0 +1,89 @@
+"""Records in words for a terminal. Every name and command shown is safe text."""
+
+import time
+
+from qex import outcome
+from qex.units import format_cores, format_duration, format_size, safe_text
+
+
+def claims_text(claims: dict) -> str:
+    cpu = round(float(claims.get("cpu", 1)) * 1000)
+    parts = [f"{format_cores(cpu)} core{'s' if cpu != 1000 else ''}", format_size(int(claims.get("mem", 0)))]
+    for name, c in sorted((claims.get("pools") or {}).items()):
+        size = c.get("size")
+        parts.append(f"{safe_text(name)} {c.get('count', 1)}" + (f" x {format_size(size)}" if size else ""))
+    return ", ".join(parts)
+
+
+def devices_text(assigned) -> str:
+    return "; ".join(f"{safe_text(a['pool'])} {','.join(str(d) for d in a['devices'])}"
+                     for a in assigned or () if a.get("devices"))
+
+
+def state_text(rec: dict, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    state = rec.get("state", "?")
+    if state == "running" and rec.get("started_at"):
+        return f"running for {format_duration(now - rec['started_at'])} (pid {rec.get('pid')})"
+    if state == "queued":
+        return f"queued for {format_duration(now - rec.get('submitted_at', now))}"
+    if rec.get("ended_at") and rec.get("started_at"):
+        return f"{state} after {format_duration(rec['ended_at'] - rec['started_at'])}"
+    return state
+
+
+def describe(rec: dict) -> str:
+    rows = [("id", rec.get("id", "")), ("name", safe_text(rec.get("name", ""))),
+            ("state", state_text(rec))]
+    if rec.get("group"):
+        rows.append(("group", f"{rec['group']} ({safe_text(rec.get('group_name') or '')})"))
+    rows.append(("command", safe_text(" ".join(rec.get("command") or ()), 400)))
+    rows.append(("cwd", safe_text(rec.get("cwd", ""), 400)))
+    rows.append(("owner", safe_text(str(rec.get("owner", "")))))
+    rows.append(("claims", claims_text(rec.get("claims") or {})
+                 + _sources(rec.get("claim_source") or {})))
+    if devices_text(rec.get("assigned")):
+        rows.append(("devices", devices_text(rec.get("assigned"))))
+    if rec.get("tags"):
+        rows.append(("tags", ", ".join(safe_text(t) for t in rec["tags"])))
+    if rec.get("blocked_reason") and rec.get("state") == "queued":
+        rows.append(("waits", rec["blocked_reason"]))
+    if rec.get("state") in ("completed", "failed", "killed", "timeout", "oom"):
+        code = rec.get("exit_code")
+        rows.append(("exit", f"{code}" if code is not None else f"signal {rec.get('signal')}"
+                     if rec.get("signal") else "none"))
+        usage = rec.get("usage") or {}
+        if usage.get("max_rss") is not None:
+            rows.append(("usage", f"peak {format_size(usage['max_rss'])}, {usage.get('cpu_secs', 0):g} cpu-s"))
+    if len(rec.get("attempts") or ()) > 1:
+        rows.append(("attempts", str(len(rec["attempts"]))))
+    if rec.get("forced"):
+        rows.append(("forced", "yes: larger than the budget, it ran alone"))
+    if rec.get("error"):
+        rows.append(("error", rec["error"]))
+    dropped = rec.get("logs_dropped") or {}
+    if dropped.get("stdout_bytes") or dropped.get("stderr_bytes"):
+        rows.append(("logs", f"{format_size(dropped.get('stdout_bytes', 0))} of stdout and "
+                             f"{format_size(dropped.get('stderr_bytes', 0))} of stderr left out ([logs] max_bytes)"))
+    rows.append(("code", str(outcome.exit_code(rec)) + (" (not stopped)" if rec.get("state") in
+                                                        ("queued", "starting", "running") else "")))
+    return "\n".join(f"{k:<9}{v}" for k, v in rows)
+
+
+def _sources(sources: dict) -> str:
+    notes = [f"{k} {v}" for k, v in sorted(sources.items()) if v != "user"]
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
+def list_row(rec: dict, now: float) -> str:
+    state = rec.get("state", "?")
+    age_from = rec.get("started_at") if state == "running" else rec.get("submitted_at")
+    age = format_duration(now - age_from) if age_from else "-"
+    extra = rec.get("blocked_reason") if state == "queued" else ""
+    if state in ("failed", "killed", "timeout", "oom", "expired", "skipped", "completed"):
+        extra = f"exit {outcome.exit_code(rec)}" + (f": {rec['error']}" if rec.get("error") else "")
+    return (f"{rec.get('id', '?')[:8]}  {state:<9} {safe_text(rec.get('name', ''), 24):<24} "
+            f"{age:>7}  {claims_text(rec.get('claims') or {}):<20} {safe_text(extra or '', 120)}").rstrip()
+
+
+LIST_HEADER = f"{'ID':<8}  {'STATE':<9} {'NAME':<24} {'AGE':>7}  {'CLAIMS':<20} REASON / RESULT"

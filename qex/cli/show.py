@@ -1,0 +1,183 @@
+"""qex list, logs, info, config show, schema, version."""
+
+import os
+import sys
+import time
+
+from qex.cli.common import context, err, out, print_json
+from qex.errors import QexError, SpecError
+
+
+def cmd_version(args) -> int:
+    from qex.version import VERSION
+
+    out(f"qex {VERSION}")
+    return 0
+
+
+def _wanted_states(args) -> set[str] | None:
+    from qex.store.records import ACTIVE, FINAL
+
+    if not args.state:
+        return None
+    wanted = set()
+    for s in args.state:
+        wanted |= set(ACTIVE) if s == "active" else set(FINAL) if s == "final" else {s}
+    return wanted
+
+
+def cmd_list(args) -> int:
+    from qex.cli.render import LIST_HEADER, list_row
+    from qex.store.records import ACTIVE
+    from qex.store.state import BrokenRecord
+
+    ctx = context()
+    store = ctx.store
+    states = _wanted_states(args)
+    members = None
+    if args.group:
+        from qex.resolve import resolve
+
+        members = set(resolve(store, args.group).members)
+    cwd = os.path.abspath(args.cwd) if args.cwd else None
+    if states is not None and states <= set(ACTIVE):
+        from qex.resolve import _read_index
+
+        index = _read_index(store)
+        candidates = sorted(index, key=lambda j: index[j].get("seq", 0))
+    else:
+        candidates = store.job_ids()
+    if members is not None:
+        candidates = [j for j in candidates if j in members]
+    records, now = [], time.time()
+    for job_id in candidates:
+        try:
+            rec = store.read_status_dict(job_id)
+        except BrokenRecord as exc:
+            err(f"qex: {exc}")
+            continue
+        except QexError:
+            continue  # a job directory still being made
+        if states is not None and rec.get("state") not in states:
+            continue
+        if args.tag and not set(args.tag) <= set(rec.get("tags") or ()):
+            continue
+        if cwd is not None and rec.get("cwd") != cwd:
+            continue
+        records.append(rec)
+    records.sort(key=lambda r: r.get("seq", 0))
+    if args.json:
+        print_json(records)
+        return 0
+    out(LIST_HEADER)
+    for rec in records:
+        out(list_row(rec, now))
+    return 0
+
+
+def cmd_logs(args) -> int:
+    from qex.resolve import resolve
+
+    ctx = context()
+    target = resolve(ctx.store, args.id)
+    if target.is_group:
+        names = ", ".join(m[:8] for m in target.members[:20])
+        raise SpecError(f"{args.id} is a group; logs reads one job: give one of its jobs ({names})")
+    job_id = target.job
+    rec = ctx.store.read_status_dict(job_id)
+    from qex.control import check_owner
+
+    check_owner(ctx, rec, "read the logs of")
+    streams = [("stdout.log", sys.stdout), ("stderr.log", sys.stderr)]
+    if args.stdout:
+        streams = streams[:1]
+    elif args.stderr:
+        streams = streams[1:]
+    if args.follow:
+        from qex.cli import wait as waiting
+
+        tails = [waiting._Tail(ctx.store.path(job_id, name), stream) for name, stream in streams]
+        try:
+            waiting.await_final(ctx, [job_id], None, on_tick=lambda: [t.pump() for t in tails])
+        except KeyboardInterrupt:
+            return 0
+        for t in tails:
+            t.pump()
+        return 0
+    pattern = None
+    if args.grep:
+        import re
+
+        try:
+            pattern = re.compile(args.grep.encode())
+        except re.error as exc:
+            raise SpecError(f"--grep: {args.grep!r} is not a regular expression ({exc})") from None
+    for name, stream in streams:
+        _print_log(ctx.store.path(job_id, name), stream, args.tail, pattern)
+    dropped = rec.get("logs_dropped") or {}
+    if dropped.get("stdout_bytes") or dropped.get("stderr_bytes"):
+        from qex.units import format_size
+
+        err(f"qex: {format_size(dropped.get('stdout_bytes', 0))} of stdout and "
+            f"{format_size(dropped.get('stderr_bytes', 0))} of stderr were left out by [logs] max_bytes")
+    return 0
+
+
+def _print_log(path: str, stream, tail, pattern) -> None:
+    from qex.store import fs
+
+    try:
+        data = fs.read_bytes(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        err(f"qex: cannot read {path}: {exc.strerror or exc}")
+        return
+    if pattern is not None or tail is not None:
+        lines = data.splitlines(keepends=True)
+        if pattern is not None:
+            lines = [line for line in lines if pattern.search(line)]
+        if tail is not None:
+            lines = lines[-tail:] if tail > 0 else []
+        data = b"".join(lines)
+    stream.flush()
+    stream.buffer.write(data)
+    stream.flush()
+
+
+def cmd_info(args) -> int:
+    from qex.info import gather
+
+    ctx = context()
+    info = gather(ctx)
+    if args.json:
+        print_json(info)
+        return 0
+    from qex.info import render
+
+    out(render(info))
+    return 0
+
+
+def cmd_config(args) -> int:
+    from qex import machine
+    from qex.config import load_config
+
+    config = load_config()
+    cores, mem = machine.cores(), machine.mem_total()
+    if args.json:
+        print_json(config.show_json(cores, mem))
+        return 0
+    out(f"config file: {config.path}" + ("" if config.exists else " (missing: the defaults are in force)"))
+    rows = config.show(cores, mem)
+    width = max((len(k) for k, _, _ in rows), default=10)
+    for key, value, source in rows:
+        out(f"{key:<{width}}  {value}  ({source})")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from qex.schema import schema_for
+
+    print_json(schema_for(args.kind))
+    return 0

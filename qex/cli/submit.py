@@ -1,0 +1,171 @@
+"""qex submit and qex run."""
+
+import os
+import signal
+import sys
+
+from qex.cli.common import become_supervisor_if, command_after_dashes, context, err, out, print_json, write_id_file
+from qex.errors import SpecError
+
+
+def request_from_args(args, ctx):
+    """A Request from the command line, on top of a job file when --job is given."""
+    from qex.submit import Request
+
+    req = Request(command=command_after_dashes(args.argv))
+    if args.job:
+        _apply_job_file(req, args.job)
+    for field_name, option in (("cpu", "cpu"), ("mem", "mem"), ("gpu", "gpu"), ("vram", "vram"),
+                               ("name", "name"), ("priority", "priority"), ("timeout", "timeout"),
+                               ("max_queue_time", "max_queue_time"), ("retries", "retries"),
+                               ("oom_retries", "oom_retries"), ("cwd", "cwd"), ("nice", "nice"),
+                               ("env_capture", "env_capture")):
+        value = getattr(args, option, None)
+        if value is not None:
+            setattr(req, field_name, value)
+    if command_after_dashes(args.argv):
+        req.command = command_after_dashes(args.argv)
+    req.claims += args.claim
+    req.locks += args.lock
+    req.tags += args.tag
+    req.env += args.env
+    req.needs += _split_ids(args.needs)
+    req.after += _split_ids(args.after)
+    if req.needs or req.after:
+        from qex.resolve import resolve_dependencies
+
+        req.needs = resolve_dependencies(ctx, req.needs, "--needs")
+        req.after = resolve_dependencies(ctx, req.after, "--after")
+    return req
+
+
+def _split_ids(values: list[str]) -> list[str]:
+    return [w for v in values for w in v.split(",") if w.strip()]
+
+
+def _apply_job_file(req, path: str) -> None:
+    from qex import jobfile
+
+    job = jobfile.load(path)
+    command = job.command
+    if isinstance(command, str):
+        import shlex
+
+        command = shlex.split(command)
+    req.command = list(command)
+    r = job.resources
+    req.cpu = None if r.cpu is None else str(r.cpu)
+    req.mem = None if r.mem is None else str(r.mem)
+    req.gpu = r.gpu
+    req.vram = None if r.vram is None else str(r.vram)
+    for name, value in r.claims.items():
+        req.claims.append(_claim_text(name, value, path))
+    req.locks += list(r.locks)
+    req.name, req.cwd, req.nice = job.name, job.cwd, job.nice
+    req.job_env = {str(k): str(v) for k, v in job.env.items()}
+    req.env_capture = job.env_capture or req.env_capture
+    req.tags, req.priority = list(job.tags), job.priority or 0
+    req.timeout = None if job.timeout is None else str(job.timeout)
+    req.max_queue_time = None if job.max_queue_time is None else str(job.max_queue_time)
+    req.retries, req.oom_retries = job.retries, job.oom_retries
+    req.needs, req.after = list(job.needs), list(job.after)
+    req.dedupe_key = job.dedupe_key
+
+
+def _claim_text(name: str, value, path: str) -> str:
+    if isinstance(value, bool):
+        raise SpecError(f"{path}: [resources.claims] {name} must be a count or {{ count = N, size = \"8GB\" }}")
+    if isinstance(value, int):
+        return f"{name}={value}"
+    if isinstance(value, dict) and set(value) <= {"count", "size"} and "count" in value:
+        size = value.get("size")
+        return f"{name}={value['count']}" + (f":{size}" if size is not None else "")
+    raise SpecError(f"{path}: [resources.claims] {name} = {value!r} is not a count or "
+                    "{ count = N, size = \"8GB\" }")
+
+
+def _submit_one(args, ctx):
+    from qex.submit import build, submit_many
+
+    req = request_from_args(args, ctx)
+    built = build(ctx, req)
+    for warning in built.warnings:
+        err(f"qex: warning: {warning}")
+    ids, result = submit_many(ctx, [built])
+    return ids[0], result
+
+
+def cmd_submit(args) -> int:
+    from qex import engine
+
+    if args.wait and args.follow:
+        raise SpecError("--wait and --follow cannot go together; pick one")
+    ctx = context()
+    wait_limit = _wait_limit(args)
+    job_id, result = _submit_one(args, ctx)
+    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    if args.id_file:
+        write_id_file(args.id_file, [job_id])
+    if not (args.wait or args.follow):
+        if args.json:
+            print_json({"id": job_id, "deduplicated": False})
+        elif not args.quiet:
+            out(job_id)
+        return 0
+    err(job_id)
+    from qex.cli import wait as waiting
+
+    if args.follow:
+        return waiting.follow(ctx, job_id, wait_limit)
+    return waiting.wait_and_print(ctx, job_id, wait_limit, print_record=not args.quiet)
+
+
+def _wait_limit(args):
+    if getattr(args, "wait_timeout", None) is None:
+        return None
+    from qex.units import parse_duration
+
+    return parse_duration(args.wait_timeout, "--wait-timeout")
+
+
+def cmd_run(args) -> int:
+    from qex import engine
+    from qex.cli import wait as waiting
+
+    ctx = context()
+    job_id, result = _submit_one(args, ctx)
+    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    if args.id_file:
+        write_id_file(args.id_file, [job_id])
+    if not args.quiet:
+        err(f"qex: job {job_id}")
+    stopper = _Stopper(ctx, job_id)
+    try:
+        return waiting.follow(ctx, job_id, None, on_interrupt=stopper)
+    finally:
+        stopper.restore()
+
+
+class _Stopper:
+    """Ctrl-C or SIGTERM during `qex run`: stop the job (125); a second one exits at once."""
+
+    def __init__(self, ctx, job_id: str):
+        self.ctx, self.job_id, self.count = ctx, job_id, 0
+        self.old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum, frame):
+        self.count += 1
+        if self.count > 1:
+            err("qex: stopped waiting; the job is being stopped")
+            os._exit(125)
+        err("qex: stopping the job (Ctrl-C again to stop waiting)")
+        from qex.control import kill_jobs
+
+        try:
+            kill_jobs(self.ctx, [self.job_id], wait=False)
+        except Exception as exc:  # the wait goes on and reports the end
+            err(f"qex: {exc}")
+
+    def restore(self):
+        for s, h in self.old.items():
+            signal.signal(s, h)

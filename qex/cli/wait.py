@@ -1,0 +1,225 @@
+"""qex wait and qex status (and the output follower that run and submit use)."""
+
+import os
+import signal
+import sys
+import time
+
+from qex import outcome
+from qex.cli.common import become_supervisor_if, context, err, out, print_json
+from qex.store.records import FINAL
+
+POLL_FIRST, POLL_MAX, LIVENESS_EVERY = 0.02, 0.2, 1.0
+
+
+class WaitLimit(Exception):
+    """The caller's own --timeout passed (124)."""
+
+
+def _sigterm_as_interrupt():
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def await_final(ctx, job_ids: list[str], limit: float | None, first: bool = False, on_tick=None) -> dict:
+    """Poll the records (no lock) until every job (or, with ``first``, one) is final."""
+    deadline = None if limit is None else time.monotonic() + limit
+    done: dict[str, dict] = {}
+    delay, last_check = POLL_FIRST, time.monotonic()
+    while True:
+        for job_id in job_ids:
+            if job_id in done:
+                continue
+            rec = ctx.store.read_status_dict(job_id)
+            if rec.get("state") in FINAL:
+                done[job_id] = rec
+        if len(done) == len(job_ids) or (first and done):
+            return done
+        if on_tick is not None:
+            on_tick()
+        now = time.monotonic()
+        if now - last_check >= LIVENESS_EVERY:
+            last_check = now
+            _nudge(ctx, [j for j in job_ids if j not in done])
+        if deadline is not None and now >= deadline:
+            raise WaitLimit
+        time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - now)))
+        delay = min(POLL_MAX, delay * 1.5)
+
+
+def _nudge(ctx, pending: list[str]) -> None:
+    """A running job whose supervisor died, or queued work with no waker: run a pass."""
+    from qex import engine, waker
+    from qex.store.lock import is_held
+
+    need = False
+    for job_id in pending:
+        try:
+            rec = ctx.store.read_status_dict(job_id)
+        except Exception:
+            continue
+        state = rec.get("state")
+        if state in ("starting", "running") and not is_held(ctx.store.path(job_id, "alive.lock")):
+            need = True
+        elif state == "queued" and not is_held(waker.lock_path(ctx)):
+            need = True
+    if need:
+        result = engine.run_pass(ctx)
+        become_supervisor_if(ctx, engine.after_pass(ctx, result))
+
+
+def wait_and_print(ctx, job_id: str, limit, print_record: bool = True) -> int:
+    old = _sigterm_as_interrupt()
+    try:
+        rec = await_final(ctx, [job_id], limit)[job_id]
+    except KeyboardInterrupt:
+        err("qex: stopped waiting; the job continues")
+        return outcome.INTERRUPTED
+    except WaitLimit:
+        err("qex: the wait reached its limit; the job continues")
+        return outcome.WAIT_LIMIT
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    if print_record:
+        print_json(rec)
+    return outcome.exit_code(rec)
+
+
+class _Tail:
+    """Copy what a log file gains to one of our streams."""
+
+    def __init__(self, path: str, stream):
+        self.path, self.stream, self.pos = path, stream, 0
+
+    def pump(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            size = os.fstat(fd).st_size
+            if size < self.pos:  # cut by the output limit: read on from the new end of the head
+                self.pos = 0
+            if size > self.pos:
+                os.lseek(fd, self.pos, os.SEEK_SET)
+                while True:
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        break
+                    self.pos += len(chunk)
+                    self.stream.buffer.write(chunk)
+                self.stream.flush()
+        finally:
+            os.close(fd)
+
+
+def follow(ctx, job_id: str, limit, on_interrupt=None) -> int:
+    """Stream the job's output as it is written; return the job's exit code."""
+    tails = [_Tail(ctx.store.path(job_id, "stdout.log"), sys.stdout),
+             _Tail(ctx.store.path(job_id, "stderr.log"), sys.stderr)]
+
+    def pump():
+        for t in tails:
+            t.pump()
+
+    old = None if on_interrupt else _sigterm_as_interrupt()
+    try:
+        rec = await_final(ctx, [job_id], limit, on_tick=pump)[job_id]
+    except KeyboardInterrupt:
+        err("qex: stopped following; the job continues")
+        return outcome.INTERRUPTED
+    except WaitLimit:
+        err("qex: the wait reached its limit; the job continues")
+        return outcome.WAIT_LIMIT
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+    pump()
+    return outcome.exit_code(rec)
+
+
+def _limit(args):
+    text = getattr(args, "timeout", None)
+    if text is None:
+        return None
+    from qex.units import parse_duration
+
+    return parse_duration(text, "--timeout")
+
+
+def cmd_wait(args) -> int:
+    from qex.resolve import resolve_jobs
+
+    ctx = context()
+    job_ids = resolve_jobs(ctx.store, args.ids)
+    old = _sigterm_as_interrupt()
+    try:
+        done = await_final(ctx, job_ids, _limit(args), first=args.next)
+    except KeyboardInterrupt:
+        err("qex: stopped waiting; the jobs continue")
+        return outcome.INTERRUPTED
+    except WaitLimit:
+        if not args.quiet:
+            err("qex: the wait reached its limit; the jobs continue")
+        return outcome.WAIT_LIMIT
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    records = [done[j] for j in job_ids if j in done]
+    if args.json:
+        print_json(records if len(args.ids) > 1 or len(job_ids) > 1 else records[0])
+    elif not args.quiet:
+        for rec in records:
+            out(f"{rec['id']}  {rec['state']}  exit {outcome.exit_code(rec)}")
+    if args.next:
+        first = min(records, key=lambda r: r.get("ended_at") or 0)
+        return outcome.exit_code(first)
+    return outcome.group_exit_code(records)
+
+
+def cmd_status(args) -> int:
+    from qex.resolve import resolve
+
+    ctx = context()
+    target = resolve(ctx.store, args.id)
+    if args.follow:
+        if target.is_group:
+            from qex.errors import SpecError
+
+            raise SpecError(f"--follow reads one job; {args.id} is a group of {len(target.members)}")
+        return follow(ctx, target.job, _limit(args))
+    if args.wait:
+        try:
+            await_final(ctx, target.members, _limit(args))
+        except KeyboardInterrupt:
+            return outcome.INTERRUPTED
+        except WaitLimit:
+            return outcome.WAIT_LIMIT
+    records = [ctx.store.read_status_dict(j) for j in target.members]
+    if not args.quiet:
+        if args.json:
+            print_json(records if target.is_group else records[0])
+        else:
+            from qex.cli.render import describe
+
+            for i, rec in enumerate(records):
+                if i:
+                    out()
+                out(describe(rec))
+                if args.show_env:
+                    _show_env(ctx, rec)
+        if args.json and args.show_env and not target.is_group:
+            _show_env(ctx, records[0])
+    if args.quiet or args.wait:
+        return outcome.group_exit_code(records) if target.is_group else outcome.exit_code(records[0])
+    return 0
+
+
+def _show_env(ctx, rec: dict) -> None:
+    from qex.control import check_owner
+
+    check_owner(ctx, rec, "read the environment of")
+    spec = ctx.store.read_spec(rec["id"])
+    out("environment:")
+    for key in sorted(spec.env):
+        out(f"  {key}={spec.env[key]}")

@@ -1,0 +1,153 @@
+"""kill, cancel and clean: the decisions, made under the lock; the CLI prints."""
+
+import os
+import signal
+import time
+
+from qex import engine
+from qex.errors import PermissionRefused
+from qex.store.lock import is_held
+from qex.store.records import FINAL
+
+
+def check_owner(ctx, rec_or_entry: dict, verb: str) -> None:
+    """No user can kill, cancel or clean another user's job (root excepted)."""
+    uid = rec_or_entry.get("uid")
+    if ctx.uid != 0 and uid is not None and uid != ctx.uid:
+        owner = rec_or_entry.get("owner") or uid
+        raise PermissionRefused(f"job {rec_or_entry.get('id', '')[:8]} belongs to {owner}; "
+                                f"only its owner (or root) can {verb} it")
+
+
+def kill_jobs(ctx, job_ids: list[str], wait: bool = True, cancel_queued: bool = False) -> dict[str, str]:
+    """Mark each running job killed-on-request, then signal its supervisor.
+
+    Returns, per id: "killed" (or the final state it reached), "queued" (use
+    cancel), "cancelled" (a queued group member), or "ended:<state>".
+    """
+    def mark(txn):
+        answer = {}
+        for job_id in job_ids:
+            entry = txn.idx.jobs.get(job_id)
+            if entry is None:
+                answer[job_id] = f"ended:{txn.record(job_id).get('state')}"
+                continue
+            check_owner(ctx, {**entry, "id": job_id}, "kill")
+            if entry["state"] == "queued":
+                if cancel_queued:
+                    _cancel(txn, job_id, "cancelled: its group was killed")
+                    answer[job_id] = "cancelled"
+                else:
+                    answer[job_id] = "queued"
+                continue
+            txn.update(job_id, change="reason", kill_requested=True)
+            answer[job_id] = "signal"
+        return answer
+
+    result = engine.run_pass(ctx, mark)
+    answer = result.value
+    for job_id, what in answer.items():
+        if what == "signal":
+            _signal_supervisor(ctx, job_id)
+    from qex.cli.common import become_supervisor_if
+
+    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    if wait:
+        _await_final(ctx, [j for j, w in answer.items() if w == "signal"], answer)
+    return answer
+
+
+def _signal_supervisor(ctx, job_id: str) -> None:
+    try:
+        rec = ctx.store.read_status_dict(job_id)
+    except Exception:
+        return
+    pid = rec.get("supervisor_pid")
+    if pid and is_held(ctx.store.path(job_id, "alive.lock")):
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except OSError:
+            pass
+
+
+def _await_final(ctx, job_ids: list[str], answer: dict) -> None:
+    from qex.supervisor.run import KILL_GRACE
+
+    deadline = time.time() + KILL_GRACE + 5
+    pending = set(job_ids)
+    while pending and time.time() < deadline:
+        for job_id in list(pending):
+            try:
+                state = ctx.store.read_status_dict(job_id).get("state")
+            except Exception:
+                state = None
+            if state in FINAL:
+                answer[job_id] = state
+                pending.discard(job_id)
+            elif state == "starting":
+                _signal_supervisor(ctx, job_id)
+        if pending:
+            time.sleep(0.02)
+    for job_id in pending:
+        answer[job_id] = "signalled"
+
+
+def _cancel(txn, job_id: str, why: str) -> None:
+    txn.update(job_id, state="cancelled", ended_at=time.time(), error=why,
+               blocked_reason=None, blocked_holder=None)
+
+
+def cancel_jobs(ctx, job_ids: list[str]) -> dict[str, str]:
+    """Take queued jobs out: "cancelled", "running" (use kill) or "ended:<state>"."""
+    def mark(txn):
+        answer = {}
+        for job_id in job_ids:
+            entry = txn.idx.jobs.get(job_id)
+            if entry is None:
+                answer[job_id] = f"ended:{txn.record(job_id).get('state')}"
+                continue
+            check_owner(ctx, {**entry, "id": job_id}, "cancel")
+            if entry["state"] != "queued":
+                answer[job_id] = "running"
+                continue
+            _cancel(txn, job_id, f"cancelled by {ctx.user}")
+            answer[job_id] = "cancelled"
+        return answer
+
+    result = engine.run_pass(ctx, mark)
+    from qex.cli.common import become_supervisor_if
+
+    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    return result.value
+
+
+def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Remove the directories of ended jobs. Returns (removed, refused: id -> why)."""
+    import shutil
+
+    removed, refused, trash = [], {}, []
+    with ctx.store.lock():
+        idx = ctx.store.load_index_locked()
+        for job_id in job_ids:
+            if job_id in idx.jobs:
+                refused[job_id] = f"it is {idx.jobs[job_id]['state']}; kill or cancel it first"
+                continue
+            try:
+                rec = ctx.store.read_status_dict(job_id)
+                check_owner(ctx, rec, "clean")
+            except PermissionRefused as exc:
+                refused[job_id] = str(exc)
+                continue
+            except Exception:
+                rec = None  # a broken record may always be cleaned by whoever can
+            hidden = os.path.join(ctx.store.jobs, f".clean-{job_id}")
+            try:
+                os.rename(ctx.store.job_dir(job_id), hidden)
+            except OSError as exc:
+                refused[job_id] = exc.strerror or str(exc)
+                continue
+            trash.append(hidden)
+            removed.append(job_id)
+    for path in trash:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed, refused

@@ -1,0 +1,348 @@
+"""The admission pass: lock -> load -> reconcile -> admit -> commit -> launch.
+
+Every command that changes the queue, every supervisor at the end of its job,
+and the waker run ``run_pass``. The lock is held for the load, the decisions
+and the writes only; supervisors are forked after it is released.
+"""
+
+import os
+import signal
+import time
+
+from attrs import define, field
+
+from qex.store import fs
+from qex.store.lock import hold, is_held
+from qex.store.records import ACTIVE, FINAL, HOLDING
+from qex.store.state import Index, Store
+
+
+@define
+class Context:
+    """What one process knows while it works on one state directory."""
+
+    store: Store
+    config: object
+    uid: int
+    user: str
+    cores: int
+    mem_total: int
+
+    @classmethod
+    def load(cls, config=None) -> "Context":
+        from qex import machine, paths
+        from qex.config import load_config
+
+        store = Store(paths.state_dir())
+        store.ensure()
+        return cls(store=store, config=config or load_config(), uid=os.getuid(),
+                   user=paths.user_name(), cores=machine.cores(), mem_total=machine.mem_total())
+
+    def reload_config(self) -> None:
+        from qex.config import load_config
+
+        self.config = load_config()
+
+    def budget(self) -> tuple[int, int]:
+        return self.config.resolve_budget(self.cores, self.mem_total)
+
+
+@define
+class Launch:
+    """A job this process admitted and must start: its liveness lock is held."""
+
+    job_id: str
+    alive_fd: int
+
+
+class Txn:
+    """The changes of one lock hold, applied to the index as they are made."""
+
+    def __init__(self, store: Store, idx: Index):
+        self.store, self.idx = store, idx
+        self.records: dict[str, dict] = {}
+        self.changes: list[tuple[dict, str | None, str]] = []
+
+    def record(self, job_id: str) -> dict:
+        rec = self.records.get(job_id)
+        if rec is None:
+            rec = self.records[job_id] = self.store.read_status_dict(job_id)
+        return rec
+
+    def put(self, rec: dict, previous: str | None, change: str = "state") -> None:
+        self.records[rec["id"]] = rec
+        self.changes.append((rec, previous, change))
+        self.store._index_put(self.idx, rec)
+
+    def update(self, job_id: str, change: str = "state", **fields) -> dict:
+        old = self.record(job_id)
+        rec = {**old, **fields}
+        self.put(rec, old["state"], change)
+        return rec
+
+    def commit(self) -> list[dict]:
+        return self.store.commit_locked(self.idx, self.changes)
+
+
+@define
+class PassResult:
+    value: object = None
+    launches: list = field(factory=list)
+    queued_mine: bool = False
+
+
+def run_pass(ctx: Context, mutate=None) -> PassResult:
+    """One pass; ``mutate(txn)`` makes the command's own change in the same hold."""
+    with ctx.store.lock():
+        idx = ctx.store.load_index_locked()
+        txn = Txn(ctx.store, idx)
+        value = mutate(txn) if mutate is not None else None
+        launches = admit_locked(ctx, txn)
+        txn.commit()
+    queued_mine = any(e["state"] == "queued" and e["uid"] == ctx.uid for e in idx.jobs.values())
+    return PassResult(value, launches, queued_mine)
+
+
+def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | None:
+    """Fork the supervisors of a pass and make sure a waker exists if work waits.
+
+    Returns a Launch only in a forked supervisor process (the caller must then
+    become that supervisor and never return up its stack).
+    """
+    child = launch_all(ctx, result.launches, close_in_child)
+    if child is not None:
+        return child
+    if result.queued_mine:
+        from qex import waker
+
+        return waker.ensure(ctx, close_in_child)
+    return None
+
+
+# ---- reconcile: one rule per case -------------------------------------------
+
+def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
+    """Jobs whose supervisor is gone: requeue what never ran, fail what did."""
+    for job_id, entry in list(txn.idx.jobs.items()):
+        if entry["state"] not in HOLDING:
+            continue
+        alive = ctx.store.path(job_id, "alive.lock")
+        try:
+            if is_held(alive):
+                continue
+        except OSError:
+            continue  # cannot look (another user's private directory): assume alive
+        launched = _read_pid_file(ctx.store.path(job_id, "pid"))
+        try:
+            rec = txn.record(job_id)
+        except Exception:
+            txn.idx.jobs.pop(job_id, None)
+            continue
+        if rec["state"] in FINAL:
+            txn.store._index_put(txn.idx, rec)
+            continue
+        if launched is None and entry["state"] == "starting":
+            txn.update(job_id, state="queued", assigned=[], forced=False,
+                       blocked_reason="requeued: the qex process that was starting it died before it ran")
+            continue
+        _stop_orphan(launched)
+        attempt = rec.get("attempt", 1)
+        error = (f"its supervisor (pid {rec.get('supervisor_pid') or '?'}) was lost; "
+                 "the job's processes were stopped and the result is unknown")
+        attempts = list(rec.get("attempts") or []) + [{
+            "number": attempt, "state": "failed", "claims": rec.get("claims"),
+            "started_at": rec.get("started_at"), "ended_at": now, "error": error}]
+        txn.update(job_id, state="failed", ended_at=now, error=error, attempts=attempts)
+
+
+def _read_pid_file(path: str) -> tuple[int, int | None] | None:
+    try:
+        parts = fs.read_bytes(path, 64).split()
+        return int(parts[0]), (int(parts[1]) if len(parts) > 1 else None)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _stop_orphan(launched) -> None:
+    """SIGKILL the job's process group, but only if its leader is provably the job."""
+    if launched is None:
+        return
+    from qex.machine import process_start_time
+
+    pid, start = launched
+    if start is not None and process_start_time(pid) == start:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+# ---- admission ---------------------------------------------------------------
+
+def admit_locked(ctx: Context, txn: Txn) -> list[Launch]:
+    from qex import admit as A
+
+    now = time.time()
+    reconcile_locked(ctx, txn, now)
+    if not any(e["state"] == "queued" for e in txn.idx.jobs.values()):
+        return []
+    snap = snapshot(ctx, txn, now)
+    plan = A.admit(snap)
+    return apply_plan(ctx, txn, plan, now)
+
+
+def snapshot(ctx: Context, txn: Txn, now: float):
+    from qex import admit as A
+    from qex import peers, pause
+
+    cpu_budget, mem_budget = ctx.budget()
+    running, queued, dep_ids = [], [], set()
+    for job_id, e in txn.idx.jobs.items():
+        claims = tuple(A.Claim(name, c, s) for name, (c, s) in sorted(e["pools"].items()))
+        if e["state"] in HOLDING:
+            assigned = tuple(A.DeviceUse(p, tuple(d), s) for p, d, s in e["assigned"])
+            running.append(A.Running(job_id, e["cpu"], e["mem"], claims, assigned))
+        elif e["state"] == "queued":
+            queued.append(A.Queued(job_id, e["seq"], e["priority"], e["cpu"], e["mem"], claims,
+                                   tuple(e["needs"]), tuple(e["after"]), e["deadline"],
+                                   e["passed_by"], e["name"]))
+            dep_ids.update(e["needs"], e["after"])
+    from qex import machine
+
+    avail = machine.meminfo().get("MemAvailable")
+    return A.Snapshot(
+        now=now, cpu_budget=cpu_budget, mem_budget=mem_budget,
+        mem_available=None if avail is None else avail - ctx.config.reserve_mem,
+        oversized=ctx.config.oversized, max_bypass=ctx.config.max_bypass,
+        pools=tuple(A.PoolSpec(p.name, p.count, tuple(p.devices)) for p in ctx.config.pools),
+        running=tuple(running), peers=tuple(peers.holdings(ctx)), queued=tuple(queued),
+        deps=tuple(_dep(txn, d) for d in sorted(dep_ids)), pause=pause.current(ctx, now))
+
+
+def _dep(txn: Txn, job_id: str):
+    from qex import admit as A
+
+    entry = txn.idx.jobs.get(job_id)
+    if entry is not None:
+        return A.Dep(job_id, entry["state"])
+    try:
+        rec = txn.record(job_id)
+    except Exception:
+        return A.Dep(job_id, "missing")
+    return A.Dep(job_id, rec.get("state", "missing"), rec.get("skipped_root"))
+
+
+def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
+    launches = []
+    for start in plan.start:
+        entry = txn.idx.jobs[start.id]
+        if entry["uid"] != ctx.uid:
+            _set_reason(txn, start.id, "admitted: its owner's qex starts it (capacity reserved)", "reserved", now)
+            continue
+        fd = hold(ctx.store.path(start.id, "alive.lock"))
+        if fd is None:
+            continue
+        assigned = [{"pool": a.pool, "devices": list(a.devices), "size": a.size} for a in start.assigned]
+        txn.update(start.id, state="starting", assigned=assigned, forced=start.forced,
+                   blocked_reason=None, blocked_holder=None, blocked_since=None)
+        launches.append(Launch(start.id, fd))
+    for wait in plan.wait:
+        _set_reason(txn, wait.id, wait.reason, wait.holder, now)
+    for skip in plan.skip:
+        txn.update(skip.id, state="skipped", ended_at=now, error=skip.reason,
+                   skipped_root=skip.root, blocked_reason=None, blocked_holder=None)
+    for exp in plan.expire:
+        txn.update(exp.id, state="expired", ended_at=now, error=exp.reason,
+                   blocked_reason=None, blocked_holder=None)
+    for job_id, n in plan.passed:
+        if job_id in txn.idx.jobs and txn.idx.jobs[job_id]["state"] == "queued":
+            rec = txn.record(job_id)
+            txn.update(job_id, change="reason", passed_by=rec.get("passed_by", 0) + n)
+    return launches
+
+
+def _set_reason(txn: Txn, job_id: str, reason: str, holder: str, now: float) -> None:
+    entry = txn.idx.jobs.get(job_id)
+    if entry is None or (entry.get("reason") == reason and entry.get("holder") == holder):
+        return
+    rec = txn.record(job_id)
+    since = rec.get("blocked_since") if rec.get("blocked_reason") else None
+    txn.update(job_id, change="reason", blocked_reason=reason, blocked_holder=holder,
+               blocked_since=since or now)
+
+
+# ---- forking supervisors ------------------------------------------------------
+
+def launch_all(ctx: Context, launches: list[Launch], close_in_child=()) -> Launch | None:
+    """Double-fork one supervisor per launch.
+
+    In the parent: returns None once every supervisor is forked, and closes
+    the liveness descriptors (each child keeps its own). In a supervisor:
+    returns its Launch, and the caller becomes the supervisor from a flat loop
+    (never from inside this stack, which would grow with every job).
+    """
+    for i, launch in enumerate(launches):
+        try:
+            pid = os.fork()
+        except OSError:
+            break  # the job stays 'starting' with no pid: the next pass requeues it
+        if pid == 0:
+            try:
+                os.setsid()
+                if os.fork() != 0:
+                    os._exit(0)
+                for other in launches:
+                    if other is not launch:
+                        os.close(other.alive_fd)
+                for fd in close_in_child:
+                    _close_quietly(fd)
+                detach_stdio(ctx.store.path(launch.job_id, "supervisor.log"))
+                return launch
+            except BaseException:
+                os._exit(70)
+        _wait_child(pid)
+    for launch in launches:
+        _close_quietly(launch.alive_fd)
+    return None
+
+
+def detach_stdio(log_path: str | None) -> None:
+    """Leave the caller's terminal and pipes: stdin from /dev/null, output to a log."""
+    null = os.open(os.devnull, os.O_RDWR)
+    out = null
+    if log_path:
+        try:
+            out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            out = null
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    for fd in {null, out}:
+        if fd > 2:
+            os.close(fd)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def _wait_child(pid: int) -> None:
+    while True:
+        try:
+            os.waitpid(pid, 0)
+            return
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def active_states() -> tuple[str, ...]:
+    return ACTIVE

@@ -1,0 +1,121 @@
+"""Safe file operations for a directory other people may write into.
+
+Every write is temp -> fsync -> rename -> fsync(dir), so a reader sees the
+old file or the new one, never a part. Every open refuses symlinks
+(``O_NOFOLLOW``) and non-regular files, and never blocks on a FIFO.
+"""
+
+import errno
+import json
+import os
+import stat
+
+from qex.errors import StoreError
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class NotRegular(OSError):
+    """A path that is a FIFO, a directory, a device or a symlink."""
+
+
+def open_regular(path: str, flags: int = _READ_FLAGS, mode: int = 0o600) -> int:
+    """Open ``path`` as a regular file; refuse symlinks, FIFOs and devices."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegular(errno.ELOOP, "is a symbolic link", path) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotRegular(errno.EINVAL, "is not a regular file", path)
+    return fd
+
+
+def read_bytes(path: str, limit: int | None = None) -> bytes:
+    """The content of a regular file, at most ``limit`` bytes (+1 to detect more)."""
+    fd = open_regular(path)
+    try:
+        chunks, total = [], 0
+        while True:
+            want = 1 << 20 if limit is None else min(1 << 20, limit + 1 - total)
+            if want <= 0:
+                break
+            chunk = os.read(fd, want)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_json(path: str, limit: int = 16 << 20):
+    """Parse a JSON file; raises OSError or ValueError (never hangs)."""
+    data = read_bytes(path, limit)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes")
+    return json.loads(data)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = True) -> None:
+    """Write ``data`` so that readers see the old file or the new one, never a part."""
+    directory, base = os.path.split(path)
+    tmp = os.path.join(directory, f".{base}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except OSError as exc:
+        _unlink_quietly(tmp)
+        raise StoreError(_describe_write_failure(path, exc)) from None
+    if sync_dir:
+        fsync_dir(directory)
+
+
+def write_json(path: str, obj, mode: int = 0o600, sync_dir: bool = True) -> None:
+    data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode() + b"\n"
+    write_atomic(path, data, mode, sync_dir)
+
+
+def _describe_write_failure(path: str, exc: OSError) -> str:
+    if exc.errno == errno.ENOSPC:
+        return f"cannot write {path}: the disk is full; free some space (qex clean --auto removes old records)"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"cannot write {path}: {exc.strerror}; check the permissions of the state directory"
+    return f"cannot write {path}: {exc.strerror or exc}"
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def ensure_private_dir(path: str, mode: int = 0o700) -> None:
+    """Create ``path`` (and parents) if missing; refuse a symlink or a non-directory."""
+    try:
+        os.makedirs(path, mode=mode, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise StoreError(f"cannot create the state directory {path}: {exc.strerror}; "
+                         "set QEX_STATE_DIR to a directory you can write") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"{path} is not a directory; set QEX_STATE_DIR to a directory qex can own")

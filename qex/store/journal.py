@@ -1,0 +1,90 @@
+"""The event journal: append-only JSON lines, one per change of a job.
+
+It is also the write-ahead log of a pass: the events (each carries the whole
+new record) are appended and fsynced first, then status.json files and the
+active index are written. A pass that dies in between leaves events that the
+next pass replays, so a change is either wholly applied or absent.
+Written only under the state lock, by the actor that made the change.
+"""
+
+import json
+import os
+import secrets
+
+JOURNAL = "journal.jsonl"
+ROTATED = "journal.1.jsonl"
+DEFAULT_MAX_BYTES = 8 << 20
+
+
+def new_stream() -> str:
+    return secrets.token_hex(6)
+
+
+def max_bytes() -> int:
+    raw = os.environ.get("QEX_JOURNAL_MAX_BYTES")
+    try:
+        return max(4096, int(raw)) if raw else DEFAULT_MAX_BYTES
+    except ValueError:
+        return DEFAULT_MAX_BYTES
+
+
+def append(path: str, events: list[dict]) -> int:
+    """Append ``events`` as lines and fsync; return the new size of the file."""
+    data = b"".join(json.dumps(e, separators=(",", ":"), sort_keys=True).encode() + b"\n"
+                    for e in events)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def read_from(path: str, offset: int) -> tuple[list[dict], int]:
+    """Complete lines after ``offset``; returns (events, offset after the last whole line).
+
+    A last line without its newline is a write that died half-way: it is not
+    an event and is left out (the next append truncates nothing; see ``trim``).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return [], 0
+    try:
+        size = os.fstat(fd).st_size
+        if size <= offset:
+            return [], min(offset, size)
+        os.lseek(fd, offset, os.SEEK_SET)
+        data = b""
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    end = data.rfind(b"\n") + 1
+    events = []
+    for line in data[:end].splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue  # a damaged line is skipped, never fatal
+    return events, offset + end
+
+
+def trim(path: str, offset: int) -> None:
+    """Cut a half-written last line so the next append starts on a line boundary."""
+    try:
+        if os.stat(path).st_size > offset:
+            os.truncate(path, offset)
+    except FileNotFoundError:
+        pass
+
+
+def rotate(directory: str) -> None:
+    """Move the journal aside (one old file kept); the next append starts a new one."""
+    os.replace(os.path.join(directory, JOURNAL), os.path.join(directory, ROTATED))

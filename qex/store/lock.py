@@ -1,0 +1,72 @@
+"""The state lock and the liveness locks, both plain ``flock``.
+
+We call ``fcntl.flock`` directly instead of portalocker: on Linux portalocker
+makes this same call, and importing it costs ~40 ms per command (its version
+lookup imports importlib.metadata), which every agent command would pay.
+
+An flock belongs to the open file description, which a forked child shares.
+A child that must not hold a lock closes the descriptor; it never unlocks it
+(unlocking in the child would release the parent's lock too).
+"""
+
+import errno
+import fcntl
+import os
+
+from qex.errors import StoreError
+
+
+class StateLock:
+    """The exclusive lock a pass holds on ``<state>/lock`` for milliseconds."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd: int | None = None
+
+    def __enter__(self) -> "StateLock":
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o660)
+        except OSError as exc:
+            raise StoreError(f"cannot open the queue lock {self.path}: {exc.strerror}; "
+                             "check that the state directory is yours and writable") from None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)  # closing the last descriptor releases the lock
+
+
+def hold(path: str) -> int | None:
+    """Take an exclusive lock on ``path`` without waiting; return the fd, or None if held."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return None
+        raise
+    return fd
+
+
+def is_held(path: str) -> bool:
+    """True while some process holds ``path`` locked (a live supervisor or waker).
+
+    A missing file means nobody ever held it: not held.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        raise
+    finally:
+        os.close(fd)
+    return False

@@ -1,0 +1,253 @@
+"""The state directory: job directories, the active index, the commit of a pass.
+
+Layout::
+
+    <state>/lock              the state lock (held by a pass for milliseconds)
+    <state>/index.json        the active index: a compact entry per queued,
+                              starting or running job, so a pass reads one file
+    <state>/journal.jsonl     the event journal = the pass's write-ahead log
+    <state>/jobs/<id>/        status.json, spec.json (0600), stdout.log,
+                              stderr.log, alive.lock, pid
+    <state>/groups/<id>.json  the members of a group
+    <state>/pause/            pause files
+    <state>/waker-<uid>.lock  held by the one waker of a user
+
+Functions whose name ends in ``_locked`` must be called with the state lock held.
+"""
+
+import os
+import time
+
+from qex.errors import NoSuchJob, QexError, StoreError
+from qex.store import fs, journal
+from qex.store.lock import StateLock
+from qex.store.records import ACTIVE, Spec, Status
+
+INDEX_FORMAT = 1
+
+
+class BrokenRecord(StoreError):
+    """A status.json that cannot be read; names the file."""
+
+
+class Index:
+    """The active index in memory: an entry per active job, plus counters."""
+
+    def __init__(self, data: dict):
+        self.stream: str = data.get("stream") or journal.new_stream()
+        self.seq: int = int(data.get("seq", 0))              # last journal seq applied
+        self.offset: int = int(data.get("offset", 0))        # journal bytes applied
+        self.next_job: int = int(data.get("next_job", 1))    # next job seq number
+        self.jobs: dict[str, dict] = dict(data.get("jobs", {}))
+
+    def dump(self) -> dict:
+        return {"format": INDEX_FORMAT, "stream": self.stream, "seq": self.seq,
+                "offset": self.offset, "next_job": self.next_job, "jobs": self.jobs}
+
+
+def entry_of(rec: dict) -> dict:
+    """The compact view of an active job that a pass needs (from a status dict)."""
+    claims = rec.get("claims") or {}
+    mqt = rec.get("max_queue_time")
+    return {
+        "seq": rec["seq"], "state": rec["state"], "owner": rec.get("owner", ""),
+        "uid": rec.get("uid", -1), "name": rec.get("name", ""),
+        "group": rec.get("group"), "group_name": rec.get("group_name"),
+        "priority": rec.get("priority", 0),
+        "cpu": round(float(claims.get("cpu", 1.0)) * 1000), "mem": int(claims.get("mem", 0)),
+        "pools": {k: [v.get("count", 1), v.get("size")] for k, v in (claims.get("pools") or {}).items()},
+        "assigned": [[a["pool"], list(a.get("devices", ())), a.get("size")]
+                     for a in rec.get("assigned") or ()],
+        "needs": list(rec.get("needs") or ()), "after": list(rec.get("after") or ()),
+        "deadline": (rec.get("submitted_at", 0.0) + mqt + rec.get("queue_pause_secs", 0.0))
+        if mqt is not None else None,
+        "passed_by": rec.get("passed_by", 0), "reason": rec.get("blocked_reason"),
+        "holder": rec.get("blocked_holder"), "dedupe_key": rec.get("dedupe_key"),
+        "pid": rec.get("pid"), "supervisor_pid": rec.get("supervisor_pid"),
+        "kill": rec.get("kill_requested", False), "submitted_at": rec.get("submitted_at", 0.0),
+    }
+
+
+class Store:
+    def __init__(self, root: str):
+        self.root = root
+        self.jobs = os.path.join(root, "jobs")
+        self.index_path = os.path.join(root, "index.json")
+        self.journal_path = os.path.join(root, journal.JOURNAL)
+
+    # ---- paths -----------------------------------------------------------
+    def job_dir(self, job_id: str) -> str:
+        return os.path.join(self.jobs, job_id)
+
+    def path(self, job_id: str, name: str) -> str:
+        return os.path.join(self.jobs, job_id, name)
+
+    def lock(self) -> StateLock:
+        return StateLock(os.path.join(self.root, "lock"))
+
+    def ensure(self) -> None:
+        fs.ensure_private_dir(self.root)
+        fs.ensure_private_dir(self.jobs)
+
+    # ---- records (no lock needed to read) ---------------------------------
+    def read_status_dict(self, job_id: str) -> dict:
+        path = self.path(job_id, "status.json")
+        try:
+            data = fs.read_json(path)
+        except FileNotFoundError:
+            raise NoSuchJob(f"no job or group with the id {job_id}") from None
+        except (OSError, ValueError) as exc:
+            raise BrokenRecord(f"the record {path} cannot be read ({_why(exc)}); "
+                               f"qex clean {job_id} removes it") from None
+        if not isinstance(data, dict) or "id" not in data:
+            raise BrokenRecord(f"the record {path} is not a job record; qex clean {job_id} removes it")
+        return data
+
+    def read_status(self, job_id: str) -> Status:
+        from qex.store import codec
+
+        data = self.read_status_dict(job_id)
+        try:
+            return codec.load(Status, data)
+        except Exception as exc:  # cattrs raises several kinds; all mean "damaged"
+            raise BrokenRecord(f"the record {self.path(job_id, 'status.json')} is damaged "
+                               f"({codec.describe(exc, 'status.json')}); qex clean {job_id} removes it") from None
+
+    def read_spec(self, job_id: str) -> Spec:
+        from qex.store import codec
+
+        path = self.path(job_id, "spec.json")
+        try:
+            return codec.load(Spec, fs.read_json(path))
+        except Exception as exc:
+            raise BrokenRecord(f"the job spec {path} cannot be read ({_why(exc)})") from None
+
+    def job_ids(self) -> list[str]:
+        """Every job directory, oldest first (ids sort in submission order)."""
+        try:
+            names = os.listdir(self.jobs)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if not n.startswith("."))
+
+    # ---- the index and the commit (lock held) -----------------------------
+    def load_index_locked(self) -> Index:
+        """The active index, with any journal events a dead pass left unapplied replayed."""
+        try:
+            data = fs.read_json(self.index_path)
+            if data.get("format", INDEX_FORMAT) > INDEX_FORMAT:
+                raise StoreError(f"{self.index_path} was written by a newer qex; upgrade qex")
+            idx = Index(data)
+        except FileNotFoundError:
+            idx = self._rebuild_index_locked()
+        except (OSError, ValueError, TypeError, AttributeError):
+            idx = self._rebuild_index_locked()
+        self._replay_locked(idx)
+        return idx
+
+    def _replay_locked(self, idx: Index) -> None:
+        events, end = journal.read_from(self.journal_path, idx.offset)
+        applied = False
+        for event in events:
+            if event.get("event") == "job" and event.get("seq", 0) > idx.seq:
+                rec = event.get("job") or {}
+                if rec.get("id"):
+                    self._write_status_locked(rec)
+                    self._index_put(idx, rec)
+                idx.seq = event["seq"]
+                applied = True
+        if end != idx.offset:
+            idx.offset = end
+            applied = True
+        journal.trim(self.journal_path, idx.offset)
+        if applied:
+            self.save_index_locked(idx)
+
+    def _rebuild_index_locked(self) -> Index:
+        """Scan every record: used only when the index is missing or damaged."""
+        events, end = journal.read_from(self.journal_path, 0)
+        seq = max((e.get("seq", 0) for e in events), default=0)
+        stream = next((e.get("stream") for e in events if e.get("stream")), None)
+        idx = Index({"seq": seq, "offset": end, "stream": stream})
+        for job_id in self.job_ids():
+            try:
+                rec = self.read_status_dict(job_id)
+            except QexError:
+                continue  # a job directory still being made, or a broken record
+            idx.next_job = max(idx.next_job, int(rec.get("seq", 0)) + 1)
+            self._index_put(idx, rec)
+        return idx
+
+    @staticmethod
+    def _index_put(idx: Index, rec: dict) -> None:
+        if rec.get("state") in ACTIVE:
+            idx.jobs[rec["id"]] = entry_of(rec)
+        else:
+            idx.jobs.pop(rec["id"], None)
+        idx.next_job = max(idx.next_job, int(rec.get("seq", 0)) + 1)
+
+    def save_index_locked(self, idx: Index) -> None:
+        fs.write_json(self.index_path, idx.dump(), sync_dir=False)
+
+    def _write_status_locked(self, rec: dict) -> None:
+        directory = self.job_dir(rec["id"])
+        if os.path.isdir(directory):
+            fs.write_json(os.path.join(directory, "status.json"), rec, mode=0o644, sync_dir=False)
+
+    def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]]) -> list[dict]:
+        """Apply changes: (new record dict, previous state, change kind).
+
+        Journal first (fsynced), then each status.json, then the index.
+        Returns the events written.
+        """
+        if not changes:
+            return []
+        now = time.time()
+        events = []
+        for rec, previous, change in changes:
+            idx.seq += 1
+            events.append({"event": "job", "seq": idx.seq, "stream": idx.stream, "time": now,
+                           "id": rec["id"], "name": rec.get("name", ""), "state": rec["state"],
+                           "previous": previous, "change": change, "job": rec})
+        idx.offset = journal.append(self.journal_path, events)
+        for rec, _previous, _change in changes:
+            self._write_status_locked(rec)
+            self._index_put(idx, rec)
+        if idx.offset > journal.max_bytes():
+            journal.rotate(self.root)
+            idx.offset = 0
+        self.save_index_locked(idx)
+        return events
+
+    # ---- making a job directory (before its first event) ------------------
+    def create_job_dir(self, spec: Spec) -> None:
+        """Make jobs/<id>/ with its spec, under a hidden name renamed into view."""
+        from qex.store import codec
+
+        final = self.job_dir(spec.id)
+        tmp = os.path.join(self.jobs, f".new-{spec.id}")
+        try:
+            os.mkdir(tmp, 0o700)
+            fs.write_json(os.path.join(tmp, "spec.json"), codec.dump(spec), mode=0o600, sync_dir=False)
+            for name in ("stdout.log", "stderr.log"):
+                os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            os.rename(tmp, final)
+            fs.fsync_dir(self.jobs)
+        except OSError as exc:
+            _remove_tree(tmp)
+            raise StoreError(fs._describe_write_failure(final, exc)) from None
+        except StoreError:
+            _remove_tree(tmp)
+            raise
+
+
+def _remove_tree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,311 @@
+"""The supervisor: the one process that runs a job and records its result.
+
+Forked (no new interpreter) and detached by ``engine.launch_all``. It holds the
+job's liveness lock for its whole life; the job inherits neither that lock nor
+the state lock. After the final record it runs a pass, forks the supervisors
+of what that pass admitted, and exits; a child that becomes the next job's
+supervisor continues in the same flat loop (``main_loop``).
+"""
+
+import os
+import selectors
+import signal
+import time
+import traceback
+
+from qex import engine
+from qex.engine import Context, Launch
+from qex.supervisor.logs import Sink
+
+KILL_GRACE = float(os.environ.get("QEX_KILL_GRACE", "5"))
+DRAIN_AFTER_EXIT = 2.0
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "GOMAXPROCS", "JULIA_NUM_THREADS")
+
+
+def main_loop(ctx: Context, launch: Launch) -> None:
+    """Supervise jobs until none is handed over; never returns."""
+    code = 0
+    while launch is not None:
+        try:
+            launch = supervise(ctx, launch)
+        except BaseException:
+            traceback.print_exc()
+            code = 70
+            launch = None
+    os._exit(code)
+
+
+class Interrupt:
+    """SIGUSR1 (qex kill) or SIGTERM: stop the job. Wakes the select loop via a pipe."""
+
+    def __init__(self):
+        self.requested: str | None = None
+        self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self.w)
+        signal.signal(signal.SIGUSR1, self._on)
+        signal.signal(signal.SIGTERM, self._on)
+
+    def _on(self, signum, frame):
+        self.requested = "kill" if signum == signal.SIGUSR1 else "term"
+
+    def close(self):
+        signal.set_wakeup_fd(-1)
+        os.close(self.r)
+        os.close(self.w)
+
+
+def supervise(ctx: Context, launch: Launch) -> Launch | None:
+    store = ctx.store
+    job_id = launch.job_id
+    os.chdir(store.job_dir(job_id))
+    ctx.reload_config()
+    spec = store.read_spec(job_id)
+    interrupt = Interrupt()
+    proc, rec = _start(ctx, launch, spec)
+    if proc is None:
+        return _finish(ctx, launch, rec, interrupt)
+    outcome = _watch(ctx, proc, rec, interrupt)
+    return _finish(ctx, launch, outcome, interrupt)
+
+
+def _job_env(spec, rec: dict, config) -> dict:
+    env = dict(spec.env)
+    pools = {p.name: p for p in config.pools}
+    for p in pools.values():
+        if p.env:
+            env.pop(p.env, None)
+    for a in rec.get("assigned") or ():
+        pool = pools.get(a["pool"])
+        devices = ",".join(str(d) for d in a["devices"])
+        if pool is not None and pool.env:
+            env[pool.env] = devices
+        if a["pool"] == "gpu":
+            env["QEX_GPU_DEVICES"] = devices
+            size = a.get("size") or (min(pool.devices[d] for d in a["devices"]) if pool and a["devices"] else 0)
+            env["QEX_GPU_VRAM"] = str(size)
+    for name, claim in ((rec.get("claims") or {}).get("pools") or {}).items():
+        pool = pools.get(name)
+        if pool is not None and pool.count is not None:
+            env[f"QEX_CLAIM_{_env_name(name)}"] = str(claim.get("count", 1))
+    if spec.hints:
+        claims = rec.get("claims") or {}
+        cores = max(1, int(float(claims.get("cpu", 1))))
+        env.setdefault("QEX_CPU", str(claims.get("cpu", 1)))
+        env.setdefault("QEX_MEM", str(claims.get("mem", 0)))
+        for var in THREAD_VARS:
+            env.setdefault(var, str(cores))
+    env["QEX_JOB_ID"] = rec["id"]
+    env["QEX_ATTEMPT"] = str(rec.get("attempt", 1))
+    return env
+
+
+def _env_name(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).upper()
+
+
+def _start(ctx: Context, launch: Launch, spec):
+    """Spawn the job under the state lock and record it running (or failed to start)."""
+    import subprocess
+
+    store = ctx.store
+    with store.lock():
+        idx = store.load_index_locked()
+        txn = engine.Txn(store, idx)
+        rec = txn.record(launch.job_id)
+        if rec["state"] != "starting":
+            return None, {**rec, "_abandon": True}
+        now = time.time()
+        if rec.get("kill_requested"):
+            rec = {**rec, "_outcome": {"state": "killed", "error": "stopped by qex kill before it started",
+                                       "started_at": None, "ended_at": now}}
+            txn.commit()
+            return None, rec
+        try:
+            nice = spec.nice
+            proc = subprocess.Popen(
+                list(spec.command), cwd=spec.cwd, env=_job_env(spec, rec, ctx.config),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                close_fds=True, process_group=0,
+                preexec_fn=(lambda: os.nice(nice)) if nice else None)
+        except (OSError, subprocess.SubprocessError) as exc:
+            error = f"cannot start {spec.command[0]!r}: {getattr(exc, 'strerror', None) or exc}"
+            rec = {**rec, "_outcome": {"state": "failed", "error": error, "started_at": now}}
+            txn.commit()
+            return None, rec
+        from qex.machine import process_start_time
+
+        _write_pid_file(store.path(launch.job_id, "pid"), proc.pid, process_start_time(proc.pid))
+        rec = txn.update(launch.job_id, state="running", pid=proc.pid, supervisor_pid=os.getpid(),
+                         started_at=now)
+        txn.commit()
+    return proc, rec
+
+
+def _write_pid_file(path: str, pid: int, start: int | None) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, f"{pid} {start if start is not None else ''}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt) -> dict:
+    """Copy output, enforce the timeout, answer a kill; return the outcome."""
+    store = ctx.store
+    sinks = {proc.stdout.fileno(): Sink(store.path(rec["id"], "stdout.log")),
+             proc.stderr.fileno(): Sink(store.path(rec["id"], "stderr.log"))}
+    sel = selectors.DefaultSelector()
+    for fd in sinks:
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ, "pipe")
+    pidfd = os.pidfd_open(proc.pid)
+    sel.register(pidfd, selectors.EVENT_READ, "exit")
+    sel.register(interrupt.r, selectors.EVENT_READ, "signal")
+    started = rec.get("started_at") or time.time()
+    timeout_at = started + rec["timeout"] if rec.get("timeout") else None
+    stop_reason = None  # "killed" | "timeout"
+    kill_at = None
+    wait_status = rusage = None
+    drain_until = None
+    incomplete = False
+    open_pipes = set(sinks)
+    while open_pipes or wait_status is None:
+        now = time.time()
+        if interrupt.requested and stop_reason is None:
+            stop_reason = "killed"
+            kill_at = _terminate(proc.pid, now)
+        if timeout_at is not None and now >= timeout_at and stop_reason is None and wait_status is None:
+            stop_reason = "timeout"
+            kill_at = _terminate(proc.pid, now)
+        if kill_at is not None and now >= kill_at:
+            _signal_group(proc.pid, signal.SIGKILL)
+            kill_at = None
+        if drain_until is not None and now >= drain_until and open_pipes:
+            incomplete = True
+            break
+        limits = [t for t in (timeout_at if stop_reason is None else None, kill_at, drain_until) if t]
+        wait = max(0.0, min(limits) - now) if limits else None
+        for key, _ in sel.select(wait):
+            if key.data == "pipe":
+                try:
+                    data = os.read(key.fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if data:
+                    sinks[key.fd].write(data)
+                else:
+                    sel.unregister(key.fd)
+                    open_pipes.discard(key.fd)
+            elif key.data == "exit":
+                _, wait_status, rusage = os.wait4(proc.pid, 0)
+                proc.returncode = wait_status
+                sel.unregister(pidfd)
+                if stop_reason is not None:
+                    _signal_group(proc.pid, signal.SIGKILL)  # what the job left behind
+                    kill_at = None
+                drain_until = time.time() + DRAIN_AFTER_EXIT
+            elif key.data == "signal":
+                try:
+                    os.read(interrupt.r, 64)
+                except BlockingIOError:
+                    pass
+    if wait_status is None:  # pipes closed first
+        _, wait_status, rusage = os.wait4(proc.pid, 0)
+        proc.returncode = wait_status
+    sel.close()
+    os.close(pidfd)
+    for sink in sinks.values():
+        sink.close()
+    proc.stdout.close()
+    proc.stderr.close()
+    return _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplete)
+
+
+def _terminate(pid: int, now: float) -> float:
+    _signal_group(pid, signal.SIGTERM)
+    return now + KILL_GRACE
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass
+
+
+def _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplete) -> dict:
+    out, err = sinks.values()
+    outcome = {
+        "ended_at": time.time(),
+        "usage": {"max_rss": rusage.ru_maxrss * 1024, "cpu_secs": round(rusage.ru_utime + rusage.ru_stime, 3)},
+        "logs_dropped": {**(rec.get("logs_dropped") or {}), "incomplete": incomplete},
+        "exit_code": None, "signal": None, "error": None,
+    }
+    if os.WIFEXITED(wait_status):
+        outcome["exit_code"] = os.WEXITSTATUS(wait_status)
+    elif os.WIFSIGNALED(wait_status):
+        outcome["signal"] = signal.Signals(os.WTERMSIG(wait_status)).name
+    if stop_reason == "killed":
+        outcome["state"] = "killed"
+        outcome["error"] = ("stopped by qex kill" if interrupt.requested == "kill"
+                            else "stopped because its supervisor received SIGTERM")
+    elif stop_reason == "timeout":
+        outcome["state"] = "timeout"
+        from qex.units import format_duration
+
+        outcome["error"] = f"stopped after its --timeout of {format_duration(rec['timeout'])}"
+    elif outcome["exit_code"] == 0:
+        outcome["state"] = "completed"
+    else:
+        outcome["state"] = "failed"
+    problems = [f"{name} log stopped: {s.failed}" for name, s in (("stdout", out), ("stderr", err)) if s.failed]
+    if incomplete:
+        problems.append("a process the job left behind still held its output open; "
+                        f"qex stopped reading {DRAIN_AFTER_EXIT:g}s after the job exited")
+    if problems:
+        outcome["error"] = "; ".join(filter(None, [outcome["error"], *problems]))
+    return {**rec, "_outcome": outcome}
+
+
+def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> Launch | None:
+    """Write the final record (or requeue a retry), run a pass, hand over."""
+    interrupt.close()
+    if rec.get("_abandon"):
+        os.close(launch.alive_fd)
+        return None
+    outcome = rec.pop("_outcome")
+
+    def record_end(txn):
+        current = txn.record(launch.job_id)
+        attempt = current.get("attempt", 1)
+        entry = {"number": attempt, "state": outcome["state"], "claims": current.get("claims"),
+                 "started_at": outcome.get("started_at", current.get("started_at")),
+                 "ended_at": outcome.get("ended_at", time.time()),
+                 "exit_code": outcome.get("exit_code"), "signal": outcome.get("signal"),
+                 "usage": outcome.get("usage") or {}, "error": outcome.get("error")}
+        attempts = list(current.get("attempts") or []) + [entry]
+        fields = {k: v for k, v in outcome.items() if k != "state"}
+        if outcome["state"] == "failed" and attempt <= current.get("retries", 0):
+            # Free our liveness lock first, so that this same pass can start the retry.
+            launch.alive_fd = _close_and_end(launch) or -1
+            txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
+                       assigned=[], pid=None, forced=False, started_at=None, **{
+                           k: v for k, v in fields.items() if k in ("usage", "logs_dropped")},
+                       blocked_reason=f"queued for retry {attempt} of {current.get('retries')} "
+                                      f"after attempt {attempt} failed")
+        else:
+            txn.update(launch.job_id, state=outcome["state"], attempts=attempts, **fields)
+
+    result = engine.run_pass(ctx, record_end)
+    close = (launch.alive_fd,) if launch.alive_fd >= 0 else ()
+    return engine.after_pass(ctx, result, close_in_child=close) or _close_and_end(launch)
+
+
+def _close_and_end(launch: Launch) -> None:
+    if launch.alive_fd >= 0:
+        try:
+            os.close(launch.alive_fd)
+        except OSError:
+            pass
+    return None

@@ -1,0 +1,73 @@
+"""The waker: one detached process per state directory and user, alive only
+while that user has queued work.
+
+It holds ``waker-<uid>.lock`` (a second one cannot start), sleeps to the next
+deadline or at most ``INTERVAL``, runs a pass, forks what it admitted, and
+exits as soon as nothing of its user is queued. It covers what only time or
+the outside world can clear: another user's claim, memory used outside qex,
+a pause with an end, a queue-time deadline, and a supervisor that died.
+"""
+
+import os
+import time
+
+from qex import engine
+from qex.store.lock import hold
+
+INTERVAL = float(os.environ.get("QEX_WAKER_INTERVAL", "1.0"))
+
+
+def lock_path(ctx) -> str:
+    return os.path.join(ctx.store.root, f"waker-{ctx.uid}.lock")
+
+
+def ensure(ctx, close_in_child=()) -> "engine.Launch | None":
+    """Fork a waker unless one holds the lock. Returns a Launch only in a
+    supervisor forked by the waker (see ``engine.after_pass``)."""
+    fd = hold(lock_path(ctx))
+    if fd is None:
+        return None
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(fd)
+        return None
+    if pid == 0:
+        try:
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            for other in close_in_child:
+                try:
+                    os.close(other)
+                except OSError:
+                    pass
+            engine.detach_stdio(os.path.join(ctx.store.root, "waker.log"))
+        except BaseException:
+            os._exit(70)
+        launch = _loop(ctx, fd)
+        if launch is None:
+            os._exit(0)
+        return launch
+    os.close(fd)
+    engine._wait_child(pid)
+    return None
+
+
+def _loop(ctx, fd: int) -> "engine.Launch | None":
+    """Pass until nothing of this user is queued; return a Launch in a forked supervisor."""
+    import traceback
+
+    while True:
+        time.sleep(INTERVAL)
+        try:
+            ctx.reload_config()
+            result = engine.run_pass(ctx)
+        except Exception:
+            traceback.print_exc()
+            continue
+        child = engine.launch_all(ctx, result.launches, close_in_child=(fd,))
+        if child is not None:
+            return child
+        if not result.queued_mine:
+            return None

@@ -1,0 +1,516 @@
+"""Example-based tests of qex.admit: one or a few per rule of the admission pass."""
+
+import random
+
+import pytest
+from attrs import evolve
+
+from qex.admit import (
+    Claim,
+    Dep,
+    DeviceUse,
+    Pause,
+    PeerHold,
+    PoolSpec,
+    Queued,
+    Running,
+    Snapshot,
+    Start,
+    admit,
+    cores,
+    size,
+)
+
+GB = 1 << 30
+MB = 1 << 20
+GPU4 = PoolSpec("gpu", devices=(24 * GB,) * 4)
+GPU2 = PoolSpec("gpu", devices=(24 * GB, 24 * GB))
+
+
+def snap(queued=(), running=(), peers=(), pools=(), **kw):
+    base = dict(
+        now=1000.0,
+        cpu_budget=8000,
+        mem_budget=16 * GB,
+        mem_available=None,
+        oversized="run-when-idle",
+        max_bypass=2,
+        pools=tuple(pools),
+        running=tuple(running),
+        peers=tuple(peers),
+        queued=tuple(queued),
+    )
+    base.update(kw)
+    return Snapshot(**base)
+
+
+def job(jid, seq=None, **kw):
+    return Queued(id=jid, seq=seq if seq is not None else int(jid.strip("abcdefghijklmnopqrstuvwxyz-_") or 0), **kw)
+
+
+def started(plan):
+    return [s.id for s in plan.start]
+
+
+def waits(plan):
+    return {w.id: w for w in plan.wait}
+
+
+def gpu(count, size_=None):
+    return (Claim("gpu", count, size_),)
+
+
+# ---- format helpers -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("milli,text", [(1000, "1 core"), (1500, "1.5 cores"), (250, "0.25 cores"), (8000, "8 cores"), (0, "0 cores")])
+def test_cores_words(milli, text):
+    assert cores(milli) == text
+
+
+@pytest.mark.parametrize("n,text", [(512 * MB, "512MB"), (GB + GB // 2, "1.5GB"), (24 * GB, "24GB"), (100, "100B"), (2048, "2KB")])
+def test_size_words(n, text):
+    assert size(n) == text
+
+
+# ---- order --------------------------------------------------------------------
+
+
+def test_priority_first_then_submission_order():
+    q = [job("j1", cpu=4000), job("j2", cpu=4000, priority=5), job("j3", cpu=4000)]
+    plan = admit(snap(q))
+    assert started(plan) == ["j2", "j1"]
+    assert waits(plan)["j3"].holder == "own"
+
+
+def test_same_plan_whatever_the_input_order():
+    q = [job(f"j{i}", cpu=1500, mem=GB, claims=gpu(1, 10 * GB), priority=i % 3) for i in range(1, 9)]
+    running = [Running(f"r{i}", 500, GB, assigned=(DeviceUse("gpu", (i,), 6 * GB),)) for i in range(2)]
+    peers = [PeerHold("alice", 1000, GB), PeerHold("bob", 0, 0, assigned=(DeviceUse("gpu", (3,), None),))]
+    s = snap(q, running, peers, [GPU4])
+    plan = admit(s)
+    rng = random.Random(4)
+    for _ in range(5):
+        shuffled = evolve(s, queued=tuple(rng.sample(q, len(q))), running=tuple(rng.sample(running, 2)),
+                          peers=tuple(rng.sample(peers, 2)))
+        assert admit(shuffled) == plan
+
+
+# ---- dependencies -------------------------------------------------------------
+
+
+def test_a_failed_need_skips_with_its_id_as_root():
+    plan = admit(snap([job("j1", needs=("a1b2c3d4e5",))], deps=(Dep("a1b2c3d4e5", "failed"),)))
+    assert plan.skip[0].id == "j1" and plan.skip[0].root == "a1b2c3d4e5"
+    assert plan.skip[0].reason == "a job it needs did not succeed: a1b2c3d4 (failed)"
+    assert not plan.start and not plan.wait
+
+
+def test_a_skipped_need_gives_the_root_of_its_chain():
+    deps = (Dep("mid", "skipped", root="first-failed"), Dep("first-failed", "oom"))
+    plan = admit(snap([job("j1", needs=("mid",))], deps=deps))
+    assert plan.skip[0].root == "first-failed"
+    assert "first-fa (oom)" in plan.skip[0].reason
+
+
+def test_a_missing_need_skips_and_a_missing_after_does_not():
+    plan = admit(snap([job("j1", needs=("gone",)), job("j2", after=("gone",))]))
+    assert [s.id for s in plan.skip] == ["j1"]
+    assert started(plan) == ["j2"]
+
+
+def test_after_runs_whatever_the_final_state():
+    plan = admit(snap([job("j1", after=("x",))], deps=(Dep("x", "killed"),)))
+    assert started(plan) == ["j1"]
+
+
+def test_an_unfinished_dependency_waits_and_is_not_the_front():
+    q = [job("j1", needs=("x",), cpu=8000), job("j2", cpu=4000), job("j3", cpu=4000)]
+    running = [Running("r1", 4000, 0)]
+    plan = admit(snap(q, running, max_bypass=0, deps=(Dep("x", "running"),)))
+    w = waits(plan)
+    assert w["j1"].holder == "dependency" and "x" in w["j1"].reason and "running" in w["j1"].reason
+    assert started(plan) == ["j2"]
+    assert w["j3"].holder == "own"
+
+
+def test_skip_happens_while_the_queue_is_paused():
+    s = snap([job("j1", needs=("x",)), job("j2")], deps=(Dep("x", "failed"),), pause=Pause(queue=True))
+    plan = admit(s)
+    assert [x.id for x in plan.skip] == ["j1"]
+    assert waits(plan)["j2"].holder == "pause"
+
+
+# ---- expiry ---------------------------------------------------------------------
+
+
+def test_expiry_for_capacity_names_a_remedy():
+    plan = admit(snap([job("j1", cpu=4000, deadline=999.0)], [Running("r1", 6000, 0)]))
+    e = plan.expire[0]
+    assert e.cause == "capacity" and "smaller claim" in e.reason and "--max-queue-time" in e.reason
+    assert "4 cores" in e.reason
+
+
+def test_expiry_for_a_dependency_says_cover_the_pipeline():
+    plan = admit(snap([job("j1", needs=("x",), deadline=1000.0)], deps=(Dep("x", "queued"),)))
+    assert plan.expire[0].cause == "dependency" and "whole pipeline" in plan.expire[0].reason
+
+
+def test_expiry_for_a_lock_says_cover_the_holders_run():
+    running = [Running("holder01", 1000, 0, claims=(Claim("target", 1),))]
+    plan = admit(snap([job("j1", claims=(Claim("target", 1),), deadline=10.0)], running))
+    assert plan.expire[0].cause == "lock" and "holder's run" in plan.expire[0].reason
+
+
+def test_expiry_for_a_paused_lock():
+    s = snap([job("j1", claims=(Claim("target", 1),), deadline=10.0)], pause=Pause(locks=(("target", "maintenance"),)))
+    assert admit(s).expire[0].cause == "pause"
+
+
+def test_an_expired_job_never_starts_even_if_it_fits():
+    plan = admit(snap([job("j1", deadline=1000.0)]))
+    assert not plan.start and plan.expire[0].id == "j1"
+
+
+def test_no_expiry_while_the_queue_is_paused():
+    plan = admit(snap([job("j1", deadline=10.0)], pause=Pause(queue=True, queue_reason="paused by alice: maintenance")))
+    assert not plan.expire
+    assert waits(plan)["j1"].reason == "paused by alice: maintenance"
+
+
+def test_an_expired_front_does_not_park_the_queue():
+    q = [job("j1", cpu=8000, deadline=1.0), job("j2", cpu=1000), job("j3", cpu=1000), job("j4", cpu=1000)]
+    plan = admit(snap(q, [Running("r1", 4000, 0)], max_bypass=0))
+    assert started(plan) == ["j2", "j3", "j4"]
+
+
+def test_next_deadline_is_the_earliest_waiting_deadline():
+    q = [job("j1", cpu=8000, deadline=5000.0), job("j2", cpu=8000, deadline=3000.0), job("j3", deadline=2000.0)]
+    plan = admit(snap(q, [Running("r1", 4000, 0)]))
+    assert started(plan) == ["j3"]
+    assert plan.next_deadline == 3000.0
+    assert admit(snap([job("j1")])).next_deadline is None
+
+
+# ---- queue pause ----------------------------------------------------------------
+
+
+def test_a_paused_queue_starts_nothing():
+    plan = admit(snap([job("j1"), job("j2", needs=("x",))], pause=Pause(queue=True), deps=(Dep("x", "queued"),)))
+    assert not plan.start
+    assert {w.holder for w in plan.wait} == {"pause"}
+    assert plan.wait[0].reason == "the queue is paused"
+    assert plan.health == "paused: the queue is paused"
+
+
+# ---- cpu, memory, outside memory --------------------------------------------------
+
+
+def test_cpu_and_memory_budget():
+    q = [job("j1", cpu=3000, mem=8 * GB), job("j2", cpu=3000, mem=8 * GB), job("j3", cpu=1000, mem=GB)]
+    plan = admit(snap(q, [Running("r1", 1000, 0)]))
+    assert started(plan) == ["j1", "j2"]
+    assert waits(plan)["j3"].holder == "own"
+    assert waits(plan)["j3"].reason.startswith("waits for 1GB of memory (0B of 16GB free): held by this queue's jobs j1, j2")
+
+
+def test_own_wait_names_the_holders_and_amounts():
+    running = [Running("0190a1b2-aaaa", 3000, 0), Running("0190a1c3-bbbb", 3000, 0)]
+    plan = admit(snap([job("j1", cpu=4000)], running, max_bypass=0))
+    assert waits(plan)["j1"].reason == "waits for 4 cores (2 cores of 8 cores free): held by this queue's jobs 0190a1b2, 0190a1c3"
+
+
+def test_outside_memory_blocks_with_words_and_lets_jobs_behind_start():
+    q = [job("j1", cpu=1000, mem=8 * GB), job("j2", cpu=1000, mem=GB)]
+    plan = admit(snap(q, [Running("r1", 4000, 0)], mem_available=3 * GB, max_bypass=0))
+    w = waits(plan)["j1"]
+    assert w.holder == "outside"
+    assert w.reason == "this job cannot fit while memory outside qex is in use (needs 8GB, 3GB available)"
+    assert started(plan) == ["j2"]
+    assert plan.health == "waits for memory outside qex: j1 needs 8GB, 3GB available"
+
+
+def test_available_memory_is_reduced_by_jobs_started_in_this_pass():
+    q = [job("j1", mem=2 * GB), job("j2", mem=2 * GB)]
+    plan = admit(snap(q, mem_available=3 * GB))
+    assert started(plan) == ["j1"]
+    assert waits(plan)["j2"].holder == "own"
+
+
+# ---- plain pools and locks ------------------------------------------------------------
+
+
+def test_a_counted_pool_admits_until_full():
+    q = [job(f"j{i}", cpu=100, claims=(Claim("net", 1),)) for i in range(1, 7)]
+    plan = admit(snap(q, pools=[PoolSpec("net", total=4)]))
+    assert started(plan) == ["j1", "j2", "j3", "j4"]
+    assert "1 net (0 of 4 free)" in waits(plan)["j5"].reason
+
+
+def test_peer_units_count_against_a_plain_pool():
+    q = [job("j1", cpu=100, claims=(Claim("net", 2),)), job("j2", cpu=100, claims=(Claim("net", 1),))]
+    plan = admit(snap(q, peers=[PeerHold("alice", units=(("net", 3),))], pools=[PoolSpec("net", total=4)]))
+    assert started(plan) == ["j2"]
+    w = waits(plan)["j1"]
+    assert w.holder == "peer" and "(alice holds 3 net)" in w.reason
+
+
+def test_an_undeclared_name_is_a_lock():
+    q = [job("j1", claims=(Claim("target", 1),)), job("j2", claims=(Claim("target", 1),)), job("j3")]
+    plan = admit(snap(q, max_bypass=0))
+    assert started(plan) == ["j1", "j3"]
+    w = waits(plan)["j2"]
+    assert w.holder == "lock" and w.reason == "waits for lock target: held by this queue's job j1"
+
+
+def test_a_lock_does_not_park_the_queue():
+    running = [Running("holder01", 1000, 0, claims=(Claim("target", 1),))]
+    q = [job("j1", claims=(Claim("target", 1),))] + [job(f"j{i}") for i in range(2, 6)]
+    plan = admit(snap(q, running, max_bypass=0))
+    assert started(plan) == ["j2", "j3", "j4", "j5"]
+    assert not plan.passed
+
+
+def test_peers_never_hold_locks():
+    plan = admit(snap([job("j1", claims=(Claim("target", 1),))], peers=[PeerHold("alice", units=(("target", 1),))]))
+    assert started(plan) == ["j1"]
+
+
+def test_two_units_of_a_lock_never_start_and_do_not_park():
+    plan = admit(snap([job("j1", claims=(Claim("target", 2),)), job("j2")], max_bypass=0))
+    assert started(plan) == ["j2"]
+    w = waits(plan)["j1"]
+    assert w.holder == "oversized" and "never start" in w.reason
+
+
+def test_the_whole_of_a_one_unit_pool_behaves_like_a_lock():
+    running = [Running("holder01", 1000, 0, claims=(Claim("license", 1),))]
+    q = [job("j1", claims=(Claim("license", 1),)), job("j2"), job("j3")]
+    plan = admit(snap(q, running, pools=[PoolSpec("license", total=1)], max_bypass=0))
+    assert waits(plan)["j1"].holder == "lock"
+    assert started(plan) == ["j2", "j3"]
+
+
+def test_a_paused_lock_is_held_by_a_person():
+    s = snap([job("j1", claims=(Claim("target", 1),)), job("j2")],
+             pause=Pause(locks=(("target", "paused by alice until 14:02: maintenance"),)), max_bypass=0)
+    plan = admit(s)
+    w = waits(plan)["j1"]
+    assert w.holder == "person"
+    assert w.reason == "waits for lock target, which a person holds: paused by alice until 14:02: maintenance"
+    assert started(plan) == ["j2"]
+
+
+def test_a_paused_pool_is_entirely_held_by_the_person():
+    s = snap([job("j1", claims=gpu(1, GB))], pools=[GPU4], pause=Pause(locks=(("gpu", ""),)))
+    plan = admit(s)
+    assert waits(plan)["j1"].holder == "person" and "pool gpu" in waits(plan)["j1"].reason
+
+
+# ---- indexed pools -------------------------------------------------------------------
+
+
+def test_a_machine_with_no_gpu_admits_a_gpu_claim_from_the_config():
+    plan = admit(snap([job("j1", claims=gpu(1, 20 * GB))], pools=[GPU4]))
+    assert plan.start == (Start("j1", (DeviceUse("gpu", (0,), 20 * GB),)),)
+
+
+def test_vram_is_never_summed_across_devices():
+    q = [job("j1", claims=gpu(1, 30 * GB)), job("j2")]
+    plan = admit(snap(q, pools=[GPU2], max_bypass=0))
+    assert started(plan) == ["j2"]
+    w = waits(plan)["j1"]
+    assert w.holder == "oversized" and "never start" in w.reason and "24GB" in w.reason
+    assert plan.health == "stuck: job j1 can never start: it claims more gpu than the pool has"
+
+
+def test_two_jobs_get_different_devices_and_a_third_waits():
+    q = [job(f"j{i}", claims=gpu(1, 20 * GB)) for i in (1, 2, 3)]
+    plan = admit(snap(q, pools=[GPU2]))
+    assert [s.assigned[0].devices for s in plan.start] == [(0,), (1,)]
+    w = waits(plan)["j3"]
+    assert w.holder == "device"
+    assert "1 gpu device with 20GB free (0 of 2 have that much free)" in w.reason
+
+
+def test_a_whole_device_claim_leaves_no_room_for_a_second_job():
+    q = [job("j1", claims=gpu(1)), job("j2", claims=gpu(1, GB))]
+    plan = admit(snap(q, pools=[PoolSpec("gpu", devices=(24 * GB,))]))
+    assert plan.start[0].assigned == (DeviceUse("gpu", (0,), None),)
+    assert "j2" in waits(plan)
+
+
+def test_a_whole_device_needs_an_entirely_free_device():
+    running = [Running("r1", 100, 0, assigned=(DeviceUse("gpu", (0,), GB),))]
+    plan = admit(snap([job("j1", claims=gpu(1))], running, pools=[GPU2]))
+    assert plan.start[0].assigned == (DeviceUse("gpu", (1,), None),)
+
+
+def test_a_device_holds_three_8gb_jobs_on_24gb_and_no_fourth():
+    q = [job(f"j{i}", cpu=100, claims=gpu(1, 8 * GB)) for i in range(1, 5)]
+    plan = admit(snap(q, pools=[PoolSpec("gpu", devices=(24 * GB,))]))
+    assert started(plan) == ["j1", "j2", "j3"]
+    assert all(s.assigned == (DeviceUse("gpu", (0,), 8 * GB),) for s in plan.start)
+    assert waits(plan)["j4"].holder == "device"
+
+
+def test_most_free_first_and_lowest_index_on_a_tie():
+    running = [Running("r1", 100, 0, assigned=(DeviceUse("gpu", (0,), 8 * GB),)),
+               Running("r2", 100, 0, assigned=(DeviceUse("gpu", (2,), 4 * GB),))]
+    q = [job("j1", cpu=100, claims=gpu(1, GB)), job("j2", cpu=100, claims=gpu(2, GB)), job("j3", cpu=100, claims=gpu(1, GB))]
+    plan = admit(snap(q, running, pools=[GPU4]))
+    # free: 16, 24, 20, 24 → j1 takes device 1 (tie with 3: lowest index)
+    assert plan.start[0].assigned[0].devices == (1,)
+    # free: 16, 23, 20, 24 → j2 takes 3 and 1, recorded sorted
+    assert plan.start[1].assigned[0].devices == (1, 3)
+    # free: 16, 22, 20, 23 → j3 takes 3
+    assert plan.start[2].assigned[0].devices == (3,)
+
+
+def test_a_device_a_peer_holds_is_not_given_again():
+    peers = [PeerHold("alice", assigned=(DeviceUse("gpu", (0,), None),))]
+    plan = admit(snap([job("j1", claims=gpu(1)), job("j2", claims=gpu(1))], peers=peers, pools=[GPU2]))
+    assert plan.start[0].assigned == (DeviceUse("gpu", (1,), None),)
+    w = waits(plan)["j2"]
+    assert w.holder == "device" and "held by this queue's job j1" in w.reason
+
+
+def test_device_contention_with_a_peer_is_classified_peer():
+    peers = [PeerHold("alice", assigned=(DeviceUse("gpu", (0, 1), 20 * GB),))]
+    q = [job("j1", claims=gpu(1, 10 * GB)), job("j2"), job("j3")]
+    plan = admit(snap(q, peers=peers, pools=[GPU2], max_bypass=0))
+    w = waits(plan)["j1"]
+    assert w.holder == "peer"
+    assert "this job cannot fit while another user holds capacity (alice holds 20GB on gpu 0, 1)" in w.reason
+    assert started(plan) == ["j2", "j3"]
+
+
+def test_a_partial_claim_on_a_one_device_pool_is_divisible():
+    running = [Running("r1", 100, 0, assigned=(DeviceUse("gpu", (0,), 20 * GB),))]
+    q = [job("j1", claims=gpu(1, 8 * GB)), job("j2"), job("j3")]
+    plan = admit(snap(q, running, pools=[PoolSpec("gpu", devices=(24 * GB,))], max_bypass=1))
+    assert waits(plan)["j1"].holder == "device"
+    assert started(plan) == ["j2"]
+    assert waits(plan)["j3"].holder == "front"
+    assert plan.passed == (("j1", 1),)
+
+
+def test_a_whole_claim_on_a_one_device_pool_is_all_or_nothing():
+    running = [Running("r1", 100, 0, assigned=(DeviceUse("gpu", (0,), 4 * GB),))]
+    q = [job("j1", claims=gpu(1)), job("j2"), job("j3")]
+    plan = admit(snap(q, running, pools=[PoolSpec("gpu", devices=(24 * GB,))], max_bypass=0))
+    assert waits(plan)["j1"].holder == "lock"
+    assert started(plan) == ["j2", "j3"]
+
+
+# ---- head of line ----------------------------------------------------------------------
+
+
+def test_at_most_max_bypass_jobs_pass_an_own_blocked_front():
+    q = [job("big", 1, cpu=6000, name="train")] + [job(f"j{i}", i + 1, cpu=500) for i in range(1, 6)]
+    plan = admit(snap(q, [Running("r1", 4000, 0)], max_bypass=2))
+    assert waits(plan)["big"].holder == "own"
+    assert started(plan) == ["j1", "j2"]
+    assert plan.passed == (("big", 2),)
+    w = waits(plan)["j3"]
+    assert w.holder == "front" and w.front == "big"
+    assert w.reason == "held for job train at the front of the queue, which waits for capacity that this queue's jobs hold"
+    assert plan.health == "held for job train"
+
+
+def test_the_bypass_counter_carries_over_between_passes():
+    q = [job("big", 1, cpu=6000, passed_by=1)] + [job(f"j{i}", i + 1, cpu=500) for i in range(1, 4)]
+    plan = admit(snap(q, [Running("r1", 4000, 0)], max_bypass=2))
+    assert started(plan) == ["j1"]
+    assert plan.passed == (("big", 1),)
+    q[0] = evolve(q[0], passed_by=2)
+    plan = admit(snap(q, [Running("r1", 4000, 0)], max_bypass=2))
+    assert not plan.start and not plan.passed
+
+
+def test_max_bypass_zero_is_strict():
+    q = [job("big", 1, cpu=6000), job("j1", 2, cpu=500)]
+    plan = admit(snap(q, [Running("r1", 4000, 0)], max_bypass=0))
+    assert not plan.start
+    assert waits(plan)["j1"].holder == "front"
+
+
+def test_a_peer_blocked_front_lets_everything_behind_start():
+    q = [job("big", 1, cpu=6000, mem=2 * GB)] + [job(f"j{i}", i + 1, cpu=500) for i in range(1, 6)]
+    plan = admit(snap(q, peers=[PeerHold("alice", 3000, 4 * GB)], max_bypass=0))
+    w = waits(plan)["big"]
+    assert w.holder == "peer"
+    assert w.reason.startswith("this job cannot fit while another user holds capacity (alice holds 3 cores)")
+    assert started(plan) == ["j1", "j2", "j3", "j4", "j5"]
+    assert not plan.passed
+    assert plan.health == "waits for another user: big cannot fit while alice holds 3 cores"
+
+
+def test_peer_words_name_cores_and_memory():
+    q = [job("big", 1, cpu=6000, mem=14 * GB)]
+    plan = admit(snap(q, peers=[PeerHold("alice", 3000, 4 * GB)]))
+    assert "(alice holds 3 cores, 4GB)" in waits(plan)["big"].reason
+
+
+def test_only_one_front_later_waits_keep_their_own_reason():
+    q = [job("big", 1, cpu=6000), job("j1", 2, cpu=5000), job("j2", 3, cpu=500)]
+    plan = admit(snap(q, peers=[PeerHold("alice", 3000, 0)], running=[Running("r1", 1000, 0)]))
+    w = waits(plan)
+    assert w["big"].holder == "peer"
+    assert w["j1"].holder == "own"
+    assert started(plan) == ["j2"]
+
+
+# ---- oversized -----------------------------------------------------------------------------
+
+
+def test_oversized_runs_alone_when_idle():
+    plan = admit(snap([job("huge", 1, cpu=12000), job("j1", 2)]))
+    assert plan.start == (Start("huge", (), True),)
+    assert waits(plan)["j1"].holder == "own"
+
+
+def test_oversized_waits_as_an_own_front_so_the_queue_drains():
+    q = [job("huge", 1, cpu=12000), job("j1", 2), job("j2", 3)]
+    plan = admit(snap(q, [Running("r1", 1000, 0)], max_bypass=1))
+    assert waits(plan)["huge"].holder == "own"
+    assert "larger than the budget" in waits(plan)["huge"].reason
+    assert started(plan) == ["j1"]
+    assert waits(plan)["j2"].holder == "front"
+
+
+def test_oversized_waits_for_a_peer_without_parking():
+    q = [job("huge", 1, mem=20 * GB), job("j1", 2)]
+    plan = admit(snap(q, peers=[PeerHold("alice", 1000, GB)], max_bypass=0))
+    assert waits(plan)["huge"].holder == "peer"
+    assert "this job cannot fit while another user holds capacity" in waits(plan)["huge"].reason
+    assert started(plan) == ["j1"]
+
+
+@pytest.mark.parametrize("policy", ["queue", "reject"])
+def test_oversized_under_queue_waits_and_does_not_park(policy):
+    q = [job("huge", 1, cpu=12000), job("j1", 2)]
+    plan = admit(snap(q, oversized=policy, max_bypass=0))
+    w = waits(plan)["huge"]
+    assert w.holder == "oversized" and "larger than the budget" in w.reason and "run-when-idle" in w.reason
+    assert started(plan) == ["j1"]
+    assert plan.health == "stuck: job huge is larger than the budget"
+
+
+# ---- health ------------------------------------------------------------------------------------
+
+
+def test_health_lines():
+    assert admit(snap()).health == "idle"
+    assert admit(snap([job("j1")])).health == "running 1"
+    assert admit(snap([], [Running("r1", 1000, 0)])).health == "running 1"
+    plan = admit(snap([job("j1", needs=("x",))], deps=(Dep("x", "queued"),)))
+    assert plan.health.startswith("waiting: job j1 waits for job x")
+
+
+def test_every_queued_job_appears_once():
+    q = [job("j1", needs=("x",)), job("j2", deadline=1.0), job("j3"), job("j4", cpu=7500),
+         job("j5", claims=(Claim("target", 1),)), job("j6", claims=(Claim("target", 1),))]
+    plan = admit(snap(q, deps=(Dep("x", "failed"),)))
+    ids = [x.id for part in (plan.start, plan.wait, plan.skip, plan.expire) for x in part]
+    assert sorted(ids) == sorted(j.id for j in q)
