@@ -505,7 +505,7 @@ def test_health_lines():
     assert admit(snap([job("j1")])).health == "running 1"
     assert admit(snap([], [Running("r1", 1000, 0)])).health == "running 1"
     plan = admit(snap([job("j1", needs=("x",))], deps=(Dep("x", "queued"),)))
-    assert plan.health.startswith("waiting: job j1 waits for job x")
+    assert plan.health.startswith("waiting: job j1: waits for job x")
 
 
 def test_every_queued_job_appears_once():

@@ -335,4 +335,4 @@ def _health(ctx: Context, st: State) -> str:
     if running:
         return f"running {running}"
     first = st.wait[0]
-    return f"waiting: job {words.label(ctx.jobs[first.id])} {first.reason}"
+    return f"waiting: job {words.label(ctx.jobs[first.id])}: {first.reason}"

@@ -217,9 +217,11 @@ def _never_claim(m: Machine, c) -> str:
     caps = m.caps(c.name)
     if c.size is None:
         return f"it claims {plural(c.count, 'whole ' + c.name + ' device')} and the pool has {len(caps)}"
+    if c.count == 1:
+        return f"it claims {size(c.size)} on one {c.name} device and the largest holds {size(max(caps))}"
     big = sum(1 for cap in caps if cap >= c.size)
-    return (f"it claims {size(c.size)} on each of {plural(c.count, c.name + ' device')}; "
-            f"{big} of its devices hold that much (the largest holds {size(max(caps))})")
+    return (f"it claims {size(c.size)} on each of {c.count} {c.name} devices and "
+            f"{big} of its {len(caps)} devices hold that much")
 
 
 def never_wait(m: Machine, claim) -> str:
