@@ -13,7 +13,7 @@ from attrs import define, field
 
 from qex.store import fs
 from qex.store.lock import hold, is_held
-from qex.store.records import ACTIVE, FINAL, HOLDING
+from qex.store.records import FINAL, HOLDING
 from qex.store.state import Index, Store
 
 
@@ -39,9 +39,16 @@ class Context:
                    user=paths.user_name(), cores=machine.cores(), mem_total=machine.mem_total())
 
     def reload_config(self) -> None:
+        """Read the config again; a config broken meanwhile keeps the one in force."""
         from qex.config import load_config
+        from qex.errors import QexError
 
-        self.config = load_config()
+        try:
+            self.config = load_config()
+        except QexError as exc:
+            import sys
+
+            print(f"qex: keeping the config in force: {exc}", file=sys.stderr)
 
     def budget(self) -> tuple[int, int]:
         return self.config.resolve_budget(self.cores, self.mem_total)
@@ -343,6 +350,3 @@ def _close_quietly(fd: int) -> None:
     except OSError:
         pass
 
-
-def active_states() -> tuple[str, ...]:
-    return ACTIVE

@@ -9,7 +9,6 @@ Written only under the state lock, by the actor that made the change.
 
 import json
 import os
-import secrets
 
 JOURNAL = "journal.jsonl"
 ROTATED = "journal.1.jsonl"
@@ -17,7 +16,7 @@ DEFAULT_MAX_BYTES = 8 << 20
 
 
 def new_stream() -> str:
-    return secrets.token_hex(6)
+    return os.urandom(6).hex()
 
 
 def max_bytes() -> int:
@@ -34,10 +33,16 @@ def append(path: str, events: list[dict]) -> int:
                     for e in events)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        before = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError:
+            # Take back every byte of this append: a change is wholly written or absent.
+            os.ftruncate(fd, before)
+            raise
         return os.fstat(fd).st_size
     finally:
         os.close(fd)

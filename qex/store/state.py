@@ -151,7 +151,7 @@ class Store:
         for event in events:
             if event.get("event") == "job" and event.get("seq", 0) > idx.seq:
                 rec = event.get("job") or {}
-                if rec.get("id"):
+                if rec.get("id") and os.path.isdir(self.job_dir(rec["id"])):
                     self._write_status_locked(rec)
                     self._index_put(idx, rec)
                 idx.seq = event["seq"]
@@ -209,7 +209,10 @@ class Store:
             events.append({"event": "job", "seq": idx.seq, "stream": idx.stream, "time": now,
                            "id": rec["id"], "name": rec.get("name", ""), "state": rec["state"],
                            "previous": previous, "change": change, "job": rec})
-        idx.offset = journal.append(self.journal_path, events)
+        try:
+            idx.offset = journal.append(self.journal_path, events)
+        except OSError as exc:
+            raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
         for rec, _previous, _change in changes:
             self._write_status_locked(rec)
             self._index_put(idx, rec)

@@ -29,11 +29,29 @@ def main_loop(ctx: Context, launch: Launch) -> None:
     while launch is not None:
         try:
             launch = supervise(ctx, launch)
-        except BaseException:
+        except BaseException as exc:
             traceback.print_exc()
             code = 70
-            launch = None
+            launch = _record_own_failure(ctx, launch, exc)
     os._exit(code)
+
+
+def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Launch | None:
+    """The supervisor itself failed: say so in the record rather than leave it to reconcile."""
+    def fail(txn):
+        rec = txn.record(launch.job_id)
+        if rec["state"] in ("starting", "running"):
+            if rec.get("pid"):
+                _signal_group(rec["pid"], signal.SIGKILL)
+            txn.update(launch.job_id, state="failed", ended_at=time.time(),
+                       error=f"its supervisor failed: {type(exc).__name__}: {exc}")
+
+    try:
+        result = engine.run_pass(ctx, fail)
+        return engine.after_pass(ctx, result, close_in_child=(launch.alive_fd,) if launch.alive_fd >= 0 else ())
+    except BaseException:
+        traceback.print_exc()
+        return None
 
 
 class Interrupt:

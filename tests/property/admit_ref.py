@@ -250,7 +250,7 @@ def check_plan(snap: Snapshot, plan) -> Ref:
 
 # ---- strategies -------------------------------------------------------------------
 
-SIZES = [2 * GB, 4 * GB, 8 * GB, 12 * GB, 16 * GB, 24 * GB, 30 * GB]
+SIZES = [2 * GB, 4 * GB, 4 * GB, 8 * GB, 8 * GB, 12 * GB, 16 * GB, 24 * GB, 30 * GB]
 
 
 @st.composite
@@ -267,15 +267,17 @@ def pools(draw):
 
 def claim_for(draw, name, kinds):
     if name in kinds:
-        size = draw(st.one_of(st.none(), st.sampled_from(SIZES)))
-        return Claim(name, draw(st.integers(1, 3)), size)
-    return Claim(name, draw(st.sampled_from([1, 1, 1, 2, 3])))
+        size = draw(st.sampled_from([None] + SIZES))
+        return Claim(name, draw(st.sampled_from([1, 1, 1, 2, 3])), size)
+    return Claim(name, draw(st.sampled_from([1, 1, 1, 1, 2, 3])))
 
 
 @st.composite
 def claims(draw, pool_specs, names=("net", "gpu", "tpu", "L1", "L2")):
     indexed = {p.name for p in pool_specs if p.devices}
-    chosen = draw(st.lists(st.sampled_from(names), unique=True, max_size=3))
+    if draw(st.integers(0, 2)) == 0:
+        return ()
+    chosen = draw(st.lists(st.sampled_from(names), unique=True, max_size=2))
     return tuple(claim_for(draw, n, indexed) for n in chosen)
 
 
@@ -292,6 +294,12 @@ def holding(draw, ref: Ref, cpu, mem, cl):
         return None
     uses = [random_devices(draw, ref, c) for c in cl if ref.kind(c.name) == "indexed"]
     return None if any(u is None for u in uses) else tuple(uses)
+
+
+def sizes(budget):
+    """Mostly a small part of the budget, sometimes more than all of it."""
+    small = st.integers(1, max(budget // 3, 1))
+    return st.one_of(small, small, small, st.integers(1, budget), st.integers(budget, budget * 3 // 2))
 
 
 @st.composite
@@ -331,26 +339,26 @@ def snapshots(draw, max_queued=10):
             id=f"q{k:02d}",
             seq=k,
             priority=draw(st.integers(0, 2)),
-            cpu=draw(st.integers(1, cpu_budget * 5 // 4)),
-            mem=draw(st.integers(0, mem_budget * 5 // 4)),
+            cpu=draw(sizes(cpu_budget)),
+            mem=draw(sizes(mem_budget)),
             claims=draw(claims(specs)),
-            needs=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=2, unique=True))) if draw(st.integers(0, 3)) == 0 else (),
-            after=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=1))) if draw(st.integers(0, 4)) == 0 else (),
-            deadline=draw(st.one_of(st.none(), st.sampled_from([NOW - 1, NOW, NOW + 50, NOW + 10]))),
-            passed_by=draw(st.integers(0, 3)),
+            needs=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=2, unique=True))) if draw(st.integers(0, 5)) == 0 else (),
+            after=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=1))) if draw(st.integers(0, 6)) == 0 else (),
+            deadline=draw(st.sampled_from([None] * 6 + [NOW - 1, NOW, NOW + 50, NOW + 10])),
+            passed_by=draw(st.sampled_from([0, 0, 0, 1, 2, 3])),
             name=draw(st.sampled_from(["", "", "train"])),
         ))
     pause = Pause(
-        queue=draw(st.integers(0, 9)) == 0,
-        locks=tuple(draw(st.lists(st.sampled_from([("L1", "maintenance"), ("gpu", "")]), max_size=1))),
+        queue=draw(st.integers(0, 19)) == 0,
+        locks=(draw(st.sampled_from([("L1", "maintenance"), ("gpu", "")])),) if draw(st.integers(0, 5)) == 0 else (),
     )
-    avail = draw(st.one_of(st.none(), st.integers(0, mem_budget * 3 // 2)))
+    avail = draw(st.one_of(st.none(), st.none(), st.integers(0, mem_budget * 3 // 2)))
     return Snapshot(
         now=NOW,
         cpu_budget=cpu_budget,
         mem_budget=mem_budget,
         mem_available=avail,
-        oversized=draw(st.sampled_from(["run-when-idle", "queue", "reject"])),
+        oversized=draw(st.sampled_from(["run-when-idle", "run-when-idle", "queue", "reject"])),
         max_bypass=draw(st.integers(0, 3)),
         pools=specs,
         running=tuple(running),
