@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from attrs import evolve
 from hypothesis import strategies as st
 
 from qex.admit import (
@@ -121,10 +122,12 @@ class Ref:
         caps = self.caps[c.name]
         return len(caps) == 1 and (c.size is None or c.size >= caps[0])
 
-    def fits_but_whole(self, job: Queued) -> bool:
+    def fits_but_whole(self, job: Queued, avail=True) -> bool:
         """Fits if its all-or-nothing claims are ignored."""
         s = self.snap
-        if self.cpu + job.cpu > s.cpu_budget or self.mem + job.mem > s.mem_budget or not self.avail_ok(job.mem):
+        if self.cpu + job.cpu > s.cpu_budget or self.mem + job.mem > s.mem_budget:
+            return False
+        if avail and not self.avail_ok(job.mem):
             return False
         return all(self.claim_ok(c, True, self.is_whole) for c in job.claims)
 
@@ -189,6 +192,33 @@ def person(snap, job):
     return any(c.name in paused for c in job.claims)
 
 
+def expected_holder(snap: Snapshot, ref: Ref, job: Queued) -> str:
+    """The holder class of a job that waits for capacity or an all-or-nothing claim."""
+    alone = Ref(evolve(snap, running=()))
+    if oversized(snap, job):
+        if ref.own:
+            return "own"
+        if ref.peer_cpu or ref.peer_mem or not all(ref.claim_ok(c) for c in job.claims):
+            return "peer"
+        return "outside"
+    if ref.fits_but_whole(job):
+        blocked = [c for c in job.claims if not ref.claim_ok(c)]
+        return "lock" if any(_own_holds(ref, alone, c.name) for c in blocked) else "peer"
+    if alone.fits_but_whole(job):
+        only_devices = (ref.cpu + job.cpu <= snap.cpu_budget and ref.mem + job.mem <= snap.mem_budget
+                        and ref.avail_ok(job.mem)
+                        and all(ref.kind(c.name) == "indexed" for c in job.claims if not ref.claim_ok(c, True, ref.is_whole)))
+        return "device" if only_devices else "own"
+    return "outside" if alone.fits_but_whole(job, avail=False) else "peer"
+
+
+def _own_holds(ref: Ref, alone: Ref, name: str) -> bool:
+    """A job of this queue holds some of ``name`` (ref minus the peers-only view)."""
+    if ref.kind(name) == "indexed":
+        return any(a != b for a, b in zip(ref.load[name], alone.load[name]))
+    return ref.units[name] != alone.units[name]
+
+
 def check_plan(snap: Snapshot, plan) -> Ref:
     """Walk the plan in queue order against the reference; return the final state."""
     starts = {s.id: s for s in plan.start}
@@ -231,6 +261,8 @@ def check_plan(snap: Snapshot, plan) -> Ref:
                 assert not ref.fits(job), ("fits but did not start", job, w)
         if w.holder == "front":
             assert exhausted and w.front == front.id, (w, front)
+        elif eligible:
+            assert w.holder == expected_holder(snap, ref, job), (w, job)
         capacity = w.holder in CAPACITY_HOLDERS and (oversized(snap, job) or not ref.fits_but_whole(job) or w.holder == "outside")
         if front is None and eligible and capacity:
             front = job
@@ -265,20 +297,22 @@ def pools(draw):
     return tuple(out)
 
 
-def claim_for(draw, name, kinds):
-    if name in kinds:
+def claim_for(draw, name, specs):
+    spec = next((p for p in specs if p.name == name), None)
+    if spec is not None and spec.devices:
         size = draw(st.sampled_from([None] + SIZES))
         return Claim(name, draw(st.sampled_from([1, 1, 1, 2, 3])), size)
-    return Claim(name, draw(st.sampled_from([1, 1, 1, 1, 2, 3])))
+    if spec is not None:
+        return Claim(name, draw(st.integers(1, spec.total + 1)))
+    return Claim(name, draw(st.sampled_from([1] * 12 + [2])))
 
 
 @st.composite
-def claims(draw, pool_specs, names=("net", "gpu", "tpu", "L1", "L2")):
-    indexed = {p.name for p in pool_specs if p.devices}
+def claims(draw, pool_specs, names=("net", "gpu", "tpu", "L1", "L2", "gpu")):
     if draw(st.integers(0, 2)) == 0:
         return ()
     chosen = draw(st.lists(st.sampled_from(names), unique=True, max_size=2))
-    return tuple(claim_for(draw, n, indexed) for n in chosen)
+    return tuple(claim_for(draw, n, pool_specs) for n in chosen)
 
 
 def random_devices(draw, ref: Ref, c: Claim):
@@ -296,23 +330,30 @@ def holding(draw, ref: Ref, cpu, mem, cl):
     return None if any(u is None for u in uses) else tuple(uses)
 
 
-def sizes(budget):
-    """Mostly a small part of the budget, sometimes more than all of it."""
-    small = st.integers(1, max(budget // 3, 1))
-    return st.one_of(small, small, small, st.integers(1, budget), st.integers(budget, budget * 3 // 2))
+@st.composite
+def sizes(draw, budget, over=20):
+    """Mostly a small part of the budget; one time in ``over``, more than all of it."""
+    pick = draw(st.integers(0, over - 1))
+    if pick == 0:
+        return draw(st.integers(budget, budget * 3 // 2))
+    return draw(st.integers(1, budget if pick < over // 4 + 1 else max(budget // 3, 1)))
 
 
 @st.composite
-def snapshots(draw, max_queued=10):
+def snapshots(draw, max_queued=10, max_peers=2, max_running=3, avail="maybe", over=20):
+    """Random snapshots whose running jobs and peers fit. Knobs: how many
+    peers/running jobs at most, whether mem_available is always known, and one
+    job dimension in ``over`` is above the budget."""
     cpu_budget = draw(st.integers(1, 16)) * 500
     mem_budget = draw(st.integers(1, 32)) * GB // 2
     specs = draw(pools())
     base = Snapshot(NOW, cpu_budget, mem_budget, None, "run-when-idle", 0, specs, (), (), ())
     ref = Ref(base)
     peers = []
-    for k in range(draw(st.integers(0, 2))):
-        cpu, mem = draw(st.integers(0, cpu_budget // 2)), draw(st.integers(0, mem_budget // 2))
-        cl = tuple(c for c in draw(claims(specs, ("net", "gpu", "tpu"))) if ref.kind(c.name) != "lock")
+    for k in range(draw(st.integers(0, max_peers))):
+        cpu = draw(st.sampled_from([0, draw(st.integers(1, cpu_budget // 2 or 1))]))
+        mem = draw(st.sampled_from([0, draw(st.integers(1, mem_budget // 2))]))
+        cl = tuple(c for c in draw(claims(specs, ("net", "gpu", "tpu", "gpu"))) if ref.kind(c.name) != "lock")
         uses = holding(draw, ref, cpu, mem, cl)
         if uses is None or ref.cpu + cpu > cpu_budget or ref.mem + mem > mem_budget:
             continue
@@ -323,8 +364,8 @@ def snapshots(draw, max_queued=10):
         ref.add_peer(p)
         peers.append(p)
     running = []
-    for k in range(draw(st.integers(0, 4))):
-        cpu, mem = draw(st.integers(1, cpu_budget)), draw(st.integers(0, mem_budget))
+    for k in range(draw(st.integers(0, max_running))):
+        cpu, mem = draw(sizes(cpu_budget)), draw(sizes(mem_budget))
         cl = draw(claims(specs))
         uses = holding(draw, ref, cpu, mem, cl)
         if uses is None or ref.cpu + cpu > cpu_budget or ref.mem + mem > mem_budget:
@@ -334,13 +375,13 @@ def snapshots(draw, max_queued=10):
     dep_ids = ["d1", "d2", "d3", "d4"]
     deps = tuple(Dep(d, draw(st.sampled_from(STATES)), draw(st.sampled_from([None, "d1", "root"]))) for d in dep_ids[:3])
     queued = []
-    for k in range(draw(st.integers(0, max_queued))):
+    for k in range(draw(st.integers(1, max_queued))):
         queued.append(Queued(
             id=f"q{k:02d}",
             seq=k,
             priority=draw(st.integers(0, 2)),
-            cpu=draw(sizes(cpu_budget)),
-            mem=draw(sizes(mem_budget)),
+            cpu=draw(sizes(cpu_budget, over)),
+            mem=draw(sizes(mem_budget, over)),
             claims=draw(claims(specs)),
             needs=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=2, unique=True))) if draw(st.integers(0, 5)) == 0 else (),
             after=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=1))) if draw(st.integers(0, 6)) == 0 else (),
@@ -352,7 +393,8 @@ def snapshots(draw, max_queued=10):
         queue=draw(st.integers(0, 19)) == 0,
         locks=(draw(st.sampled_from([("L1", "maintenance"), ("gpu", "")])),) if draw(st.integers(0, 5)) == 0 else (),
     )
-    avail = draw(st.one_of(st.none(), st.none(), st.integers(0, mem_budget * 3 // 2)))
+    known = avail == "always" or draw(st.booleans())
+    avail = draw(st.integers(0, mem_budget)) if known else None
     return Snapshot(
         now=NOW,
         cpu_budget=cpu_budget,

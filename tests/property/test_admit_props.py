@@ -1,11 +1,11 @@
 """Invariants of admit() on random snapshots (see admit_ref.py for the reference)."""
 
-from admit_ref import GB, Ref, check_plan, order, snapshots
+from admit_ref import GB, Ref, check_plan, order, random_devices, snapshots
 from attrs import evolve
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qex.admit import Claim, PoolSpec, Queued, Snapshot, admit
+from qex.admit import Claim, PeerHold, PoolSpec, Queued, Running, Snapshot, admit
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -14,6 +14,18 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 @given(snapshots())
 def test_a_plan_is_valid_complete_and_within_capacity(snap):
     """(a) budget, (b) pools and devices, (d) bypass, (e) never parked, (f) each job once."""
+    check_plan(snap, admit(snap))
+
+
+@settings(max_examples=150, deadline=None)
+@given(snapshots(max_running=1, avail="always"))
+def test_available_memory_is_shared_by_the_jobs_of_one_pass(snap):
+    check_plan(snap, admit(snap))
+
+
+@settings(max_examples=150, deadline=None)
+@given(snapshots(max_running=0, max_peers=1, over=3))
+def test_oversized_jobs_run_alone_only_when_idle(snap):
     check_plan(snap, admit(snap))
 
 
@@ -62,14 +74,32 @@ def test_peer_blocked_front_never_parks_jobs_that_fit(snap):
         assert plan.passed == ()
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.sampled_from([8, 16, 24]), min_size=1, max_size=6), st.lists(st.tuples(st.integers(1, 3), st.sampled_from([None, 4, 8, 12, 20, 24])), max_size=8))
-def test_devices_are_never_summed_and_never_overfilled(caps, wants):
-    """(b) on an indexed pool alone: assignments sorted, distinct, within capacity."""
+DEVICE_CLAIM = st.tuples(st.integers(1, 3), st.sampled_from([None, 4, 8, 12, 20, 24]))
+
+
+def _gpu(n, s):
+    return (Claim("gpu", n, None if s is None else s * GB),)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([8, 16, 24]), min_size=1, max_size=5), st.lists(DEVICE_CLAIM, max_size=4),
+       st.lists(DEVICE_CLAIM, max_size=8), st.data())
+def test_devices_are_never_summed_and_never_overfilled(caps, held, wants, data):
+    """(b) on an indexed pool: assignments sorted, distinct, within capacity,
+    with devices already held by this queue and by peers."""
     pool = PoolSpec("gpu", devices=tuple(c * GB for c in caps))
-    queued = tuple(Queued(f"q{i}", i, cpu=1, claims=(Claim("gpu", n, None if s is None else s * GB),))
-                   for i, (n, s) in enumerate(wants))
-    snap = Snapshot(0.0, 10**6, 10**15, None, "queue", 0, (pool,), (), (), queued)
-    ref = check_plan(snap, admit(snap))
-    ref.check_within()
-    assert isinstance(ref, Ref)
+    snap = Snapshot(0.0, 10**6, 10**15, None, "queue", 0, (pool,), (), (), ())
+    ref, running, peers = Ref(snap), [], []
+    for i, (n, s) in enumerate(held):
+        use = random_devices(data.draw, ref, _gpu(n, s)[0])
+        if use is None:
+            continue
+        if data.draw(st.booleans()):
+            peers.append(PeerHold(f"user{i}", assigned=(use,)))
+            ref.add_peer(peers[-1])
+        else:
+            running.append(Running(f"r{i}", 1, 0, _gpu(n, s), (use,)))
+            ref.add_own(f"r{i}", 1, 0, _gpu(n, s), (use,))
+    queued = tuple(Queued(f"q{i}", i, cpu=1, claims=_gpu(n, s)) for i, (n, s) in enumerate(wants))
+    snap = evolve(snap, running=tuple(running), peers=tuple(peers), queued=queued)
+    check_plan(snap, admit(snap)).check_within()
