@@ -46,6 +46,8 @@ class Request:
     group_name: str | None = None
     job_env: dict[str, str] = field(factory=dict)    # from a job file
     origin: str = "submit"                           # option names in messages
+    template: list[str] | None = None                # a fan-out's command with {} (the learner's key)
+    rerun_of: str | None = None                      # qex rerun: the job it repeats
 
 
 @define
@@ -88,6 +90,10 @@ def build(ctx, req: Request, now: float | None = None) -> Built:
         "needs": list(req.needs), "after": list(req.after), "dedupe_key": req.dedupe_key,
         "attempt": 1, "attempts": [],
     }
+    if req.template is not None:
+        record["template"] = list(req.template)
+    if req.rerun_of is not None:
+        record["rerun_of"] = req.rerun_of
     return Built(spec, record, warnings)
 
 
@@ -311,8 +317,17 @@ def submit_many(ctx, built: list[Built], on_locked=None):
     """
     from qex import engine
 
-    for b in built:
-        ctx.store.create_job_dir(b.spec)
+    bulk = len(built) > 1
+    try:
+        for b in built:
+            ctx.store.create_job_dir(b.spec, sync=not bulk)
+        if bulk:
+            from qex.store import fs
+
+            fs.syncfs(ctx.store.jobs)  # one flush for every job directory
+    except BaseException:
+        _discard(ctx, built)
+        raise
 
     def add(txn):
         if on_locked is not None:

@@ -122,6 +122,8 @@ class Status:
     queue_pause_secs: float = 0.0
     kill_requested: bool = False
     oom_evidence: str | None = None
+    template: tuple[str, ...] | None = None   # a fan-out job: its command with {} (the learner's key)
+    rerun_of: str | None = None               # qex rerun: the job this one repeats
 
     @property
     def final(self) -> bool:

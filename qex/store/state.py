@@ -24,6 +24,7 @@ from qex.store.lock import StateLock
 from qex.store.records import ACTIVE, Spec, Status
 
 INDEX_FORMAT = 1
+BULK = 16  # a commit of more jobs than this writes their records unsynced, then one syncfs
 
 
 class BrokenRecord(StoreError):
@@ -189,10 +190,10 @@ class Store:
     def save_index_locked(self, idx: Index) -> None:
         fs.write_json(self.index_path, idx.dump(), sync_dir=False)
 
-    def _write_status_locked(self, rec: dict) -> None:
+    def _write_status_locked(self, rec: dict, sync: bool = True) -> None:
         directory = self.job_dir(rec["id"])
         if os.path.isdir(directory):
-            fs.write_json(os.path.join(directory, "status.json"), rec, mode=0o644, sync_dir=False)
+            fs.write_json(os.path.join(directory, "status.json"), rec, mode=0o644, sync_dir=False, sync=sync)
 
     def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]]) -> list[dict]:
         """Apply changes: (new record dict, previous state, change kind).
@@ -213,9 +214,14 @@ class Store:
             idx.offset = journal.append(self.journal_path, events)
         except OSError as exc:
             raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
+        last = {rec["id"]: rec for rec, _previous, _change in changes}
+        bulk = len(last) > BULK
+        for rec in last.values():  # each record once, in its last form
+            self._write_status_locked(rec, sync=not bulk)
         for rec, _previous, _change in changes:
-            self._write_status_locked(rec)
             self._index_put(idx, rec)
+        if bulk:
+            fs.syncfs(self.root)  # one flush for every record, before the index moves on
         if idx.offset > journal.max_bytes():
             journal.rotate(self.root)
             idx.offset = 0
@@ -223,19 +229,23 @@ class Store:
         return events
 
     # ---- making a job directory (before its first event) ------------------
-    def create_job_dir(self, spec: Spec) -> None:
-        """Make jobs/<id>/ with its spec, under a hidden name renamed into view."""
+    def create_job_dir(self, spec: Spec, sync: bool = True) -> None:
+        """Make jobs/<id>/ with its spec, under a hidden name renamed into view.
+
+        ``sync=False`` (a bulk submission) leaves the flush to one ``fs.syncfs``
+        by the caller before the jobs are committed."""
         from qex.store import codec
 
         final = self.job_dir(spec.id)
         tmp = os.path.join(self.jobs, f".new-{spec.id}")
         try:
             os.mkdir(tmp, 0o700)
-            fs.write_json(os.path.join(tmp, "spec.json"), codec.dump(spec), mode=0o600, sync_dir=False)
+            fs.write_json(os.path.join(tmp, "spec.json"), codec.dump(spec), mode=0o600, sync_dir=False, sync=sync)
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             os.rename(tmp, final)
-            fs.fsync_dir(self.jobs)
+            if sync:
+                fs.fsync_dir(self.jobs)
         except OSError as exc:
             _remove_tree(tmp)
             raise StoreError(fs._describe_write_failure(final, exc)) from None
