@@ -5,6 +5,7 @@ record without touching the queue; ``submit_many`` then writes every job of a
 submission in one lock hold and runs the pass that may start them.
 """
 
+import functools
 import os
 import time
 
@@ -113,7 +114,7 @@ def _cwd(cwd: str | None) -> str:
 def _environment(req: Request) -> dict[str, str]:
     mode = req.env_capture
     if mode == "all":
-        env = dict(os.environ)
+        env = dict(_whole_environment())
     elif mode == "minimal":
         env = {k: os.environ[k] for k in MINIMAL_ENV if k in os.environ}
     elif mode == "none":
@@ -127,6 +128,12 @@ def _environment(req: Request) -> dict[str, str]:
             raise SpecError(f"--env: {units.safe_text(item)!r} is not KEY=VALUE; e.g. --env OMP_NUM_THREADS=4")
         env[key] = value
     return env
+
+
+@functools.cache
+def _whole_environment() -> dict[str, str]:
+    """The caller's environment, read once per process (a fan-out builds a thousand jobs)."""
+    return dict(os.environ)
 
 
 def explicit_env_names(req: Request) -> set[str]:

@@ -203,6 +203,7 @@ class Store:
         """
         if not changes:
             return []
+        changes = _coalesced(changes)
         now = time.time()
         events = []
         for rec, previous, change in changes:
@@ -252,6 +253,21 @@ class Store:
         except StoreError:
             _remove_tree(tmp)
             raise
+
+
+def _coalesced(changes: list[tuple[dict, str | None, str]]) -> list[tuple[dict, str | None, str]]:
+    """A reason written in the same hold as a job's change of state rides on that
+    change's event (a reason is no change of state): a fan-out of a thousand jobs
+    journals a thousand events, each with the reason the pass gave it."""
+    out, last = [], {}
+    for rec, previous, change in changes:
+        i = last.get(rec["id"])
+        if change == "reason" and i is not None:
+            out[i] = (rec, out[i][1], out[i][2])
+            continue
+        last[rec["id"]] = len(out)
+        out.append((rec, previous, change))
+    return out
 
 
 def _remove_tree(path: str) -> None:
