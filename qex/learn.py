@@ -43,12 +43,18 @@ def path_of(state_dir: str) -> str:
 
 
 def key_of(command, template=None) -> str:
-    """The key of a command (a list of strings); a fan-out passes its template."""
-    import hashlib
+    """The key of a command (a list of strings); a fan-out passes its template.
+
+    BLAKE2b from CPython's built-in ``_blake2`` (0.2 ms to import; ``hashlib``
+    loads OpenSSL, 2-10 ms, on every submission)."""
+    try:
+        from _blake2 import blake2b
+    except ImportError:  # another Python implementation
+        from hashlib import blake2b
 
     words = template if template else command
     data = json.dumps([str(w) for w in words], separators=(",", ":")).encode()
-    return hashlib.sha256(data).hexdigest()[:24]
+    return blake2b(data, digest_size=12).hexdigest()
 
 
 def load(state_dir: str) -> dict:

@@ -110,3 +110,17 @@ def test_the_store_stays_bounded(tmp_path, monkeypatch):
     data = json.loads((tmp_path / learn.FILE).read_text())
     assert len(data["commands"]) == 3
     assert learn.key_of(["cmd4"]) in data["commands"] and learn.key_of(["cmd0"]) not in data["commands"]
+
+
+def test_reading_the_store_stays_cheap_for_the_submit_path(tmp_path):
+    """No OpenSSL (hashlib), no cattrs, no attrs: a submission pays for one small JSON file."""
+    import subprocess
+    import sys
+
+    teach(tmp_path, "peak", 100 * MiB)
+    code = ("import sys; from qex import learn; "
+            f"found, _ = learn.claim_for({str(tmp_path)!r}, ['python', 'train.py', '--epochs', '3'], None, 0.2); "
+            "assert found, found; "
+            "print(sorted(m for m in ('_hashlib', 'hashlib', 'cattrs', 'attrs', 'tomlkit') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

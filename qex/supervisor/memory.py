@@ -134,7 +134,7 @@ def _answer_oom(ctx, current: dict, outcome: dict) -> dict | None:
         outcome["error"] = _join(f"{head}. {why}", outcome.get("error"))
         return None
     if new <= claim:
-        outcome["error"] = _join(f"{head}. Not retried: the claim is already the whole budget of "
+        outcome["error"] = _join(f"{head}. Not retried: the claim is already at the budget of "
                                  f"{format_size(budget)}. Raise budget.mem in the config or make the job smaller",
                                  outcome.get("error"))
         return None

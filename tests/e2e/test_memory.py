@@ -191,7 +191,7 @@ def test_the_retry_claim_is_capped_at_the_budget_and_a_claim_at_the_budget_is_no
     rec = json.loads(proc.stdout)
     assert rec["state"] == "oom"
     assert [a["claims"]["mem"] for a in rec["attempts"]] == [100 * MiB, 150 * MiB]
-    assert "already the whole budget of 150MB" in rec["error"]
+    assert "already at the budget of 150MB" in rec["error"]
     assert "the claim of 150MB was too small" in rec["error"]
 
 
