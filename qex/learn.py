@@ -11,7 +11,9 @@ can hold a token. Each command keeps its last ``SAMPLES`` measurements:
   small, so the next claim is at least double it (or what it reached, if more).
 
 A submission without ``--mem`` claims ``max(largest peak x (1 + margin),
-largest floor)``, at least ``MIN_CLAIM``, capped at the budget by the caller.
+largest floor)``, at least ``MIN_CLAIM`` (or the default claim, if that is
+smaller: the learner is never more cautious than knowing nothing), capped at
+the budget by the caller.
 The largest, not the average: a claim that is too small stops the job, one a
 little too large only costs some capacity.
 
@@ -88,7 +90,7 @@ def _samples(store: dict, key: str) -> list[dict]:
             and s["bytes"] > 0]
 
 
-def suggest(store: dict, key: str, margin: float) -> tuple[int, str] | None:
+def suggest(store: dict, key: str, margin: float, minimum: int = MIN_CLAIM) -> tuple[int, str] | None:
     """(bytes, words for claim_source) for a command, or None when nothing is known."""
     from qex.units import format_size
 
@@ -98,7 +100,7 @@ def suggest(store: dict, key: str, margin: float) -> tuple[int, str] | None:
     if not peaks and not floors:
         return None
     from_peaks = int(max(peaks) * (1 + max(0.0, margin))) if peaks else 0
-    claim = max(from_peaks, max(floors, default=0), MIN_CLAIM)
+    claim = max(from_peaks, max(floors, default=0), max(1, minimum))
     claim = -(-claim // (1 << 20)) * (1 << 20)  # whole MiB
     runs = f"{len(peaks)} run{'s' if len(peaks) != 1 else ''}"
     if peaks and from_peaks >= max(floors, default=0):
@@ -111,7 +113,8 @@ def suggest(store: dict, key: str, margin: float) -> tuple[int, str] | None:
     return claim, words
 
 
-def claim_for(state_dir: str, command, template, margin: float) -> tuple[tuple[int, str] | None, str | None]:
+def claim_for(state_dir: str, command, template, margin: float,
+              minimum: int = MIN_CLAIM) -> tuple[tuple[int, str] | None, str | None]:
     """For the submit path: ((bytes, words) or None, warning or None). Never raises."""
     try:
         store = load(state_dir)
@@ -119,7 +122,7 @@ def claim_for(state_dir: str, command, template, margin: float) -> tuple[tuple[i
         return None, (f"the learner store cannot be used ({exc}); this job claims the default memory. "
                       "qex moves the file aside when the next job ends")
     try:
-        return suggest(store, key_of(command, template), margin), None
+        return suggest(store, key_of(command, template), margin, minimum), None
     except Exception as exc:  # a shape we did not foresee: a claim is an estimate, never a crash
         return None, f"the learner store gave no claim ({type(exc).__name__}); this job claims the default memory"
 

@@ -214,7 +214,7 @@ def _learned_mem(ctx, req: Request, default: int, budget: int, sources: dict, wa
     from qex import learn
 
     found, warning = learn.claim_for(ctx.store.root, req.command, getattr(req, "template", None),
-                                     ctx.config.learn_margin)
+                                     ctx.config.learn_margin, minimum=min(learn.MIN_CLAIM, default))
     if warning:
         warnings.append(warning)
     if found is None:

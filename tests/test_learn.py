@@ -55,6 +55,8 @@ def test_a_tiny_peak_never_gives_a_tiny_or_zero_claim(tmp_path):
     teach(tmp_path, "peak", 3 * MiB)
     (claim, _), _ = learn.claim_for(str(tmp_path), CMD, None, 0.2)
     assert claim == learn.MIN_CLAIM
+    found, _ = learn.claim_for(str(tmp_path), CMD, None, 0.2, minimum=10 * MiB)
+    assert found[0] == 10 * MiB, "never more cautious than a smaller default claim"
     teach(tmp_path, "peak", 0, command=["zero"])
     assert learn.claim_for(str(tmp_path), ["zero"], None, 0.2) == (None, None)
 

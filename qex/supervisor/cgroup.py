@@ -133,19 +133,14 @@ class JobCgroup:
         return os.path.join(self.path, "cgroup.procs")
 
     def join(self) -> None:
-        """In the forked child, before exec: move this process in. Never raises
-        (the job must still start; ``contains`` then tells the supervisor)."""
+        """In the forked child, before exec: move this process in. Raises OSError
+        if it cannot: the child then never execs, and the supervisor starts the
+        job again without a cgroup (see ``qex.supervisor.run._start``)."""
+        fd = os.open(self.procs, os.O_WRONLY | os.O_CLOEXEC)
         try:
-            fd = os.open(self.procs, os.O_WRONLY)
-            try:
-                os.write(fd, str(os.getpid()).encode())
-            finally:
-                os.close(fd)
-        except OSError:
-            pass
-
-    def contains(self, pid: int) -> bool:
-        return pid in self.members()
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
 
     def members(self) -> list[int]:
         try:

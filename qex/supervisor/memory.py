@@ -51,9 +51,9 @@ class Meter:
         """What the forked child runs before exec to join the cgroup (None: no cgroup)."""
         return self.cg.join if self.cg is not None else None
 
-    def confirm(self, pid: int) -> None:
-        """After the spawn: a job that did not get into its cgroup is measured without it."""
-        if self.cg is not None and not self.cg.contains(pid):
+    def cannot_join(self) -> None:
+        """The job's child could not join the cgroup (it never ran): measure without it."""
+        if self.cg is not None:
             self.why_not = f"the job could not join {self.cg.path}"
             self.discard()
 
@@ -71,8 +71,11 @@ class Meter:
                  "peak_from": "rusage" if rss is not None else None, "oom_kills": None}
         cg_kills = None
         if self.cg is not None:
+            # The cgroup's peak, not getrusage's: a forked child's ru_maxrss includes
+            # the supervisor's image before exec (~20MB for `true`), and file pages
+            # that others already hold in the page cache, which the job never added.
             peak = self.cg.peak()
-            if peak is not None and (rss is None or peak >= rss):
+            if peak is not None:
                 usage["max_rss"], usage["peak_from"] = peak, "cgroup"
             now = self.cg.oom_kills()
             if now is not None and self.cg_kills0 is not None:

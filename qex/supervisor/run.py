@@ -144,18 +144,25 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None):
             return None, rec
         meter = meter or Meter()
         meter.prepare(store.job_dir(launch.job_id), launch.job_id, rec.get("attempt", 1))
-        try:
-            proc = subprocess.Popen(
+        def spawn(join):
+            return subprocess.Popen(
                 list(spec.command), cwd=spec.cwd, env=_job_env(spec, rec, ctx.config),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 close_fds=True, process_group=0,
-                preexec_fn=_preexec(spec.nice, meter.join_fn()))
+                preexec_fn=_preexec(spec.nice, join))
+        try:
+            try:
+                proc = spawn(meter.join_fn())
+            except subprocess.SubprocessError:
+                if meter.join_fn() is None:
+                    raise
+                meter.cannot_join()  # the child failed before exec: start it without a cgroup
+                proc = spawn(None)
         except (OSError, subprocess.SubprocessError) as exc:
             error = f"cannot start {spec.command[0]!r}: {getattr(exc, 'strerror', None) or exc}"
             rec = {**rec, "_outcome": {"state": "failed", "error": error, "started_at": now}}
             txn.commit()
             return None, rec
-        meter.confirm(proc.pid)
         from qex.machine import process_start_time
 
         _write_pid_file(store.path(launch.job_id, "pid"), proc.pid, process_start_time(proc.pid))
