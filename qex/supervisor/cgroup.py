@@ -223,6 +223,26 @@ def create(job_id: str, attempt: int = 1) -> tuple[JobCgroup | None, str]:
     return cg, ""
 
 
+def describe() -> dict:
+    """For ``qex info``, without making anything: would a job started from here
+    get its own memory cgroup, and what would an OOM verdict rest on?"""
+    where = None if disabled() else here()
+    machine = machine_oom_kills() is not None
+    fallback = "machine-counter" if machine else None
+    if disabled():
+        return {"per_job_cgroup": False, "why_not": "QEX_CGROUP=off", "oom_evidence": fallback}
+    if where is None:
+        return {"per_job_cgroup": False, "why_not": "no memory cgroup controller", "oom_evidence": fallback}
+    kind, parent = where
+    if kind == "v2" and not _v2_memory_delegated(parent):
+        why = f"cgroup v2: {parent} does not delegate the memory controller to its children"
+    elif not os.access(parent, os.W_OK):
+        why = f"{parent} is not writable by this user"
+    else:
+        return {"per_job_cgroup": True, "kind": kind, "parent": parent, "oom_evidence": "cgroup"}
+    return {"per_job_cgroup": False, "kind": kind, "parent": parent, "why_not": why, "oom_evidence": fallback}
+
+
 def _v2_memory_delegated(parent: str) -> bool:
     try:
         with open(os.path.join(parent, "cgroup.subtree_control")) as fh:

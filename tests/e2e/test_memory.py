@@ -334,3 +334,40 @@ def test_a_corrupted_learner_store_does_not_break_submission(q):
     again = q.run("submit", "--", PY, "-c", "print('ok')")
     assert again.returncode == 0 and "warning" not in again.stderr
     assert q.record(again.stdout.strip())["claim_source"]["mem"].startswith("learned from 1 run")
+
+
+def test_a_job_that_cannot_join_its_cgroup_runs_once_without_one(q):
+    """The kernel refuses the join (simulated in the real qex process that starts the job):
+    the child fails before exec, and the supervisor starts the job again without a cgroup."""
+    probe, why = cgroup.create("0193f7a2-0000-7000-8000-00000000beef", 1)
+    if probe is None:
+        pytest.skip(f"skipped: no memory cgroup can be made here ({why}), so there is no join to refuse")
+    probe.remove()
+    code = ("import sys\n"
+            "from qex.supervisor import cgroup\n"
+            "def refuse(self):\n"
+            "    raise PermissionError(13, 'refused')\n"
+            "cgroup.JobCgroup.join = refuse\n"
+            "from qex.cli import main\n"
+            "main(sys.argv[1:])\n")
+    proc = subprocess.run([PY, "-c", code, "submit", "--wait", "--", "sh", "-c", "echo ran"],
+                          capture_output=True, text=True, timeout=60, env=q.env, cwd=q.root)
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads(proc.stdout)
+    assert rec["state"] == "completed"
+    assert rec["usage"]["peak_from"] == "rusage" and rec["usage"]["oom_kills"] is None
+    assert q.run("logs", rec["id"], "--stdout").stdout == "ran\n"
+    assert not os.path.exists(os.path.join(cgroup.here()[1], cgroup.name_of(rec["id"], 1)))
+
+
+def test_info_says_what_memory_evidence_jobs_get(q):
+    on = json.loads(q.run("info", "--json", check=0).stdout)["memory"]
+    expected = cgroup.create("0193f7a2-0000-7000-8000-00000000cafe", 1)[0]
+    if expected is not None:
+        expected.remove()
+    assert on["per_job_cgroup"] is (expected is not None)
+    assert on["oom_evidence"] == ("cgroup" if expected is not None else on["oom_evidence"])
+    off = json.loads(q.run("info", "--json", env={"QEX_CGROUP": "off"}, check=0).stdout)["memory"]
+    assert off["per_job_cgroup"] is False and off["why_not"] == "QEX_CGROUP=off"
+    assert off["oom_evidence"] in ("machine-counter", None)
+    assert "no cgroup per job" in q.run("info", env={"QEX_CGROUP": "off"}, check=0).stdout
