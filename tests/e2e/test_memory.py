@@ -66,6 +66,10 @@ def memcg():
         except OSError as exc:
             pytest.skip(f"skipped: cannot make a memory cgroup in {where[1]} ({exc.strerror})")
         made.append(path)
+        memsw = os.path.exists(os.path.join(path, "memory.memsw.limit_in_bytes"))
+        if not memsw and _swap_total() > 0:
+            pytest.skip("skipped: this machine swaps and cannot limit swap per cgroup (no memory.memsw), "
+                        "so a 150MB limit would swap instead of killing")
         for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
             if os.path.exists(os.path.join(path, name)):
                 with open(os.path.join(path, name), "w") as fh:
@@ -75,6 +79,14 @@ def memcg():
     yield make
     for path in reversed(made):
         _remove_tree(path)
+
+
+def _swap_total() -> int:
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("SwapTotal:"):
+                return int(line.split()[1])
+    return 0
 
 
 def _members(path: str) -> list[int]:
@@ -236,8 +248,6 @@ def test_a_job_that_qex_kill_stops_is_killed_while_the_machine_oom_counter_rises
     q.wait_for(lambda: os.path.exists(ready), 20, "the job to start")
     before = vmstat_oom_kills()
     elsewhere = memcg(50 * MiB)  # an OOM kill somewhere else on the machine, meanwhile
-    victim = inside(q, elsewhere, "--version")  # warm: the shell itself must fit
-    assert victim.returncode == 0
     script = 'echo $$ > "$1/cgroup.procs" && exec "$2" -c "data = b\'x\' * (400 << 20)"'
     hog = subprocess.run(["sh", "-c", script, "sh", elsewhere, PY], capture_output=True)
     assert hog.returncode == -signal.SIGKILL
