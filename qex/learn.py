@@ -31,7 +31,7 @@ import time
 FILE = "learn.json"
 FORMAT = 1
 SAMPLES = 5           # measurements kept per command: a task changes, old runs say less
-MAX_COMMANDS = 2000   # the least recently taught commands go first
+MAX_COMMANDS = 1000   # the least recently taught commands go first (~120 bytes each)
 MIN_CLAIM = 64 << 20  # a job may use more on another day: a tiny claim helps nobody
 MAX_BYTES = 4 << 20   # a store larger than this is damage, not learning
 
@@ -81,13 +81,17 @@ def load(state_dir: str) -> dict:
     return store
 
 
-def _samples(store: dict, key: str) -> list[dict]:
+# The file: {"format": 1, "commands": {key: {"n": name, "at": secs, "s": [[kind, bytes], ...]}}},
+# compact so that a full store stays near 100KB and parses in about a millisecond.
+
+def _samples(store: dict, key: str) -> list[list]:
+    """The usable [kind, bytes] samples of a command; anything else in the file is passed over."""
     entry = (store.get("commands") or {}).get(key)
-    if not isinstance(entry, dict) or not isinstance(entry.get("samples"), list):
+    if not isinstance(entry, dict) or not isinstance(entry.get("s"), list):
         return []
-    return [s for s in entry["samples"]
-            if isinstance(s, dict) and isinstance(s.get("bytes"), int) and not isinstance(s.get("bytes"), bool)
-            and s["bytes"] > 0]
+    return [[s[0], s[1]] for s in entry["s"]
+            if isinstance(s, list) and len(s) >= 2 and isinstance(s[0], str)
+            and isinstance(s[1], int) and not isinstance(s[1], bool) and s[1] > 0]
 
 
 def suggest(store: dict, key: str, margin: float, minimum: int = MIN_CLAIM) -> tuple[int, str] | None:
@@ -95,8 +99,8 @@ def suggest(store: dict, key: str, margin: float, minimum: int = MIN_CLAIM) -> t
     from qex.units import format_size
 
     samples = _samples(store, key)
-    peaks = [s["bytes"] for s in samples if s.get("kind") == "peak"]
-    floors = [s["bytes"] for s in samples if s.get("kind") == "floor"]
+    peaks = [n for kind, n in samples if kind == "peak"]
+    floors = [n for kind, n in samples if kind == "floor"]
     if not peaks and not floors:
         return None
     from_peaks = int(max(peaks) * (1 + max(0.0, margin))) if peaks else 0
@@ -154,13 +158,14 @@ def teach_locked(state_dir: str, command, template, kind: str, nbytes: int, name
         commands = {}
     key = key_of(command, template)
     samples = _samples({"commands": commands}, key)
-    samples.append({"kind": kind, "bytes": nbytes, "at": round(now, 3)})
-    commands[key] = {"name": name, "samples": samples[-SAMPLES:], "at": round(now, 3)}
+    samples.append([kind, nbytes])
+    commands[key] = {"n": str(name)[:40], "at": int(now), "s": samples[-SAMPLES:]}
     if len(commands) > MAX_COMMANDS:
         oldest = sorted(commands, key=lambda k: _when(commands[k]))[: len(commands) - MAX_COMMANDS]
         for k in oldest:
             del commands[k]
-    fs.write_json(path, {"format": FORMAT, "commands": commands}, mode=0o644, sync_dir=False)
+    data = json.dumps({"format": FORMAT, "commands": commands}, separators=(",", ":")).encode() + b"\n"
+    fs.write_atomic(path, data, mode=0o644, sync_dir=False)  # unsorted: sorting a full store costs ~10x
     return note
 
 

@@ -90,8 +90,8 @@ def test_a_damaged_store_warns_and_is_moved_aside_by_the_next_lesson(tmp_path, c
 
 def test_odd_shapes_inside_a_valid_store_give_no_claim_and_no_crash(tmp_path):
     key = learn.key_of(CMD)
-    store = {"commands": {key: {"samples": [{"kind": "peak", "bytes": "12GB"}, {"kind": "peak", "bytes": True},
-                                            {"kind": "peak", "bytes": -5}, "x", {"kind": "later-kind", "bytes": 9}]}}}
+    store = {"commands": {key: {"s": [["peak", "12GB"], ["peak", True], ["peak", -5], "x", ["peak"],
+                                      {"kind": "peak", "bytes": 9}, ["later-kind", 9]]}}}
     (tmp_path / learn.FILE).write_text(json.dumps(store))
     assert learn.claim_for(str(tmp_path), CMD, None, 0.2) == (None, None)
     teach(tmp_path, "peak", 100 * MiB)
