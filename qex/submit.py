@@ -226,8 +226,10 @@ def _learned_mem(ctx, req: Request, default: int, budget: int, sources: dict, wa
     """What the learner knows about this command (a fan-out: its template), capped at the budget."""
     from qex import learn
 
-    found, warning = learn.claim_for(ctx.store.root, req.command, getattr(req, "template", None),
-                                     ctx.config.learn_margin, minimum=min(learn.MIN_CLAIM, default))
+    template = getattr(req, "template", None)
+    found, warning = _claim_once(ctx.store.root, () if template else tuple(req.command),
+                                 tuple(template) if template else None,
+                                 ctx.config.learn_margin, min(learn.MIN_CLAIM, default))
     if warning:
         warnings.append(warning)
     if found is None:
@@ -235,6 +237,14 @@ def _learned_mem(ctx, req: Request, default: int, budget: int, sources: dict, wa
     nbytes, words = found
     sources["mem"] = words if nbytes <= budget else f"{words}, capped at the budget"
     return min(nbytes, budget)
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_once(root: str, command: tuple, template: tuple | None, margin: float, minimum: int):
+    """The learner asked once per process and key: the jobs of a fan-out share their template."""
+    from qex import learn
+
+    return learn.claim_for(root, command, template, margin, minimum=minimum)
 
 
 def pool_claims(ctx, req: Request) -> dict[str, tuple[int, int | None]]:

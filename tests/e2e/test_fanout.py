@@ -187,3 +187,19 @@ def test_a_thousand_lines_are_one_commit_and_list_group_answers(qq):
     assert cancel.returncode == 0, cancel.stderr
     assert qq.run("wait", group).returncode == 125
     qq.run("kill", gate)
+
+
+def test_the_second_run_of_a_fan_out_gets_a_claim_learned_under_its_template(q):
+    template = ["python3", "-c", "import sys; data = b'x' * (int(sys.argv[1]) << 20)", "{}"]
+    first, _ = fan_out(q, write(q, "sizes.txt", "60\n70\n"), "--", *template)
+    assert q.run("wait", first).returncode == 0
+    runs = group_members(q, first)
+    assert all(r["claim_source"]["mem"] == "default" for r in runs)
+    assert all(r["template"] == template for r in runs)
+    second, _ = fan_out(q, write(q, "other.txt", "65\n"), "--", *template)  # other lines, same template
+    rec = group_members(q, second)[0]
+    assert rec["claim_source"]["mem"].startswith("learned from 2 runs"), rec["claim_source"]
+    assert rec["claims"]["mem"] >= max(r["usage"]["max_rss"] for r in runs)
+    plain, _ = fan_out(q, write(q, "plain.txt", "65\n"), "--", *template[:3], "{}", "extra")
+    assert group_members(q, plain)[0]["claim_source"]["mem"] == "default"  # another template is another task
+    assert q.run("wait", second, plain).returncode == 0
