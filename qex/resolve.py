@@ -66,9 +66,10 @@ def resolve(store, word: str) -> Target:
                 matches[f"job {job_id}"] = Target(word, job=job_id)
         for gid in _group_ids(store):
             if gid.startswith(word.lower()):
-                g = read_group(store, gid) or {}
-                matches[f"group {gid}"] = Target(word, group=gid, members=list(g.get("members", [])),
-                                                 group_name=g.get("name"))
+                g = read_group(store, gid)
+                if g is not None:  # a group file none of whose jobs exists names nothing
+                    matches[f"group {gid}"] = Target(word, group=gid, members=list(g["members"]),
+                                                     group_name=g.get("name"))
     if not matches:
         for job_id, entry in _read_index(store).items():
             if entry.get("name") == word:
@@ -129,7 +130,11 @@ def resolve_dependencies(ctx, words: list[str], option: str) -> list[str]:
     out = []
     for word in words:
         try:
-            ids = resolve_jobs(store, [word])
+            target = resolve(store, word)
+            ids = target.members
+            if target.is_group and target.group_name == word.strip() and target.group != word.strip() \
+                    and not _group_active(store, {"members": ids}):
+                raise NoSuchJob(f"the group {units.safe_text(word)!r} has ended")  # a stale group name
         except NoSuchJob as exc:
             stale = _ended_named(store, word.strip())
             if stale:

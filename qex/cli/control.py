@@ -91,8 +91,8 @@ def cmd_clean(args) -> int:
 
     touched = groups.of_jobs(ctx.store, job_ids) if args.ids else None
     removed, refused = clean_jobs(ctx, job_ids)
-    if removed:
-        groups.prune(ctx, touched)  # a group file goes with its last record
+    if removed or args.auto or args.all:
+        groups.prune(ctx, touched)  # a group file goes with its last record (--all/--auto: any left over)
     if args.auto or args.all:
         from qex.control import sweep_unfinished_dirs
 

@@ -81,6 +81,52 @@ def read_from(path: str, offset: int) -> tuple[list[dict], int]:
     return events, offset + end
 
 
+def read_committed(path: str, offset: int) -> tuple[list[dict], int]:
+    """Like ``read_from``, but only whole appends: the events up to the end of the
+    last append whose every line was written, and the offset after it.
+
+    Each event of one append carries ``commit``, the seq of that append's last
+    event. A writer SIGKILLed during a large append (the kernel may stop a big
+    write between pages) leaves the first lines of its append: they are not
+    replayed, and ``trim`` cuts them, so a submission is wholly queued or absent.
+    An event without ``commit`` (an older qex) is an append of its own.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return [], 0
+    try:
+        size = os.fstat(fd).st_size
+        if size <= offset:
+            return [], min(offset, size)
+        os.lseek(fd, offset, os.SEEK_SET)
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    events, pending, done, pos = [], [], 0, 0
+    while True:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break
+        line, pos = data[pos:nl], nl + 1
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a damaged line is skipped, never fatal
+        pending.append(event)
+        last = event.get("commit") if isinstance(event, dict) else None
+        if not isinstance(last, int) or event.get("seq", last) >= last:
+            events += pending
+            pending, done = [], pos
+    return events, offset + done
+
+
 def trim(path: str, offset: int) -> None:
     """Cut a half-written last line so the next append starts on a line boundary."""
     try:

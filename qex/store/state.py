@@ -149,7 +149,7 @@ class Store:
         return idx
 
     def _replay_locked(self, idx: Index) -> None:
-        events, end = journal.read_from(self.journal_path, idx.offset)
+        events, end = journal.read_committed(self.journal_path, idx.offset)
         applied = False
         for event in events:
             if event.get("event") == "job" and event.get("seq", 0) > idx.seq:
@@ -216,6 +216,8 @@ class Store:
             events.append({"event": "job", "seq": idx.seq, "stream": idx.stream, "time": now,
                            "id": rec["id"], "name": rec.get("name", ""), "state": rec["state"],
                            "previous": previous, "change": change, "job": rec})
+        for event in events:  # the seq of the append's last event: replay takes whole appends only
+            event["commit"] = idx.seq
         try:
             idx.offset = journal.append(self.journal_path, events)
         except OSError as exc:

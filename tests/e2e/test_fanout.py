@@ -203,3 +203,39 @@ def test_the_second_run_of_a_fan_out_gets_a_claim_learned_under_its_template(q):
     plain, _ = fan_out(q, write(q, "plain.txt", "65\n"), "--", *template[:3], "{}", "extra")
     assert group_members(q, plain)[0]["claim_source"]["mem"] == "default"  # another template is another task
     assert q.run("wait", second, plain).returncode == 0
+
+
+@pytest.mark.parametrize("when", ["making-directories", "group-written", "journal-written"])
+def test_a_fan_out_killed_at_any_instant_is_wholly_queued_or_absent(qq, when):
+    import signal
+    import time
+
+    gate = qq.submit("--", "sh", "-c", f"while [ ! -e '{qq.gate('g')}' ]; do sleep 0.05; done")
+    path = write(qq, "lines.txt", "".join(f"{i}\n" for i in range(1000)))
+    journal = os.path.join(qq.state, "journal.jsonl")
+    size = os.path.getsize(journal)
+    groups = os.path.join(qq.state, "groups")
+    reached = {
+        "making-directories": lambda: len(job_dirs(qq)) >= 300,
+        "group-written": lambda: os.path.isdir(groups) and os.listdir(groups),
+        "journal-written": lambda: os.path.getsize(journal) > size,
+    }[when]
+    proc = qq.popen("submit", "--each-line", path, "--needs", gate, "--", "echo", "{}")
+    deadline = time.monotonic() + 60
+    while not reached() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    qq.submit("--", "true")  # a pass: it replays whatever the killed commit journaled
+    by_group = {}
+    for rec in qq.records():
+        if rec.get("group"):
+            by_group.setdefault(rec["group"], []).append(rec)
+    for group, recs in by_group.items():
+        assert len(recs) == 1000, f"group {group[:8]} has {len(recs)} of 1000 jobs"
+        listing = json.loads(qq.run("list", "--group", group, "--json").stdout)
+        assert len(listing) == 1000 and all(r["state"] == "queued" for r in listing)
+    for name in os.listdir(groups) if os.path.isdir(groups) else []:
+        status = qq.run("status", name[:-5], "--quiet")
+        assert status.returncode in (100, 127), (name, status.stdout, status.stderr)  # whole, or names no job
+    qq.run("kill", gate)

@@ -335,6 +335,16 @@ def test_a_stale_name_is_refused_listing_what_it_matched(qq):
     assert qq.wait_state(dep, FINAL)["state"] == "completed"
 
 
+def test_a_stale_group_name_is_refused_for_needs_but_its_id_works(qq):
+    group, _ = pipeline(qq, three_stages(qq))
+    qq.run("wait", group)
+    stale = qq.run("submit", "--needs", "three", "--", "true")
+    assert stale.returncode == 121 and f"group {group[:8]}" in stale.stderr
+    by_id = qq.submit("--after", group, "--", "true")
+    assert qq.record(by_id)["after"] == [r["id"] for r in members(qq, group)]
+    assert qq.wait_state(by_id, FINAL)["state"] == "completed"
+
+
 def test_a_job_waiting_on_a_dependency_holds_no_capacity(qq):
     first = qq.submit("--cpu", "1", "--", *gated(qq, "a"))
     qq.wait_state(first, "running")
