@@ -345,6 +345,17 @@ def test_a_stale_group_name_is_refused_for_needs_but_its_id_works(qq):
     assert qq.wait_state(by_id, FINAL)["state"] == "completed"
 
 
+def test_needs_and_after_in_a_job_file_name_live_jobs(qq):
+    prep = qq.submit("--name", "prep", "--", *gated(qq, "a"))
+    job = write(qq, "job.toml", 'command = ["true"]\nneeds = ["prep"]\nafter = ["%s"]\n' % prep[:8])
+    dep = qq.submit("--job", job)
+    assert qq.record(dep)["needs"] == [prep] and qq.record(dep)["after"] == [prep]
+    open_gate(qq, "a")
+    assert qq.wait_state(dep, FINAL)["state"] == "completed"
+    stale = qq.run("submit", "--job", job)
+    assert stale.returncode == 121 and prep[:8] in stale.stderr and "--needs" in stale.stderr
+
+
 def test_a_job_waiting_on_a_dependency_holds_no_capacity(qq):
     first = qq.submit("--cpu", "1", "--", *gated(qq, "a"))
     qq.wait_state(first, "running")
