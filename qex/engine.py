@@ -128,6 +128,7 @@ class PassResult:
     value: object = None
     launches: list = field(factory=list)
     queued_mine: bool = False
+    running_mine: bool = False
 
 
 def run_pass(ctx: Context, mutate=None) -> PassResult:
@@ -138,8 +139,8 @@ def run_pass(ctx: Context, mutate=None) -> PassResult:
         value = mutate(txn) if mutate is not None else None
         launches = admit_locked(ctx, txn)
         txn.commit()
-    queued_mine = any(e["state"] == "queued" and e["uid"] == ctx.uid for e in idx.jobs.values())
-    return PassResult(value, launches, queued_mine)
+    mine = [e["state"] for e in idx.jobs.values() if e["uid"] == ctx.uid]
+    return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine))
 
 
 def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | None:
@@ -151,7 +152,7 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | 
     child = launch_all(ctx, result.launches, close_in_child)
     if child is not None:
         return child
-    if result.queued_mine:
+    if result.queued_mine or result.running_mine:
         from qex import waker
 
         return waker.ensure(ctx, close_in_child)

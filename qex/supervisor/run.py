@@ -343,7 +343,8 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
             txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
                        assigned=[], pid=None, forced=False, started_at=None, **oom_retry, **{
                            k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "oom_evidence")})
-        elif outcome["state"] == "failed" and failed_before < current.get("retries", 0):
+        elif (outcome["state"] == "failed" and failed_before < current.get("retries", 0)
+              and not current.get("kill_requested")):  # a job someone is killing is not retried
             # Free our liveness lock first, so that this same pass can start the retry.
             launch.alive_fd = _close_and_end(launch) or -1
             txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
