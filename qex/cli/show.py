@@ -114,20 +114,21 @@ def cmd_logs(args) -> int:
             raise SpecError(f"--grep: {args.grep!r} is not a regular expression ({exc})") from None
     for name, stream in streams:
         _print_log(ctx.store.path(job_id, name), stream, args.tail, pattern)
-    dropped = rec.get("logs_dropped") or {}
-    if dropped.get("stdout_bytes") or dropped.get("stderr_bytes"):
-        from qex.units import format_size
+    from qex.cli.render import dropped_text
 
-        err(f"qex: {format_size(dropped.get('stdout_bytes', 0))} of stdout and "
-            f"{format_size(dropped.get('stderr_bytes', 0))} of stderr were left out by [logs] max_bytes")
+    dropped = dropped_text(rec)
+    if dropped:
+        err(f"qex: {dropped}")
     return 0
 
 
 def _print_log(path: str, stream, tail, pattern) -> None:
     from qex.store import fs
+    from qex.supervisor.logs import Follower
 
     try:
-        data = fs.read_bytes(path)
+        os.close(fs.open_regular(path))  # refuses a FIFO or a symlink planted there
+        data = Follower(path).read()  # consistent even while the output limit cuts the file
     except FileNotFoundError:
         return
     except OSError as exc:

@@ -171,8 +171,9 @@ def _write_pid_file(path: str, pid: int, start: int | None) -> None:
 def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt) -> dict:
     """Copy output, enforce the timeout, answer a kill; return the outcome."""
     store = ctx.store
-    sinks = {proc.stdout.fileno(): Sink(store.path(rec["id"], "stdout.log")),
-             proc.stderr.fileno(): Sink(store.path(rec["id"], "stderr.log"))}
+    limit, setting = _log_limit(ctx.config)
+    sinks = {proc.stdout.fileno(): Sink(store.path(rec["id"], "stdout.log"), limit, "stdout", setting),
+             proc.stderr.fileno(): Sink(store.path(rec["id"], "stderr.log"), limit, "stderr", setting)}
     sel = selectors.DefaultSelector()
     for fd in sinks:
         os.set_blocking(fd, False)
@@ -240,6 +241,17 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt) -> dict:
     return _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplete)
 
 
+def _log_limit(config) -> tuple[int | None, str]:
+    """``[logs] max_bytes`` as read when the job starts, and the words the marker uses."""
+    from qex.units import format_size
+
+    limit = config.logs_max_bytes
+    if not limit:
+        return None, ""
+    return limit, (f"[logs] max_bytes = {format_size(limit)} (raise it in {config.path}; "
+                   "0 keeps everything)")
+
+
 def _terminate(pid: int, now: float) -> float:
     _signal_group(pid, signal.SIGTERM)
     return now + KILL_GRACE
@@ -257,7 +269,9 @@ def _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplet
     outcome = {
         "ended_at": time.time(),
         "usage": {"max_rss": rusage.ru_maxrss * 1024, "cpu_secs": round(rusage.ru_utime + rusage.ru_stime, 3)},
-        "logs_dropped": {**(rec.get("logs_dropped") or {}), "incomplete": incomplete},
+        "logs_dropped": {"stdout_bytes": out.dropped_bytes, "stdout_lines": out.dropped_lines,
+                         "stderr_bytes": err.dropped_bytes, "stderr_lines": err.dropped_lines,
+                         "incomplete": incomplete},
         "exit_code": None, "signal": None, "error": None,
     }
     if os.WIFEXITED(wait_status):
