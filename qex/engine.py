@@ -105,6 +105,9 @@ def run_pass(ctx: Context, mutate=None) -> PassResult:
         txn = Txn(ctx.store, idx)
         value = mutate(txn) if mutate is not None else None
         launches = admit_locked(ctx, txn)
+        from qex.hooks import mark_locked
+
+        mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
         txn.commit()
     queued_mine = any(e["state"] == "queued" and e["uid"] == ctx.uid for e in idx.jobs.values())
     return PassResult(value, launches, queued_mine)
@@ -119,6 +122,9 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | 
     child = launch_all(ctx, result.launches, close_in_child)
     if child is not None:
         return child
+    from qex.hooks import start_pending
+
+    start_pending(ctx, close_in_child)  # after the launches: a hook never holds the queue
     if result.queued_mine:
         from qex import waker
 

@@ -303,6 +303,7 @@ def _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplet
 def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> Launch | None:
     """Write the final record (or requeue a retry), run a pass, hand over."""
     interrupt.close()
+    ctx.reload_config()  # [hooks] as it is when the job ends
     if rec.get("_abandon"):
         os.close(launch.alive_fd)
         return None
