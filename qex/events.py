@@ -380,7 +380,9 @@ class Watch:
 # ---- words for a terminal ------------------------------------------------------------
 
 def render(event: dict) -> str:
-    """One event in words. Names and reasons in their safe form."""
+    """One event in words. Names in their safe form; reasons and errors with
+    their control characters replaced."""
+    from qex.cli.render import plain
     from qex.units import safe_text
 
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.get("time") or 0))
@@ -391,7 +393,7 @@ def render(event: dict) -> str:
     if kind == "gap":
         missed = event.get("missed")
         count = "an uncounted number of" if missed is None else str(missed)
-        return f"# gap: {count} event(s) missed: {safe_text(event.get('reason') or '', 300)}"
+        return f"# gap: {count} event(s) missed: {plain(event.get('reason') or '', 300)}"
     job = event.get("job") or {}
     head = f"{when}  {event.get('seq'):>6}  {str(event.get('id', ''))[:8]}  {safe_text(event.get('name') or '', 40)}"
     if event.get("change") == "state":
@@ -402,12 +404,12 @@ def render(event: dict) -> str:
 
             text += f" (code {outcome.exit_code(job)})"
             if job.get("error"):
-                text += f": {safe_text(job['error'], 300)}"
+                text += f": {plain(job['error'], 300)}"
         return f"{head}  {text}"
     why = job.get("blocked_reason") if event.get("state") == "queued" else None
     if why is None and job.get("kill_requested"):
         why = "qex kill asked it to stop"
-    return f"{head}  {event.get('state')}: {safe_text(why or 'its record changed', 300)}"
+    return f"{head}  {event.get('state')}: {plain(why or 'its record changed', 300)}"
 
 
 def states() -> list[str]:

@@ -6,6 +6,14 @@ from qex import outcome
 from qex.units import format_cores, format_duration, format_size, safe_text
 
 
+def plain(text: str, limit: int = 400) -> str:
+    """qex's own sentences (reasons, errors) for a terminal: punctuation kept,
+    control characters (escape sequences, bidi controls) replaced."""
+    out = "".join("?" if (ord(c) < 32 or 0x7F <= ord(c) < 0xA0 or 0x202A <= ord(c) <= 0x202E
+                          or 0x2066 <= ord(c) <= 0x2069) else c for c in text)
+    return out if len(out) <= limit else out[: limit - 1] + "…"
+
+
 def claims_text(claims: dict) -> str:
     cpu = round(float(claims.get("cpu", 1)) * 1000)
     parts = [f"{format_cores(cpu)} core{'s' if cpu != 1000 else ''}", format_size(int(claims.get("mem", 0)))]
@@ -47,7 +55,7 @@ def describe(rec: dict) -> str:
     if rec.get("tags"):
         rows.append(("tags", ", ".join(safe_text(t) for t in rec["tags"])))
     if rec.get("blocked_reason") and rec.get("state") == "queued":
-        rows.append(("waits", rec["blocked_reason"]))
+        rows.append(("waits", plain(rec["blocked_reason"])))
     if rec.get("state") in ("completed", "failed", "killed", "timeout", "oom"):
         code = rec.get("exit_code")
         rows.append(("exit", f"{code}" if code is not None else f"signal {rec.get('signal')}"
@@ -60,7 +68,7 @@ def describe(rec: dict) -> str:
     if rec.get("forced"):
         rows.append(("forced", "yes: larger than the budget, it ran alone"))
     if rec.get("error"):
-        rows.append(("error", rec["error"]))
+        rows.append(("error", plain(rec["error"])))
     if dropped_text(rec):
         rows.append(("logs", dropped_text(rec)))
     rows.append(("code", str(outcome.exit_code(rec)) + (" (not stopped)" if rec.get("state") in
@@ -97,7 +105,7 @@ def list_row(rec: dict, now: float) -> str:
     if state in ("failed", "killed", "timeout", "oom", "expired", "skipped", "completed"):
         extra = f"exit {outcome.exit_code(rec)}" + (f": {rec['error']}" if rec.get("error") else "")
     return (f"{rec.get('id', '?')[:8]}  {state:<9} {safe_text(rec.get('name', ''), 24):<24} "
-            f"{age:>7}  {claims_text(rec.get('claims') or {}):<20} {safe_text(extra or '', 120)}").rstrip()
+            f"{age:>7}  {claims_text(rec.get('claims') or {}):<20} {plain(extra or '', 160)}").rstrip()
 
 
 LIST_HEADER = f"{'ID':<8}  {'STATE':<9} {'NAME':<24} {'AGE':>7}  {'CLAIMS':<20} REASON / RESULT"
