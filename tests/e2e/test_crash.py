@@ -135,9 +135,6 @@ def test_sigkill_of_run_leaves_the_job_to_finish_and_record_its_result(q):
         assert fh.read() == "begin\nend\n"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a job whose supervisor was lost ends 'failed' with no exit_code "
-                   "and no signal, and outcome.exit_code (qex/outcome.py:25) maps that to 121, which the "
-                   "contract reserves for 'no job ran' -- this job did run")
 def test_the_code_of_a_job_that_ran_but_lost_its_supervisor_is_not_121(q):
     q.write_config(CONFIG)
     job = q.submit("--", *gated(q, "never", before="echo started; "))

@@ -116,8 +116,6 @@ def test_refused_submission_gives_121_names_the_problem_and_leaves_no_job(qq, ca
     assert json.loads(listing.stdout) == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `--mem -5GB` (separate word) is taken by argparse as a "
-                   "missing argument: exit 2 'expected one argument' instead of 121 naming the accepted forms")
 def test_negative_size_as_a_separate_word_gives_121(qq):
     proc = qq.run("submit", "--mem", "-5GB", "--", "true")
     assert proc.returncode == 121, proc.stderr
@@ -318,9 +316,6 @@ def test_submit_with_a_warning_still_prints_only_the_id_on_stdout(qq):
     assert qq.wait_state(job, "completed")["forced"] is True
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `qex list --bogus` prints 'qex: qex: unrecognized "
-                   "arguments: --bogus (see qex --help)' (prefix doubled: cli/parser.py:32 adds the prog, "
-                   "cli/__init__.py:20 adds 'qex: ')")
 def test_bad_option_message_has_a_single_prefix(qq):
     proc = qq.run("list", "--bogus")
     assert proc.returncode == 2

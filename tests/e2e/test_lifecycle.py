@@ -276,10 +276,6 @@ def test_run_interrupted_by_sigint_stops_the_job_and_returns_125(qq):
     assert not alive(job["pid"])
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a broken status.json of a QUEUED job aborts every pass that "
-                   "would start it (engine.Txn.record raises BrokenRecord): the running job's supervisor "
-                   "cannot write its final record (the job ends 'failed: its supervisor failed: "
-                   "BrokenRecord'), every job behind stays queued forever, and clean/cancel refuse it")
 def test_a_broken_record_of_a_queued_job_neither_fails_the_running_job_nor_wedges_the_queue(q):
     q.write_config(SMALL)
     first = q.submit("--", *gated(q, "a"))

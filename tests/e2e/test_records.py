@@ -85,9 +85,6 @@ CONTRACT_FIELDS = ("id name state exit_code signal command cwd owner group tags 
                    "dedupe_key needs after logs_dropped forced").split()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: records of jobs that have not run (queued, running, cancelled, "
-                   "skipped, expired) omit contract fields (exit_code, signal, usage, ended_at, forced, ...) "
-                   "in status.json, `status --json` and `list --json`")
 def test_every_record_carries_every_field_the_contract_says_a_reader_can_rely_on(q):
     q.write_config(SMALL)
     running = q.submit("--", *gated(q, "a"))
@@ -136,11 +133,11 @@ def test_a_record_with_an_unknown_field_and_missing_optional_fields_still_loads(
     v = validator(q, "status")
     job = json.loads(q.run("submit", "--wait", "--tag", "t", "--", "true", check=0).stdout)["id"]
     other = json.loads(q.run("submit", "--wait", "--", "true", check=0).stdout)["id"]
-    required = set(json.loads(q.run("schema", "status").stdout).get("required", []))
     rec = q.record(job)
+    # as an older qex would have written it: these fields missing (a reader fills the defaults)
     dropped = [k for k in ("tags", "usage", "logs_dropped", "claim_source", "dedupe_key", "forced",
                            "after", "needs", "group", "blocked_reason", "attempts", "signal")
-               if k in rec and k not in required]
+               if k in rec]
     assert len(dropped) >= 6
     for key in dropped:
         del rec[key]
