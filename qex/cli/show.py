@@ -130,11 +130,11 @@ def _grep(args):
 
 def _hook_log(ctx, rec: dict, args) -> int:
     """qex logs ID --hook: the hook's output on stdout, the verdict on stderr."""
-    from qex import hooks
+    from qex.hook_runner import describe
 
     if args.follow:
         raise SpecError("--hook reads the stop hook's output once; drop --follow")
-    log, words = hooks.describe(ctx, rec)
+    log, words = describe(ctx, rec)
     if log is not None:
         _print_log(log, sys.stdout, args.tail, _grep(args))
     err(f"qex: {words}")
