@@ -64,9 +64,13 @@ def describe(rec: dict) -> str:
                      if rec.get("signal") else "none"))
         usage = rec.get("usage") or {}
         if usage.get("max_rss") is not None:
-            rows.append(("usage", f"peak {format_size(usage['max_rss'])}, {usage.get('cpu_secs', 0):g} cpu-s"))
+            rows.append(("usage", f"peak {format_size(usage['max_rss'])}{_peak_from(usage)}, "
+                                  f"{usage.get('cpu_secs') or 0:g} cpu-s"))
     if len(rec.get("attempts") or ()) > 1:
         rows.append(("attempts", str(len(rec["attempts"]))))
+    for a in rec.get("attempts") or ():
+        if isinstance(a, dict) and a.get("state") == "oom" and a.get("error") and a["error"] != rec.get("error"):
+            rows.append(("memory", a["error"]))
     if rec.get("forced"):
         rows.append(("forced", "yes: larger than the budget, it ran alone"))
     if rec.get("error"):
@@ -92,6 +96,10 @@ def dropped_text(rec: dict) -> str:
     if dropped.get("incomplete"):
         text += ("; " if text else "") + "the output may be incomplete: a process the job left behind held it open"
     return text
+
+
+def _peak_from(usage: dict) -> str:
+    return {"cgroup": " (whole process tree)", "rusage": " (largest process)"}.get(usage.get("peak_from"), "")
 
 
 def _sources(sources: dict) -> str:
