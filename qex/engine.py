@@ -138,6 +138,9 @@ def run_pass(ctx: Context, mutate=None) -> PassResult:
         txn = Txn(ctx.store, idx)
         value = mutate(txn) if mutate is not None else None
         launches = admit_locked(ctx, txn)
+        from qex.hooks import mark_locked
+
+        mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
         txn.commit()
     mine = [e["state"] for e in idx.jobs.values() if e["uid"] == ctx.uid]
     return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine))
@@ -152,7 +155,14 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | 
     child = launch_all(ctx, result.launches, close_in_child)
     if child is not None:
         return child
+<<<<<<< HEAD
     if result.queued_mine or result.running_mine:
+=======
+    from qex.hooks import start_pending
+
+    start_pending(ctx, close_in_child)  # after the launches: a hook never holds the queue
+    if result.queued_mine:
+>>>>>>> issue8
         from qex import waker
 
         return waker.ensure(ctx, close_in_child)

@@ -76,6 +76,9 @@ def _loop(ctx, fd: int) -> "engine.Launch | None":
         child = engine.launch_all(ctx, result.launches, close_in_child=(fd,))
         if child is not None:
             return child
+        from qex.hooks import start_pending
+
+        start_pending(ctx, close_in_child=(fd,))
         if not (result.queued_mine or result.running_mine):
             return None
 
