@@ -155,14 +155,10 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | 
     child = launch_all(ctx, result.launches, close_in_child)
     if child is not None:
         return child
-<<<<<<< HEAD
-    if result.queued_mine or result.running_mine:
-=======
     from qex.hooks import start_pending
 
     start_pending(ctx, close_in_child)  # after the launches: a hook never holds the queue
-    if result.queued_mine:
->>>>>>> issue8
+    if result.queued_mine or result.running_mine:
         from qex import waker
 
         return waker.ensure(ctx, close_in_child)
