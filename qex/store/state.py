@@ -232,13 +232,13 @@ class Store:
     # ---- making a job directory (before its first event) ------------------
     def create_job_dir(self, spec: Spec) -> None:
         """Make jobs/<id>/ with its spec, under a hidden name renamed into view."""
-        from qex.store import codec
+        import attrs
 
         final = self.job_dir(spec.id)
         tmp = os.path.join(self.jobs, f".new-{spec.id}")
         try:
             os.mkdir(tmp, 0o700)
-            fs.write_json(os.path.join(tmp, "spec.json"), codec.dump(spec), mode=0o600, sync_dir=False)
+            fs.write_json(os.path.join(tmp, "spec.json"), attrs.asdict(spec), mode=0o600, sync_dir=False)
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             os.rename(tmp, final)
