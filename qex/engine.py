@@ -128,6 +128,7 @@ class PassResult:
     value: object = None
     launches: list = field(factory=list)
     queued_mine: bool = False
+    running_mine: bool = False
 
 
 def run_pass(ctx: Context, mutate=None) -> PassResult:
@@ -137,9 +138,12 @@ def run_pass(ctx: Context, mutate=None) -> PassResult:
         txn = Txn(ctx.store, idx)
         value = mutate(txn) if mutate is not None else None
         launches = admit_locked(ctx, txn)
+        from qex.hooks import mark_locked
+
+        mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
         txn.commit()
-    queued_mine = any(e["state"] == "queued" and e["uid"] == ctx.uid for e in idx.jobs.values())
-    return PassResult(value, launches, queued_mine)
+    mine = [e["state"] for e in idx.jobs.values() if e["uid"] == ctx.uid]
+    return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine))
 
 
 def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | None:
@@ -151,7 +155,10 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | 
     child = launch_all(ctx, result.launches, close_in_child)
     if child is not None:
         return child
-    if result.queued_mine:
+    from qex.hooks import start_pending
+
+    start_pending(ctx, close_in_child)  # after the launches: a hook never holds the queue
+    if result.queued_mine or result.running_mine:
         from qex import waker
 
         return waker.ensure(ctx, close_in_child)

@@ -149,7 +149,7 @@ class Store:
         return idx
 
     def _replay_locked(self, idx: Index) -> None:
-        events, end = journal.read_committed(self.journal_path, idx.offset)
+        events, end, highest = journal.read_committed(self.journal_path, idx.offset)
         applied = False
         for event in events:
             if event.get("event") == "job" and event.get("seq", 0) > idx.seq:
@@ -162,6 +162,9 @@ class Store:
         if end != idx.offset:
             idx.offset = end
             applied = True
+        if highest > idx.seq:  # a cut append's seqs are never given again (a reader may have seen them)
+            idx.seq = highest
+            applied = True
         journal.trim(self.journal_path, idx.offset)
         if applied:
             self.save_index_locked(idx)
@@ -169,8 +172,10 @@ class Store:
     def _rebuild_index_locked(self) -> Index:
         """Scan every record: used only when the index is missing or damaged."""
         events, end = journal.read_from(self.journal_path, 0)
-        seq = max((e.get("seq", 0) for e in events), default=0)
-        stream = next((e.get("stream") for e in events if e.get("stream")), None)
+        # Just after a rotation the journal is empty: the rotated file keeps the stream going.
+        held = events or journal.read_from(os.path.join(self.root, journal.ROTATED), 0)[0]
+        seq = max((e.get("seq", 0) for e in held), default=0)
+        stream = next((e.get("stream") for e in held if e.get("stream")), None)
         idx = Index({"seq": seq, "offset": end, "stream": stream})
         for job_id in self.job_ids():
             try:
@@ -242,13 +247,13 @@ class Store:
 
         ``sync=False`` (a bulk submission) leaves the flush to one ``fs.syncfs``
         by the caller before the jobs are committed."""
-        from qex.store import codec
+        import attrs
 
         final = self.job_dir(spec.id)
         tmp = os.path.join(self.jobs, f".new-{spec.id}")
         try:
             os.mkdir(tmp, 0o700)
-            fs.write_json(os.path.join(tmp, "spec.json"), codec.dump(spec), mode=0o600, sync_dir=False, sync=sync)
+            fs.write_json(os.path.join(tmp, "spec.json"), attrs.asdict(spec), mode=0o600, sync_dir=False, sync=sync)
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             os.rename(tmp, final)
