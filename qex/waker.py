@@ -58,8 +58,10 @@ def _loop(ctx, fd: int) -> "engine.Launch | None":
     """Pass until nothing of this user is queued; return a Launch in a forked supervisor."""
     import traceback
 
+    from qex import peers
+
     while True:
-        time.sleep(INTERVAL)
+        peers.sleep_until_change(ctx, INTERVAL)
         try:
             ctx.reload_config()
             result = engine.run_pass(ctx)

@@ -122,6 +122,7 @@ class Status:
     queue_pause_secs: float = 0.0
     kill_requested: bool = False
     oom_evidence: str | None = None
+    peer_lock: str | None = None    # this job's liveness file in the peer directory (qex.peers)
 
     @property
     def final(self) -> bool:

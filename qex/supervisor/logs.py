@@ -1,13 +1,19 @@
 """Where a job's output goes: the supervisor reads the pipes and writes the files."""
 
 import os
+import stat
 
 
 class Sink:
     """One output stream of a job, written to its log file as it arrives."""
 
     def __init__(self, path: str):
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+                          | os.O_NONBLOCK, 0o600)
+        st = os.fstat(self.fd)
+        if st.st_uid != os.getuid() or st.st_nlink != 1 or not stat.S_ISREG(st.st_mode):
+            os.close(self.fd)  # a shared directory: never write a job's output into someone else's file
+            raise PermissionError(f"{path} is not this user's log file (replaced by another user?)")
         self.bytes = 0
         self.lines = 0
         self.failed: str | None = None
