@@ -339,13 +339,15 @@ def _lock_held(dir_fd: int, name, uid: int) -> bool:
 # ---- parsing (tolerant: unknown keys ignored, missing ones defaulted) ------------
 
 def _reject_constant(word):
-    raise ValueError(f"{word} is not a number")
+    raise BadRecord(f"holds {word}, which is not a number")
 
 
 def parse(data: bytes) -> dict:
     """A record's bytes -> a checked dict; BadRecord says why not."""
     try:
         raw = json.loads(data, parse_constant=_reject_constant)
+    except BadRecord:
+        raise
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise BadRecord("truncated or not JSON") from None
     if not isinstance(raw, dict) or raw.get("kind") != KIND:

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import stat
 import sys
 import time
 
@@ -94,11 +95,14 @@ class _Tail:
 
     def pump(self) -> None:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:
             return
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return  # a FIFO put there (a shared directory) is never read
+            size = st.st_size
             if size < self.pos:  # cut by the output limit: read on from the new end of the head
                 self.pos = 0
             if size > self.pos:
@@ -196,6 +200,11 @@ def cmd_status(args) -> int:
         except WaitLimit:
             return outcome.WAIT_LIMIT
     records = [ctx.store.read_status_dict(j) for j in target.members]
+    if args.show_env:
+        from qex.control import check_owner
+
+        for rec in records:  # refuse before printing anything
+            check_owner(ctx, rec, "read the environment of")
     if not args.quiet:
         if args.json:
             print_json(records if target.is_group else records[0])
