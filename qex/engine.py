@@ -107,9 +107,12 @@ def run_pass(ctx: Context, mutate=None) -> PassResult:
         idx = ctx.store.load_index_locked()
         txn = Txn(ctx.store, idx)
         value = mutate(txn) if mutate is not None else None
-        launches = admit_locked(ctx, txn)
-        txn.commit()
-        _publish_locked(ctx, idx)
+        from qex import peers
+
+        with peers.admission(ctx, any(e["state"] == "queued" for e in idx.jobs.values())):
+            launches = admit_locked(ctx, txn)
+            txn.commit()
+            _publish_locked(ctx, idx)
     queued_mine = any(e["state"] == "queued" and e["uid"] == ctx.uid for e in idx.jobs.values())
     return PassResult(value, launches, queued_mine)
 

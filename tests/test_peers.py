@@ -308,3 +308,40 @@ def test_what_a_record_says_is_what_the_reader_counts(tmp_path_factory, jobs):
             os.close(fd)
     finally:
         del os.environ["QEX_PEER_DIR"]
+
+
+# ---- one admission at a time across queues ------------------------------------------------
+
+
+def test_a_pass_waits_for_another_queues_admission_and_then_sees_its_record(tmp_path, peer_dir):
+    """A's pass holds the admission lock between reading the peers and
+    publishing; B's pass, meanwhile, waits, then counts A's new job."""
+    from qex.submit import Request, build, submit_many
+
+    a, b = make_ctx(tmp_path, "a"), make_ctx(tmp_path, "b")
+    for ctx in (a, b):
+        ctx.config = Config(path=str(tmp_path / "absent.toml"), budget_cpu=4000, budget_mem=8 * GB,
+                            default_mem=1 << 20, reserve_mem=0)
+    built = [build(b, Request(command=["true"], cpu="3"))]
+    box = {}
+    with peers.admission(a, True) as held:
+        assert held.fd is not None
+        worker = threading.Thread(target=lambda: box.setdefault("result", submit_many(b, built)), daemon=True)
+        worker.start()
+        worker.join(0.2)
+        assert worker.is_alive(), "B's pass admitted while A's admission was in progress"
+        fd, e = start_job(a, "job1-aaaa", cpu=3000, mem=1 << 20)
+        publish(a, {"job1-aaaa": e})
+    worker.join(10)
+    ids, result = box["result"]
+    rec = b.store.read_status_dict(ids[0])
+    assert rec["state"] == "queued" and rec["blocked_holder"] == "peer", rec
+    assert result.launches == []
+    os.close(fd)
+
+
+def test_a_hostile_holder_of_the_admission_lock_slows_a_pass_down_but_never_stops_it(tmp_path, peer_dir):
+    a, b = make_ctx(tmp_path, "a"), make_ctx(tmp_path, "b")
+    with peers.admission(a, True):
+        with peers.admission(b, True) as second:  # gives up after ADMIT_WAIT
+            assert second.fd is None
