@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import math
 import os
@@ -116,8 +115,16 @@ def state_identity(root: str) -> tuple[str, str]:
 
 def key(ctx) -> str:
     """The name of this queue's record (without .json): its user and state directory."""
-    real, _ = state_identity(ctx.store.root)
-    return f"u{ctx.uid}-{hashlib.sha256(real.encode()).hexdigest()[:16]}"
+    return key_for(ctx.uid, ctx.store.root)
+
+
+def key_for(uid: int, root: str) -> str:
+    """``u<uid>-<FNV-1a 64 of the real path, hex>``: stable across versions and
+    cheap (hashlib would cost every command milliseconds of start-up)."""
+    h = 0xCBF29CE484222325
+    for byte in os.path.realpath(root).encode():
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"u{uid}-{h:016x}"
 
 
 # ---- the directory ---------------------------------------------------------------

@@ -95,8 +95,7 @@ def test_a_planted_symlink_is_never_followed_and_a_fifo_never_hangs_a_command(wo
     with open(victim, "w") as fh:
         fh.write("precious\n")
     os.chown(victim, users.uid(a.name), -1)
-    real = os.path.realpath(a.state)
-    name = f"u{users.uid(a.name)}-{peers.hashlib.sha256(real.encode()).hexdigest()[:16]}.json"
+    name = peers.key_for(users.uid(a.name), a.state) + ".json"
     b.run("help", check=0)  # B plants, as B: a symlink at A's record name, another one, and FIFOs
     plant = ("import os,sys; d=sys.argv[1]; os.symlink(sys.argv[2], os.path.join(d, sys.argv[3])); "
              "os.symlink(sys.argv[2], os.path.join(d, 'trap.json')); os.mkfifo(os.path.join(d, 'fifo.json')); "
