@@ -87,7 +87,6 @@ def build(ctx, req: Request, now: float | None = None) -> Built:
         "retries": retries, "oom_retries": oom_retries, "max_queue_time": mqt,
         "needs": list(req.needs), "after": list(req.after), "dedupe_key": req.dedupe_key,
         "attempt": 1, "attempts": [],
-        "blocked_reason": None, "blocked_holder": None, "blocked_since": None, "passed_by": 0,
     }
     return Built(spec, record, warnings)
 
