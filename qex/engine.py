@@ -180,6 +180,7 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | 
 
 def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
     """Jobs whose supervisor is gone: requeue what never ran, fail what did."""
+    lost = False
     for job_id, entry in list(txn.idx.jobs.items()):
         if entry["state"] not in HOLDING:
             continue
@@ -192,6 +193,7 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         launched = _read_pid_file(ctx.store.path(job_id, "pid"))
         if _runs_out_of_reach(ctx, entry, launched):
             continue  # another user's job still runs: only its owner's pass can stop it
+        lost = True
         try:
             rec = txn.record(job_id)
         except Exception:
@@ -201,10 +203,12 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
             txn.store._index_put(txn.idx, rec)
             continue
         if launched is None and entry["state"] == "starting":
+            _release_cgroup(ctx, job_id)
             txn.update(job_id, state="queued", assigned=[], forced=False,
                        blocked_reason="requeued: the qex process that was starting it died before it ran")
             continue
         _stop_orphan(launched)
+        _release_cgroup(ctx, job_id)
         attempt = rec.get("attempt", 1)
         error = (f"its supervisor (pid {rec.get('supervisor_pid') or '?'}) was lost; "
                  "the job's processes were stopped and the result is unknown")
@@ -212,6 +216,28 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
             "number": attempt, "state": "failed", "claims": rec.get("claims"),
             "started_at": rec.get("started_at"), "ended_at": now, "error": error}]
         txn.update(job_id, state="failed", ended_at=now, error=error, attempts=attempts, supervisor_lost=True)
+    if lost:
+        _sweep_cgroups(ctx, txn)
+
+
+def _release_cgroup(ctx: Context, job_id: str) -> None:
+    """Stop what is left in a lost job's memory cgroup and remove it (qex.supervisor.cgroup)."""
+    from qex.supervisor import cgroup
+
+    try:
+        cgroup.stop_and_remove(ctx.store.job_dir(job_id), job_id, kill=True)
+    except OSError:
+        pass
+
+
+def _sweep_cgroups(ctx: Context, txn: Txn) -> None:
+    """Empty job cgroups whose job is not running (only when a supervisor was lost: cheap)."""
+    from qex.supervisor import cgroup
+
+    try:
+        cgroup.sweep(ctx.store, {j for j, e in txn.idx.jobs.items() if e["state"] in HOLDING})
+    except OSError:
+        pass
 
 
 def _runs_out_of_reach(ctx: Context, entry: dict, launched) -> bool:

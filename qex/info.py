@@ -40,6 +40,7 @@ def gather(ctx) -> dict:
                                   "assigned": [[u[0], list(u[1]), u[2]] for u in p.assigned],
                                   "jobs": p.jobs, "stale_jobs": p.stale_jobs} for p in scan.peers],
                      "ignored": [{"file": i.file, "reason": i.reason} for i in scan.ignored]},
+        "memory": _memory(),
         "queue": {"running": len(running), "queued": len(queued), "health": plan.health,
                   "since": since, "state_dir": ctx.store.root, "sharing": shared.describe(ctx.store)},
     }
@@ -65,6 +66,12 @@ def _health_since(txn, plan, idx) -> float | None:
                 pass
     starts = [t for t in starts if t]
     return min(starts) if starts else None
+
+
+def _memory() -> dict:
+    from qex.supervisor import cgroup
+
+    return cgroup.describe()
 
 
 def _pool(pool, running, snap) -> dict:
@@ -121,6 +128,13 @@ def render(info: dict) -> str:
             lines.append(f"          held by {holder['id'][:8]} {safe_text(holder['name'], 30)}"
                          + (f" on {','.join(map(str, holder['devices']))}" if holder["devices"] else f" ({holder['count']})"))
     lines.extend(_peer_lines(info))
+    mem = info.get("memory") or {}
+    if mem.get("per_job_cgroup"):
+        lines.append(f"memory    a cgroup per job ({mem['kind']}, inside {safe_text(mem['parent'], 120)}): "
+                     "whole-tree peaks, exact OOM evidence")
+    elif mem:
+        lines.append(f"memory    no cgroup per job ({safe_text(mem.get('why_not', ''), 120)}): OOM evidence "
+                     + ("from the machine's oom_kill counter" if mem.get("oom_evidence") else "unavailable"))
     q = info["queue"]
     if q.get("sharing"):
         lines.append(f"state     {safe_text(q['state_dir'], 300)}: {q['sharing']}")

@@ -125,3 +125,14 @@ def q(tmp_path):
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    remove_job_cgroups(queue.state)
+
+
+def remove_job_cgroups(state_dir: str) -> None:
+    """A supervisor killed above leaves its job's memory cgroup: stop what is in it and remove it."""
+    from qex.supervisor import cgroup
+
+    jobs = os.path.join(state_dir, "jobs")
+    for name in os.listdir(jobs) if os.path.isdir(jobs) else ():
+        if not name.startswith("."):
+            cgroup.stop_and_remove(os.path.join(jobs, name), name, kill=True)

@@ -51,7 +51,8 @@ queued -> expired | cancelled | skipped (without running)
   failed     a non-zero code, a signal, or its supervisor was lost (error says so)
   killed     qex kill (or its supervisor got SIGTERM)
   timeout    --timeout passed
-  oom        the kernel stopped it for memory
+  oom        the kernel stopped it for memory (oom_evidence says how qex knows);
+             retried with a doubled claim while --oom-retries allows
   expired    --max-queue-time passed before it started
   cancelled  qex cancel
   skipped    a job it --needs did not succeed
@@ -69,7 +70,19 @@ Budget: [budget] cpu and mem, a percentage or an absolute value (default 75%;
 [enforce] mode = "single-user": 90%). Memory must also fit the machine's
 available memory minus [system] reserve_mem.
 
-No claim: [defaults] cpu (1 core) and mem (the machine's memory / cores).
+No claim: [defaults] cpu (1 core) and mem (the machine's memory / cores),
+or, for memory, what qex learned about this command: the largest peak of its
+last completed runs plus [learn] margin, at least twice a claim that was once
+too small, capped at the budget (claim_source says "learned from N runs").
+--mem always wins; [learn] enabled = false turns learning off.
+
+Out of memory: a job the kernel stops for memory ends its attempt `oom` and is
+retried with its memory claim doubled (capped at the budget), --oom-retries N
+times (default 1; 0 = report only). The message says the claim of X was too
+small and what the retry claims; out of retries the job ends oom (exit 99).
+A job runs in its own memory cgroup where the machine allows it (nested in
+qex's own), which gives the peak of its whole process tree and exact OOM
+evidence; `oom_evidence` in the record says what the verdict rests on.
 
 Pools ([[pool]] in the config): `count = N` (plain) or `devices = ["24GB", ...]`
 (indexed). An indexed pool admits a job when enough single devices each have

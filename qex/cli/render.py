@@ -64,9 +64,13 @@ def describe(rec: dict) -> str:
                      if rec.get("signal") else "none"))
         usage = rec.get("usage") or {}
         if usage.get("max_rss") is not None:
-            rows.append(("usage", f"peak {format_size(usage['max_rss'])}, {usage.get('cpu_secs', 0):g} cpu-s"))
+            rows.append(("usage", f"peak {format_size(usage['max_rss'])}{_peak_from(usage)}, "
+                                  f"{usage.get('cpu_secs') or 0:g} cpu-s"))
     if len(rec.get("attempts") or ()) > 1:
         rows.append(("attempts", str(len(rec["attempts"]))))
+    for a in rec.get("attempts") or ():
+        if isinstance(a, dict) and a.get("state") == "oom" and a.get("error") and a["error"] != rec.get("error"):
+            rows.append(("memory", a["error"]))
     if rec.get("forced"):
         rows.append(("forced", "yes: larger than the budget, it ran alone"))
     if rec.get("error"):
@@ -78,6 +82,10 @@ def describe(rec: dict) -> str:
     rows.append(("code", str(outcome.exit_code(rec)) + (" (not stopped)" if rec.get("state") in
                                                         ("queued", "starting", "running") else "")))
     return "\n".join(f"{k:<9}{v}" for k, v in rows)
+
+
+def _peak_from(usage: dict) -> str:
+    return {"cgroup": " (whole process tree)", "rusage": " (largest process)"}.get(usage.get("peak_from"), "")
 
 
 def _sources(sources: dict) -> str:
