@@ -288,10 +288,11 @@ def _read_one(dir_fd: int, name: str, me: tuple[str, str], boot: str, own: str) 
         raise BadRecord("stale: written before the machine last started")
     live = [j for j in rec["jobs"] if _lock_held(dir_fd, j["lock"], st.st_uid)]
     if not live:
-        what = "its job's lock is" if len(rec["jobs"]) == 1 else "no lock of its jobs is"
         if not rec["jobs"]:
             raise BadRecord("holds nothing")
-        raise BadRecord(f"stale: {what} held (the qex processes of {_user(st.st_uid)} that held it are gone)")
+        one = len(rec["jobs"]) == 1
+        what, it = ("its job's lock is not", "it") if one else ("no lock of its jobs is", "them")
+        raise BadRecord(f"stale: {what} held (the qex processes of {_user(st.st_uid)} that held {it} are gone)")
     return _sum(name, st.st_uid, rec, live)
 
 

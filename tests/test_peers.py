@@ -102,7 +102,8 @@ def test_a_published_record_counts_for_another_queue_while_its_job_lock_is_held(
     os.close(fd1)  # every supervisor gone: the record stops counting
     scan = peers.scan(b)
     assert scan.peers == ()
-    assert "stale" in reasons(scan)[peers.key(a) + ".json"]
+    assert reasons(scan)[peers.key(a) + ".json"] == (
+        f"stale: no lock of its jobs is held (the qex processes of {me} that held them are gone)")
 
 
 def test_publishing_writes_only_on_change_and_removes_the_record_when_nothing_is_held(tmp_path, peer_dir):
