@@ -131,6 +131,7 @@ class PassResult:
     value: object = None
     launches: list = field(factory=list)
     queued_mine: bool = False
+    running_mine: bool = False
 
 
 def run_pass(ctx: Context, mutate=None) -> PassResult:
@@ -143,10 +144,13 @@ def run_pass(ctx: Context, mutate=None) -> PassResult:
 
         with peers.admission(ctx, any(e["state"] == "queued" for e in idx.jobs.values())):
             launches = admit_locked(ctx, txn)
+            from qex.hooks import mark_locked
+
+            mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
             txn.commit()
             _publish_locked(ctx, idx)
-    queued_mine = any(e["state"] == "queued" and e["uid"] == ctx.uid for e in idx.jobs.values())
-    return PassResult(value, launches, queued_mine)
+    mine = [e["state"] for e in idx.jobs.values() if e["uid"] == ctx.uid]
+    return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine))
 
 
 def _publish_locked(ctx: Context, idx: Index) -> None:
@@ -169,7 +173,10 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | 
     child = launch_all(ctx, result.launches, close_in_child)
     if child is not None:
         return child
-    if result.queued_mine:
+    from qex.hooks import start_pending
+
+    start_pending(ctx, close_in_child)  # after the launches: a hook never holds the queue
+    if result.queued_mine or result.running_mine:
         from qex import waker
 
         return waker.ensure(ctx, close_in_child)

@@ -75,13 +75,27 @@ def describe(rec: dict) -> str:
         rows.append(("forced", "yes: larger than the budget, it ran alone"))
     if rec.get("error"):
         rows.append(("error", plain(rec["error"])))
-    dropped = rec.get("logs_dropped") or {}
-    if dropped.get("stdout_bytes") or dropped.get("stderr_bytes"):
-        rows.append(("logs", f"{format_size(dropped.get('stdout_bytes', 0))} of stdout and "
-                             f"{format_size(dropped.get('stderr_bytes', 0))} of stderr left out ([logs] max_bytes)"))
+    if dropped_text(rec):
+        rows.append(("logs", dropped_text(rec)))
     rows.append(("code", str(outcome.exit_code(rec)) + (" (not stopped)" if rec.get("state") in
                                                         ("queued", "starting", "running") else "")))
     return "\n".join(f"{k:<9}{v}" for k, v in rows)
+
+
+def dropped_text(rec: dict) -> str:
+    """What the output limit left out, in words ("" when nothing went)."""
+    dropped = rec.get("logs_dropped") or {}
+    parts = []
+    for stream in ("stdout", "stderr"):
+        n = dropped.get(f"{stream}_bytes") or 0
+        if n:
+            parts.append(f"{format_size(n)} ({n} bytes, {dropped.get(f'{stream}_lines') or 0} lines) of {stream}")
+    text = ""
+    if parts:
+        text = " and ".join(parts) + " left out by [logs] max_bytes (the file keeps the head and the tail)"
+    if dropped.get("incomplete"):
+        text += ("; " if text else "") + "the output may be incomplete: a process the job left behind held it open"
+    return text
 
 
 def _peak_from(usage: dict) -> str:

@@ -2,7 +2,6 @@
 
 import os
 import signal
-import stat
 import sys
 import time
 
@@ -106,34 +105,22 @@ def wait_and_print(ctx, job_id: str, limit, print_record: bool = True) -> int:
 
 
 class _Tail:
-    """Copy what a log file gains to one of our streams."""
+    """Copy what a log file gains to one of our streams, across the cuts of the
+    output limit (``qex.supervisor.logs.Follower`` maps the file onto the output)."""
 
     def __init__(self, path: str, stream):
-        self.path, self.stream, self.pos = path, stream, 0
+        from qex.supervisor.logs import Follower
+
+        self.follower, self.stream = Follower(path), stream
 
     def pump(self) -> None:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            data = self.follower.read()
         except OSError:
             return
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return  # a FIFO put there (a shared directory) is never read
-            size = st.st_size
-            if size < self.pos:  # cut by the output limit: read on from the new end of the head
-                self.pos = 0
-            if size > self.pos:
-                os.lseek(fd, self.pos, os.SEEK_SET)
-                while True:
-                    chunk = os.read(fd, 1 << 16)
-                    if not chunk:
-                        break
-                    self.pos += len(chunk)
-                    self.stream.buffer.write(chunk)
-                self.stream.flush()
-        finally:
-            os.close(fd)
+        if data:
+            self.stream.buffer.write(data)
+            self.stream.flush()
 
 
 def follow(ctx, job_id: str, limit, on_interrupt=None) -> int:

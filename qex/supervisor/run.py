@@ -200,8 +200,9 @@ def _write_pid_file(path: str, pid: int, start: int | None, mode: int = 0o600) -
 def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | None = None) -> dict:
     """Copy output, enforce the timeout, answer a kill; return the outcome."""
     store = ctx.store
-    sinks = {proc.stdout.fileno(): Sink(store.path(rec["id"], "stdout.log")),
-             proc.stderr.fileno(): Sink(store.path(rec["id"], "stderr.log"))}
+    limit, setting = _log_limit(ctx.config)
+    sinks = {proc.stdout.fileno(): Sink(store.path(rec["id"], "stdout.log"), limit, "stdout", setting),
+             proc.stderr.fileno(): Sink(store.path(rec["id"], "stderr.log"), limit, "stderr", setting)}
     sel = selectors.DefaultSelector()
     for fd in sinks:
         os.set_blocking(fd, False)
@@ -269,6 +270,17 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
     return _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplete, meter)
 
 
+def _log_limit(config) -> tuple[int | None, str]:
+    """``[logs] max_bytes`` as read when the job starts, and the words the marker uses."""
+    from qex.units import format_size
+
+    limit = config.logs_max_bytes
+    if not limit:
+        return None, ""
+    return limit, (f"[logs] max_bytes = {format_size(limit)} (raise it in {config.path}; "
+                   "0 keeps everything)")
+
+
 def _terminate(pid: int, now: float) -> float:
     _signal_group(pid, signal.SIGTERM)
     return now + KILL_GRACE
@@ -287,7 +299,9 @@ def _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplet
     outcome = {
         "ended_at": time.time(),
         "usage": usage,
-        "logs_dropped": {**(rec.get("logs_dropped") or {}), "incomplete": incomplete},
+        "logs_dropped": {"stdout_bytes": out.dropped_bytes, "stdout_lines": out.dropped_lines,
+                         "stderr_bytes": err.dropped_bytes, "stderr_lines": err.dropped_lines,
+                         "incomplete": incomplete},
         "exit_code": None, "signal": None, "error": None, "oom_evidence": oom_evidence,
     }
     if os.WIFEXITED(wait_status):
@@ -321,6 +335,7 @@ def _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplet
 def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> Launch | None:
     """Write the final record (or requeue a retry), run a pass, hand over."""
     interrupt.close()
+    ctx.reload_config()  # [hooks] as it is when the job ends
     if rec.get("_abandon"):
         return _close_and_end(launch, ctx)
     outcome = rec.pop("_outcome")
@@ -345,7 +360,8 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
             txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
                        assigned=[], pid=None, forced=False, started_at=None, **oom_retry, **{
                            k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "oom_evidence")})
-        elif outcome["state"] == "failed" and failed_before < current.get("retries", 0):
+        elif (outcome["state"] == "failed" and failed_before < current.get("retries", 0)
+              and not current.get("kill_requested")):  # a job someone is killing is not retried
             # Free our liveness lock first, so that this same pass can start the retry.
             launch.alive_fd = _close_and_end(launch, ctx) or -1
             txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
