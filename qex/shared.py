@@ -12,6 +12,7 @@ The layout is the private one with other modes (docs/multiuser.md):
     DIR/index.json         0660          rewritten (by rename) by every pass
     DIR/journal.jsonl      0660          appended to by every pass
     DIR/jobs/, groups/, pause/   2770
+    DIR/<hooks pending>/   3770          markers of stop hooks to run (sticky)
     DIR/jobs/<id>/         2770 of the job's owner: other users' passes must
                            replace status.json in it (reasons, reserve, expiry)
       status.json          0640   the public record; any member's pass rewrites it
@@ -167,10 +168,23 @@ def init_shared(path: str, group: str | None) -> dict:
             os.chown(sub, -1, gid)
             os.chmod(sub, DIR_MODE)
         _ensure_file(os.path.join(path, "lock"), 0o660)
+        _hook_markers(path, gid)
     except OSError as exc:
         raise QexError(f"cannot set up {path}: {exc.strerror}") from None
     return {"path": path, "group": gname, "gid": gid, "created": not existed,
             "warnings": _reach_warnings(path, gid)}
+
+
+def _hook_markers(path: str, gid: int) -> None:
+    """The stop hooks' pending markers (qex.hooks): every member's pass adds one
+    per job it ends, and only its owner removes it: setgid, sticky, group-writable."""
+    from qex.hooks import PENDING
+
+    sub = os.path.join(path, PENDING)
+    if not os.path.isdir(sub) or os.path.islink(sub):
+        os.mkdir(sub, 0o700)
+    os.chown(sub, -1, gid)
+    os.chmod(sub, 0o3770)
 
 
 def _check_existing(path: str) -> None:

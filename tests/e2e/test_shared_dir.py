@@ -45,6 +45,7 @@ def test_init_makes_a_setgid_group_directory_and_refuses_what_it_must(lab, users
     root = one.state
     assert mode(root) == 0o2770 and os.stat(root).st_gid == users.gid()
     assert mode(os.path.join(root, "jobs")) == 0o2770 and mode(os.path.join(root, "lock")) == 0o660
+    assert mode(os.path.join(root, "hooks-pending")) == 0o3770  # stop-hook markers: sticky
     job = one.submit("--env", "SECRET=s3cret", "--", "true")
     one.wait_state(job, "completed")
     jobdir = os.path.join(root, "jobs", job)
