@@ -30,7 +30,14 @@ def gather(ctx) -> dict:
                    "assigned": [[a.pool, list(a.devices), a.size] for a in p.assigned]} for p in snap.peers],
         "queue": {"running": len(running), "queued": len(queued), "health": plan.health,
                   "state_dir": ctx.store.root},
+        "pauses": _pauses(ctx, idx),
     }
+
+
+def _pauses(ctx, idx) -> list[dict]:
+    from qex import pause
+
+    return pause.listing(ctx.store, idx.jobs, __import__("time").time())
 
 
 def _pool(pool, running, snap) -> dict:
@@ -93,4 +100,9 @@ def render(info: dict) -> str:
         lines.append("peers     none")
     q = info["queue"]
     lines.append(f"queue     {q['running']} running, {q['queued']} queued — {q['health']}")
+    if info.get("pauses"):
+        from qex.pause import render as pause_line
+
+        now = __import__("time").time()
+        lines += [f"pause     {pause_line(p, now)}" for p in info["pauses"]]
     return "\n".join(lines)

@@ -2,7 +2,8 @@
 while that user has queued work.
 
 It holds ``waker-<uid>.lock`` (a second one cannot start), sleeps to the next
-deadline or at most ``INTERVAL``, runs a pass, forks what it admitted, and
+``--max-queue-time`` deadline or end of a timed pause, at most ``INTERVAL``
+(``QEX_WAKER_INTERVAL``, 1 s), runs a pass, forks what it admitted, and
 exits as soon as nothing of its user is queued. It covers what only time or
 the outside world can clear: another user's claim, memory used outside qex,
 a pause with an end, a queue-time deadline, and a supervisor that died.
@@ -21,9 +22,10 @@ def lock_path(ctx) -> str:
     return os.path.join(ctx.store.root, f"waker-{ctx.uid}.lock")
 
 
-def ensure(ctx, close_in_child=()) -> "engine.Launch | None":
+def ensure(ctx, close_in_child=(), next_deadline: float | None = None) -> "engine.Launch | None":
     """Fork a waker unless one holds the lock. Returns a Launch only in a
-    supervisor forked by the waker (see ``engine.after_pass``)."""
+    supervisor forked by the waker (see ``engine.after_pass``).
+    ``next_deadline`` is the earliest --max-queue-time deadline of the pass."""
     fd = hold(lock_path(ctx))
     if fd is None:
         return None
@@ -45,7 +47,7 @@ def ensure(ctx, close_in_child=()) -> "engine.Launch | None":
             engine.detach_stdio(os.path.join(ctx.store.root, "waker.log"))
         except BaseException:
             os._exit(70)
-        launch = _loop(ctx, fd)
+        launch = _loop(ctx, fd, next_deadline)
         if launch is None:
             os._exit(0)
         return launch
@@ -54,18 +56,37 @@ def ensure(ctx, close_in_child=()) -> "engine.Launch | None":
     return None
 
 
-def _loop(ctx, fd: int) -> "engine.Launch | None":
+def wake_time(ctx, next_deadline: float | None, now: float) -> float:
+    """The next pass: at the earliest deadline or end of a timed pause still to
+    come, and at most ``INTERVAL`` from now."""
+    from qex import pause
+
+    wake = now + INTERVAL
+    try:
+        end = pause.next_end(ctx.store, now)
+    except Exception:
+        end = None
+    for t in (next_deadline, end):
+        if t is not None and t > now:
+            wake = min(wake, t + 0.005)  # a hair after, so the pass sees it reached
+    return wake
+
+
+def _loop(ctx, fd: int, next_deadline: float | None = None) -> "engine.Launch | None":
     """Pass until nothing of this user is queued; return a Launch in a forked supervisor."""
     import traceback
 
     while True:
-        time.sleep(INTERVAL)
+        now = time.time()
+        time.sleep(max(0.0, wake_time(ctx, next_deadline, now) - now))
         try:
             ctx.reload_config()
             result = engine.run_pass(ctx)
         except Exception:
             traceback.print_exc()
+            next_deadline = None
             continue
+        next_deadline = result.next_deadline
         child = engine.launch_all(ctx, result.launches, close_in_child=(fd,))
         if child is not None:
             return child

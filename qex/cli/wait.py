@@ -155,7 +155,8 @@ def cmd_wait(args) -> int:
     job_ids = resolve_jobs(ctx.store, args.ids)
     old = _sigterm_as_interrupt()
     try:
-        done = await_final(ctx, job_ids, _limit(args), first=args.next)
+        notes = None if args.quiet else _pause_notes(ctx, job_ids)
+        done = await_final(ctx, job_ids, _limit(args), first=args.next, on_tick=notes)
     except KeyboardInterrupt:
         err("qex: stopped waiting; the jobs continue")
         return outcome.INTERRUPTED
@@ -175,6 +176,13 @@ def cmd_wait(args) -> int:
         first = min(records, key=lambda r: r.get("ended_at") or 0)
         return outcome.exit_code(first)
     return outcome.group_exit_code(records)
+
+
+def _pause_notes(ctx, job_ids: list[str]):
+    """Say on stderr when a job waits for a pause (the queue, or a lock a person holds)."""
+    from qex.pause import WaitNotes
+
+    return WaitNotes(ctx, job_ids, err)
 
 
 def cmd_status(args) -> int:

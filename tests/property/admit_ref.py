@@ -187,6 +187,11 @@ def expired(snap, job):
     return not snap.pause.queue and job.deadline is not None and snap.now >= job.deadline
 
 
+def queue_paused(snap, job):
+    """A queue pause holds every queued job but a retry (it already ran)."""
+    return snap.pause.queue and not job.retry
+
+
 def person(snap, job):
     paused = {name for name, _ in snap.pause.locks}
     return any(c.name in paused for c in job.claims)
@@ -240,7 +245,7 @@ def check_plan(snap: Snapshot, plan) -> Ref:
         exhausted = allowance is not None and passed >= allowance
         if job.id in starts:
             s = starts[job.id]
-            assert not snap.pause.queue and deps_ready(snap, job) and not person(snap, job) and not never(ref, job)
+            assert not queue_paused(snap, job) and deps_ready(snap, job) and not person(snap, job) and not never(ref, job)
             assert not exhausted, ("started past an exhausted front", front, job)
             if s.forced:
                 assert oversized(snap, job) and snap.oversized == "run-when-idle" and ref.idle()
@@ -253,7 +258,7 @@ def check_plan(snap: Snapshot, plan) -> Ref:
             passed += front is not None and allowance is not None
             continue
         w = waits[job.id]
-        eligible = not snap.pause.queue and deps_ready(snap, job) and not person(snap, job) and not never(ref, job)
+        eligible = not queue_paused(snap, job) and deps_ready(snap, job) and not person(snap, job) and not never(ref, job)
         if eligible and not exhausted:
             if oversized(snap, job):
                 assert not (ref.idle() and ref.fits(job, budget=False)), ("should have started alone", job)
@@ -388,6 +393,7 @@ def snapshots(draw, max_queued=10, max_peers=2, max_running=3, avail="maybe", ov
             deadline=draw(st.sampled_from([None] * 6 + [NOW - 1, NOW, NOW + 50, NOW + 10])),
             passed_by=draw(st.sampled_from([0, 0, 0, 1, 2, 3])),
             name=draw(st.sampled_from(["", "", "train"])),
+            retry=draw(st.integers(0, 7)) == 0,
         ))
     pause = Pause(
         queue=draw(st.integers(0, 19)) == 0,
