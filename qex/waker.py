@@ -3,7 +3,9 @@ while that user has queued work.
 
 It holds ``waker-<uid>.lock`` (a second one cannot start), sleeps to the next
 ``--max-queue-time`` deadline or end of a timed pause, at most ``INTERVAL``
-(``QEX_WAKER_INTERVAL``, 1 s), runs a pass, forks what it admitted, and
+(``QEX_WAKER_INTERVAL``, 1 s) — looking every ``WATCH`` seconds whether the
+index or the pauses changed, which may bring that time forward —, runs a
+pass, forks what it admitted, and
 exits as soon as nothing of its user is queued. It covers what only time or
 the outside world can clear: another user's claim, memory used outside qex,
 a pause with an end, a queue-time deadline, and a supervisor that died.
@@ -16,6 +18,7 @@ from qex import engine
 from qex.store.lock import hold
 
 INTERVAL = float(os.environ.get("QEX_WAKER_INTERVAL", "1.0"))
+WATCH = 0.2  # how often a sleeping waker looks for a changed queue (two stats)
 
 
 def lock_path(ctx) -> str:
@@ -72,13 +75,50 @@ def wake_time(ctx, next_deadline: float | None, now: float) -> float:
     return wake
 
 
+def _sleep_until(ctx, wake: float) -> None:
+    """Sleep to ``wake``, but look every ``WATCH`` seconds whether the queue or
+    the pauses changed (a file's mtime): a new or moved deadline, or a new
+    timed pause, may call for an earlier pass."""
+    stamp = _stamp(ctx)
+    while True:
+        now = time.time()
+        if now >= wake:
+            return
+        time.sleep(min(wake - now, WATCH))
+        seen = _stamp(ctx)
+        if seen != stamp:
+            stamp = seen
+            wake = min(wake, wake_time(ctx, _earliest_deadline(ctx, time.time()), time.time()))
+
+
+def _stamp(ctx) -> tuple:
+    out = []
+    for path in (ctx.store.index_path, os.path.join(ctx.store.root, "pause")):
+        try:
+            out.append(os.stat(path).st_mtime_ns)
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def _earliest_deadline(ctx, now: float) -> float | None:
+    """The earliest deadline still to come of a queued job, read from the index without the lock."""
+    from qex.store import fs
+
+    try:
+        jobs = fs.read_json(ctx.store.index_path).get("jobs", {})
+        times = [e["deadline"] for e in jobs.values() if e.get("state") == "queued" and e.get("deadline")]
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        return None
+    return min((t for t in times if t > now), default=None)
+
+
 def _loop(ctx, fd: int, next_deadline: float | None = None) -> "engine.Launch | None":
     """Pass until nothing of this user is queued; return a Launch in a forked supervisor."""
     import traceback
 
     while True:
-        now = time.time()
-        time.sleep(max(0.0, wake_time(ctx, next_deadline, now) - now))
+        _sleep_until(ctx, wake_time(ctx, next_deadline, time.time()))
         try:
             ctx.reload_config()
             result = engine.run_pass(ctx)

@@ -178,7 +178,7 @@ def _unfinished(ctx: Context, st: State, job: Queued) -> Verdict | None:
     named = [(d, True) for d in job.needs] + [(d, False) for d in job.after]
     for dep_id, needed in named:
         dep = ctx.dep(dep_id)
-        if dep.state not in FINAL_STATES and False:
+        if dep.state not in FINAL_STATES:
             return Verdict("dependency", words.dep_wait(dep, needed), cause="dependency")
     return None
 

@@ -160,8 +160,7 @@ def cmd_run(args) -> int:
     if args.id_file:
         write_id_file(args.id_file, [job_id])
     if hit is not None:  # another caller's job: follow it; Ctrl-C stops only this wait (122)
-        err(f"qex: following job {job_id} instead; Ctrl-C stops only this wait, the job continues")
-        return waiting.follow(ctx, job_id, None)
+        return _follow_holder(ctx, job_id)
     if not args.quiet:
         err(f"qex: job {job_id}")
     stopper = _Stopper(ctx, job_id)
@@ -169,6 +168,25 @@ def cmd_run(args) -> int:
         return waiting.follow(ctx, job_id, None, on_interrupt=stopper)
     finally:
         stopper.restore()
+
+
+def _follow_holder(ctx, job_id: str) -> int:
+    from qex import outcome
+    from qex.cli import wait as waiting
+
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        err(f"qex: following job {job_id} instead; Ctrl-C stops only this wait, the job continues")
+        return waiting.follow(ctx, job_id, None)
+    except KeyboardInterrupt:  # before the follow's own handling began
+        err("qex: stopped following; the job continues")
+        return outcome.INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 class _Stopper:
