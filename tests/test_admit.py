@@ -525,3 +525,9 @@ def test_every_queued_job_appears_once():
     plan = admit(snap(q, deps=(Dep("x", "failed"),)))
     ids = [x.id for part in (plan.start, plan.wait, plan.skip, plan.expire) for x in part]
     assert sorted(ids) == sorted(j.id for j in q)
+
+
+def test_oversized_does_not_run_alone_while_a_peer_holds_only_memory():
+    plan = admit(snap([job("huge", 1, cpu=12000)], peers=[PeerHold("alice", 0, GB)]))
+    assert not plan.start
+    assert waits(plan)["huge"].holder == "peer" and "(alice holds 1GB)" in waits(plan)["huge"].reason

@@ -19,6 +19,25 @@ gives each job one verdict, checked in this order:
 
 A job whose ``deadline`` has passed expires instead of waiting or starting
 (never while the queue is paused); the cause is the verdict it would have had.
+
+Decisions the rules leave open:
+
+- A job that waits for capacity *and* an all-or-nothing claim (a lock, the
+  one unit of a pool, the one device of a pool) is a capacity wait and can be
+  the front; only a job that waits for nothing but such claims does not park
+  the queue. So a bypassing job that takes the front's lock cannot unpark it.
+- An all-or-nothing claim held by a peer gives holder "peer" (never the front).
+- A paused pool or lock (``Pause.locks``) is held whole by the person: holder
+  "person", expiry cause "pause", never the front.
+- A run-when-idle oversized job also needs its pools and the available memory
+  when it starts alone; while it waits it is the front ("own" while this
+  queue holds anything, else "peer", else "outside").
+- Starts past a peer- or outside-blocked front are not counted in ``passed``.
+- The own/peer test removes this queue's jobs (running and started in this
+  pass) and keeps peers and ``mem_available``; "peer" wins over "outside".
+- A running job's claims on an indexed pool count only through ``assigned``.
+- While the queue is paused, every waiting job (dependency waits too) gets the
+  pause reason; health says "paused: ...".
 """
 
 from __future__ import annotations
@@ -56,7 +75,6 @@ from .resources import (
     never_fits,
     own_holder,
     peer_holders,
-    peers_only,
     started_holder,
 )
 

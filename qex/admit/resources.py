@@ -311,8 +311,3 @@ def holders_of(led: Ledger, dims) -> tuple[Holder, ...]:
     own = sorted((h for h in found if not h.peer), key=lambda h: h.who)
     peers = sorted((h for h in found if h.peer), key=lambda h: h.who)
     return tuple(own) + tuple(peers)
-
-
-def peers_only(m: Machine, led: Ledger) -> Ledger:
-    """The ledger as it would be if this queue's jobs held nothing."""
-    return ledger_of(m, (h for h in led.holders if h.peer))

@@ -6,6 +6,14 @@ from qex import outcome
 from qex.units import format_cores, format_duration, format_size, safe_text
 
 
+def plain(text: str, limit: int = 400) -> str:
+    """qex's own sentences (reasons, errors) for a terminal: punctuation kept,
+    control characters (escape sequences, bidi controls) replaced."""
+    out = "".join("?" if (ord(c) < 32 or 0x7F <= ord(c) < 0xA0 or 0x202A <= ord(c) <= 0x202E
+                          or 0x2066 <= ord(c) <= 0x2069) else c for c in text)
+    return out if len(out) <= limit else out[: limit - 1] + "…"
+
+
 def claims_text(claims: dict) -> str:
     cpu = round(float(claims.get("cpu", 1)) * 1000)
     parts = [f"{format_cores(cpu)} core{'s' if cpu != 1000 else ''}", format_size(int(claims.get("mem", 0)))]
@@ -49,7 +57,7 @@ def describe(rec: dict) -> str:
     if rec.get("dedupe_key"):
         rows.append(("dedupe", safe_text(rec["dedupe_key"], 200)))
     if rec.get("blocked_reason") and rec.get("state") == "queued":
-        rows.append(("waits", rec["blocked_reason"]))
+        rows.append(("waits", plain(rec["blocked_reason"])))
     if rec.get("max_queue_time") is not None and rec.get("state") == "queued" and rec.get("attempt", 1) == 1:
         rows.append(("limit", queue_limit_text(rec)))
     if rec.get("state") in ("completed", "failed", "killed", "timeout", "oom"):
@@ -64,7 +72,7 @@ def describe(rec: dict) -> str:
     if rec.get("forced"):
         rows.append(("forced", "yes: larger than the budget, it ran alone"))
     if rec.get("error"):
-        rows.append(("error", rec["error"]))
+        rows.append(("error", plain(rec["error"])))
     dropped = rec.get("logs_dropped") or {}
     if dropped.get("stdout_bytes") or dropped.get("stderr_bytes"):
         rows.append(("logs", f"{format_size(dropped.get('stdout_bytes', 0))} of stdout and "
@@ -97,7 +105,7 @@ def list_row(rec: dict, now: float) -> str:
     if state in ("failed", "killed", "timeout", "oom", "expired", "skipped", "completed"):
         extra = f"exit {outcome.exit_code(rec)}" + (f": {rec['error']}" if rec.get("error") else "")
     return (f"{rec.get('id', '?')[:8]}  {state:<9} {safe_text(rec.get('name', ''), 24):<24} "
-            f"{age:>7}  {claims_text(rec.get('claims') or {}):<20} {safe_text(extra or '', 120)}").rstrip()
+            f"{age:>7}  {claims_text(rec.get('claims') or {}):<20} {plain(extra or '', 160)}").rstrip()
 
 
 LIST_HEADER = f"{'ID':<8}  {'STATE':<9} {'NAME':<24} {'AGE':>7}  {'CLAIMS':<20} REASON / RESULT"

@@ -42,6 +42,7 @@ class Ref:
         self.plain = {p.name: p.total for p in snap.pools if not p.devices and p.total is not None}
         self.caps = {p.name: p.devices for p in snap.pools if p.devices}
         self.cpu = self.mem = self.peer_cpu = self.peer_mem = self.started_mem = 0
+        self.front, self.front_holder = None, None  # set by check_plan
         self.own = 0
         self.units = Counter()
         self.lock_holders = {}
@@ -179,6 +180,13 @@ def skipped(snap, job):
     return any(dep_state(snap, d) in FINAL_STATES and dep_state(snap, d) != "completed" for d in job.needs)
 
 
+def skip_root(snap, job):
+    """The first failed job of the chain, through the first need that did not succeed."""
+    dep = next(d for d in job.needs if dep_state(snap, d) in FINAL_STATES and dep_state(snap, d) != "completed")
+    found = next((d for d in snap.deps if d.id == dep), None)
+    return found.root if found is not None and found.state == "skipped" and found.root else dep
+
+
 def deps_ready(snap, job):
     return all(dep_state(snap, d) in FINAL_STATES for d in job.needs + job.after)
 
@@ -225,64 +233,88 @@ def _own_holds(ref: Ref, alone: Ref, name: str) -> bool:
 
 
 def check_plan(snap: Snapshot, plan) -> Ref:
-    """Walk the plan in queue order against the reference; return the final state."""
-    starts = {s.id: s for s in plan.start}
-    waits = {w.id: w for w in plan.wait}
-    skips = {s.id for s in plan.skip}
-    expires = {e.id for e in plan.expire}
+    """Walk the plan in queue order against the reference; return the final
+    state (with ``front`` and ``front_holder`` set)."""
     ids = [x.id for part in (plan.start, plan.wait, plan.skip, plan.expire) for x in part]
     assert sorted(ids) == sorted(j.id for j in snap.queued), "every queued job exactly once"
-    ref = Ref(snap)
-    ref.check_within(allow_forced=True)
-    front, allowance, passed, forced = None, None, 0, False
+    walk = Walk(snap, plan)
     for job in order(snap):
-        assert (job.id in skips) == skipped(snap, job), job
-        if job.id in skips:
-            continue
-        assert (job.id in expires) == expired(snap, job), job
-        if job.id in expires:
-            continue
-        exhausted = allowance is not None and passed >= allowance
-        if job.id in starts:
-            s = starts[job.id]
-            assert not queue_paused(snap, job) and deps_ready(snap, job) and not person(snap, job) and not never(ref, job)
-            assert not exhausted, ("started past an exhausted front", front, job)
-            if s.forced:
-                assert oversized(snap, job) and snap.oversized == "run-when-idle" and ref.idle()
-                assert ref.fits(job, budget=False)
-                forced = True
-            else:
-                assert not oversized(snap, job) and ref.fits(job), job
-            ref.check_assigned(job, s.assigned)
-            ref.add_own(job.id, job.cpu, job.mem, job.claims, s.assigned, started=True)
-            passed += front is not None and allowance is not None
-            continue
-        w = waits[job.id]
-        eligible = not queue_paused(snap, job) and deps_ready(snap, job) and not person(snap, job) and not never(ref, job)
+        walk.step(job)
+    return walk.finish()
+
+
+class Walk:
+    """The reference walk of one plan: what is held, the front, the bypass count."""
+
+    def __init__(self, snap: Snapshot, plan):
+        self.snap, self.plan = snap, plan
+        self.starts = {s.id: s for s in plan.start}
+        self.waits = {w.id: w for w in plan.wait}
+        self.ref = Ref(snap)
+        self.ref.check_within(allow_forced=True)
+        self.over = self.ref.cpu > snap.cpu_budget or self.ref.mem > snap.mem_budget  # a forced job runs alone
+        self.front, self.allowance, self.passed, self.forced = None, None, 0, False
+
+    def step(self, job: Queued):
+        snap, plan = self.snap, self.plan
+        assert (job.id in {s.id for s in plan.skip}) == skipped(snap, job), job
+        if skipped(snap, job):
+            assert next(s.root for s in plan.skip if s.id == job.id) == skip_root(snap, job)
+            return
+        assert (job.id in {e.id for e in plan.expire}) == expired(snap, job), job
+        if expired(snap, job):
+            return
+        exhausted = self.allowance is not None and self.passed >= self.allowance
+        eligible = not queue_paused(snap, job) and deps_ready(snap, job) and not person(snap, job) and not never(self.ref, job)
+        if job.id in self.starts:
+            assert eligible and not exhausted, ("started when it may not", self.front, job)
+            self.started(job, self.starts[job.id])
+        else:
+            self.waited(job, self.waits[job.id], eligible, exhausted)
+
+    def started(self, job: Queued, s):
+        ref = self.ref
+        if s.forced:
+            assert oversized(self.snap, job) and self.snap.oversized == "run-when-idle" and ref.idle()
+            assert ref.fits(job, budget=False)
+            self.forced = True
+        else:
+            assert not oversized(self.snap, job) and ref.fits(job), job
+        ref.check_assigned(job, s.assigned)
+        ref.add_own(job.id, job.cpu, job.mem, job.claims, s.assigned, started=True)
+        self.passed += self.allowance is not None
+
+    def waited(self, job: Queued, w, eligible: bool, exhausted: bool):
+        snap, ref = self.snap, self.ref
         if eligible and not exhausted:
             if oversized(snap, job):
                 assert not (ref.idle() and ref.fits(job, budget=False)), ("should have started alone", job)
             else:
                 assert not ref.fits(job), ("fits but did not start", job, w)
         if w.holder == "front":
-            assert exhausted and w.front == front.id, (w, front)
+            assert exhausted and w.front == self.front.id, (w, self.front)
         elif eligible:
             assert w.holder == expected_holder(snap, ref, job), (w, job)
-        capacity = w.holder in CAPACITY_HOLDERS and (oversized(snap, job) or not ref.fits_but_whole(job) or w.holder == "outside")
-        if front is None and eligible and capacity:
-            front = job
+        capacity = w.holder in CAPACITY_HOLDERS and (
+            oversized(snap, job) or not ref.fits_but_whole(job) or w.holder == "outside")
+        if self.front is None and eligible and capacity:
+            self.front = job
+            ref.front, ref.front_holder = job, w.holder
             if w.holder in ("own", "device"):
-                allowance = max(0, snap.max_bypass - job.passed_by)
-    if allowance is not None and passed:
-        assert plan.passed == ((front.id, passed),), (plan.passed, front, passed)
-    else:
-        assert plan.passed == ()
-    ref.check_within(allow_forced=forced)
-    if forced:
-        assert len(plan.start) == 1 and not snap.running and all(p.cpu == 0 and p.mem == 0 for p in snap.peers)
-    waiting_deadlines = [j.deadline for j in snap.queued if j.id in waits and j.deadline is not None]
-    assert plan.next_deadline == min(waiting_deadlines, default=None)
-    return ref
+                self.allowance = max(0, snap.max_bypass - job.passed_by)
+
+    def finish(self) -> Ref:
+        plan, snap, ref = self.plan, self.snap, self.ref
+        expected = ((self.front.id, self.passed),) if self.allowance is not None and self.passed else ()
+        assert plan.passed == expected, (plan.passed, expected)
+        if self.over:
+            assert not plan.start, "nothing starts beside a forced job"
+        ref.check_within(allow_forced=self.forced or self.over)
+        if self.forced:
+            assert len(plan.start) == 1 and not snap.running and all(p.cpu == 0 and p.mem == 0 for p in snap.peers)
+        deadlines = [j.deadline for j in snap.queued if j.id in self.waits and j.deadline is not None]
+        assert plan.next_deadline == min(deadlines, default=None)
+        return ref
 
 
 # ---- strategies -------------------------------------------------------------------
@@ -340,8 +372,9 @@ def sizes(draw, budget, over=20):
     """Mostly a small part of the budget; one time in ``over``, more than all of it."""
     pick = draw(st.integers(0, over - 1))
     if pick == 0:
-        return draw(st.integers(budget, budget * 3 // 2))
-    return draw(st.integers(1, budget if pick < over // 4 + 1 else max(budget // 3, 1)))
+        return budget + max(1, draw(st.integers(1, 8)) * budget // 16)
+    top = 24 if pick < over // 4 + 1 else 8
+    return max(1, draw(st.integers(1, top)) * budget // 24 - draw(st.integers(0, 3)))
 
 
 @st.composite
@@ -356,8 +389,8 @@ def snapshots(draw, max_queued=10, max_peers=2, max_running=3, avail="maybe", ov
     ref = Ref(base)
     peers = []
     for k in range(draw(st.integers(0, max_peers))):
-        cpu = draw(st.sampled_from([0, draw(st.integers(1, cpu_budget // 2 or 1))]))
-        mem = draw(st.sampled_from([0, draw(st.integers(1, mem_budget // 2))]))
+        cpu = draw(st.sampled_from([0, max(1, draw(st.integers(1, 8)) * cpu_budget // 16)]))
+        mem = draw(st.sampled_from([0, max(1, draw(st.integers(1, 8)) * mem_budget // 16)]))
         cl = tuple(c for c in draw(claims(specs, ("net", "gpu", "tpu", "gpu"))) if ref.kind(c.name) != "lock")
         uses = holding(draw, ref, cpu, mem, cl)
         if uses is None or ref.cpu + cpu > cpu_budget or ref.mem + mem > mem_budget:
@@ -400,7 +433,7 @@ def snapshots(draw, max_queued=10, max_peers=2, max_running=3, avail="maybe", ov
         locks=(draw(st.sampled_from([("L1", "maintenance"), ("gpu", "")])),) if draw(st.integers(0, 5)) == 0 else (),
     )
     known = avail == "always" or draw(st.booleans())
-    avail = draw(st.integers(0, mem_budget)) if known else None
+    avail = draw(st.integers(0, 16)) * mem_budget // 16 if known else None
     return Snapshot(
         now=NOW,
         cpu_budget=cpu_budget,

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from qex.admit import Claim, PeerHold, PoolSpec, Queued, Running, Snapshot, admit
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
@@ -61,17 +61,6 @@ def test_an_own_blocked_front_is_passed_at_most_the_allowance(snap):
         behind = sum(1 for j in ordered[pos + 1:] if j.id in starts)
         assert behind == max(0, snap.max_bypass - front.passed_by)
         assert all(w.front == front_id for w in held_for)
-
-
-@SETTINGS
-@given(snapshots())
-def test_peer_blocked_front_never_parks_jobs_that_fit(snap):
-    """(e): with a peer/outside front, every later job that fits alone starts."""
-    plan = admit(snap)
-    assert not [w for w in plan.wait if w.holder == "front" and w.front is None]
-    heads = [w for w in plan.wait if w.holder in ("peer", "outside")]
-    if heads and not any(w.holder in ("own", "device", "front") for w in plan.wait):
-        assert plan.passed == ()
 
 
 DEVICE_CLAIM = st.tuples(st.integers(1, 3), st.sampled_from([None, 4, 8, 12, 20, 24]))
