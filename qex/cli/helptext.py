@@ -123,8 +123,12 @@ process and a reboot.
       you hold the lock (or pool) NAME: now if no job holds it, else as soon
       as its holder ends; no job gets it meanwhile. --drain waits until it
       is yours.
-  qex resume [queue | lock NAME]
-  qex pause                       what is paused, by whom (user, pid), until when
+  qex resume [queue | lock NAME]  1 when that is not paused
+  qex pause [--json]              what is paused, by whom (user, pid of the
+                                  shell that paused), until when
+
+Ctrl-C during --drain stops only the wait (exit 1); the pause stays. A bad
+target or --for is a bad command line (exit 2).
 
 Every waiting job's reason names the pause (qex list, status, info, wait).
 A queue pause stops the --max-queue-time clock of every queued job (the
