@@ -151,3 +151,26 @@ def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
     for path in trash:
         shutil.rmtree(path, ignore_errors=True)
     return removed, refused
+
+
+def sweep_unfinished_dirs(ctx, older_than: float = 3600.0) -> int:
+    """Remove job directories that never got a record (a submission killed
+    half-way) once they are old enough that no submission can still be making them."""
+    import shutil
+
+    now, removed = time.time(), 0
+    try:
+        names = os.listdir(ctx.store.jobs)
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        path = os.path.join(ctx.store.jobs, name)
+        try:
+            if os.path.exists(os.path.join(path, "status.json")) or now - os.lstat(path).st_mtime < older_than:
+                continue
+        except OSError:
+            continue
+        if name.startswith((".new-", ".clean-")) or not name.startswith("."):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed

@@ -11,6 +11,7 @@ import time
 
 from attrs import define, field
 
+from qex.errors import QexError
 from qex.store import fs
 from qex.store.lock import hold, is_held
 from qex.store.records import FINAL, HOLDING
@@ -74,8 +75,39 @@ class Txn:
     def record(self, job_id: str) -> dict:
         rec = self.records.get(job_id)
         if rec is None:
-            rec = self.records[job_id] = self.store.read_status_dict(job_id)
+            try:
+                rec = self.store.read_status_dict(job_id)
+            except QexError:
+                entry = self.idx.jobs.get(job_id)
+                if entry is None:
+                    raise
+                rec = self._rebuilt(job_id, entry)
+            self.records[job_id] = rec
         return rec
+
+    def _rebuilt(self, job_id: str, entry: dict) -> dict:
+        """A damaged status.json of an active job, rebuilt from its index entry and spec.
+
+        One damaged file must never stop the pass that would record another
+        job's end or start the next one; the job itself goes on.
+        """
+        from qex.store.records import status_defaults
+
+        try:
+            spec = self.store.read_spec(job_id)
+            command, cwd = list(spec.command), spec.cwd
+        except QexError:
+            command, cwd = [], ""
+        pools = {k: {"count": c, "size": z} for k, (c, z) in entry["pools"].items()}
+        return {**status_defaults(), "id": job_id, "seq": entry["seq"], "state": entry["state"],
+                "name": entry["name"], "owner": entry["owner"], "uid": entry["uid"], "command": command,
+                "cwd": cwd, "group": entry.get("group"), "group_name": entry.get("group_name"),
+                "priority": entry["priority"], "submitted_at": entry.get("submitted_at", 0.0),
+                "claims": {"cpu": entry["cpu"] / 1000, "mem": entry["mem"], "pools": pools},
+                "assigned": [{"pool": p, "devices": d, "size": z} for p, d, z in entry["assigned"]],
+                "needs": entry["needs"], "after": entry["after"], "dedupe_key": entry.get("dedupe_key"),
+                "pid": entry.get("pid"), "supervisor_pid": entry.get("supervisor_pid"),
+                "error": "its status.json was damaged; qex rebuilt it from the queue's index"}
 
     def put(self, rec: dict, previous: str | None, change: str = "state") -> None:
         self.records[rec["id"]] = rec
@@ -161,7 +193,7 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         attempts = list(rec.get("attempts") or []) + [{
             "number": attempt, "state": "failed", "claims": rec.get("claims"),
             "started_at": rec.get("started_at"), "ended_at": now, "error": error}]
-        txn.update(job_id, state="failed", ended_at=now, error=error, attempts=attempts)
+        txn.update(job_id, state="failed", ended_at=now, error=error, attempts=attempts, supervisor_lost=True)
 
 
 def _read_pid_file(path: str) -> tuple[int, int | None] | None:

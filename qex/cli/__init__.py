@@ -40,7 +40,8 @@ def _dispatch(argv: list[str]) -> int:
         from qex.errors import UsageError
 
         raise UsageError(f"unknown command {name!r}; the commands are: {', '.join(parser.COMMANDS)}")
-    args = parser.build(only=name).parse_args(argv)
+    built = parser.build(only=name)
+    args = built.parse_args(parser.join_dash_values(built, argv))
     module, _, func = parser.COMMANDS[name][1].partition(":")
     import importlib
 

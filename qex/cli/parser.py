@@ -31,7 +31,7 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         from qex.errors import UsageError
 
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def add_claims(p) -> None:
@@ -79,6 +79,31 @@ def _int(option):
             raise SpecError(f"{option}: {text!r} is not a whole number") from None
     parse.__name__ = "whole number"
     return parse
+
+
+def join_dash_values(parser: Parser, argv: list[str]) -> list[str]:
+    """`--mem -5GB` reaches the option as its value (argparse would take it for
+    an option), so that the value is refused with the option's own sentence."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    command = sub.choices.get(argv[0]) if sub and argv else None
+    if command is None:
+        return argv
+    takes_value = {o for a in command._actions if a.nargs is None and a.option_strings
+                   and not isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction))
+                   for o in a.option_strings}
+    out, i = [], 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return out + argv[i:]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if word in takes_value and nxt and nxt.startswith("-") and nxt != "--" and nxt not in command._option_string_actions:
+            out.append(f"{word}={nxt}")
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
 
 
 def build(only: str | None = None) -> Parser:

@@ -45,7 +45,9 @@ def describe(rec: dict) -> str:
             ("state", state_text(rec))]
     if rec.get("group"):
         rows.append(("group", f"{rec['group']} ({safe_text(rec.get('group_name') or '')})"))
-    rows.append(("command", safe_text(" ".join(rec.get("command") or ()), 400)))
+    import shlex
+
+    rows.append(("command", plain(shlex.join(rec.get("command") or ()), 400)))
     rows.append(("cwd", safe_text(rec.get("cwd", ""), 400)))
     rows.append(("owner", safe_text(str(rec.get("owner", "")))))
     rows.append(("claims", claims_text(rec.get("claims") or {})

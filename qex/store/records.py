@@ -122,6 +122,7 @@ class Status:
     queue_pause_secs: float = 0.0
     queue_pauses: tuple[str, ...] = ()      # ids of the queue pauses counted in queue_pause_secs
     kill_requested: bool = False
+    supervisor_lost: bool = False
     oom_evidence: str | None = None
 
     @property
@@ -141,3 +142,28 @@ class Spec:
     nice: int | None = None
     hints: bool = False
     request: dict = field(factory=dict)
+
+
+_DEFAULTS: dict | None = None
+
+
+def status_defaults() -> dict:
+    """Every optional field of a status record with its default, as JSON values.
+
+    Merged under every record qex writes or prints, so a reader always finds
+    every field the contract names, even in a record an older qex wrote.
+    """
+    global _DEFAULTS
+    if _DEFAULTS is None:
+        import attrs
+
+        from qex.store import codec
+
+        out = {}
+        for f in attrs.fields(Status):
+            if f.default is attrs.NOTHING:
+                continue
+            value = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default
+            out[f.name] = codec.dump(value) if attrs.has(type(value)) else (list(value) if isinstance(value, tuple) else value)
+        _DEFAULTS = out
+    return dict(_DEFAULTS)

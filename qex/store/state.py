@@ -100,9 +100,11 @@ class Store:
         except (OSError, ValueError) as exc:
             raise BrokenRecord(f"the record {path} cannot be read ({_why(exc)}); "
                                f"qex clean {job_id} removes it") from None
-        if not isinstance(data, dict) or "id" not in data:
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str) or "state" not in data:
             raise BrokenRecord(f"the record {path} is not a job record; qex clean {job_id} removes it")
-        return data
+        from qex.store.records import status_defaults
+
+        return {**status_defaults(), **data}
 
     def read_status(self, job_id: str) -> Status:
         from qex.store import codec
@@ -191,9 +193,12 @@ class Store:
         fs.write_json(self.index_path, idx.dump(), sync_dir=False)
 
     def _write_status_locked(self, rec: dict) -> None:
+        from qex.store.records import status_defaults
+
         directory = self.job_dir(rec["id"])
         if os.path.isdir(directory):
-            fs.write_json(os.path.join(directory, "status.json"), rec, mode=0o644, sync_dir=False)
+            fs.write_json(os.path.join(directory, "status.json"), {**status_defaults(), **rec},
+                          mode=0o644, sync_dir=False)
 
     def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]]) -> list[dict]:
         """Apply changes: (new record dict, previous state, change kind).
