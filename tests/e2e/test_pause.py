@@ -6,6 +6,7 @@ import os
 import pwd
 import select
 import subprocess
+import sys
 import time
 
 import pytest
@@ -50,13 +51,9 @@ def test_pause_queue_for_2s_ends_by_itself_and_the_waiting_job_starts_with_no_co
     assert "the queue is paused for 2s" in proc.stderr
     with open(pause_file(qq)) as fh:
         until = json.load(fh)["until"]
-    job = qq.submit("--", "true")  # a submission into a paused queue succeeds (0) and waits
-    rec = qq.record(job)
-    assert rec["state"] == "queued" and rec["blocked_holder"] == "pause"
-    assert "paused by" in rec["blocked_reason"] and "disk swap" in rec["blocked_reason"]
-    assert "qex resume queue" in rec["blocked_reason"]
-    assert "disk swap" in qq.run("list", check=0).stdout
-    assert "paused: the queue is paused by" in qq.run("info", check=0).stdout
+    proc = qq.run("submit", "--", "true", check=0)  # a submission into a paused queue succeeds (0) and waits
+    job = proc.stdout.strip()
+    assert f"job {job[:8]} waits: the queue is paused by" in proc.stderr and "disk swap" in proc.stderr
     # From here on no qex command is typed.
     rec = qq.wait_state(job, ("completed", "failed", "expired"), timeout=10)
     assert rec["state"] == "completed"
@@ -121,9 +118,17 @@ def test_pause_queue_drain_waits_until_nothing_runs_while_running_jobs_and_retri
     assert qq.wait_state(queued, ("completed", "failed"))["state"] == "completed"
 
 
-def test_wait_says_the_job_waits_for_the_pause(qq):
+def test_every_waiting_job_names_the_pause_in_list_status_info_and_wait(qq):
     qq.run("pause", "queue", "--reason", "upgrade", check=0)
     job = qq.submit("--", "true")
+    rec = qq.record(job)
+    assert rec["state"] == "queued" and rec["blocked_holder"] == "pause"
+    assert "paused by" in rec["blocked_reason"] and "upgrade" in rec["blocked_reason"]
+    assert "qex resume queue ends it" in rec["blocked_reason"]
+    assert "the queue is paused by" in qq.run("list", check=0).stdout
+    assert "waits    the queue is paused by" in qq.run("status", job, check=0).stdout
+    info = qq.run("info", check=0).stdout
+    assert "paused: the queue is paused by" in info and "pause     queue: paused by" in info
     proc = qq.popen("wait", job)
     line = stderr_line(proc)
     assert f"job {job[:8]} waits: the queue is paused by" in line and "upgrade" in line
@@ -200,7 +205,7 @@ def test_in_a_state_dir_of_another_user_a_queue_pause_is_refused_but_a_lock_paus
             os.chmod(os.path.join(d, f), 0o666)
 
     def as_nobody(*args):
-        return subprocess.run([*__import__("conftest").QEX, *args], env={**qq.env, "HOME": str(tmp_path)},
+        return subprocess.run([sys.executable, "-m", "qex", *args], env={**qq.env, "HOME": str(tmp_path)},
                               cwd=qq.root, capture_output=True, text=True, timeout=30,
                               preexec_fn=lambda: (os.setgid(nobody.pw_gid), os.setuid(nobody.pw_uid)))
 
