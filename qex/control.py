@@ -140,6 +140,7 @@ def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
                 continue
             except Exception:
                 rec = None  # a broken record may always be cleaned by whoever can
+            _remove_cgroup(ctx, job_id)
             hidden = os.path.join(ctx.store.jobs, f".clean-{job_id}")
             try:
                 os.rename(ctx.store.job_dir(job_id), hidden)
@@ -148,9 +149,29 @@ def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
                 continue
             trash.append(hidden)
             removed.append(job_id)
+        _sweep_cgroups(ctx, idx, removed)
     for path in trash:
         shutil.rmtree(path, ignore_errors=True)
     return removed, refused
+
+
+def _remove_cgroup(ctx, job_id: str) -> None:
+    """An ended job's memory cgroup goes with its record (if a process it left keeps it, it stays)."""
+    from qex.supervisor import cgroup
+
+    try:
+        cgroup.stop_and_remove(ctx.store.job_dir(job_id), job_id, kill=False)
+    except OSError:
+        pass
+
+
+def _sweep_cgroups(ctx, idx, removed: list[str]) -> None:
+    from qex.supervisor import cgroup
+
+    try:
+        cgroup.sweep(ctx.store, set(idx.jobs), known=set(removed))
+    except OSError:
+        pass
 
 
 def sweep_unfinished_dirs(ctx, older_than: float = 3600.0) -> int:

@@ -129,6 +129,7 @@ class PassResult:
     value: object = None
     launches: list = field(factory=list)
     queued_mine: bool = False
+    running_mine: bool = False
     next_deadline: float | None = None
 
 
@@ -139,9 +140,12 @@ def run_pass(ctx: Context, mutate=None) -> PassResult:
         txn = Txn(ctx.store, idx)
         value = mutate(txn) if mutate is not None else None
         launches = admit_locked(ctx, txn)
+        from qex.hooks import mark_locked
+
+        mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
         txn.commit()
-    queued_mine = any(e["state"] == "queued" and e["uid"] == ctx.uid for e in idx.jobs.values())
-    return PassResult(value, launches, queued_mine, txn.next_deadline)
+    mine = [e["state"] for e in idx.jobs.values() if e["uid"] == ctx.uid]
+    return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine), txn.next_deadline)
 
 
 def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | None:
@@ -153,7 +157,10 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | 
     child = launch_all(ctx, result.launches, close_in_child)
     if child is not None:
         return child
-    if result.queued_mine:
+    from qex.hooks import start_pending
+
+    start_pending(ctx, close_in_child)  # after the launches: a hook never holds the queue
+    if result.queued_mine or result.running_mine:
         from qex import waker
 
         return waker.ensure(ctx, close_in_child, result.next_deadline)
@@ -164,6 +171,7 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | 
 
 def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
     """Jobs whose supervisor is gone: requeue what never ran, fail what did."""
+    lost = False
     for job_id, entry in list(txn.idx.jobs.items()):
         if entry["state"] not in HOLDING:
             continue
@@ -174,6 +182,7 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         except OSError:
             continue  # cannot look (another user's private directory): assume alive
         launched = _read_pid_file(ctx.store.path(job_id, "pid"))
+        lost = True
         try:
             rec = txn.record(job_id)
         except Exception:
@@ -183,10 +192,12 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
             txn.store._index_put(txn.idx, rec)
             continue
         if launched is None and entry["state"] == "starting":
+            _release_cgroup(ctx, job_id)
             txn.update(job_id, state="queued", assigned=[], forced=False,
                        blocked_reason="requeued: the qex process that was starting it died before it ran")
             continue
         _stop_orphan(launched)
+        _release_cgroup(ctx, job_id)
         attempt = rec.get("attempt", 1)
         error = (f"its supervisor (pid {rec.get('supervisor_pid') or '?'}) was lost; "
                  "the job's processes were stopped and the result is unknown")
@@ -194,6 +205,28 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
             "number": attempt, "state": "failed", "claims": rec.get("claims"),
             "started_at": rec.get("started_at"), "ended_at": now, "error": error}]
         txn.update(job_id, state="failed", ended_at=now, error=error, attempts=attempts, supervisor_lost=True)
+    if lost:
+        _sweep_cgroups(ctx, txn)
+
+
+def _release_cgroup(ctx: Context, job_id: str) -> None:
+    """Stop what is left in a lost job's memory cgroup and remove it (qex.supervisor.cgroup)."""
+    from qex.supervisor import cgroup
+
+    try:
+        cgroup.stop_and_remove(ctx.store.job_dir(job_id), job_id, kill=True)
+    except OSError:
+        pass
+
+
+def _sweep_cgroups(ctx: Context, txn: Txn) -> None:
+    """Empty job cgroups whose job is not running (only when a supervisor was lost: cheap)."""
+    from qex.supervisor import cgroup
+
+    try:
+        cgroup.sweep(ctx.store, {j for j, e in txn.idx.jobs.items() if e["state"] in HOLDING})
+    except OSError:
+        pass
 
 
 def _read_pid_file(path: str) -> tuple[int, int | None] | None:

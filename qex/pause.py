@@ -432,32 +432,15 @@ def submission_note(ctx, job_id: str) -> str | None:
 
 
 class WaitNotes:
-    """For `qex wait`: say once (per reason) that a job waits for a pause."""
+    """For `qex wait` (``on_record``): say once per job and reason that it waits for a pause."""
 
-    EVERY = 1.0
-
-    def __init__(self, ctx, job_ids: list[str], say):
-        self.ctx, self.job_ids, self.say = ctx, job_ids, say
+    def __init__(self, say):
+        self.say = say
         self.said: dict[str, str] = {}
-        self.last = 0.0
 
-    def __call__(self) -> None:
-        now = time.monotonic()
-        if now - self.last < self.EVERY:
-            return
-        self.last = now
-        try:
-            if not os.listdir(directory(self.ctx.store)):
-                return
-        except OSError:
-            return
-        for job_id in self.job_ids:
-            try:
-                rec = self.ctx.store.read_status_dict(job_id)
-            except Exception:
-                continue
-            reason = rec.get("blocked_reason")
-            if (rec.get("state") == "queued" and rec.get("blocked_holder") in ("pause", "person")
-                    and self.said.get(job_id) != reason):
-                self.said[job_id] = reason
-                self.say(f"qex: job {job_id[:8]} waits: {reason}")
+    def __call__(self, rec: dict) -> None:
+        job_id, reason = rec.get("id", ""), rec.get("blocked_reason")
+        if (rec.get("state") == "queued" and rec.get("blocked_holder") in ("pause", "person")
+                and self.said.get(job_id) != reason):
+            self.said[job_id] = reason
+            self.say(f"qex: job {job_id[:8]} waits: {reason}")

@@ -53,6 +53,16 @@ def schema_for(kind: str) -> dict:
         body = _object(Status, closed=False, all_required=True)  # qex writes every field
         body["properties"]["state"] = {"enum": list(STATES)}
         title = "qex job record (status.json)"
+    elif kind == "event":
+        from qex.events import KINDS, Event
+        from qex.store.records import STATES
+
+        body = _object(Event, closed=False)
+        body["properties"]["event"] = {"enum": list(KINDS)}
+        body["properties"]["state"] = {"anyOf": [{"enum": list(STATES)}, {"type": "null"}]}
+        body["properties"]["previous"] = {"anyOf": [{"enum": list(STATES)}, {"type": "null"}]}
+        body["properties"]["change"] = {"anyOf": [{"enum": ["state", "reason"]}, {"type": "null"}]}
+        title = "qex event (one line of qex events --json)"
     elif kind == "job":
         from qex.jobfile import JobFile
 

@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("budget, load, pools, peers, queue health", "qex.cli.show:cmd_info"),
     "pause": ("pause the queue, or hold a lock for yourself; alone: show what is paused", "qex.cli.pause:cmd_pause"),
     "resume": ("end a pause of the queue or of a lock", "qex.cli.pause:cmd_resume"),
+    "events": ("one line per change of any job, as it happens", "qex.cli.events:cmd_events"),
     "config": ("show the config in force", "qex.cli.show:cmd_config"),
     "schema": ("print the JSON Schema of a record", "qex.cli.show:cmd_schema"),
     "help": ("help on a topic", "qex.cli.helptext:cmd_help"),
@@ -108,7 +109,7 @@ def join_dash_values(parser: Parser, argv: list[str]) -> list[str]:
 
 def build(only: str | None = None) -> Parser:
     p = Parser(prog="qex", description="A daemonless job queue for one shared machine.",
-               epilog="Topics: qex help agents|resources|states|exit-codes|config|job-file|pause|dedupe")
+               epilog="Topics: qex help agents|resources|states|exit-codes|events|config|job-file|pause|dedupe")
     p.add_argument("--version", action="store_true", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, (text, _) in COMMANDS.items():
@@ -172,6 +173,16 @@ def _args_logs(c):
     s = c.add_mutually_exclusive_group()
     s.add_argument("--stdout", action="store_true")
     s.add_argument("--stderr", action="store_true")
+    s.add_argument("--hook", action="store_true", help="the output of the stop hook, and its verdict")
+
+
+def _args_events(c):
+    c.add_argument("--json", action="store_true", help="one JSON object per line (qex schema event)")
+    c.add_argument("--since", metavar="STREAM:SEQ|start|now",
+                   help="resume after a position (the stream and seq of the last line you read), "
+                        "from everything the journal holds (start), or only new events (now, the default)")
+    c.add_argument("--count", type=_int("--count"), metavar="N", help="stop after N job lines")
+    c.add_argument("--timeout", metavar="T", help="stop after T (90s, 30m, ...)")
 
 
 def _args_kill(c):
@@ -217,7 +228,7 @@ def _args_config(c):
 
 
 def _args_schema(c):
-    c.add_argument("kind", choices=("job", "status"))
+    c.add_argument("kind", choices=("job", "status", "event"))
 
 
 def _args_help(c):

@@ -47,8 +47,15 @@ class Assigned:
 
 @frozen
 class Usage:
+    """What an attempt used. ``max_rss``: the peak in bytes, of the job's whole
+    process tree from its memory cgroup (``peak_from`` "cgroup"), else of its
+    largest waited-for process from getrusage ("rusage"). ``oom_kills``: OOM
+    kills the kernel counted in the job's cgroup (None without a cgroup)."""
+
     max_rss: int | None = None
     cpu_secs: float | None = None
+    peak_from: str | None = None
+    oom_kills: int | None = None
 
 
 @frozen

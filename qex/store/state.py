@@ -169,8 +169,10 @@ class Store:
     def _rebuild_index_locked(self) -> Index:
         """Scan every record: used only when the index is missing or damaged."""
         events, end = journal.read_from(self.journal_path, 0)
-        seq = max((e.get("seq", 0) for e in events), default=0)
-        stream = next((e.get("stream") for e in events if e.get("stream")), None)
+        # Just after a rotation the journal is empty: the rotated file keeps the stream going.
+        held = events or journal.read_from(os.path.join(self.root, journal.ROTATED), 0)[0]
+        seq = max((e.get("seq", 0) for e in held), default=0)
+        stream = next((e.get("stream") for e in held if e.get("stream")), None)
         idx = Index({"seq": seq, "offset": end, "stream": stream})
         for job_id in self.job_ids():
             try:

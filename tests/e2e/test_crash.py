@@ -150,3 +150,15 @@ def test_the_code_of_a_job_that_ran_but_lost_its_supervisor_is_not_121(q):
     waited = q.run("wait", "--timeout", "15", job, timeout=30)
     assert q.record(job)["state"] == "failed"
     assert waited.returncode not in (0, 121, 124), waited
+
+
+def test_a_lost_supervisor_is_noticed_with_no_command_typed_even_when_nothing_is_queued(q):
+    q.write_config(CONFIG)
+    job = q.submit("--", *gated(q, "alone"))
+    rec = q.wait_state(job, "running")
+    os.kill(rec["supervisor_pid"], signal.SIGKILL)
+    # nothing queued, no command typed: the waker that lives while the job runs notices it
+    final = q.wait_state(job, FINAL, timeout=10)
+    assert final["state"] == "failed" and final["supervisor_lost"] and "supervisor" in final["error"]
+    assert not alive(rec["pid"])
+    q.wait_for(lambda: not q.processes(), timeout=10, what="no qex process left")
