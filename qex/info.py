@@ -43,7 +43,14 @@ def gather(ctx) -> dict:
         "memory": _memory(),
         "queue": {"running": len(running), "queued": len(queued), "health": plan.health,
                   "since": since, "state_dir": ctx.store.root, "sharing": shared.describe(ctx.store)},
+        "pauses": _pauses(ctx, idx),
     }
+
+
+def _pauses(ctx, idx) -> list[dict]:
+    from qex import pause
+
+    return pause.listing(ctx.store, idx.jobs, __import__("time").time())
 
 
 def _health_since(txn, plan, idx) -> float | None:
@@ -145,6 +152,11 @@ def render(info: dict) -> str:
         since = (f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(q['since']))} "
                  f"({format_duration(max(0.0, time.time() - q['since']))} ago)")
     lines.append(f"queue     {q['running']} running, {q['queued']} queued — {q['health']}{since}")
+    if info.get("pauses"):
+        from qex.pause import render as pause_line
+
+        now = __import__("time").time()
+        lines += [f"pause     {pause_line(p, now)}" for p in info["pauses"]]
     return "\n".join(lines)
 
 

@@ -42,7 +42,7 @@ import os
 import stat
 import time
 
-from attrs import field, frozen
+from attrs import frozen
 
 FORMAT = 1
 KIND = "qex-peer"
@@ -704,28 +704,11 @@ def _open_admit_file(dfd: int) -> int | None:
 
 # ---- for the waker ------------------------------------------------------------------
 
-POLL = 0.1
-
-
-def sleep_until_change(ctx, limit: float) -> None:
-    """Sleep ``limit`` seconds, or less: until the peer directory changes (a
-    peer's job ended and its record or lock went), so that a job waiting for
-    another user starts within a fraction of a second. One stat per ``POLL``."""
-    path = directory(ctx)
-    deadline = time.monotonic() + limit
-    first = _dir_version(path)
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        time.sleep(min(POLL, left))
-        if _dir_version(path) != first:
-            return
-
-
-def _dir_version(path: str):
+def dir_version(ctx):
+    """Changes whenever a record or lock file of the peer directory is added,
+    replaced or removed (a peer's job started or ended): one stat."""
     try:
-        st = os.stat(path, follow_symlinks=False)
+        st = os.stat(directory(ctx), follow_symlinks=False)
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns

@@ -90,30 +90,6 @@ def describe(store) -> str:
     return f"shared by the group {group} (owner {user_name(store.owner_uid)})"
 
 
-# ---- who may do what ----------------------------------------------------------------
-
-def may_pause_queue(ctx) -> str | None:
-    """None when this user may pause (or resume) the whole queue; else the refusal.
-
-    In a shared directory only its owner (or root) may: a pause stops every
-    member's jobs. For the pause command (``qex pause queue``) to call.
-    """
-    store = ctx.store
-    if not store.shared or ctx.uid == 0 or ctx.uid == store.owner_uid:
-        return None
-    from qex.paths import user_name
-
-    return (f"the state directory {store.root} is shared and belongs to {user_name(store.owner_uid)}; "
-            "only its owner (or root) can pause or resume the whole queue; "
-            "pause a lock instead (qex pause lock NAME) or ask the owner")
-
-
-def check_may_pause_queue(ctx) -> None:
-    refusal = may_pause_queue(ctx)
-    if refusal is not None:
-        raise PermissionRefused(refusal)
-
-
 # ---- qex init --shared DIR [--group G] --------------------------------------------------
 
 def _group(word: str | None) -> tuple[int, str]:

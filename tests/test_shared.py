@@ -1,4 +1,4 @@
-"""qex.shared in-process: what makes a directory shared, who may pause it, what init refuses."""
+"""qex.shared in-process: what makes a directory shared, what init refuses."""
 
 import os
 import stat
@@ -8,7 +8,7 @@ import pytest
 from qex import shared
 from qex.config import Config
 from qex.engine import Context
-from qex.errors import PermissionRefused, QexError
+from qex.errors import QexError
 from qex.store.state import Store
 
 
@@ -29,20 +29,6 @@ def test_init_makes_a_shared_directory_that_the_store_recognises(tmp_path):
     assert ctx.store.file_mode == 0o660 and ctx.store.status_mode == 0o640
     assert shared.init_shared(root, None)["created"] is False  # again: repairs, refuses nothing
     assert not ctx_for(str(tmp_path / "private"), os.getuid()).store.shared
-
-
-def test_only_the_owner_or_root_may_pause_the_whole_shared_queue(tmp_path):
-    root = str(tmp_path / "q")
-    shared.init_shared(root, None)
-    me = os.getuid()
-    other = me + 4242 if me != 0 else 4242
-    assert shared.may_pause_queue(ctx_for(root, me)) is None
-    assert shared.may_pause_queue(ctx_for(root, 0)) is None
-    refusal = shared.may_pause_queue(ctx_for(root, other))
-    assert "only its owner (or root) can pause or resume the whole queue" in refusal
-    with pytest.raises(PermissionRefused):
-        shared.check_may_pause_queue(ctx_for(root, other))
-    assert shared.may_pause_queue(ctx_for(str(tmp_path / "mine"), other)) is None  # a private queue: no rule
 
 
 def test_init_refuses_a_private_queue_a_non_empty_directory_and_a_symlink(tmp_path):

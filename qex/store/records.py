@@ -127,6 +127,7 @@ class Status:
     oom_retries: int = 1
     max_queue_time: float | None = None
     queue_pause_secs: float = 0.0
+    queue_pauses: tuple[str, ...] = ()      # ids of the queue pauses counted in queue_pause_secs
     kill_requested: bool = False
     supervisor_lost: bool = False
     oom_evidence: str | None = None
@@ -164,13 +165,11 @@ def status_defaults() -> dict:
     if _DEFAULTS is None:
         import attrs
 
-        from qex.store import codec
-
         out = {}
         for f in attrs.fields(Status):
             if f.default is attrs.NOTHING:
                 continue
             value = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default
-            out[f.name] = codec.dump(value) if attrs.has(type(value)) else (list(value) if isinstance(value, tuple) else value)
+            out[f.name] = attrs.asdict(value) if attrs.has(type(value)) else (list(value) if isinstance(value, tuple) else value)
         _DEFAULTS = out
     return dict(_DEFAULTS)

@@ -60,7 +60,8 @@ def entry_of(rec: dict) -> dict:
                      for a in rec.get("assigned") or ()],
         "needs": list(rec.get("needs") or ()), "after": list(rec.get("after") or ()),
         "deadline": (rec.get("submitted_at", 0.0) + mqt + rec.get("queue_pause_secs", 0.0))
-        if mqt is not None else None,
+        if mqt is not None and rec.get("attempt", 1) == 1 else None,  # a retry has started once
+        "attempt": rec.get("attempt", 1),
         "passed_by": rec.get("passed_by", 0), "reason": rec.get("blocked_reason"),
         "holder": rec.get("blocked_holder"), "dedupe_key": rec.get("dedupe_key"),
         "pid": rec.get("pid"), "supervisor_pid": rec.get("supervisor_pid"),
@@ -253,13 +254,13 @@ class Store:
     # ---- making a job directory (before its first event) ------------------
     def create_job_dir(self, spec: Spec) -> None:
         """Make jobs/<id>/ with its spec, under a hidden name renamed into view."""
-        from qex.store import codec
+        import attrs
 
         final = self.job_dir(spec.id)
         tmp = os.path.join(self.jobs, f".new-{spec.id}")
         try:
             os.mkdir(tmp, 0o700)
-            fs.write_json(os.path.join(tmp, "spec.json"), codec.dump(spec), mode=0o600, sync_dir=False)
+            fs.write_json(os.path.join(tmp, "spec.json"), attrs.asdict(spec), mode=0o600, sync_dir=False)
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             if self.shared:

@@ -370,7 +370,11 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
                        blocked_reason=f"queued for retry {failed_before + 1} of {current.get('retries')} "
                                       f"after attempt {attempt} failed")
         else:
-            txn.update(launch.job_id, state=outcome["state"], attempts=attempts, **fields)
+            final = txn.update(launch.job_id, state=outcome["state"], attempts=attempts, **fields)
+            if final.get("dedupe_key"):
+                from qex import dedupe
+
+                dedupe.remember_locked(ctx.store, final)
 
     result = engine.run_pass(ctx, record_end)
     return engine.after_pass(ctx, result, close_in_child=_own_fds(launch)) or _close_and_end(launch, ctx)

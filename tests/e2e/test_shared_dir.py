@@ -147,3 +147,17 @@ def test_a_spec_put_in_place_by_another_user_is_never_run(lab):
     rec = one.wait_state(victim, ("failed", "completed"), timeout=15)
     assert rec["state"] == "failed" and "not owned by the job's owner" in rec["error"], rec
     assert not os.path.exists(bad) and not os.path.exists(ok)
+
+
+def test_only_the_owner_pauses_the_whole_shared_queue_and_any_member_pauses_a_lock(lab):
+    w, one, two = lab
+    refused = two.run("pause", "queue", "--reason", "mine now")
+    assert refused.returncode == 1 and f"belongs to {one.user}" in refused.stderr, refused.stderr
+    assert not os.path.exists(os.path.join(one.state, "pause", "queue.json"))
+    two.run("pause", "lock", "dataset", "--reason", "reindexing", check=0)
+    job = one.submit("--lock", "dataset", "--", "true")
+    assert "reindexing" in one.record(job)["blocked_reason"]
+    one.run("pause", "queue", "--reason", "maintenance", check=0)  # the owner may
+    one.run("resume", "queue", check=0)
+    two.run("resume", "lock", "dataset", check=0)
+    one.wait_state(job, "completed")
