@@ -1,6 +1,5 @@
 """qex wait and qex status (and the output follower that run and submit use)."""
 
-import os
 import signal
 import sys
 import time
