@@ -7,6 +7,7 @@ and the writes only; supervisors are forked after it is released.
 
 import os
 import signal
+import stat
 import time
 
 from attrs import define, field
@@ -61,6 +62,8 @@ class Launch:
 
     job_id: str
     alive_fd: int
+    peer_fd: int = -1              # this job's liveness lock in the peer directory (qex.peers)
+    peer_lock: str | None = None
 
 
 class Txn:
@@ -68,6 +71,7 @@ class Txn:
 
     def __init__(self, store: Store, idx: Index):
         self.store, self.idx = store, idx
+        self.next_deadline: float | None = None  # the plan's earliest --max-queue-time deadline
         self.records: dict[str, dict] = {}
         self.changes: list[tuple[dict, str | None, str]] = []
 
@@ -129,6 +133,7 @@ class PassResult:
     launches: list = field(factory=list)
     queued_mine: bool = False
     running_mine: bool = False
+    next_deadline: float | None = None
 
 
 def run_pass(ctx: Context, mutate=None) -> PassResult:
@@ -137,13 +142,28 @@ def run_pass(ctx: Context, mutate=None) -> PassResult:
         idx = ctx.store.load_index_locked()
         txn = Txn(ctx.store, idx)
         value = mutate(txn) if mutate is not None else None
-        launches = admit_locked(ctx, txn)
-        from qex.hooks import mark_locked
+        from qex import peers
 
-        mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
-        txn.commit()
+        with peers.admission(ctx, any(e["state"] == "queued" for e in idx.jobs.values())):
+            launches = admit_locked(ctx, txn)
+            from qex.hooks import mark_locked
+
+            mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
+            txn.commit()
+            _publish_locked(ctx, idx)
     mine = [e["state"] for e in idx.jobs.values() if e["uid"] == ctx.uid]
-    return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine))
+    return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine), txn.next_deadline)
+
+
+def _publish_locked(ctx: Context, idx: Index) -> None:
+    """Tell the other queues what this user's jobs hold now (qex.peers); a
+    failure never fails the pass (qex info says it)."""
+    from qex import peers
+
+    try:
+        peers.publish_locked(ctx, idx)
+    except Exception:  # a hostile or broken peer directory must never stop this queue
+        pass
 
 
 def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | None:
@@ -161,7 +181,7 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | 
     if result.queued_mine or result.running_mine:
         from qex import waker
 
-        return waker.ensure(ctx, close_in_child)
+        return waker.ensure(ctx, close_in_child, result.next_deadline)
     return None
 
 
@@ -180,6 +200,8 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         except OSError:
             continue  # cannot look (another user's private directory): assume alive
         launched = _read_pid_file(ctx.store.path(job_id, "pid"))
+        if _runs_out_of_reach(ctx, entry, launched):
+            continue  # another user's job still runs: only its owner's pass can stop it
         lost = True
         try:
             rec = txn.record(job_id)
@@ -227,6 +249,16 @@ def _sweep_cgroups(ctx: Context, txn: Txn) -> None:
         pass
 
 
+def _runs_out_of_reach(ctx: Context, entry: dict, launched) -> bool:
+    """Another user's job (a shared directory) whose processes provably still run."""
+    if ctx.uid == 0 or entry.get("uid") in (None, ctx.uid) or launched is None:
+        return False
+    from qex.machine import process_start_time
+
+    pid, start = launched
+    return start is not None and process_start_time(pid) == start
+
+
 def _read_pid_file(path: str) -> tuple[int, int | None] | None:
     try:
         parts = fs.read_bytes(path, 64).split()
@@ -254,14 +286,20 @@ def _stop_orphan(launched) -> None:
 def admit_locked(ctx: Context, txn: Txn) -> list[Launch]:
     from qex import admit as A
 
+    from qex import pause
+
     now = time.time()
     reconcile_locked(ctx, txn, now)
+    pause.settle_locked(ctx, txn, now)
     launches = []
-    while any(e["state"] == "queued" for e in txn.idx.jobs.values()):
+    for _ in range(8):  # an expiry or a skip settles its dependents in the same hold
+        if not any(e["state"] == "queued" for e in txn.idx.jobs.values()):
+            break
         plan = A.admit(snapshot(ctx, txn, now))
         launches += apply_plan(ctx, txn, plan, now)
-        if not (plan.skip or plan.expire):
-            break  # a job skipped or expired may skip its dependents: settle the chain in this hold
+        txn.next_deadline = plan.next_deadline
+        if not (plan.expire or plan.skip):
+            break
     return launches
 
 
@@ -279,7 +317,7 @@ def snapshot(ctx: Context, txn: Txn, now: float):
         elif e["state"] == "queued":
             queued.append(A.Queued(job_id, e["seq"], e["priority"], e["cpu"], e["mem"], claims,
                                    tuple(e["needs"]), tuple(e["after"]), e["deadline"],
-                                   e["passed_by"], e["name"]))
+                                   e["passed_by"], e["name"], e.get("attempt", 1) > 1))
             dep_ids.update(e["needs"], e["after"])
     from qex import machine
 
@@ -319,10 +357,13 @@ def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
         fd = hold(ctx.store.path(start.id, "alive.lock"))
         if fd is None:
             continue
+        from qex import peers
+
+        peer_fd, peer_lock = peers.hold_job_lock(ctx, start.id)
         assigned = [{"pool": a.pool, "devices": list(a.devices), "size": a.size} for a in start.assigned]
         txn.update(start.id, state="starting", assigned=assigned, forced=start.forced,
-                   blocked_reason=None, blocked_holder=None, blocked_since=None)
-        launches.append(Launch(start.id, fd))
+                   blocked_reason=None, blocked_holder=None, blocked_since=None, peer_lock=peer_lock)
+        launches.append(Launch(start.id, fd, peer_fd, peer_lock))
     for wait in plan.wait:
         _set_reason(txn, wait.id, wait.reason, wait.holder, now)
     for skip in plan.skip:
@@ -371,6 +412,7 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=()) -> Launc
                 for other in launches:
                     if other is not launch:
                         os.close(other.alive_fd)
+                        _close_quietly(other.peer_fd)
                 for fd in close_in_child:
                     _close_quietly(fd)
                 detach_stdio(ctx.store.path(launch.job_id, "supervisor.log"))
@@ -380,6 +422,7 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=()) -> Launc
         _wait_child(pid)
     for launch in launches:
         _close_quietly(launch.alive_fd)
+        _close_quietly(launch.peer_fd)
     return None
 
 
@@ -389,7 +432,11 @@ def detach_stdio(log_path: str | None) -> None:
     out = null
     if log_path:
         try:
-            out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+            out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+            st = os.fstat(out)
+            if st.st_uid != os.getuid() or st.st_nlink != 1 or not stat.S_ISREG(st.st_mode):
+                os.close(out)  # another user's file (a shared directory): never write into it
+                out = null
         except OSError:
             out = null
     os.dup2(null, 0)
@@ -415,6 +462,8 @@ def _wait_child(pid: int) -> None:
 
 
 def _close_quietly(fd: int) -> None:
+    if fd < 0:
+        return
     try:
         os.close(fd)
     except OSError:

@@ -27,18 +27,10 @@ def write_locked(ctx, group_id: str, name: str, members: list[str], kind: str, s
     """Write the group file (the state lock must be held)."""
     d = directory(ctx.store)
     if not os.path.isdir(d):
-        fs.ensure_private_dir(d, _mode_of(ctx.store.jobs))
+        fs.ensure_private_dir(d)  # a shared directory has it already (qex init --shared: 2770)
     data = {"id": group_id, "name": name, "members": list(members), "kind": kind,
             "owner": ctx.user, "uid": ctx.uid, "submitted_at": time.time()}
-    fs.write_json(path(ctx.store, group_id), data, mode=0o644, sync_dir=sync, sync=sync)
-
-
-def _mode_of(like: str) -> int:
-    """The groups directory gets the mode of the jobs directory (private or shared alike)."""
-    try:
-        return os.stat(like).st_mode & 0o7777
-    except OSError:
-        return 0o700
+    fs.write_json(path(ctx.store, group_id), data, mode=ctx.store.status_mode, sync_dir=sync, sync=sync)
 
 
 def remove_quietly(store, group_id: str) -> None:

@@ -1,6 +1,5 @@
 """qex wait and qex status (and the output follower that run and submit use)."""
 
-import os
 import signal
 import sys
 import time
@@ -165,7 +164,7 @@ def cmd_wait(args) -> int:
     old = _sigterm_as_interrupt()
     try:
         done = await_final(ctx, job_ids, _limit(args), first=args.next,
-                           on_record=None if args.quiet else AttemptNotes())
+                           on_record=None if args.quiet else _wait_notes())
     except KeyboardInterrupt:
         err("qex: stopped waiting; the jobs continue")
         return outcome.INTERRUPTED
@@ -187,6 +186,19 @@ def cmd_wait(args) -> int:
     return outcome.group_exit_code(records)
 
 
+def _wait_notes():
+    """What `qex wait` says on stderr as records change: an attempt that ended out
+    of memory, and a job that waits for a pause (the queue, or a lock a person holds)."""
+    from qex.pause import WaitNotes
+
+    attempts, pauses = AttemptNotes(), WaitNotes(err)
+
+    def note(rec: dict) -> None:
+        attempts(rec)
+        pauses(rec)
+    return note
+
+
 def cmd_status(args) -> int:
     from qex.resolve import resolve
 
@@ -206,6 +218,11 @@ def cmd_status(args) -> int:
         except WaitLimit:
             return outcome.WAIT_LIMIT
     records = [ctx.store.read_status_dict(j) for j in target.members]
+    if args.show_env:
+        from qex.control import check_owner
+
+        for rec in records:  # refuse before printing anything
+            check_owner(ctx, rec, "read the environment of")
     if not args.quiet:
         if args.json:
             print_json(records if target.is_group else records[0])

@@ -27,12 +27,20 @@ def max_bytes() -> int:
         return DEFAULT_MAX_BYTES
 
 
-def append(path: str, events: list[dict]) -> int:
-    """Append ``events`` as lines and fsync; return the new size of the file."""
+def append(path: str, events: list[dict], mode: int = 0o600) -> int:
+    """Append ``events`` as lines and fsync; return the new size of the file.
+
+    ``mode`` is applied to a journal this user owns (a shared state directory
+    needs 0660 whatever the umask of the user who started the file).
+    """
     data = b"".join(json.dumps(e, separators=(",", ":"), sort_keys=True).encode() + b"\n"
                     for e in events)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
+        if mode != 0o600:
+            st = os.fstat(fd)
+            if st.st_uid == os.getuid() and st.st_mode & 0o777 != mode:
+                os.fchmod(fd, mode)
         before = os.fstat(fd).st_size
         try:
             view = memoryview(data)

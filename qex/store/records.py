@@ -127,11 +127,13 @@ class Status:
     oom_retries: int = 1
     max_queue_time: float | None = None
     queue_pause_secs: float = 0.0
+    queue_pauses: tuple[str, ...] = ()      # ids of the queue pauses counted in queue_pause_secs
     kill_requested: bool = False
     supervisor_lost: bool = False
     oom_evidence: str | None = None
     template: tuple[str, ...] | None = None   # a fan-out job: its command with {} (the learner's key)
     rerun_of: str | None = None               # qex rerun: the job this one repeats
+    peer_lock: str | None = None    # this job's liveness file in the peer directory (qex.peers)
 
     @property
     def final(self) -> bool:

@@ -61,15 +61,22 @@ def entry_of(rec: dict) -> dict:
                      for a in rec.get("assigned") or ()],
         "needs": list(rec.get("needs") or ()), "after": list(rec.get("after") or ()),
         "deadline": (rec.get("submitted_at", 0.0) + mqt + rec.get("queue_pause_secs", 0.0))
-        if mqt is not None else None,
+        if mqt is not None and rec.get("attempt", 1) == 1 else None,  # a retry has started once
+        "attempt": rec.get("attempt", 1),
         "passed_by": rec.get("passed_by", 0), "reason": rec.get("blocked_reason"),
         "holder": rec.get("blocked_holder"), "dedupe_key": rec.get("dedupe_key"),
         "pid": rec.get("pid"), "supervisor_pid": rec.get("supervisor_pid"),
         "kill": rec.get("kill_requested", False), "submitted_at": rec.get("submitted_at", 0.0),
+        "peer_lock": rec.get("peer_lock"),
     }
 
 
 class Store:
+    # A shared state directory (qex init --shared; see qex.shared) gives the
+    # group what other users' passes need; ``ensure`` finds out which it is.
+    shared = False
+    owner_uid: int | None = None
+
     def __init__(self, root: str):
         self.root = root
         self.jobs = os.path.join(root, "jobs")
@@ -89,6 +96,19 @@ class Store:
     def ensure(self) -> None:
         fs.ensure_private_dir(self.root)
         fs.ensure_private_dir(self.jobs)
+        from qex import shared
+
+        shared.learn(self)
+
+    @property
+    def file_mode(self) -> int:
+        """Mode of the files every pass writes (index, journal, lock)."""
+        return 0o660 if self.shared else 0o600
+
+    @property
+    def status_mode(self) -> int:
+        """Mode of status.json, alive.lock and pid: readable by the other users' passes."""
+        return 0o640 if self.shared else 0o644
 
     # ---- records (no lock needed to read) ---------------------------------
     def read_status_dict(self, job_id: str) -> dict:
@@ -116,12 +136,14 @@ class Store:
             raise BrokenRecord(f"the record {self.path(job_id, 'status.json')} is damaged "
                                f"({codec.describe(exc, 'status.json')}); qex clean {job_id} removes it") from None
 
-    def read_spec(self, job_id: str) -> Spec:
+    def read_spec(self, job_id: str, must_own: bool = False) -> Spec:
+        """The job's spec; ``must_own``: only a spec.json of this process's user
+        (a supervisor never runs a spec another user could have put there)."""
         from qex.store import codec
 
         path = self.path(job_id, "spec.json")
         try:
-            return codec.load(Spec, fs.read_json(path))
+            return codec.load(Spec, fs.read_json(path, owner=os.getuid() if must_own else None))
         except Exception as exc:
             raise BrokenRecord(f"the job spec {path} cannot be read ({_why(exc)})") from None
 
@@ -195,7 +217,7 @@ class Store:
         idx.next_job = max(idx.next_job, int(rec.get("seq", 0)) + 1)
 
     def save_index_locked(self, idx: Index) -> None:
-        fs.write_json(self.index_path, idx.dump(), sync_dir=False)
+        fs.write_json(self.index_path, idx.dump(), mode=self.file_mode, sync_dir=False)
 
     def _write_status_locked(self, rec: dict, sync: bool = True) -> None:
         from qex.store.records import status_defaults
@@ -203,7 +225,7 @@ class Store:
         directory = self.job_dir(rec["id"])
         if os.path.isdir(directory):
             fs.write_json(os.path.join(directory, "status.json"), {**status_defaults(), **rec},
-                          mode=0o644, sync_dir=False, sync=sync)
+                          mode=self.status_mode, sync_dir=False, sync=sync)
 
     def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]]) -> list[dict]:
         """Apply changes: (new record dict, previous state, change kind).
@@ -224,7 +246,7 @@ class Store:
         for event in events:  # the seq of the append's last event: replay takes whole appends only
             event["commit"] = idx.seq
         try:
-            idx.offset = journal.append(self.journal_path, events)
+            idx.offset = journal.append(self.journal_path, events, self.file_mode)
         except OSError as exc:
             raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
         last = {rec["id"]: rec for rec, _previous, _change in changes}
@@ -256,6 +278,10 @@ class Store:
             fs.write_json(os.path.join(tmp, "spec.json"), attrs.asdict(spec), mode=0o600, sync_dir=False, sync=sync)
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            if self.shared:
+                from qex import shared
+
+                shared.open_job_dir(tmp)
             os.rename(tmp, final)
             if sync:
                 fs.fsync_dir(self.jobs)

@@ -27,6 +27,7 @@ went by when it could not keep up.
 
 import binascii
 import os
+import stat
 
 MIN_LIMIT = 4096          # below this the head, the marker and a tail do not fit
 CUT_RECORD = 256          # bytes of the .cut record
@@ -99,8 +100,12 @@ class Sink:
 
     def __init__(self, path: str, limit: int | None = None, label: str = "", setting: str = ""):
         self.path, self.label, self.setting = path, label, setting
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        self.size = os.fstat(self.fd).st_size
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+        st = os.fstat(self.fd)
+        if st.st_uid != os.getuid() or st.st_nlink != 1 or not stat.S_ISREG(st.st_mode):
+            os.close(self.fd)  # a shared directory: never write a job's output into someone else's file
+            raise PermissionError(f"{path} is not this user's log file (replaced by another user?)")
+        self.size = st.st_size
         self.limit = None if limit is None else max(int(limit), MIN_LIMIT)
         self.bytes = 0
         self.lines = 0
