@@ -12,8 +12,8 @@ Rules (all checked before the first job is made; any failure makes no job):
   line or one that starts with ``#`` gives no job (counted on stderr); the
   last line counts without its newline;
 - at most ``--max-jobs`` jobs (default 1000), at least one;
-- the options that mean one job (``--dedupe-key``, ``--json``, ``--wait``,
-  ``--follow``, ``--job``) are refused; every other option applies to every job.
+- the options that mean one job (``--dedupe-key``, ``--dedupe-window``,
+  ``--json``, ``--wait``, ``--follow``, ``--job``) are refused; every other option applies to every job.
 
 Jobs are named ``prog-007-line-text`` (the program's name, the job's
 zero-padded position, the line in safe form); the group is named after the
@@ -31,7 +31,7 @@ from qex.errors import SpecError
 
 MAX_INPUT = 64 << 20
 DEFAULT_MAX_JOBS = 1000
-ONE_JOB = (("dedupe_key", "--dedupe-key"), ("json", "--json"), ("wait", "--wait"),
+ONE_JOB = (("dedupe_key", "--dedupe-key"), ("dedupe_window", "--dedupe-window"), ("json", "--json"), ("wait", "--wait"),
            ("follow", "--follow"), ("job", "--job"))
 HOLE = None  # the place of {} in a parsed argument
 

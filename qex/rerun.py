@@ -12,7 +12,7 @@ import attrs
 
 from qex.errors import SpecError
 
-DROPPED = ("dedupe_key", "group", "group_name", "rerun_of")
+DROPPED = ("dedupe_key", "dedupe_window", "group", "group_name", "rerun_of")
 
 
 def request_of(ctx, job_id: str):

@@ -328,7 +328,8 @@ One job per line of FILE (- reads stdin), all in one group:
   - all or nothing: a command with no {}, an unreadable path or a directory, a
     line that is not UTF-8 (the error names it), no usable line, more jobs than
     --max-jobs N (default 1000), input over 64MiB, or an option that means one
-    job (--dedupe-key, --json, --wait, --follow, --job): an error, no job at all.
+    job (--dedupe-key, --dedupe-window, --json, --wait, --follow, --job): an
+    error, no job at all.
   - every other option applies to every job; --name names the group (default:
     the file's stem, "stdin" for -).
   - jobs are named prog-007-line-text (program, zero-padded position, the line

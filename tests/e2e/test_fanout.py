@@ -147,8 +147,10 @@ def test_all_or_nothing(qq, case, words):
 
 def test_options_that_mean_one_job_or_a_fan_out_are_refused_where_they_do_not_fit(qq):
     good = write(qq, "good.txt", "a\n")
-    dedupe = qq.run("submit", "--each-line", good, "--dedupe-key", "k", "--", "echo", "{}")
-    assert dedupe.returncode in (2, 121) and "--dedupe-key" in dedupe.stderr  # 2 until --dedupe-key exists
+    for option in ("--dedupe-key", "--dedupe-window"):
+        dedupe = qq.run("submit", "--each-line", good, option, "k" if option == "--dedupe-key" else "1h",
+                        "--", "echo", "{}")
+        assert dedupe.returncode == 121 and option in dedupe.stderr, dedupe.stderr
     run = qq.run("run", "--each-line", good, "--", "echo", "{}")
     assert run.returncode == 121 and "--each-line" in run.stderr
     alone = qq.run("submit", "--max-jobs", "5", "--", "echo", "x")
