@@ -24,6 +24,7 @@ from qex.store.lock import StateLock
 from qex.store.records import ACTIVE, Spec, Status
 
 INDEX_FORMAT = 1
+BULK = 16  # a commit of more jobs than this writes their records unsynced, then one syncfs
 
 
 class BrokenRecord(StoreError):
@@ -170,7 +171,7 @@ class Store:
         return idx
 
     def _replay_locked(self, idx: Index) -> None:
-        events, end = journal.read_from(self.journal_path, idx.offset)
+        events, end, highest = journal.read_committed(self.journal_path, idx.offset)
         applied = False
         for event in events:
             if event.get("event") == "job" and event.get("seq", 0) > idx.seq:
@@ -182,6 +183,9 @@ class Store:
                 applied = True
         if end != idx.offset:
             idx.offset = end
+            applied = True
+        if highest > idx.seq:  # a cut append's seqs are never given again (a reader may have seen them)
+            idx.seq = highest
             applied = True
         journal.trim(self.journal_path, idx.offset)
         if applied:
@@ -215,13 +219,13 @@ class Store:
     def save_index_locked(self, idx: Index) -> None:
         fs.write_json(self.index_path, idx.dump(), mode=self.file_mode, sync_dir=False)
 
-    def _write_status_locked(self, rec: dict) -> None:
+    def _write_status_locked(self, rec: dict, sync: bool = True) -> None:
         from qex.store.records import status_defaults
 
         directory = self.job_dir(rec["id"])
         if os.path.isdir(directory):
             fs.write_json(os.path.join(directory, "status.json"), {**status_defaults(), **rec},
-                          mode=self.status_mode, sync_dir=False)
+                          mode=self.status_mode, sync_dir=False, sync=sync)
 
     def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]]) -> list[dict]:
         """Apply changes: (new record dict, previous state, change kind).
@@ -231,6 +235,7 @@ class Store:
         """
         if not changes:
             return []
+        changes = _coalesced(changes)
         now = time.time()
         events = []
         for rec, previous, change in changes:
@@ -238,13 +243,20 @@ class Store:
             events.append({"event": "job", "seq": idx.seq, "stream": idx.stream, "time": now,
                            "id": rec["id"], "name": rec.get("name", ""), "state": rec["state"],
                            "previous": previous, "change": change, "job": rec})
+        for event in events:  # the seq of the append's last event: replay takes whole appends only
+            event["commit"] = idx.seq
         try:
             idx.offset = journal.append(self.journal_path, events, self.file_mode)
         except OSError as exc:
             raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
+        last = {rec["id"]: rec for rec, _previous, _change in changes}
+        bulk = len(last) > BULK
+        for rec in last.values():  # each record once, in its last form
+            self._write_status_locked(rec, sync=not bulk)
         for rec, _previous, _change in changes:
-            self._write_status_locked(rec)
             self._index_put(idx, rec)
+        if bulk:
+            fs.syncfs(self.root)  # one flush for every record, before the index moves on
         if idx.offset > journal.max_bytes():
             journal.rotate(self.root)
             idx.offset = 0
@@ -252,15 +264,18 @@ class Store:
         return events
 
     # ---- making a job directory (before its first event) ------------------
-    def create_job_dir(self, spec: Spec) -> None:
-        """Make jobs/<id>/ with its spec, under a hidden name renamed into view."""
+    def create_job_dir(self, spec: Spec, sync: bool = True) -> None:
+        """Make jobs/<id>/ with its spec, under a hidden name renamed into view.
+
+        ``sync=False`` (a bulk submission) leaves the flush to one ``fs.syncfs``
+        by the caller before the jobs are committed."""
         import attrs
 
         final = self.job_dir(spec.id)
         tmp = os.path.join(self.jobs, f".new-{spec.id}")
         try:
             os.mkdir(tmp, 0o700)
-            fs.write_json(os.path.join(tmp, "spec.json"), attrs.asdict(spec), mode=0o600, sync_dir=False)
+            fs.write_json(os.path.join(tmp, "spec.json"), attrs.asdict(spec), mode=0o600, sync_dir=False, sync=sync)
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             if self.shared:
@@ -268,13 +283,29 @@ class Store:
 
                 shared.open_job_dir(tmp)
             os.rename(tmp, final)
-            fs.fsync_dir(self.jobs)
+            if sync:
+                fs.fsync_dir(self.jobs)
         except OSError as exc:
             _remove_tree(tmp)
             raise StoreError(fs._describe_write_failure(final, exc)) from None
         except StoreError:
             _remove_tree(tmp)
             raise
+
+
+def _coalesced(changes: list[tuple[dict, str | None, str]]) -> list[tuple[dict, str | None, str]]:
+    """A reason written in the same hold as a job's change of state rides on that
+    change's event (a reason is no change of state): a fan-out of a thousand jobs
+    journals a thousand events, each with the reason the pass gave it."""
+    out, last = [], {}
+    for rec, previous, change in changes:
+        i = last.get(rec["id"])
+        if change == "reason" and i is not None:
+            out[i] = (rec, out[i][1], out[i][2])
+            continue
+        last[rec["id"]] = len(out)
+        out.append((rec, previous, change))
+    return out
 
 
 def _remove_tree(path: str) -> None:
