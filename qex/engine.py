@@ -16,6 +16,8 @@ from qex.store.lock import hold, is_held
 from qex.store.records import FINAL, HOLDING
 from qex.store.state import Index, Store
 
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
+
 
 @define
 class Context:
@@ -289,6 +291,8 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=()) -> Launc
     (never from inside this stack, which would grow with every job).
     """
     for i, launch in enumerate(launches):
+        if _CRASH:
+            fs._hit("engine.before_fork")
         try:
             pid = os.fork()
         except OSError:

@@ -12,6 +12,8 @@ import stat
 
 from qex.errors import StoreError
 
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
+
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -78,15 +80,27 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = Tru
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
+            if _CRASH:
+                _hit("fs.after_write")
             os.fsync(fd)
         finally:
             os.close(fd)
+        if _CRASH:
+            _hit("fs.after_fsync")
         os.rename(tmp, path)
+        if _CRASH:
+            _hit("fs.after_rename")
     except OSError as exc:
         _unlink_quietly(tmp)
         raise StoreError(_describe_write_failure(path, exc)) from None
     if sync_dir:
         fsync_dir(directory)
+
+
+def _hit(point: str) -> None:
+    from qex import faults
+
+    faults.hit(point)
 
 
 def write_json(path: str, obj, mode: int = 0o600, sync_dir: bool = True) -> None:

@@ -13,6 +13,7 @@ import os
 JOURNAL = "journal.jsonl"
 ROTATED = "journal.1.jsonl"
 DEFAULT_MAX_BYTES = 8 << 20
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 
 
 def new_stream() -> str:
@@ -35,6 +36,8 @@ def append(path: str, events: list[dict]) -> int:
     try:
         before = os.fstat(fd).st_size
         try:
+            if _CRASH:
+                _torn(fd, data)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
@@ -46,6 +49,15 @@ def append(path: str, events: list[dict]) -> int:
         return os.fstat(fd).st_size
     finally:
         os.close(fd)
+
+
+def _torn(fd: int, data: bytes) -> None:
+    """Crash point journal.torn: write half of the append, then die."""
+    from qex import faults
+
+    if faults.due("journal.torn"):
+        os.write(fd, data[: len(data) // 2])
+        faults.die()
 
 
 def read_from(path: str, offset: int) -> tuple[list[dict], int]:

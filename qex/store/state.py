@@ -24,6 +24,7 @@ from qex.store.lock import StateLock
 from qex.store.records import ACTIVE, Spec, Status
 
 INDEX_FORMAT = 1
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 
 
 class BrokenRecord(StoreError):
@@ -164,18 +165,38 @@ class Store:
             self.save_index_locked(idx)
 
     def _rebuild_index_locked(self) -> Index:
-        """Scan every record: used only when the index is missing or damaged."""
+        """Scan every record, then the journal over them: only when the index is missing or damaged.
+
+        Without an index nobody knows which events were applied, so each job's
+        last event in the journal (its newest change: a status.json is always
+        written after its event) is applied again where status.json differs.
+        The sequence goes on from the rotated journal when the current one is empty.
+        """
         events, end = journal.read_from(self.journal_path, 0)
-        seq = max((e.get("seq", 0) for e in events), default=0)
-        stream = next((e.get("stream") for e in events if e.get("stream")), None)
+        history = events or journal.read_from(os.path.join(self.root, journal.ROTATED), 0)[0]
+        seq = max((e.get("seq", 0) for e in history if isinstance(e.get("seq"), int)), default=0)
+        stream = next((e.get("stream") for e in history if isinstance(e.get("stream"), str)), None)
         idx = Index({"seq": seq, "offset": end, "stream": stream})
+        latest = {}
+        for event in events:
+            rec = event.get("job") if event.get("event") == "job" else None
+            if isinstance(rec, dict) and isinstance(rec.get("id"), str):
+                latest[rec["id"]] = rec
         for job_id in self.job_ids():
             try:
                 rec = self.read_status_dict(job_id)
             except QexError:
-                continue  # a job directory still being made, or a broken record
-            idx.next_job = max(idx.next_job, int(rec.get("seq", 0)) + 1)
-            self._index_put(idx, rec)
+                rec = None  # a job directory still being made, or a broken record
+            newer = latest.get(job_id)
+            if newer is not None and newer != rec:
+                self._write_status_locked(newer)
+                rec = newer
+            if rec is None:
+                continue
+            try:
+                self._index_put(idx, rec)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue  # a damaged record: qex list names it, qex clean removes it
         return idx
 
     @staticmethod
@@ -213,13 +234,24 @@ class Store:
             idx.offset = journal.append(self.journal_path, events)
         except OSError as exc:
             raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
+        if _CRASH:
+            fs._hit("commit.after_journal")
         for rec, _previous, _change in changes:
             self._write_status_locked(rec)
             self._index_put(idx, rec)
+            if _CRASH:
+                fs._hit("commit.after_status")
+        if _CRASH:
+            fs._hit("commit.before_index")
+        self.save_index_locked(idx)
         if idx.offset > journal.max_bytes():
+            # Rotate only once the index says every event is applied: an index
+            # that still points into the moved file would lose those events.
             journal.rotate(self.root)
             idx.offset = 0
-        self.save_index_locked(idx)
+            self.save_index_locked(idx)
+        if _CRASH:
+            fs._hit("commit.after_index")
         return events
 
     # ---- making a job directory (before its first event) ------------------

@@ -19,6 +19,7 @@ from qex.supervisor.logs import Sink
 
 KILL_GRACE = float(os.environ.get("QEX_KILL_GRACE", "5"))
 DRAIN_AFTER_EXIT = 2.0
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "GOMAXPROCS", "JULIA_NUM_THREADS")
 
@@ -151,6 +152,8 @@ def _start(ctx: Context, launch: Launch, spec):
             rec = {**rec, "_outcome": {"state": "failed", "error": error, "started_at": now}}
             txn.commit()
             return None, rec
+        if _CRASH:
+            _hit("supervisor.after_spawn")
         from qex.machine import process_start_time
 
         _write_pid_file(store.path(launch.job_id, "pid"), proc.pid, process_start_time(proc.pid))
@@ -293,6 +296,8 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
         os.close(launch.alive_fd)
         return None
     outcome = rec.pop("_outcome")
+    if _CRASH:
+        _hit("supervisor.before_final")
 
     def record_end(txn):
         current = txn.record(launch.job_id)
@@ -316,8 +321,16 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
             txn.update(launch.job_id, state=outcome["state"], attempts=attempts, **fields)
 
     result = engine.run_pass(ctx, record_end)
+    if _CRASH:
+        _hit("supervisor.after_final")
     close = (launch.alive_fd,) if launch.alive_fd >= 0 else ()
     return engine.after_pass(ctx, result, close_in_child=close) or _close_and_end(launch)
+
+
+def _hit(point: str) -> None:
+    from qex import faults
+
+    faults.hit(point)
 
 
 def _close_and_end(launch: Launch) -> None:
