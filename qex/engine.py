@@ -13,7 +13,7 @@ from attrs import define, field
 
 from qex.store import fs
 from qex.store.lock import hold, is_held
-from qex.store.records import FINAL, HOLDING
+from qex.store.records import ACTIVE, FINAL, HOLDING
 from qex.store.state import Index, Store
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
@@ -108,7 +108,9 @@ def run_pass(ctx: Context, mutate=None) -> PassResult:
         value = mutate(txn) if mutate is not None else None
         launches = admit_locked(ctx, txn)
         txn.commit()
-    queued_mine = any(e["state"] == "queued" and e["uid"] == ctx.uid for e in idx.jobs.values())
+    # A waker lives while this user has jobs queued *or running*: it is also what notices
+    # a supervisor that died when nobody types a command (CONTRACT.md, faults).
+    queued_mine = any(e["state"] in ACTIVE and e["uid"] == ctx.uid for e in idx.jobs.values())
     return PassResult(value, launches, queued_mine)
 
 

@@ -18,13 +18,28 @@ def run(argv: list[str]) -> int:
         return _dispatch(argv)
     except QexError as exc:
         _say(f"qex: {exc}")
-        return exc.exit_code
+        return _exit_code(argv, exc.exit_code)
     except KeyboardInterrupt:
         _say("qex: interrupted")
         return 130
     except BrokenPipeError:
         _quiet_broken_pipe()
         return 0
+
+
+# The commands that start or report a job say 121 for "qex could not do it";
+# every other command says 1 for any failure (CONTRACT.md, exit codes).
+JOB_COMMANDS = ("submit", "run", "pipeline", "rerun", "wait")
+
+
+def _exit_code(argv: list[str], code: int) -> int:
+    if code != 121 or not argv:
+        return code
+    if argv[0] in JOB_COMMANDS:
+        return code
+    if argv[0] == "status" and any(a in ("--wait", "--follow", "--quiet") for a in argv[1:]):
+        return code
+    return 1
 
 
 def _dispatch(argv: list[str]) -> int:

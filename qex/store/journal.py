@@ -87,9 +87,11 @@ def read_from(path: str, offset: int) -> tuple[list[dict], int]:
     events = []
     for line in data[:end].splitlines():
         try:
-            events.append(json.loads(line))
+            event = json.loads(line)
         except ValueError:
             continue  # a damaged line is skipped, never fatal
+        if isinstance(event, dict):
+            events.append(event)
     return events, offset + end
 
 

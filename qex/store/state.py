@@ -19,7 +19,7 @@ import os
 import time
 
 from qex.errors import NoSuchJob, QexError, StoreError
-from qex.store import fs, journal
+from qex.store import check, fs, journal
 from qex.store.lock import StateLock
 from qex.store.records import ACTIVE, Spec, Status
 
@@ -28,7 +28,9 @@ _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); of
 
 
 class BrokenRecord(StoreError):
-    """A status.json that cannot be read; names the file."""
+    """A status.json that cannot be read; names the file (and ``job_id``)."""
+
+    job_id: str | None = None
 
 
 class Index:
@@ -98,10 +100,12 @@ class Store:
         except FileNotFoundError:
             raise NoSuchJob(f"no job or group with the id {job_id}") from None
         except (OSError, ValueError) as exc:
-            raise BrokenRecord(f"the record {path} cannot be read ({_why(exc)}); "
-                               f"qex clean {job_id} removes it") from None
-        if not isinstance(data, dict) or "id" not in data:
-            raise BrokenRecord(f"the record {path} is not a job record; qex clean {job_id} removes it")
+            raise _broken(job_id, f"the record {path} cannot be read ({_why(exc)}); "
+                                  f"qex clean {job_id} removes it") from None
+        try:
+            check.status(data)
+        except check.Damaged as exc:
+            raise _broken(job_id, f"the record {path} is damaged ({exc}); qex clean {job_id} removes it") from None
         return data
 
     def read_status(self, job_id: str) -> Status:
@@ -136,6 +140,7 @@ class Store:
         """The active index, with any journal events a dead pass left unapplied replayed."""
         try:
             data = fs.read_json(self.index_path)
+            check.index(data)  # a damaged index is rebuilt from the records and the journal
             if data.get("format", INDEX_FORMAT) > INDEX_FORMAT:
                 raise StoreError(f"{self.index_path} was written by a newer qex; upgrade qex")
             idx = Index(data)
@@ -150,13 +155,14 @@ class Store:
         events, end = journal.read_from(self.journal_path, idx.offset)
         applied = False
         for event in events:
-            if event.get("event") == "job" and event.get("seq", 0) > idx.seq:
-                rec = event.get("job") or {}
-                if rec.get("id") and os.path.isdir(self.job_dir(rec["id"])):
-                    self._write_status_locked(rec)
-                    self._index_put(idx, rec)
-                idx.seq = event["seq"]
-                applied = True
+            rec = _usable_event(event, idx.seq)
+            if rec is None:
+                continue  # a damaged line, or one already applied
+            if os.path.isdir(self.job_dir(rec["id"])):
+                self._write_status_locked(rec)
+                self._index_put(idx, rec)
+            idx.seq = event["seq"]
+            applied = True
         if end != idx.offset:
             idx.offset = end
             applied = True
@@ -179,8 +185,8 @@ class Store:
         idx = Index({"seq": seq, "offset": end, "stream": stream})
         latest = {}
         for event in events:
-            rec = event.get("job") if event.get("event") == "job" else None
-            if isinstance(rec, dict) and isinstance(rec.get("id"), str):
+            rec = _usable_event(event, -1)
+            if rec is not None:
                 latest[rec["id"]] = rec
         for job_id in self.job_ids():
             try:
@@ -274,6 +280,29 @@ class Store:
         except StoreError:
             _remove_tree(tmp)
             raise
+
+
+def _broken(job_id: str, message: str) -> BrokenRecord:
+    exc = BrokenRecord(message)
+    exc.job_id = job_id
+    return exc
+
+
+def _usable_event(event, applied_seq: int) -> dict | None:
+    """The record an unapplied journal event carries, if it is whole and names a job directory."""
+    if not isinstance(event, dict) or event.get("event") != "job":
+        return None
+    seq, rec = event.get("seq"), event.get("job")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq <= applied_seq:
+        return None
+    try:
+        check.status(rec)
+    except check.Damaged:
+        return None
+    job_id = rec["id"]
+    if not job_id or "/" in job_id or job_id.startswith(".") or "\0" in job_id:
+        return None
+    return rec
 
 
 def _remove_tree(path: str) -> None:

@@ -140,13 +140,22 @@ def _start(ctx: Context, launch: Launch, spec):
                                        "started_at": None, "ended_at": now}}
             txn.commit()
             return None, rec
+        from qex.machine import process_start_time
+
+        nice, pid_path = spec.nice, store.path(launch.job_id, "pid")
+
+        def before_exec():
+            # In the child: its pid file exists before the job can run, so a pass that
+            # finds this supervisor dead stops the job instead of starting it twice.
+            _write_pid_file(pid_path, os.getpid(), process_start_time(os.getpid()))
+            if nice:
+                os.nice(nice)
+
         try:
-            nice = spec.nice
             proc = subprocess.Popen(
                 list(spec.command), cwd=spec.cwd, env=_job_env(spec, rec, ctx.config),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                close_fds=True, process_group=0,
-                preexec_fn=(lambda: os.nice(nice)) if nice else None)
+                close_fds=True, process_group=0, preexec_fn=before_exec)
         except (OSError, subprocess.SubprocessError) as exc:
             error = f"cannot start {spec.command[0]!r}: {getattr(exc, 'strerror', None) or exc}"
             rec = {**rec, "_outcome": {"state": "failed", "error": error, "started_at": now}}
@@ -154,8 +163,6 @@ def _start(ctx: Context, launch: Launch, spec):
             return None, rec
         if _CRASH:
             _hit("supervisor.after_spawn")
-        from qex.machine import process_start_time
-
         _write_pid_file(store.path(launch.job_id, "pid"), proc.pid, process_start_time(proc.pid))
         rec = txn.update(launch.job_id, state="running", pid=proc.pid, supervisor_pid=os.getpid(),
                          started_at=now)
