@@ -121,6 +121,18 @@ def cancel_jobs(ctx, job_ids: list[str]) -> dict[str, str]:
     return result.value
 
 
+def _damaged(ctx, job_id: str) -> bool:
+    from qex.store.state import BrokenRecord
+
+    try:
+        ctx.store.read_status_dict(job_id)
+    except BrokenRecord:
+        return True
+    except Exception:
+        return False
+    return False
+
+
 def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
     """Remove the directories of ended jobs. Returns (removed, refused: id -> why)."""
     import shutil
@@ -129,9 +141,11 @@ def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
     with ctx.store.lock():
         idx = ctx.store.load_index_locked()
         for job_id in job_ids:
-            if job_id in idx.jobs:
+            if job_id in idx.jobs and not _damaged(ctx, job_id):
                 refused[job_id] = f"it is {idx.jobs[job_id]['state']}; kill or cancel it first"
                 continue
+            if idx.jobs.pop(job_id, None) is not None:
+                ctx.store.save_index_locked(idx)  # a damaged record leaves the queue with its directory
             try:
                 rec = ctx.store.read_status_dict(job_id)
                 check_owner(ctx, rec, "clean")

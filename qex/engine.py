@@ -14,7 +14,7 @@ from attrs import define, field
 from qex.store import fs
 from qex.store.lock import hold, is_held
 from qex.store.records import ACTIVE, FINAL, HOLDING
-from qex.store.state import Index, Store
+from qex.store.state import BrokenRecord, Index, Store
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 
@@ -71,12 +71,25 @@ class Txn:
         self.store, self.idx = store, idx
         self.records: dict[str, dict] = {}
         self.changes: list[tuple[dict, str | None, str]] = []
+        self.set_aside: list[str] = []
 
     def record(self, job_id: str) -> dict:
         rec = self.records.get(job_id)
         if rec is None:
-            rec = self.records[job_id] = self.store.read_status_dict(job_id)
+            try:
+                rec = self.records[job_id] = self.store.read_status_dict(job_id)
+            except BrokenRecord as exc:
+                self._set_aside(job_id, exc)
+                raise
         return rec
+
+    def _set_aside(self, job_id: str, exc: Exception) -> None:
+        """A damaged record leaves the active set, so that it never stops the queue."""
+        if self.idx.jobs.pop(job_id, None) is not None:
+            self.set_aside.append(job_id)
+            import sys
+
+            print(f"qex: warning: job {job_id[:8]} left the queue: {exc}", file=sys.stderr)
 
     def put(self, rec: dict, previous: str | None, change: str = "state") -> None:
         self.records[rec["id"]] = rec
@@ -90,7 +103,10 @@ class Txn:
         return rec
 
     def commit(self) -> list[dict]:
-        return self.store.commit_locked(self.idx, self.changes)
+        events = self.store.commit_locked(self.idx, self.changes)
+        if self.set_aside and not self.changes:
+            self.store.save_index_locked(self.idx)
+        return events
 
 
 @define
@@ -244,6 +260,35 @@ def _dep(txn: Txn, job_id: str):
 
 
 def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
+    from qex import admit as A
+
+    for _ in range(100):
+        if _readable(txn, plan):
+            break
+        plan = A.admit(snapshot(ctx, txn, now))  # without the damaged records set aside
+    else:
+        return []
+    return _apply_plan(ctx, txn, plan, now)
+
+
+def _readable(txn: Txn, plan) -> bool:
+    """Read every record the plan will rewrite; a damaged one is set aside (False)."""
+    touched = [s.id for s in plan.start] + [s.id for s in plan.skip] + [e.id for e in plan.expire]
+    touched += [j for j, _ in plan.passed]
+    for w in plan.wait:
+        entry = txn.idx.jobs.get(w.id) or {}
+        if (entry.get("reason"), entry.get("holder")) != (w.reason, w.holder):
+            touched.append(w.id)
+    ok = True
+    for job_id in touched:
+        try:
+            txn.record(job_id)
+        except BrokenRecord:
+            ok = False
+    return ok
+
+
+def _apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
     launches = []
     for start in plan.start:
         entry = txn.idx.jobs[start.id]

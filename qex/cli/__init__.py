@@ -33,13 +33,11 @@ JOB_COMMANDS = ("submit", "run", "pipeline", "rerun", "wait")
 
 
 def _exit_code(argv: list[str], code: int) -> int:
-    if code != 121 or not argv:
+    if code not in (1, 121) or not argv:
         return code
-    if argv[0] in JOB_COMMANDS:
-        return code
-    if argv[0] == "status" and any(a in ("--wait", "--follow", "--quiet") for a in argv[1:]):
-        return code
-    return 1
+    job_command = argv[0] in JOB_COMMANDS or (
+        argv[0] == "status" and any(a in ("--wait", "--follow", "--quiet") for a in argv[1:]))
+    return 121 if job_command else 1
 
 
 def _dispatch(argv: list[str]) -> int:

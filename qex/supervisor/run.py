@@ -44,8 +44,11 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
         if rec["state"] in ("starting", "running"):
             if rec.get("pid"):
                 _signal_group(rec["pid"], signal.SIGKILL)
-            txn.update(launch.job_id, state="failed", ended_at=time.time(),
-                       error=f"its supervisor failed: {type(exc).__name__}: {exc}")
+            now, error = time.time(), f"its supervisor failed: {type(exc).__name__}: {exc}"
+            attempts = list(rec.get("attempts") or []) + [{
+                "number": rec.get("attempt", 1), "state": "failed", "claims": rec.get("claims"),
+                "started_at": rec.get("started_at"), "ended_at": now, "error": error}]
+            txn.update(launch.job_id, state="failed", ended_at=now, error=error, attempts=attempts)
 
     try:
         result = engine.run_pass(ctx, fail)
