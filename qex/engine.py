@@ -370,7 +370,7 @@ def detach_stdio(log_path: str | None) -> None:
     out = null
     if log_path:
         try:
-            out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+            out = fs.open_regular(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         except OSError:
             out = null
     os.dup2(null, 0)

@@ -94,7 +94,9 @@ class _Tail:
 
     def pump(self) -> None:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            from qex.store import fs
+
+            fd = fs.open_regular(self.path)  # never follows a symlink nor blocks on a FIFO
         except OSError:
             return
         try:

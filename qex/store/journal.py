@@ -32,7 +32,9 @@ def append(path: str, events: list[dict]) -> int:
     """Append ``events`` as lines and fsync; return the new size of the file."""
     data = b"".join(json.dumps(e, separators=(",", ":"), sort_keys=True).encode() + b"\n"
                     for e in events)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    from qex.store import fs
+
+    fd = fs.open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # never a symlink or a FIFO
     try:
         before = os.fstat(fd).st_size
         try:
@@ -66,10 +68,16 @@ def read_from(path: str, offset: int) -> tuple[list[dict], int]:
     A last line without its newline is a write that died half-way: it is not
     an event and is left out (the next append truncates nothing; see ``trim``).
     """
+    from qex.errors import StoreError
+    from qex.store import fs
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = fs.open_regular(path)
     except FileNotFoundError:
         return [], 0
+    except OSError as exc:
+        raise StoreError(f"the journal {path} cannot be read ({exc.strerror or exc}); move it away "
+                         "(the records keep every job; only the event history is lost)") from None
     try:
         size = os.fstat(fd).st_size
         if size <= offset:
@@ -97,11 +105,17 @@ def read_from(path: str, offset: int) -> tuple[list[dict], int]:
 
 def trim(path: str, offset: int) -> None:
     """Cut a half-written last line so the next append starts on a line boundary."""
+    from qex.store import fs
+
     try:
-        if os.stat(path).st_size > offset:
-            os.truncate(path, offset)
-    except FileNotFoundError:
-        pass
+        fd = fs.open_regular(path, os.O_WRONLY)
+    except OSError:
+        return  # missing; or not a regular file, which read_from has refused already
+    try:
+        if os.fstat(fd).st_size > offset:
+            os.ftruncate(fd, offset)
+    finally:
+        os.close(fd)
 
 
 def rotate(directory: str) -> None:

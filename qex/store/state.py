@@ -90,6 +90,7 @@ class Store:
 
     def ensure(self) -> None:
         fs.ensure_private_dir(self.root)
+        fs.check_state_dir(self.root)
         fs.ensure_private_dir(self.jobs)
 
     # ---- records (no lock needed to read) ---------------------------------
@@ -236,6 +237,8 @@ class Store:
             events.append({"event": "job", "seq": idx.seq, "stream": idx.stream, "time": now,
                            "id": rec["id"], "name": rec.get("name", ""), "state": rec["state"],
                            "previous": previous, "change": change, "job": rec})
+        # Keep room for the records of running jobs: a new job needs more than an ending one.
+        fs.ensure_room(self.root, fs.SUBMIT_ROOM if any(p is None for _, p, _ in changes) else fs.COMMIT_ROOM)
         try:
             idx.offset = journal.append(self.journal_path, events)
         except OSError as exc:

@@ -174,7 +174,7 @@ def _start(ctx: Context, launch: Launch, spec):
 
 
 def _write_pid_file(path: str, pid: int, start: int | None) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, f"{pid} {start if start is not None else ''}\n".encode())
     finally:
@@ -330,11 +330,38 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
         else:
             txn.update(launch.job_id, state=outcome["state"], attempts=attempts, **fields)
 
-    result = engine.run_pass(ctx, record_end)
+    result = _until_recorded(ctx, record_end)
     if _CRASH:
         _hit("supervisor.after_final")
     close = (launch.alive_fd,) if launch.alive_fd >= 0 else ()
     return engine.after_pass(ctx, result, close_in_child=close) or _close_and_end(launch)
+
+
+def _until_recorded(ctx: Context, mutate):
+    """Only this process knows how the job ended: on a full disk (or any store error but a
+    damaged record) it says why in supervisor.log and tries again, holding the job's
+    capacity, for up to ``QEX_RECORD_PATIENCE`` seconds (a day)."""
+    from qex.store.state import BrokenRecord, StoreError
+
+    patience = float(os.environ.get("QEX_RECORD_PATIENCE", 86400))
+    deadline, delay, said = time.time() + patience, 0.1, False
+    while True:
+        try:
+            return engine.run_pass(ctx, mutate)
+        except BrokenRecord:
+            raise
+        except StoreError as exc:
+            if time.time() + delay > deadline:
+                raise
+            if not said:
+                try:  # supervisor.log, on the same full disk, may not take it either
+                    print(f"qex: cannot write the job's final record yet: {exc}; trying again until it can",
+                          flush=True)
+                    said = True
+                except OSError:
+                    pass
+            time.sleep(delay)
+            delay = min(2.0, delay * 2)
 
 
 def _hit(point: str) -> None:
