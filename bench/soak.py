@@ -32,7 +32,6 @@ def main() -> int:
     p.add_argument("--crash-rate", type=float, default=0.25, help="share of commands armed with a crash point")
     p.add_argument("--kill-rate", type=float, default=0.6, help="share of rounds with at least one SIGKILL")
     p.add_argument("--fresh-every", type=int, default=500, help="start a new state directory every N rounds")
-    p.add_argument("--keep", action="store_true", help="keep the state directory of a failing round")
     args = p.parse_args()
     seed = random.randrange(1 << 32) if args.seed is None else args.seed
     end = time.monotonic() + args.minutes * 60

@@ -308,14 +308,14 @@ def check_index(view: View) -> list[str]:
         return []  # no pass has saved one yet (or a dead first pass): the next rebuilds it
     out = []
     jobs = view.index.get("jobs") or {}
+    unapplied = {e["job"]["id"] for e in view.unapplied}  # the next pass puts these in the index
     active = {j for j, r in view.records.items() if r.get("state") in ACTIVE}
-    for job_id in sorted(active - set(jobs)):
+    for job_id in sorted(active - set(jobs) - unapplied):
         out.append(f"job {job_id[:8]}: {view.records[job_id]['state']} but not in the active index (never admitted)")
-    for job_id in sorted(set(jobs) - active):
+    for job_id in sorted(set(jobs) - active - unapplied):
         rec = view.records.get(job_id)
         out.append(f"job {job_id[:8]}: in the active index but its record is "
                    f"{rec.get('state') if rec else 'missing'}")
-    unapplied = {e["job"]["id"] for e in view.unapplied}
     for job_id in sorted(active & set(jobs)):
         if job_id in unapplied:
             continue  # the next pass rewrites this entry from the event

@@ -8,6 +8,8 @@ import os
 import random
 import time
 
+import pytest
+
 from crash.harness import Harness
 
 ROUNDS = int(os.environ.get("QEX_CRASH_ROUNDS", "200"))
@@ -26,3 +28,16 @@ def test_random_rounds_with_kills_and_crash_points_keep_every_promise(tmp_path):
         print(summary)
     assert not problems, (f"replay with QEX_CRASH_SEED={seed}\n{summary}\n" + "\n".join(problems[:20])
                           + "\n-- the last rounds:\n" + "\n".join(h.log[-3:]))
+
+
+@pytest.mark.soak
+@pytest.mark.skipif(not os.environ.get("QEX_SOAK_MINUTES"), reason="soak mode: set QEX_SOAK_MINUTES (or run bench/soak.py)")
+def test_soak(tmp_path):
+    minutes = float(os.environ["QEX_SOAK_MINUTES"])
+    seed = int(os.environ.get("QEX_CRASH_SEED") or random.randrange(1 << 32))
+    h = Harness(str(tmp_path), seed)
+    end, problems = time.monotonic() + minutes * 60, []
+    while time.monotonic() < end and not problems:
+        problems += h.round()
+    print(h.summary())
+    assert not problems, f"replay with QEX_CRASH_SEED={seed}\n" + "\n".join(problems[:20])
