@@ -30,6 +30,7 @@ OVERSIZED = ("run-when-idle", "reject", "queue")
 FINAL_STATES = ("completed", "failed", "killed", "timeout", "oom", "expired", "cancelled", "skipped")
 DEFAULT_HOOK_STATES = ("completed", "failed", "killed", "timeout", "oom", "expired")
 RESERVED_POOL_NAMES = ("cpu", "mem")
+MIN_LOG_LIMIT = 4096  # qex.supervisor.logs.MIN_LIMIT
 
 
 def _check_percent(instance, attribute, value):
@@ -509,7 +510,11 @@ class _Reader:
     def log_limit(self, key, value) -> int | None:
         if isinstance(value, str) and value.strip().lower() in ("none", "unlimited"):
             return None
-        return self.size(key, value) or None
+        n = self.size(key, value) or None
+        if n is not None and n < MIN_LOG_LIMIT:
+            self.fail(key, f"= {_shown(value)} is below 4KB, the least that holds the head, the marker line "
+                           "and a tail; use at least \"4KB\", or 0 for no limit")
+        return n
 
     def duration(self, key, value) -> float:
         forms = 'a duration like "90s", "30m", "4h", "7d" or a number of seconds'

@@ -121,18 +121,6 @@ def cancel_jobs(ctx, job_ids: list[str]) -> dict[str, str]:
     return result.value
 
 
-def _damaged(ctx, job_id: str) -> bool:
-    from qex.store.state import BrokenRecord
-
-    try:
-        ctx.store.read_status_dict(job_id)
-    except BrokenRecord:
-        return True
-    except Exception:
-        return False
-    return False
-
-
 def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
     """Remove the directories of ended jobs. Returns (removed, refused: id -> why)."""
     import shutil
@@ -141,11 +129,9 @@ def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
     with ctx.store.lock():
         idx = ctx.store.load_index_locked()
         for job_id in job_ids:
-            if job_id in idx.jobs and not _damaged(ctx, job_id):
+            if job_id in idx.jobs:
                 refused[job_id] = f"it is {idx.jobs[job_id]['state']}; kill or cancel it first"
                 continue
-            if idx.jobs.pop(job_id, None) is not None:
-                ctx.store.save_index_locked(idx)  # a damaged record leaves the queue with its directory
             try:
                 rec = ctx.store.read_status_dict(job_id)
                 check_owner(ctx, rec, "clean")
@@ -154,6 +140,7 @@ def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
                 continue
             except Exception:
                 rec = None  # a broken record may always be cleaned by whoever can
+            _remove_cgroup(ctx, job_id)
             hidden = os.path.join(ctx.store.jobs, f".clean-{job_id}")
             try:
                 os.rename(ctx.store.job_dir(job_id), hidden)
@@ -162,6 +149,49 @@ def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
                 continue
             trash.append(hidden)
             removed.append(job_id)
+        _sweep_cgroups(ctx, idx, removed)
     for path in trash:
         shutil.rmtree(path, ignore_errors=True)
     return removed, refused
+
+
+def _remove_cgroup(ctx, job_id: str) -> None:
+    """An ended job's memory cgroup goes with its record (if a process it left keeps it, it stays)."""
+    from qex.supervisor import cgroup
+
+    try:
+        cgroup.stop_and_remove(ctx.store.job_dir(job_id), job_id, kill=False)
+    except OSError:
+        pass
+
+
+def _sweep_cgroups(ctx, idx, removed: list[str]) -> None:
+    from qex.supervisor import cgroup
+
+    try:
+        cgroup.sweep(ctx.store, set(idx.jobs), known=set(removed))
+    except OSError:
+        pass
+
+
+def sweep_unfinished_dirs(ctx, older_than: float = 3600.0) -> int:
+    """Remove job directories that never got a record (a submission killed
+    half-way) once they are old enough that no submission can still be making them."""
+    import shutil
+
+    now, removed = time.time(), 0
+    try:
+        names = os.listdir(ctx.store.jobs)
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        path = os.path.join(ctx.store.jobs, name)
+        try:
+            if os.path.exists(os.path.join(path, "status.json")) or now - os.lstat(path).st_mtime < older_than:
+                continue
+        except OSError:
+            continue
+        if name.startswith((".new-", ".clean-")) or not name.startswith("."):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed

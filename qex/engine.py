@@ -11,10 +11,11 @@ import time
 
 from attrs import define, field
 
+from qex.errors import QexError
 from qex.store import fs
 from qex.store.lock import hold, is_held
-from qex.store.records import ACTIVE, FINAL, HOLDING
-from qex.store.state import BrokenRecord, Index, Store
+from qex.store.records import FINAL, HOLDING
+from qex.store.state import Index, Store
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 
@@ -71,25 +72,43 @@ class Txn:
         self.store, self.idx = store, idx
         self.records: dict[str, dict] = {}
         self.changes: list[tuple[dict, str | None, str]] = []
-        self.set_aside: list[str] = []
 
     def record(self, job_id: str) -> dict:
         rec = self.records.get(job_id)
         if rec is None:
             try:
-                rec = self.records[job_id] = self.store.read_status_dict(job_id)
-            except BrokenRecord as exc:
-                self._set_aside(job_id, exc)
-                raise
+                rec = self.store.read_status_dict(job_id)
+            except QexError:
+                entry = self.idx.jobs.get(job_id)
+                if entry is None:
+                    raise
+                rec = self._rebuilt(job_id, entry)
+            self.records[job_id] = rec
         return rec
 
-    def _set_aside(self, job_id: str, exc: Exception) -> None:
-        """A damaged record leaves the active set, so that it never stops the queue."""
-        if self.idx.jobs.pop(job_id, None) is not None:
-            self.set_aside.append(job_id)
-            import sys
+    def _rebuilt(self, job_id: str, entry: dict) -> dict:
+        """A damaged status.json of an active job, rebuilt from its index entry and spec.
 
-            print(f"qex: warning: job {job_id[:8]} left the queue: {exc}", file=sys.stderr)
+        One damaged file must never stop the pass that would record another
+        job's end or start the next one; the job itself goes on.
+        """
+        from qex.store.records import status_defaults
+
+        try:
+            spec = self.store.read_spec(job_id)
+            command, cwd = list(spec.command), spec.cwd
+        except QexError:
+            command, cwd = [], ""
+        pools = {k: {"count": c, "size": z} for k, (c, z) in entry["pools"].items()}
+        return {**status_defaults(), "id": job_id, "seq": entry["seq"], "state": entry["state"],
+                "name": entry["name"], "owner": entry["owner"], "uid": entry["uid"], "command": command,
+                "cwd": cwd, "group": entry.get("group"), "group_name": entry.get("group_name"),
+                "priority": entry["priority"], "submitted_at": entry.get("submitted_at", 0.0),
+                "claims": {"cpu": entry["cpu"] / 1000, "mem": entry["mem"], "pools": pools},
+                "assigned": [{"pool": p, "devices": d, "size": z} for p, d, z in entry["assigned"]],
+                "needs": entry["needs"], "after": entry["after"], "dedupe_key": entry.get("dedupe_key"),
+                "pid": entry.get("pid"), "supervisor_pid": entry.get("supervisor_pid"),
+                "error": "its status.json was damaged; qex rebuilt it from the queue's index"}
 
     def put(self, rec: dict, previous: str | None, change: str = "state") -> None:
         self.records[rec["id"]] = rec
@@ -103,10 +122,7 @@ class Txn:
         return rec
 
     def commit(self) -> list[dict]:
-        events = self.store.commit_locked(self.idx, self.changes)
-        if self.set_aside and not self.changes:
-            self.store.save_index_locked(self.idx)
-        return events
+        return self.store.commit_locked(self.idx, self.changes)
 
 
 @define
@@ -114,6 +130,7 @@ class PassResult:
     value: object = None
     launches: list = field(factory=list)
     queued_mine: bool = False
+    running_mine: bool = False
 
 
 def run_pass(ctx: Context, mutate=None) -> PassResult:
@@ -123,11 +140,12 @@ def run_pass(ctx: Context, mutate=None) -> PassResult:
         txn = Txn(ctx.store, idx)
         value = mutate(txn) if mutate is not None else None
         launches = admit_locked(ctx, txn)
+        from qex.hooks import mark_locked
+
+        mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
         txn.commit()
-    # A waker lives while this user has jobs queued *or running*: it is also what notices
-    # a supervisor that died when nobody types a command (CONTRACT.md, faults).
-    queued_mine = any(e["state"] in ACTIVE and e["uid"] == ctx.uid for e in idx.jobs.values())
-    return PassResult(value, launches, queued_mine)
+    mine = [e["state"] for e in idx.jobs.values() if e["uid"] == ctx.uid]
+    return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine))
 
 
 def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | None:
@@ -139,7 +157,10 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | 
     child = launch_all(ctx, result.launches, close_in_child)
     if child is not None:
         return child
-    if result.queued_mine:
+    from qex.hooks import start_pending
+
+    start_pending(ctx, close_in_child)  # after the launches: a hook never holds the queue
+    if result.queued_mine or result.running_mine:
         from qex import waker
 
         return waker.ensure(ctx, close_in_child)
@@ -150,6 +171,7 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | 
 
 def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
     """Jobs whose supervisor is gone: requeue what never ran, fail what did."""
+    lost = False
     for job_id, entry in list(txn.idx.jobs.items()):
         if entry["state"] not in HOLDING:
             continue
@@ -160,6 +182,7 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         except OSError:
             continue  # cannot look (another user's private directory): assume alive
         launched = _read_pid_file(ctx.store.path(job_id, "pid"))
+        lost = True
         try:
             rec = txn.record(job_id)
         except Exception:
@@ -169,17 +192,41 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
             txn.store._index_put(txn.idx, rec)
             continue
         if launched is None and entry["state"] == "starting":
+            _release_cgroup(ctx, job_id)
             txn.update(job_id, state="queued", assigned=[], forced=False,
                        blocked_reason="requeued: the qex process that was starting it died before it ran")
             continue
         _stop_orphan(launched)
+        _release_cgroup(ctx, job_id)
         attempt = rec.get("attempt", 1)
         error = (f"its supervisor (pid {rec.get('supervisor_pid') or '?'}) was lost; "
                  "the job's processes were stopped and the result is unknown")
         attempts = list(rec.get("attempts") or []) + [{
             "number": attempt, "state": "failed", "claims": rec.get("claims"),
             "started_at": rec.get("started_at"), "ended_at": now, "error": error}]
-        txn.update(job_id, state="failed", ended_at=now, error=error, attempts=attempts)
+        txn.update(job_id, state="failed", ended_at=now, error=error, attempts=attempts, supervisor_lost=True)
+    if lost:
+        _sweep_cgroups(ctx, txn)
+
+
+def _release_cgroup(ctx: Context, job_id: str) -> None:
+    """Stop what is left in a lost job's memory cgroup and remove it (qex.supervisor.cgroup)."""
+    from qex.supervisor import cgroup
+
+    try:
+        cgroup.stop_and_remove(ctx.store.job_dir(job_id), job_id, kill=True)
+    except OSError:
+        pass
+
+
+def _sweep_cgroups(ctx: Context, txn: Txn) -> None:
+    """Empty job cgroups whose job is not running (only when a supervisor was lost: cheap)."""
+    from qex.supervisor import cgroup
+
+    try:
+        cgroup.sweep(ctx.store, {j for j, e in txn.idx.jobs.items() if e["state"] in HOLDING})
+    except OSError:
+        pass
 
 
 def _read_pid_file(path: str) -> tuple[int, int | None] | None:
@@ -260,35 +307,6 @@ def _dep(txn: Txn, job_id: str):
 
 
 def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
-    from qex import admit as A
-
-    for _ in range(100):
-        if _readable(txn, plan):
-            break
-        plan = A.admit(snapshot(ctx, txn, now))  # without the damaged records set aside
-    else:
-        return []
-    return _apply_plan(ctx, txn, plan, now)
-
-
-def _readable(txn: Txn, plan) -> bool:
-    """Read every record the plan will rewrite; a damaged one is set aside (False)."""
-    touched = [s.id for s in plan.start] + [s.id for s in plan.skip] + [e.id for e in plan.expire]
-    touched += [j for j, _ in plan.passed]
-    for w in plan.wait:
-        entry = txn.idx.jobs.get(w.id) or {}
-        if (entry.get("reason"), entry.get("holder")) != (w.reason, w.holder):
-            touched.append(w.id)
-    ok = True
-    for job_id in touched:
-        try:
-            txn.record(job_id)
-        except BrokenRecord:
-            ok = False
-    return ok
-
-
-def _apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
     launches = []
     for start in plan.start:
         entry = txn.idx.jobs[start.id]

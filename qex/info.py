@@ -28,9 +28,16 @@ def gather(ctx) -> dict:
         "pools": [_pool(p, running, snap) for p in ctx.config.pools],
         "peers": [{"owner": p.owner, "cpu": p.cpu / 1000, "mem": p.mem, "units": dict(p.units),
                    "assigned": [[a.pool, list(a.devices), a.size] for a in p.assigned]} for p in snap.peers],
+        "memory": _memory(),
         "queue": {"running": len(running), "queued": len(queued), "health": plan.health,
                   "state_dir": ctx.store.root},
     }
+
+
+def _memory() -> dict:
+    from qex.supervisor import cgroup
+
+    return cgroup.describe()
 
 
 def _pool(pool, running, snap) -> dict:
@@ -91,6 +98,13 @@ def render(info: dict) -> str:
             lines.append(f"peer      {safe_text(p['owner'])}: {format_cores(round(p['cpu'] * 1000))} cores, {format_size(p['mem'])}")
     else:
         lines.append("peers     none")
+    mem = info.get("memory") or {}
+    if mem.get("per_job_cgroup"):
+        lines.append(f"memory    a cgroup per job ({mem['kind']}, inside {safe_text(mem['parent'], 120)}): "
+                     "whole-tree peaks, exact OOM evidence")
+    elif mem:
+        lines.append(f"memory    no cgroup per job ({safe_text(mem.get('why_not', ''), 120)}): OOM evidence "
+                     + ("from the machine's oom_kill counter" if mem.get("oom_evidence") else "unavailable"))
     q = info["queue"]
     lines.append(f"queue     {q['running']} running, {q['queued']} queued — {q['health']}")
     return "\n".join(lines)

@@ -18,6 +18,8 @@ def exit_code(rec: dict) -> int:
     if state != "failed":
         return NOT_STOPPED
     code = rec.get("exit_code")
+    if rec.get("supervisor_lost"):
+        return 125  # qex ended it: its supervisor was lost and what was left of it was stopped
     if code is not None:
         return code if code <= 96 else 97
     if rec.get("signal"):

@@ -33,12 +33,12 @@ def _of(tp, closed: bool) -> dict:
     return {}
 
 
-def _object(cls, closed: bool) -> dict:
+def _object(cls, closed: bool, all_required: bool = False) -> dict:
     hints = typing.get_type_hints(cls)
     props, required = {}, []
     for f in attrs.fields(cls):
         props[f.name] = _of(hints[f.name], closed)
-        if f.default is attrs.NOTHING:
+        if all_required or f.default is attrs.NOTHING:
             required.append(f.name)
     out = {"type": "object", "properties": props, "additionalProperties": not closed}
     if required:
@@ -50,9 +50,19 @@ def schema_for(kind: str) -> dict:
     if kind == "status":
         from qex.store.records import STATES, Status
 
-        body = _object(Status, closed=False)
+        body = _object(Status, closed=False, all_required=True)  # qex writes every field
         body["properties"]["state"] = {"enum": list(STATES)}
         title = "qex job record (status.json)"
+    elif kind == "event":
+        from qex.events import KINDS, Event
+        from qex.store.records import STATES
+
+        body = _object(Event, closed=False)
+        body["properties"]["event"] = {"enum": list(KINDS)}
+        body["properties"]["state"] = {"anyOf": [{"enum": list(STATES)}, {"type": "null"}]}
+        body["properties"]["previous"] = {"anyOf": [{"enum": list(STATES)}, {"type": "null"}]}
+        body["properties"]["change"] = {"anyOf": [{"enum": ["state", "reason"]}, {"type": "null"}]}
+        title = "qex event (one line of qex events --json)"
     elif kind == "job":
         from qex.jobfile import JobFile
 

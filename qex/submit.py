@@ -185,6 +185,8 @@ def resolve_claims(ctx, req: Request) -> tuple[dict, dict, list[str]]:
             mem = ctx.mem_total // max(1, ctx.cores)
     if isinstance(mem, str):
         mem = resolve_word(mem, mem_budget)
+    if req.mem is None and config.learn_enabled:
+        mem = _learned_mem(ctx, req, mem, mem_budget, sources, warnings)
     pools = pool_claims(ctx, req)
     over = []
     if cpu > cpu_budget:
@@ -205,6 +207,21 @@ def resolve_claims(ctx, req: Request) -> tuple[dict, dict, list[str]]:
     claims = {"cpu": cpu / 1000, "mem": mem,
               "pools": {n: {"count": c, "size": s} for n, (c, s) in sorted(pools.items())}}
     return claims, sources, warnings
+
+
+def _learned_mem(ctx, req: Request, default: int, budget: int, sources: dict, warnings: list) -> int:
+    """What the learner knows about this command (a fan-out: its template), capped at the budget."""
+    from qex import learn
+
+    found, warning = learn.claim_for(ctx.store.root, req.command, getattr(req, "template", None),
+                                     ctx.config.learn_margin, minimum=min(learn.MIN_CLAIM, default))
+    if warning:
+        warnings.append(warning)
+    if found is None:
+        return default
+    nbytes, words = found
+    sources["mem"] = words if nbytes <= budget else f"{words}, capped at the budget"
+    return min(nbytes, budget)
 
 
 def pool_claims(ctx, req: Request) -> dict[str, tuple[int, int | None]]:

@@ -3,9 +3,11 @@ while that user has queued work.
 
 It holds ``waker-<uid>.lock`` (a second one cannot start), sleeps to the next
 deadline or at most ``INTERVAL``, runs a pass, forks what it admitted, and
-exits as soon as nothing of its user is queued. It covers what only time or
-the outside world can clear: another user's claim, memory used outside qex,
-a pause with an end, a queue-time deadline, and a supervisor that died.
+exits as soon as nothing of its user is queued or running. It covers what
+only time or the outside world can clear: another user's claim, memory used
+outside qex, a pause with an end, a queue-time deadline, and a supervisor that
+died. While its user's jobs only run (none queued), it does not run passes: it
+checks their liveness locks each interval and runs a pass only when one is free.
 """
 
 import os
@@ -60,6 +62,11 @@ def _loop(ctx, fd: int) -> "engine.Launch | None":
 
     while True:
         time.sleep(INTERVAL)
+        need = _needs_pass(ctx)
+        if need is None:
+            return None
+        if not need:
+            continue
         try:
             ctx.reload_config()
             result = engine.run_pass(ctx)
@@ -69,5 +76,29 @@ def _loop(ctx, fd: int) -> "engine.Launch | None":
         child = engine.launch_all(ctx, result.launches, close_in_child=(fd,))
         if child is not None:
             return child
-        if not result.queued_mine:
+        from qex.hooks import start_pending
+
+        start_pending(ctx, close_in_child=(fd,))
+        if not (result.queued_mine or result.running_mine):
             return None
+
+
+def _needs_pass(ctx) -> bool | None:
+    """True: something of this user is queued, or a job of theirs lost its
+    supervisor; False: their jobs only run, all supervised; None: nothing left."""
+    from qex.store import fs
+    from qex.store.lock import is_held
+
+    try:
+        jobs = fs.read_json(ctx.store.index_path).get("jobs", {})
+    except (OSError, ValueError, AttributeError):
+        return True  # let a pass read (and if need be rebuild) the index
+    mine = {j: e for j, e in jobs.items() if e.get("uid") == ctx.uid}
+    if not mine:
+        return None
+    if any(e.get("state") == "queued" for e in mine.values()):
+        return True
+    try:
+        return any(not is_held(ctx.store.path(j, "alive.lock")) for j in mine)
+    except OSError:
+        return True

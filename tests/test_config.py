@@ -322,6 +322,7 @@ def test_budget_mem_forms(tmp_path, mem, expected):
         ("[defaults]\noom_retries = 1.5\n", ["[defaults] oom_retries", "integer"]),
         ("[defaults]\nretries = -1\n", ["[defaults] retries"]),
         ('[logs]\nmax_bytes = "big"\n', ["[logs] max_bytes"]),
+        ('[logs]\nmax_bytes = "1KB"\n', ["[logs] max_bytes", "below 4KB", "0 for no limit"]),
         ('[hooks]\non_stop = "notify-send"\n', ["[hooks] on_stop", "list of strings"]),
         ("[hooks]\non_stop = []\n", ["[hooks] on_stop", "empty list"]),
         ("[hooks]\non_stop = [1]\n", ["[hooks] on_stop"]),

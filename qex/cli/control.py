@@ -72,6 +72,12 @@ def cmd_clean(args) -> int:
     else:
         job_ids = _select(ctx, args, FINAL, time.time())
     removed, refused = clean_jobs(ctx, job_ids)
+    if args.auto or args.all:
+        from qex.control import sweep_unfinished_dirs
+
+        swept = sweep_unfinished_dirs(ctx)
+        if swept:
+            err(f"qex: removed {swept} job director{'y' if swept == 1 else 'ies'} that never got a record")
     for job_id, why in refused.items():
         err(f"qex: not cleaned {job_id[:8]}: {why}")
     if removed:

@@ -51,7 +51,8 @@ queued -> expired | cancelled | skipped (without running)
   failed     a non-zero code, a signal, or its supervisor was lost (error says so)
   killed     qex kill (or its supervisor got SIGTERM)
   timeout    --timeout passed
-  oom        the kernel stopped it for memory
+  oom        the kernel stopped it for memory (oom_evidence says how qex knows);
+             retried with a doubled claim while --oom-retries allows
   expired    --max-queue-time passed before it started
   cancelled  qex cancel
   skipped    a job it --needs did not succeed
@@ -69,7 +70,19 @@ Budget: [budget] cpu and mem, a percentage or an absolute value (default 75%;
 [enforce] mode = "single-user": 90%). Memory must also fit the machine's
 available memory minus [system] reserve_mem.
 
-No claim: [defaults] cpu (1 core) and mem (the machine's memory / cores).
+No claim: [defaults] cpu (1 core) and mem (the machine's memory / cores),
+or, for memory, what qex learned about this command: the largest peak of its
+last completed runs plus [learn] margin, at least twice a claim that was once
+too small, capped at the budget (claim_source says "learned from N runs").
+--mem always wins; [learn] enabled = false turns learning off.
+
+Out of memory: a job the kernel stops for memory ends its attempt `oom` and is
+retried with its memory claim doubled (capped at the budget), --oom-retries N
+times (default 1; 0 = report only). The message says the claim of X was too
+small and what the retry claims; out of retries the job ends oom (exit 99).
+A job runs in its own memory cgroup where the machine allows it (nested in
+qex's own), which gives the peak of its whole process tree and exact OOM
+evidence; `oom_evidence` in the record says what the verdict rests on.
 
 Pools ([[pool]] in the config): `count = N` (plain) or `devices = ["24GB", ...]`
 (indexed). An indexed pool admits a job when enough single devices each have
@@ -98,7 +111,7 @@ file, the key and the remedy -- never the defaults in silence.
   [enforce]  mode = "cooperative" | "single-user"
   [queue]    oversized = "run-when-idle" | "reject" | "queue",  max_bypass = 2
   [defaults] cpu, mem, timeout, vram, max_queue_time, oom_retries, retries
-  [logs]     max_bytes = "32MB"
+  [logs]     max_bytes = "32MB"   (per stream; 0, "none", "unlimited": no limit; at least 4KB)
   [hooks]    on_stop = ["notify-send", "done"], on_stop_states = [...], timeout = "30s"
   [learn]    enabled = true, margin = "20%"
   [peers]    dir = "/tmp/qex-peers"
@@ -107,6 +120,53 @@ file, the key and the remedy -- never the defaults in silence.
   [[pool]]   name = "net", count = 4
 
 `qex config show` prints every value in force and where it came from.
+
+The output limit ([logs] max_bytes, read when a job starts) is enforced while
+the job writes: the file keeps the first quarter of the limit, one marker line
+that says how many bytes and lines went and which setting to change, and the
+newest output; it never holds more than the limit plus the marker, and a job
+never fails because of it. `qex status` and `qex logs` say how much went
+(`logs_dropped` in the record); `qex logs --follow` reads on across the cut.
+
+The stop hook ([hooks], read when a job ends): on_stop runs, with no shell, in
+the job's record directory, once for each job that reaches a state in
+on_stop_states (default: completed, failed, killed, timeout, oom, expired),
+after the record is on disk and after the next job is started. It gets
+QEX_JOB_ID, QEX_JOB_NAME, QEX_STATE, QEX_EXIT_CODE, QEX_SIGNAL,
+QEX_ELAPSED_SECS, QEX_CWD, QEX_JOB_DIR, QEX_ATTEMPTS, QEX_MAX_RSS, QEX_TAGS
+(empty when there is no value), its own process group, TERM then KILL at
+`timeout`, and at most 1MB of output in hook.log: `qex logs ID --hook` shows
+it with the verdict. It never runs twice for a job (hook.ran is made first).
+""",
+    "events": """\
+qex events: one line per change of state of any job, as it happens
+
+  qex events                        new events from now on, in words
+  qex events --json --since start   everything the journal holds, then follow
+  qex events --json --since S:N     resume after the last line you read
+  qex events --count N              stop after N job lines   (--timeout T: after T)
+
+Every line carries a position, `stream` and `seq`. Keep the last one you read
+and give it back with --since STREAM:SEQ: you lose nothing and see nothing
+twice, as long as the journal still holds the next event.
+
+The lines (--json; `qex schema event` gives the schema; ignore a kind you do
+not know):
+  stream  the first line: the position the output starts after (stream null:
+          nothing has happened yet; resume with --since start)
+  job     one change of one job: id, name, state, previous (null on a job's
+          first line), change (state, or reason: the blocked_reason or another
+          field changed), job (the whole record, as qex status --json)
+  gap     events you cannot have: missed (how many, or null when it cannot be
+          counted: a position from another stream), next_seq, reason
+
+Each event is written by the process that made the change, under the queue's
+lock, so none is missed: a job that runs `true` shows queued -> starting ->
+running -> completed. The journal (journal.jsonl in the state directory)
+rotates by size (QEX_JOURNAL_MAX_BYTES, default 8MB; one old file is kept). A
+reader takes no lock, follows the file with inotify (a short poll where there
+is none), and ends at --count, at --timeout, or when the reader of its output
+goes away (| head -1). Exit code 0 in each case.
 """,
     "job-file": """\
 qex submit --job FILE (TOML, YAML or JSON by extension). Unknown keys are errors.

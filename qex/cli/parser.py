@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("take queued jobs out of the queue", "qex.cli.control:cmd_cancel"),
     "clean": ("remove the records of ended jobs", "qex.cli.control:cmd_clean"),
     "info": ("budget, load, pools, peers, queue health", "qex.cli.show:cmd_info"),
+    "events": ("one line per change of any job, as it happens", "qex.cli.events:cmd_events"),
     "config": ("show the config in force", "qex.cli.show:cmd_config"),
     "schema": ("print the JSON Schema of a record", "qex.cli.show:cmd_schema"),
     "help": ("help on a topic", "qex.cli.helptext:cmd_help"),
@@ -29,7 +30,7 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         from qex.errors import UsageError
 
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def add_claims(p) -> None:
@@ -75,9 +76,34 @@ def _int(option):
     return parse
 
 
+def join_dash_values(parser: Parser, argv: list[str]) -> list[str]:
+    """`--mem -5GB` reaches the option as its value (argparse would take it for
+    an option), so that the value is refused with the option's own sentence."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    command = sub.choices.get(argv[0]) if sub and argv else None
+    if command is None:
+        return argv
+    takes_value = {o for a in command._actions if a.nargs is None and a.option_strings
+                   and not isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction))
+                   for o in a.option_strings}
+    out, i = [], 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return out + argv[i:]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if word in takes_value and nxt and nxt.startswith("-") and nxt != "--" and nxt not in command._option_string_actions:
+            out.append(f"{word}={nxt}")
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
+
+
 def build(only: str | None = None) -> Parser:
     p = Parser(prog="qex", description="A daemonless job queue for one shared machine.",
-               epilog="Topics: qex help agents|resources|states|exit-codes|config|job-file")
+               epilog="Topics: qex help agents|resources|states|exit-codes|events|config|job-file")
     p.add_argument("--version", action="store_true", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, (text, _) in COMMANDS.items():
@@ -141,6 +167,16 @@ def _args_logs(c):
     s = c.add_mutually_exclusive_group()
     s.add_argument("--stdout", action="store_true")
     s.add_argument("--stderr", action="store_true")
+    s.add_argument("--hook", action="store_true", help="the output of the stop hook, and its verdict")
+
+
+def _args_events(c):
+    c.add_argument("--json", action="store_true", help="one JSON object per line (qex schema event)")
+    c.add_argument("--since", metavar="STREAM:SEQ|start|now",
+                   help="resume after a position (the stream and seq of the last line you read), "
+                        "from everything the journal holds (start), or only new events (now, the default)")
+    c.add_argument("--count", type=_int("--count"), metavar="N", help="stop after N job lines")
+    c.add_argument("--timeout", metavar="T", help="stop after T (90s, 30m, ...)")
 
 
 def _args_kill(c):
@@ -171,7 +207,7 @@ def _args_config(c):
 
 
 def _args_schema(c):
-    c.add_argument("kind", choices=("job", "status"))
+    c.add_argument("kind", choices=("job", "status", "event"))
 
 
 def _args_help(c):

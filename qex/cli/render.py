@@ -45,7 +45,9 @@ def describe(rec: dict) -> str:
             ("state", state_text(rec))]
     if rec.get("group"):
         rows.append(("group", f"{rec['group']} ({safe_text(rec.get('group_name') or '')})"))
-    rows.append(("command", safe_text(" ".join(rec.get("command") or ()), 400)))
+    import shlex
+
+    rows.append(("command", plain(shlex.join(rec.get("command") or ()), 400)))
     rows.append(("cwd", safe_text(rec.get("cwd", ""), 400)))
     rows.append(("owner", safe_text(str(rec.get("owner", "")))))
     rows.append(("claims", claims_text(rec.get("claims") or {})
@@ -62,20 +64,42 @@ def describe(rec: dict) -> str:
                      if rec.get("signal") else "none"))
         usage = rec.get("usage") or {}
         if usage.get("max_rss") is not None:
-            rows.append(("usage", f"peak {format_size(usage['max_rss'])}, {usage.get('cpu_secs', 0):g} cpu-s"))
+            rows.append(("usage", f"peak {format_size(usage['max_rss'])}{_peak_from(usage)}, "
+                                  f"{usage.get('cpu_secs') or 0:g} cpu-s"))
     if len(rec.get("attempts") or ()) > 1:
         rows.append(("attempts", str(len(rec["attempts"]))))
+    for a in rec.get("attempts") or ():
+        if isinstance(a, dict) and a.get("state") == "oom" and a.get("error") and a["error"] != rec.get("error"):
+            rows.append(("memory", a["error"]))
     if rec.get("forced"):
         rows.append(("forced", "yes: larger than the budget, it ran alone"))
     if rec.get("error"):
         rows.append(("error", plain(rec["error"])))
-    dropped = rec.get("logs_dropped") or {}
-    if dropped.get("stdout_bytes") or dropped.get("stderr_bytes"):
-        rows.append(("logs", f"{format_size(dropped.get('stdout_bytes', 0))} of stdout and "
-                             f"{format_size(dropped.get('stderr_bytes', 0))} of stderr left out ([logs] max_bytes)"))
+    if dropped_text(rec):
+        rows.append(("logs", dropped_text(rec)))
     rows.append(("code", str(outcome.exit_code(rec)) + (" (not stopped)" if rec.get("state") in
                                                         ("queued", "starting", "running") else "")))
     return "\n".join(f"{k:<9}{v}" for k, v in rows)
+
+
+def dropped_text(rec: dict) -> str:
+    """What the output limit left out, in words ("" when nothing went)."""
+    dropped = rec.get("logs_dropped") or {}
+    parts = []
+    for stream in ("stdout", "stderr"):
+        n = dropped.get(f"{stream}_bytes") or 0
+        if n:
+            parts.append(f"{format_size(n)} ({n} bytes, {dropped.get(f'{stream}_lines') or 0} lines) of {stream}")
+    text = ""
+    if parts:
+        text = " and ".join(parts) + " left out by [logs] max_bytes (the file keeps the head and the tail)"
+    if dropped.get("incomplete"):
+        text += ("; " if text else "") + "the output may be incomplete: a process the job left behind held it open"
+    return text
+
+
+def _peak_from(usage: dict) -> str:
+    return {"cgroup": " (whole process tree)", "rusage": " (largest process)"}.get(usage.get("peak_from"), "")
 
 
 def _sources(sources: dict) -> str:

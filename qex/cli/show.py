@@ -88,6 +88,8 @@ def cmd_logs(args) -> int:
     from qex.control import check_owner
 
     check_owner(ctx, rec, "read the logs of")
+    if args.hook:
+        return _hook_log(ctx, rec, args)
     streams = [("stdout.log", sys.stdout), ("stderr.log", sys.stderr)]
     if args.stdout:
         streams = streams[:1]
@@ -104,30 +106,48 @@ def cmd_logs(args) -> int:
         for t in tails:
             t.pump()
         return 0
-    pattern = None
-    if args.grep:
-        import re
-
-        try:
-            pattern = re.compile(args.grep.encode())
-        except re.error as exc:
-            raise SpecError(f"--grep: {args.grep!r} is not a regular expression ({exc})") from None
+    pattern = _grep(args)
     for name, stream in streams:
         _print_log(ctx.store.path(job_id, name), stream, args.tail, pattern)
-    dropped = rec.get("logs_dropped") or {}
-    if dropped.get("stdout_bytes") or dropped.get("stderr_bytes"):
-        from qex.units import format_size
+    from qex.cli.render import dropped_text
 
-        err(f"qex: {format_size(dropped.get('stdout_bytes', 0))} of stdout and "
-            f"{format_size(dropped.get('stderr_bytes', 0))} of stderr were left out by [logs] max_bytes")
+    dropped = dropped_text(rec)
+    if dropped:
+        err(f"qex: {dropped}")
     return 0
+
+
+def _grep(args):
+    if not args.grep:
+        return None
+    import re
+
+    try:
+        return re.compile(args.grep.encode())
+    except re.error as exc:
+        raise SpecError(f"--grep: {args.grep!r} is not a regular expression ({exc})") from None
+
+
+def _hook_log(ctx, rec: dict, args) -> int:
+    """qex logs ID --hook: the hook's output on stdout, the verdict on stderr."""
+    from qex.hook_runner import describe
+
+    if args.follow:
+        raise SpecError("--hook reads the stop hook's output once; drop --follow")
+    log, words = describe(ctx, rec)
+    if log is not None:
+        _print_log(log, sys.stdout, args.tail, _grep(args))
+    err(f"qex: {words}")
+    return 0 if log is not None else 1
 
 
 def _print_log(path: str, stream, tail, pattern) -> None:
     from qex.store import fs
+    from qex.supervisor.logs import Follower
 
     try:
-        data = fs.read_bytes(path)
+        os.close(fs.open_regular(path))  # refuses a FIFO or a symlink planted there
+        data = Follower(path).read()  # consistent even while the output limit cuts the file
     except FileNotFoundError:
         return
     except OSError as exc:

@@ -22,7 +22,23 @@ def _sigterm_as_interrupt():
     return signal.signal(signal.SIGTERM, handler)
 
 
-def await_final(ctx, job_ids: list[str], limit: float | None, first: bool = False, on_tick=None) -> dict:
+class AttemptNotes:
+    """Say on stderr, once per attempt, why an attempt ended out of memory (the claim was too small)."""
+
+    def __init__(self):
+        self.seen: dict[str, int] = {}
+
+    def __call__(self, rec: dict) -> None:
+        attempts = rec.get("attempts") or []
+        job_id = rec.get("id", "")
+        for a in attempts[self.seen.get(job_id, 0):]:
+            if isinstance(a, dict) and a.get("state") == "oom" and a.get("error"):
+                err(f"qex: {job_id[:8]}: {a['error']}")
+        self.seen[job_id] = len(attempts)
+
+
+def await_final(ctx, job_ids: list[str], limit: float | None, first: bool = False, on_tick=None,
+                on_record=None) -> dict:
     """Poll the records (no lock) until every job (or, with ``first``, one) is final."""
     deadline = None if limit is None else time.monotonic() + limit
     done: dict[str, dict] = {}
@@ -32,6 +48,8 @@ def await_final(ctx, job_ids: list[str], limit: float | None, first: bool = Fals
             if job_id in done:
                 continue
             rec = ctx.store.read_status_dict(job_id)
+            if on_record is not None:
+                on_record(rec)
             if rec.get("state") in FINAL:
                 done[job_id] = rec
         if len(done) == len(job_ids) or (first and done):
@@ -72,7 +90,7 @@ def _nudge(ctx, pending: list[str]) -> None:
 def wait_and_print(ctx, job_id: str, limit, print_record: bool = True) -> int:
     old = _sigterm_as_interrupt()
     try:
-        rec = await_final(ctx, [job_id], limit)[job_id]
+        rec = await_final(ctx, [job_id], limit, on_record=AttemptNotes())[job_id]
     except KeyboardInterrupt:
         err("qex: stopped waiting; the job continues")
         return outcome.INTERRUPTED
@@ -87,33 +105,22 @@ def wait_and_print(ctx, job_id: str, limit, print_record: bool = True) -> int:
 
 
 class _Tail:
-    """Copy what a log file gains to one of our streams."""
+    """Copy what a log file gains to one of our streams, across the cuts of the
+    output limit (``qex.supervisor.logs.Follower`` maps the file onto the output)."""
 
     def __init__(self, path: str, stream):
-        self.path, self.stream, self.pos = path, stream, 0
+        from qex.supervisor.logs import Follower
+
+        self.follower, self.stream = Follower(path), stream
 
     def pump(self) -> None:
         try:
-            from qex.store import fs
-
-            fd = fs.open_regular(self.path)  # never follows a symlink nor blocks on a FIFO
+            data = self.follower.read()
         except OSError:
             return
-        try:
-            size = os.fstat(fd).st_size
-            if size < self.pos:  # cut by the output limit: read on from the new end of the head
-                self.pos = 0
-            if size > self.pos:
-                os.lseek(fd, self.pos, os.SEEK_SET)
-                while True:
-                    chunk = os.read(fd, 1 << 16)
-                    if not chunk:
-                        break
-                    self.pos += len(chunk)
-                    self.stream.buffer.write(chunk)
-                self.stream.flush()
-        finally:
-            os.close(fd)
+        if data:
+            self.stream.buffer.write(data)
+            self.stream.flush()
 
 
 def follow(ctx, job_id: str, limit, on_interrupt=None) -> int:
@@ -127,7 +134,7 @@ def follow(ctx, job_id: str, limit, on_interrupt=None) -> int:
 
     old = None if on_interrupt else _sigterm_as_interrupt()
     try:
-        rec = await_final(ctx, [job_id], limit, on_tick=pump)[job_id]
+        rec = await_final(ctx, [job_id], limit, on_tick=pump, on_record=AttemptNotes())[job_id]
     except KeyboardInterrupt:
         err("qex: stopped following; the job continues")
         return outcome.INTERRUPTED
@@ -157,7 +164,8 @@ def cmd_wait(args) -> int:
     job_ids = resolve_jobs(ctx.store, args.ids)
     old = _sigterm_as_interrupt()
     try:
-        done = await_final(ctx, job_ids, _limit(args), first=args.next)
+        done = await_final(ctx, job_ids, _limit(args), first=args.next,
+                           on_record=None if args.quiet else AttemptNotes())
     except KeyboardInterrupt:
         err("qex: stopped waiting; the jobs continue")
         return outcome.INTERRUPTED

@@ -47,8 +47,15 @@ class Assigned:
 
 @frozen
 class Usage:
+    """What an attempt used. ``max_rss``: the peak in bytes, of the job's whole
+    process tree from its memory cgroup (``peak_from`` "cgroup"), else of its
+    largest waited-for process from getrusage ("rusage"). ``oom_kills``: OOM
+    kills the kernel counted in the job's cgroup (None without a cgroup)."""
+
     max_rss: int | None = None
     cpu_secs: float | None = None
+    peak_from: str | None = None
+    oom_kills: int | None = None
 
 
 @frozen
@@ -121,6 +128,7 @@ class Status:
     max_queue_time: float | None = None
     queue_pause_secs: float = 0.0
     kill_requested: bool = False
+    supervisor_lost: bool = False
     oom_evidence: str | None = None
 
     @property
@@ -140,3 +148,26 @@ class Spec:
     nice: int | None = None
     hints: bool = False
     request: dict = field(factory=dict)
+
+
+_DEFAULTS: dict | None = None
+
+
+def status_defaults() -> dict:
+    """Every optional field of a status record with its default, as JSON values.
+
+    Merged under every record qex writes or prints, so a reader always finds
+    every field the contract names, even in a record an older qex wrote.
+    """
+    global _DEFAULTS
+    if _DEFAULTS is None:
+        import attrs
+
+        out = {}
+        for f in attrs.fields(Status):
+            if f.default is attrs.NOTHING:
+                continue
+            value = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default
+            out[f.name] = attrs.asdict(value) if attrs.has(type(value)) else (list(value) if isinstance(value, tuple) else value)
+        _DEFAULTS = out
+    return dict(_DEFAULTS)

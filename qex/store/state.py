@@ -107,7 +107,9 @@ class Store:
             check.status(data)
         except check.Damaged as exc:
             raise _broken(job_id, f"the record {path} is damaged ({exc}); qex clean {job_id} removes it") from None
-        return data
+        from qex.store.records import status_defaults
+
+        return {**status_defaults(), **data}
 
     def read_status(self, job_id: str) -> Status:
         from qex.store import codec
@@ -218,9 +220,12 @@ class Store:
         fs.write_json(self.index_path, idx.dump(), sync_dir=False)
 
     def _write_status_locked(self, rec: dict) -> None:
+        from qex.store.records import status_defaults
+
         directory = self.job_dir(rec["id"])
         if os.path.isdir(directory):
-            fs.write_json(os.path.join(directory, "status.json"), rec, mode=0o644, sync_dir=False)
+            fs.write_json(os.path.join(directory, "status.json"), {**status_defaults(), **rec},
+                          mode=0o644, sync_dir=False)
 
     def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]]) -> list[dict]:
         """Apply changes: (new record dict, previous state, change kind).
@@ -266,13 +271,13 @@ class Store:
     # ---- making a job directory (before its first event) ------------------
     def create_job_dir(self, spec: Spec) -> None:
         """Make jobs/<id>/ with its spec, under a hidden name renamed into view."""
-        from qex.store import codec
+        import attrs
 
         final = self.job_dir(spec.id)
         tmp = os.path.join(self.jobs, f".new-{spec.id}")
         try:
             os.mkdir(tmp, 0o700)
-            fs.write_json(os.path.join(tmp, "spec.json"), codec.dump(spec), mode=0o600, sync_dir=False)
+            fs.write_json(os.path.join(tmp, "spec.json"), attrs.asdict(spec), mode=0o600, sync_dir=False)
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             os.rename(tmp, final)

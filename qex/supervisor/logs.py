@@ -1,26 +1,138 @@
-"""Where a job's output goes: the supervisor reads the pipes and writes the files."""
+"""Where a job's output goes: the supervisor reads the pipes and writes the files.
 
+``[logs] max_bytes`` (L, per stream) is enforced while the job writes, on disk,
+with no buffer in memory that grows with L or with the output:
+
+* until the file reaches L nothing is removed;
+* at L the file is *cut*: the head (the first L/4 bytes) stays, a marker line
+  follows it, and after the marker comes a *window* holding the most recent
+  output in order. When the window fills the file up to L again, it *slides*:
+  its newest half is copied to its start and the file is truncated, and the
+  bytes that went are counted (bytes and newlines);
+* when the job ends the marker is rewritten with the exact count, the setting
+  to change, and whether the tail starts in the middle of a line.
+
+So the file never holds more than L bytes plus the marker, it keeps the first
+and the last bytes of the output (a single enormous line keeps its end), and a
+job never fails because of the limit.
+
+A reader that follows the file while it is cut (``qex logs --follow``) reads
+``<stream>.log.cut``, a fixed-size record the supervisor rewrites in place
+(one ``pwrite``) before and after each slide: where the head ends, how long
+the marker is, which position of the whole output the window starts at, and a
+generation. ``Follower`` maps its position in the whole output onto the file
+with it, retries when a slide happened during its read, and says how much
+went by when it could not keep up.
+"""
+
+import binascii
 import os
 
-CHECK_EVERY = 64 << 10  # a log looks at the free space at least every 64 KiB it writes
+MIN_LIMIT = 4096          # below this the head, the marker and a tail do not fit
+CUT_RECORD = 256          # bytes of the .cut record
+COPY_CHUNK = 1 << 20
+CHECK_EVERY = 64 << 10    # a log looks at the free space at least every 64 KiB it writes
+
+
+class CutState:
+    """The cut record: how the file maps onto the whole output."""
+
+    __slots__ = ("gen", "moving", "final", "head", "marker", "base", "dropped_bytes",
+                 "dropped_lines", "mid_line", "head_nl")
+
+    def __init__(self, gen=0, moving=False, final=False, head=0, marker=0, base=0,
+                 dropped_bytes=0, dropped_lines=0, mid_line=False, head_nl=True):
+        self.gen, self.moving, self.final = gen, moving, final
+        self.head, self.marker, self.base = head, marker, base
+        self.dropped_bytes, self.dropped_lines = dropped_bytes, dropped_lines
+        self.mid_line, self.head_nl = mid_line, head_nl
+
+    def encode(self) -> bytes:
+        fields = (f"qexcut1 {self.gen} {int(self.moving)} {int(self.final)} {self.head} {self.marker} "
+                  f"{self.base} {self.dropped_bytes} {self.dropped_lines} {int(self.mid_line)} "
+                  f"{int(self.head_nl)}").encode()
+        line = fields + b" %08x" % binascii.crc32(fields)
+        return line.ljust(CUT_RECORD - 1) + b"\n"
+
+    @classmethod
+    def decode(cls, data: bytes) -> "CutState | None":
+        """None for a record that is absent, torn or damaged (the caller retries)."""
+        fields, _, crc = data.rstrip().rpartition(b" ")
+        try:
+            if not fields.startswith(b"qexcut1 ") or int(crc, 16) != binascii.crc32(fields):
+                return None
+            n = [int(x) for x in fields.split()[1:]]
+            return cls(n[0], bool(n[1]), bool(n[2]), n[3], n[4], n[5], n[6], n[7], bool(n[8]), bool(n[9]))
+        except (ValueError, IndexError):
+            return None
+
+
+def cut_path(path: str) -> str:
+    return path + ".cut"
+
+
+def read_cut(path: str) -> "CutState | None | bool":
+    """The cut record of the log at ``path``: None if the file was never cut,
+    False if the record cannot be read consistently right now."""
+    try:
+        fd = os.open(cut_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
+    try:
+        data = os.pread(fd, CUT_RECORD, 0)
+    finally:
+        os.close(fd)
+    if not data:
+        return None  # created, not written yet: the file is still whole
+    return CutState.decode(data) or False
 
 
 class Sink:
-    """One output stream of a job, written to its log file as it arrives."""
+    """One output stream of a job, written to its log file as it arrives.
 
-    def __init__(self, path: str):
+    ``limit`` is ``[logs] max_bytes`` (None: no limit). ``bytes`` and
+    ``lines`` count what the job wrote; ``dropped_bytes``/``dropped_lines``
+    what the limit left out (over every attempt of the job, so that the
+    record's ``logs_dropped`` is the state of the file).
+    """
+
+    def __init__(self, path: str, limit: int | None = None, label: str = "", setting: str = ""):
         from qex.store import fs
 
-        self.bytes = 0
-        self.lines = 0
+        self.path, self.label, self.setting = path, label, setting
         self.failed: str | None = None
-        self.fd = None
         self.room = 0  # bytes this log may write before it looks at the free space again
         try:  # a symlink or a FIFO planted in its place is never followed nor blocked on
-            self.fd = fs.open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            self.fd = fs.open_regular(path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
+            self.fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
             self.failed = f"cannot open {path}: {exc.strerror or exc}"
+        self.size = os.fstat(self.fd).st_size
+        self.limit = None if limit is None else max(int(limit), MIN_LIMIT)
+        self.bytes = 0
+        self.lines = 0
+        self.cut_fd: int | None = None
+        self.state: CutState | None = None
+        self.changed = False
+        previous = read_cut(path)
+        if previous:  # an earlier attempt cut this file: go on from where it stopped
+            self.state = previous
+            self.state.moving = self.state.final = False
+            if self.limit is not None:
+                self.limit = max(self.limit, previous.head + previous.marker + MIN_LIMIT // 2)
 
+    # ---- the counts the record shows ----------------------------------------
+    @property
+    def dropped_bytes(self) -> int:
+        return self.state.dropped_bytes if self.state else 0
+
+    @property
+    def dropped_lines(self) -> int:
+        return self.state.dropped_lines if self.state else 0
+
+    # ---- writing ------------------------------------------------------------
     def write(self, data: bytes) -> None:
         self.bytes += len(data)
         self.lines += data.count(b"\n")
@@ -30,9 +142,7 @@ class Sink:
             return
         self.room -= len(data)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self.fd, view):]
+            self._write(memoryview(data))
         except OSError as exc:  # a full disk stops the log, never the job
             self.failed = exc.strerror or str(exc)
 
@@ -53,6 +163,231 @@ class Sink:
         self.room = min(CHECK_EVERY, free - fs.LOG_ROOM)
         return True
 
+    def _write(self, view: memoryview) -> None:
+        limit = self.limit
+        while view:
+            room = len(view) if limit is None else limit - self.size
+            if room <= 0:
+                self._slide()
+                if self.limit - self.size <= 0:
+                    raise OSError(0, "the limit leaves no room after the marker")
+                continue
+            piece = view[:room]
+            while piece:
+                n = os.pwrite(self.fd, piece, self.size)
+                self.size += n
+                piece = piece[n:]
+            view = view[room:]
+
+    def _slide(self) -> None:
+        """The file is full: keep the head and the newest half of the window."""
+        s = self.state
+        if s is None:
+            head = self.limit // 4
+            s = CutState(head=head, head_nl=os.pread(self.fd, 1, head - 1) == b"\n")
+            marker = self._live_marker(s.head_nl)
+            window_at = head  # the window is what follows the head in the uncut file
+            base = head
+        else:
+            marker = None
+            window_at = s.head + s.marker
+            base = s.base
+        dest = s.head + (len(marker) if marker is not None else s.marker)
+        keep = max(0, min((self.limit - dest) // 2, self.size - dest))
+        src = self.size - keep
+        gone_lines, last = _count_newlines(self.fd, window_at, src)
+        s.gen += 1
+        s.moving = True
+        self.state = s
+        self._put_cut()
+        _copy(self.fd, src, dest, keep)
+        if marker is not None:
+            os.pwrite(self.fd, marker, s.head)
+            s.marker = len(marker)
+        os.ftruncate(self.fd, dest + keep)
+        self.size = dest + keep
+        gone = src - window_at
+        s.base = base + gone
+        s.dropped_bytes += gone
+        s.dropped_lines += gone_lines
+        if gone:
+            s.mid_line = last != b"\n"
+        s.gen += 1
+        s.moving = False
+        self.changed = True
+        self._put_cut()
+
+    def _live_marker(self, head_nl: bool) -> bytes:
+        text = (f"[qex] ---- more of {self.label or 'this output'} is being left out here: it passed "
+                f"{self.setting or '[logs] max_bytes'}; the count is written when the job ends ----\n")
+        return (b"" if head_nl else b"\n") + text.encode()
+
+    def _final_marker(self) -> bytes:
+        from qex.units import format_size
+
+        s = self.state
+        what = self.label or "the output"
+        text = (f"[qex] ---- {s.dropped_bytes} bytes ({format_size(s.dropped_bytes)}) and {s.dropped_lines} "
+                f"line(s) of {what} are not in this file: they passed {self.setting or '[logs] max_bytes'}"
+                f"{'; the text below starts in the middle of a line' if s.mid_line else ''} ----\n")
+        return (b"" if s.head_nl else b"\n") + text.encode()
+
+    def _put_cut(self) -> None:
+        if self.cut_fd is None:
+            self.cut_fd = os.open(cut_path(self.path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                  0o600)
+        os.pwrite(self.cut_fd, self.state.encode(), 0)
+
+    # ---- the end --------------------------------------------------------------
     def close(self) -> None:
-        if self.fd is not None:
+        """Write the counted marker (if the file was cut) and close."""
+        try:
+            if self.state is not None and self.changed and not self.failed:
+                self._finalize()
+        except OSError as exc:
+            self.failed = exc.strerror or str(exc)
+        finally:
             os.close(self.fd)
+            if self.cut_fd is not None:
+                os.close(self.cut_fd)
+
+    def _finalize(self) -> None:
+        """Replace the live marker by the counted one, as one rename (readers see
+        the old file or the new one)."""
+        s = self.state
+        marker = self._final_marker()
+        directory, base = os.path.split(self.path)
+        tmp = os.path.join(directory, f".{base}.final")
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            _copy_between(self.fd, out, 0, 0, s.head)
+            _write_all(out, marker, s.head)
+            _copy_between(self.fd, out, s.head + s.marker, s.head + len(marker), self.size - s.head - s.marker)
+        finally:
+            os.close(out)
+        s.gen += 1
+        s.moving = True
+        self._put_cut()
+        os.rename(tmp, self.path)
+        s.marker = len(marker)
+        s.gen += 1
+        s.moving = False
+        s.final = True
+        self._put_cut()
+
+
+def _write_all(fd: int, data, at: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, at)
+        at += n
+        view = view[n:]
+
+
+def _copy(fd: int, src: int, dest: int, n: int) -> None:
+    """Move ``n`` bytes from ``src`` to ``dest`` (dest <= src) inside one file."""
+    _copy_between(fd, fd, src, dest, n)
+
+
+def _copy_between(src_fd: int, dest_fd: int, src: int, dest: int, n: int) -> None:
+    done = 0
+    while done < n:
+        chunk = os.pread(src_fd, min(COPY_CHUNK, n - done), src + done)
+        if not chunk:
+            break
+        _write_all(dest_fd, chunk, dest + done)
+        done += len(chunk)
+
+
+def _count_newlines(fd: int, start: int, end: int) -> tuple[int, bytes]:
+    """Newlines in [start, end) of the file, and its last byte."""
+    count, last, at = 0, b"", start
+    while at < end:
+        chunk = os.pread(fd, min(COPY_CHUNK, end - at), at)
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        last = chunk[-1:]
+        at += len(chunk)
+    return count, last
+
+
+class Follower:
+    """Reads the whole output of one stream as it is written, across the cuts.
+
+    ``pos`` is a position in the whole output (as if nothing were left out).
+    ``read()`` returns the bytes that follow it, with one marker line where
+    output went that this reader never saw.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.pos = 0
+        self.last = b"\n"
+
+    def read(self) -> bytes:
+        for _ in range(20):
+            before = read_cut(self.path)
+            if before is False or (before and before.moving):
+                _pause()
+                continue
+            try:
+                data, pos = self._read(before)
+            except FileNotFoundError:
+                return b""
+            after = read_cut(self.path)
+            if _same(before, after):
+                self.pos = pos
+                if data:
+                    self.last = data[-1:]
+                return data
+            _pause()
+        return b""  # the file is being rewritten; the next call reads it
+
+    def _read(self, cut: "CutState | None") -> tuple[bytes, int]:
+        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if cut is None:
+                data = _read_from(fd, self.pos)
+                return data, self.pos + len(data)
+            parts, pos = [], self.pos
+            if pos < cut.head:
+                parts.append(os.pread(fd, cut.head - pos, pos))
+                pos = cut.head
+            if pos < cut.base:
+                if pos == cut.head:  # exactly at the cut: the file's own marker says it
+                    parts.append(os.pread(fd, cut.marker, cut.head))
+                else:
+                    lead = b"" if (parts and parts[-1].endswith(b"\n")) or (not parts and self.last == b"\n") \
+                        else b"\n"
+                    parts.append(lead + (f"[qex] ---- {cut.base - pos} bytes went by here while you "
+                                         "followed: they passed [logs] max_bytes ----\n").encode())
+                pos = cut.base
+            at = cut.head + cut.marker + (pos - cut.base)
+            tail = _read_from(fd, at)
+            parts.append(tail)
+            return b"".join(parts), pos + len(tail)
+        finally:
+            os.close(fd)
+
+
+def _same(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return bool(a) and bool(b) and a.gen == b.gen and not b.moving
+
+
+def _read_from(fd: int, at: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.pread(fd, COPY_CHUNK, at)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        at += len(chunk)
+
+
+def _pause() -> None:
+    import time
+
+    time.sleep(0.005)

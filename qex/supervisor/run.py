@@ -16,6 +16,7 @@ import traceback
 from qex import engine
 from qex.engine import Context, Launch
 from qex.supervisor.logs import Sink
+from qex.supervisor.memory import Meter, settle
 
 KILL_GRACE = float(os.environ.get("QEX_KILL_GRACE", "5"))
 DRAIN_AFTER_EXIT = 2.0
@@ -84,10 +85,12 @@ def supervise(ctx: Context, launch: Launch) -> Launch | None:
     ctx.reload_config()
     spec = store.read_spec(job_id)
     interrupt = Interrupt()
-    proc, rec = _start(ctx, launch, spec)
+    meter = Meter()
+    proc, rec = _start(ctx, launch, spec, meter)
     if proc is None:
+        meter.discard()
         return _finish(ctx, launch, rec, interrupt)
-    outcome = _watch(ctx, proc, rec, interrupt)
+    outcome = _watch(ctx, proc, rec, interrupt, meter)
     return _finish(ctx, launch, outcome, interrupt)
 
 
@@ -126,7 +129,7 @@ def _env_name(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name).upper()
 
 
-def _start(ctx: Context, launch: Launch, spec):
+def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None):
     """Spawn the job under the state lock and record it running (or failed to start)."""
     import subprocess
 
@@ -143,22 +146,23 @@ def _start(ctx: Context, launch: Launch, spec):
                                        "started_at": None, "ended_at": now}}
             txn.commit()
             return None, rec
-        from qex.machine import process_start_time
-
-        nice, pid_path = spec.nice, store.path(launch.job_id, "pid")
-
-        def before_exec():
-            # In the child: its pid file exists before the job can run, so a pass that
-            # finds this supervisor dead stops the job instead of starting it twice.
-            _write_pid_file(pid_path, os.getpid(), process_start_time(os.getpid()))
-            if nice:
-                os.nice(nice)
-
-        try:
-            proc = subprocess.Popen(
+        meter = meter or Meter()
+        pid_path = store.path(launch.job_id, "pid")
+        meter.prepare(store.job_dir(launch.job_id), launch.job_id, rec.get("attempt", 1))
+        def spawn(join):
+            return subprocess.Popen(
                 list(spec.command), cwd=spec.cwd, env=_job_env(spec, rec, ctx.config),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                close_fds=True, process_group=0, preexec_fn=before_exec)
+                close_fds=True, process_group=0,
+                preexec_fn=_preexec(spec.nice, join, pid_path))
+        try:
+            try:
+                proc = spawn(meter.join_fn())
+            except subprocess.SubprocessError:
+                if meter.join_fn() is None:
+                    raise
+                meter.cannot_join()  # the child failed before exec: start it without a cgroup
+                proc = spawn(None)
         except (OSError, subprocess.SubprocessError) as exc:
             error = f"cannot start {spec.command[0]!r}: {getattr(exc, 'strerror', None) or exc}"
             rec = {**rec, "_outcome": {"state": "failed", "error": error, "started_at": now}}
@@ -166,11 +170,32 @@ def _start(ctx: Context, launch: Launch, spec):
             return None, rec
         if _CRASH:
             _hit("supervisor.after_spawn")
+        from qex.machine import process_start_time
+
         _write_pid_file(store.path(launch.job_id, "pid"), proc.pid, process_start_time(proc.pid))
         rec = txn.update(launch.job_id, state="running", pid=proc.pid, supervisor_pid=os.getpid(),
                          started_at=now)
         txn.commit()
     return proc, rec
+
+
+def _preexec(nice: int | None, join, pid_path: str | None = None):
+    """In the forked child before exec (the supervisor is single-threaded, so this is safe):
+    join the job's memory cgroup first, so that every page of the job is counted there;
+    then write the job's pid file, so that a pass that finds this supervisor dead stops
+    the job instead of starting it a second time."""
+    if not nice and join is None and pid_path is None:
+        return None
+    from qex.machine import process_start_time
+
+    def run():
+        if join is not None:
+            join()
+        if pid_path is not None:
+            _write_pid_file(pid_path, os.getpid(), process_start_time(os.getpid()))
+        if nice:
+            os.nice(nice)
+    return run
 
 
 def _write_pid_file(path: str, pid: int, start: int | None) -> None:
@@ -181,11 +206,12 @@ def _write_pid_file(path: str, pid: int, start: int | None) -> None:
         os.close(fd)
 
 
-def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt) -> dict:
+def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | None = None) -> dict:
     """Copy output, enforce the timeout, answer a kill; return the outcome."""
     store = ctx.store
-    sinks = {proc.stdout.fileno(): Sink(store.path(rec["id"], "stdout.log")),
-             proc.stderr.fileno(): Sink(store.path(rec["id"], "stderr.log"))}
+    limit, setting = _log_limit(ctx.config)
+    sinks = {proc.stdout.fileno(): Sink(store.path(rec["id"], "stdout.log"), limit, "stdout", setting),
+             proc.stderr.fileno(): Sink(store.path(rec["id"], "stderr.log"), limit, "stderr", setting)}
     sel = selectors.DefaultSelector()
     for fd in sinks:
         os.set_blocking(fd, False)
@@ -250,7 +276,18 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt) -> dict:
         sink.close()
     proc.stdout.close()
     proc.stderr.close()
-    return _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplete)
+    return _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplete, meter)
+
+
+def _log_limit(config) -> tuple[int | None, str]:
+    """``[logs] max_bytes`` as read when the job starts, and the words the marker uses."""
+    from qex.units import format_size
+
+    limit = config.logs_max_bytes
+    if not limit:
+        return None, ""
+    return limit, (f"[logs] max_bytes = {format_size(limit)} (raise it in {config.path}; "
+                   "0 keeps everything)")
 
 
 def _terminate(pid: int, now: float) -> float:
@@ -265,13 +302,16 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplete) -> dict:
+def _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplete, meter=None) -> dict:
     out, err = sinks.values()
+    usage, oom_evidence = (meter or Meter()).end(rusage, wait_status, stopped_by_qex=stop_reason is not None)
     outcome = {
         "ended_at": time.time(),
-        "usage": {"max_rss": rusage.ru_maxrss * 1024, "cpu_secs": round(rusage.ru_utime + rusage.ru_stime, 3)},
-        "logs_dropped": {**(rec.get("logs_dropped") or {}), "incomplete": incomplete},
-        "exit_code": None, "signal": None, "error": None,
+        "usage": usage,
+        "logs_dropped": {"stdout_bytes": out.dropped_bytes, "stdout_lines": out.dropped_lines,
+                         "stderr_bytes": err.dropped_bytes, "stderr_lines": err.dropped_lines,
+                         "incomplete": incomplete},
+        "exit_code": None, "signal": None, "error": None, "oom_evidence": oom_evidence,
     }
     if os.WIFEXITED(wait_status):
         outcome["exit_code"] = os.WEXITSTATUS(wait_status)
@@ -286,6 +326,8 @@ def _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplet
         from qex.units import format_duration
 
         outcome["error"] = f"stopped after its --timeout of {format_duration(rec['timeout'])}"
+    elif oom_evidence is not None:
+        outcome["state"] = "oom"
     elif outcome["exit_code"] == 0:
         outcome["state"] = "completed"
     else:
@@ -302,6 +344,7 @@ def _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplet
 def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> Launch | None:
     """Write the final record (or requeue a retry), run a pass, hand over."""
     interrupt.close()
+    ctx.reload_config()  # [hooks] as it is when the job ends
     if rec.get("_abandon"):
         os.close(launch.alive_fd)
         return None
@@ -311,21 +354,32 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
 
     def record_end(txn):
         current = txn.record(launch.job_id)
+        oom_retry = settle(ctx, current, outcome)  # a kill wins over OOM evidence; OOM retry; learner
         attempt = current.get("attempt", 1)
         entry = {"number": attempt, "state": outcome["state"], "claims": current.get("claims"),
                  "started_at": outcome.get("started_at", current.get("started_at")),
                  "ended_at": outcome.get("ended_at", time.time()),
                  "exit_code": outcome.get("exit_code"), "signal": outcome.get("signal"),
-                 "usage": outcome.get("usage") or {}, "error": outcome.get("error")}
+                 "usage": outcome.get("usage") or {}, "error": outcome.get("error"),
+                 "oom_evidence": outcome.get("oom_evidence")}
         attempts = list(current.get("attempts") or []) + [entry]
         fields = {k: v for k, v in outcome.items() if k != "state"}
-        if outcome["state"] == "failed" and attempt <= current.get("retries", 0):
+        failed_before = sum(1 for a in current.get("attempts") or () if a.get("state") == "failed")
+        if oom_retry is not None:
+            # Like a --retries retry: free our liveness lock, so that this same pass can start it,
+            # and keep no capacity: it waits in the queue for the bigger claim to fit.
+            launch.alive_fd = _close_and_end(launch) or -1
+            txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
+                       assigned=[], pid=None, forced=False, started_at=None, **oom_retry, **{
+                           k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "oom_evidence")})
+        elif (outcome["state"] == "failed" and failed_before < current.get("retries", 0)
+              and not current.get("kill_requested")):  # a job someone is killing is not retried
             # Free our liveness lock first, so that this same pass can start the retry.
             launch.alive_fd = _close_and_end(launch) or -1
             txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
                        assigned=[], pid=None, forced=False, started_at=None, **{
                            k: v for k, v in fields.items() if k in ("usage", "logs_dropped")},
-                       blocked_reason=f"queued for retry {attempt} of {current.get('retries')} "
+                       blocked_reason=f"queued for retry {failed_before + 1} of {current.get('retries')} "
                                       f"after attempt {attempt} failed")
         else:
             txn.update(launch.job_id, state=outcome["state"], attempts=attempts, **fields)

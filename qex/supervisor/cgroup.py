@@ -1,0 +1,373 @@
+"""A memory cgroup per job: the true peak of its process tree and exact OOM attribution.
+
+Where the machine allows it, the supervisor makes ``qex-<job id>-<attempt>`` INSIDE the
+memory cgroup it runs in itself (never elsewhere: a job never leaves the
+limits of the container, slice or test cgroup its caller lives under), and the
+job joins it before ``exec`` (``join`` runs in the forked child; the
+supervisor is single-threaded, so ``preexec_fn`` is safe there).
+
+- cgroup v1, memory controller (needs the right to ``mkdir`` there: root, as on
+  CI): peak from ``memory.max_usage_in_bytes``, OOM kills from the ``oom_kill``
+  line of ``memory.oom_control`` (Linux 4.13+).
+- cgroup v2 with a delegated subtree whose ``cgroup.subtree_control`` enables
+  ``memory`` (v2 forbids enabling it in a cgroup that holds processes, so a
+  shell's leaf scope cannot): peak from ``memory.peak`` (5.19+), OOM kills
+  from the ``oom_kill`` line of ``memory.events``.
+
+Anything else gives ``None``: the supervisor then measures with ``getrusage``
+and the machine's ``oom_kill`` counter. ``QEX_CGROUP=off`` forces that.
+
+The path of a job's cgroup is kept in ``jobs/<id>/cgroup`` so that whoever
+finds the job ended without its supervisor (reconcile) or removes its record
+(``qex clean``) can remove the cgroup too.
+"""
+
+import os
+import signal
+import time
+
+PREFIX = "qex-"
+RECORD = "cgroup"          # the file in the job directory that names the job's cgroup
+SWEEP_UNKNOWN_AFTER = 60.0  # an empty qex-* cgroup of no job we know is removed after this
+
+
+# ---- where: pure parsing of /proc/self/cgroup and /proc/self/mountinfo ---------
+
+def locate(proc_cgroup: str, mountinfo: str) -> tuple[str, str] | None:
+    """(kind, directory) of the memory cgroup the reading process runs in.
+
+    ``kind`` is "v1" when the memory controller is bound to a v1 hierarchy
+    (a line ``N:...memory...:/path``), else "v2" (the ``0::/path`` line).
+    """
+    v1_path = v2_path = None
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hier, controllers, path = parts
+        if "memory" in controllers.split(","):
+            v1_path = path
+        elif hier == "0" and controllers == "":
+            v2_path = path
+    mounts = _cgroup_mounts(mountinfo)
+    if v1_path is not None:
+        kind, path = "v1", v1_path
+        candidates = [(root, point) for fstype, root, point, opts in mounts
+                      if fstype == "cgroup" and "memory" in opts]
+    elif v2_path is not None:
+        kind, path = "v2", v2_path
+        candidates = [(root, point) for fstype, root, point, _ in mounts if fstype == "cgroup2"]
+    else:
+        return None
+    for root, point in candidates:
+        rel = _relative(path, root)
+        if rel is not None:
+            return kind, os.path.normpath(os.path.join(point, rel)) if rel else point
+    return None
+
+
+def _relative(path: str, root: str) -> str | None:
+    if root == "/":
+        return path.lstrip("/")
+    if path == root:
+        return ""
+    if path.startswith(root.rstrip("/") + "/"):
+        return path[len(root.rstrip("/")) + 1:]
+    return None
+
+
+def _cgroup_mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
+    """(fstype, root, mount point, super options) of each cgroup file system."""
+    out = []
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 1 or tail[0] not in ("cgroup", "cgroup2"):
+            continue
+        opts = set(tail[2].split(",")) if len(tail) > 2 else set()
+        out.append((tail[0], _unescape(fields[3]), _unescape(fields[4]), opts))
+    return out
+
+
+def _unescape(text: str) -> str:
+    """mountinfo writes a space as \\040 (and tab, newline, backslash likewise)."""
+    if "\\" not in text:
+        return text
+    import re
+
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def here() -> tuple[str, str] | None:
+    """(kind, directory) of this process's memory cgroup, or None."""
+    try:
+        with open("/proc/self/cgroup") as fh:
+            proc_cgroup = fh.read()
+        with open("/proc/self/mountinfo") as fh:
+            mountinfo = fh.read()
+    except OSError:
+        return None
+    return locate(proc_cgroup, mountinfo)
+
+
+def mount_points() -> list[str]:
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            return [point for _, _, point, _ in _cgroup_mounts(fh.read())]
+    except OSError:
+        return []
+
+
+# ---- one job's cgroup ------------------------------------------------------------
+
+class JobCgroup:
+    """A memory cgroup made for one job (see the module doc)."""
+
+    def __init__(self, kind: str, path: str):
+        self.kind, self.path = kind, path
+
+    @property
+    def procs(self) -> str:
+        return os.path.join(self.path, "cgroup.procs")
+
+    def join(self) -> None:
+        """In the forked child, before exec: move this process in. Raises OSError
+        if it cannot: the child then never execs, and the supervisor starts the
+        job again without a cgroup (see ``qex.supervisor.run._start``)."""
+        fd = os.open(self.procs, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
+
+    def members(self) -> list[int]:
+        try:
+            with open(self.procs) as fh:
+                return [int(w) for w in fh.read().split()]
+        except (OSError, ValueError):
+            return []
+
+    def peak(self) -> int | None:
+        name = "memory.max_usage_in_bytes" if self.kind == "v1" else "memory.peak"
+        try:
+            with open(os.path.join(self.path, name)) as fh:
+                return int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def oom_kills(self) -> int | None:
+        """OOM kills of processes in this cgroup so far, or None if the kernel does not say."""
+        name = "memory.oom_control" if self.kind == "v1" else "memory.events"
+        return read_counter(os.path.join(self.path, name), "oom_kill")
+
+    def remove(self) -> bool:
+        return remove_dir(self.path)
+
+
+def read_counter(path: str, key: str) -> int | None:
+    """The value of ``key N`` in a flat-keyed file (memory.events, /proc/vmstat)."""
+    try:
+        with open(path, "rb") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) == 2 and parts[0] == key.encode():
+                    return int(parts[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def machine_oom_kills() -> int | None:
+    """The machine's count of OOM kills since boot (Linux 4.13+), or None."""
+    return read_counter("/proc/vmstat", "oom_kill")
+
+
+def disabled() -> bool:
+    return os.environ.get("QEX_CGROUP", "").strip().lower() in ("off", "0", "no", "none")
+
+
+def name_of(job_id: str, attempt: int) -> str:
+    return f"{PREFIX}{job_id}-{attempt}"
+
+
+def job_of(name: str) -> str | None:
+    """The job id in a cgroup name ``qex-<id>-<attempt>``, or None for another name."""
+    if not name.startswith(PREFIX):
+        return None
+    job_id, sep, attempt = name[len(PREFIX):].rpartition("-")
+    return job_id if sep and job_id and attempt.isdigit() else None
+
+
+def create(job_id: str, attempt: int = 1) -> tuple[JobCgroup | None, str]:
+    """Make the cgroup of this attempt inside ours. Returns (cgroup, "") or (None, why not)."""
+    if disabled():
+        return None, "QEX_CGROUP=off"
+    where = here()
+    if where is None:
+        return None, "no memory cgroup controller is mounted for this process"
+    kind, parent = where
+    path = os.path.join(parent, name_of(job_id, attempt))
+    if kind == "v2" and not _v2_memory_delegated(parent):
+        return None, (f"cgroup v2: {parent} does not enable the memory controller for its children "
+                      "(cgroup.subtree_control)")
+    try:
+        os.mkdir(path)
+    except OSError as exc:
+        return None, f"cannot make {path}: {exc.strerror}"
+    cg = JobCgroup(kind, path)
+    if cg.oom_kills() is None and cg.peak() is None:
+        cg.remove()
+        return None, f"{path} has no memory accounting files"
+    return cg, ""
+
+
+def describe() -> dict:
+    """For ``qex info``, without making anything: would a job started from here
+    get its own memory cgroup, and what would an OOM verdict rest on?"""
+    where = None if disabled() else here()
+    machine = machine_oom_kills() is not None
+    fallback = "machine-counter" if machine else None
+    if disabled():
+        return {"per_job_cgroup": False, "why_not": "QEX_CGROUP=off", "oom_evidence": fallback}
+    if where is None:
+        return {"per_job_cgroup": False, "why_not": "no memory cgroup controller", "oom_evidence": fallback}
+    kind, parent = where
+    if kind == "v2" and not _v2_memory_delegated(parent):
+        why = f"cgroup v2: {parent} does not delegate the memory controller to its children"
+    elif not os.access(parent, os.W_OK):
+        why = f"{parent} is not writable by this user"
+    else:
+        return {"per_job_cgroup": True, "kind": kind, "parent": parent, "oom_evidence": "cgroup"}
+    return {"per_job_cgroup": False, "kind": kind, "parent": parent, "why_not": why, "oom_evidence": fallback}
+
+
+def _v2_memory_delegated(parent: str) -> bool:
+    try:
+        with open(os.path.join(parent, "cgroup.subtree_control")) as fh:
+            return "memory" in fh.read().split()
+    except OSError:
+        return False
+
+
+def remove_dir(path: str, wait: float = 0.0) -> bool:
+    """rmdir a cgroup (gone already counts as removed); retry up to ``wait`` seconds
+    while processes are still leaving it."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+
+# ---- the job directory's note, reconcile and clean -------------------------------
+
+def remember(job_dir: str, cg: JobCgroup) -> None:
+    """Note the cgroup in the job directory (no fsync: a lost note only delays the sweep)."""
+    fd = os.open(os.path.join(job_dir, RECORD), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        os.write(fd, f"{cg.kind} {cg.path}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def recorded(job_dir: str, job_id: str) -> JobCgroup | None:
+    """The cgroup the job's supervisor made, if its note is there and sane."""
+    from qex.store import fs
+
+    try:
+        kind, _, path = fs.read_bytes(os.path.join(job_dir, RECORD), 4096).decode().strip().partition(" ")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if kind not in ("v1", "v2") or job_of(os.path.basename(path)) != job_id:
+        return None
+    if not any(path.startswith(point.rstrip("/") + "/") for point in mount_points()):
+        return None
+    return JobCgroup(kind, path)
+
+
+def forget(job_dir: str) -> None:
+    try:
+        os.unlink(os.path.join(job_dir, RECORD))
+    except OSError:
+        pass
+
+
+def stop_and_remove(job_dir: str, job_id: str, kill: bool) -> bool:
+    """Remove the job's cgroup (after SIGKILLing what is left in it when ``kill``).
+
+    Every process in ``qex-<id>`` is provably the job's: the supervisor made the
+    cgroup for it, and only the job and its descendants are in it.
+    """
+    cg = recorded(job_dir, job_id)
+    if cg is None:
+        return True
+    if kill:
+        _kill_all(cg)
+    done = cg.remove() if not kill else remove_dir(cg.path, wait=0.2)
+    if done:
+        forget(job_dir)
+    return done
+
+
+def _kill_all(cg: JobCgroup) -> None:
+    kill_file = os.path.join(cg.path, "cgroup.kill")
+    if cg.kind == "v2" and os.path.exists(kill_file):
+        try:
+            with open(kill_file, "w") as fh:
+                fh.write("1")
+            return
+        except OSError:
+            pass
+    for pid in cg.members():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def sweep(store, active: set[str], now: float | None = None, known: set[str] = frozenset()) -> list[str]:
+    """Remove the empty ``qex-<id>-<n>`` cgroups beside ours whose job is not running.
+
+    Cheap by design: one listdir of our own memory cgroup, called only when a
+    pass finds a lost supervisor and by ``qex clean``. A cgroup of a job this
+    store knows is removed at once; one of an id it does not know (another
+    state directory's, or a record cleaned before) only once it is older than
+    a minute (so a job being started by another queue is never touched).
+    rmdir removes only an empty cgroup, never one with a process in it.
+    """
+    where = None if disabled() else here()
+    if where is None:
+        return []
+    parent = where[1]
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    for name in names:
+        job_id = job_of(name)
+        if job_id is None or job_id in active:
+            continue
+        path = os.path.join(parent, name)
+        if job_id not in known and not os.path.isdir(store.job_dir(job_id)):
+            try:
+                if now - os.stat(path).st_ctime < SWEEP_UNKNOWN_AFTER:
+                    continue
+            except OSError:
+                continue
+        if remove_dir(path):
+            removed.append(name)
+            note = recorded(store.job_dir(job_id), job_id)
+            if note is not None and note.path == path:
+                forget(store.job_dir(job_id))
+    return removed

@@ -1,0 +1,179 @@
+"""Memory in the supervisor: measure each attempt, attribute an OOM kill, answer it.
+
+``Meter`` measures one attempt: a per-job memory cgroup where the machine
+allows it (``qex.supervisor.cgroup``), else ``getrusage`` and the machine's
+``oom_kill`` counter. The evidence it reports is never more than it has:
+
+- ``cgroup``: the kernel counted an OOM kill in the job's own cgroup during
+  the attempt, and the job did not exit 0;
+- ``machine-counter``: no cgroup; the job's leader died of SIGKILL that qex did
+  not send, while the machine's OOM-kill counter rose. That is strong
+  circumstance, not proof, and the record says which it was;
+- ``None``: no OOM evidence (or none obtainable).
+
+``settle`` runs in the supervisor's final pass (state lock held): a ``qex kill``
+wins over any OOM evidence, an OOM attempt is retried with its memory claim
+doubled (capped at the budget) while ``--oom-retries`` allows, and the learner
+is taught (a completed attempt's peak; an OOM attempt's floor).
+"""
+
+import os
+import signal
+
+from qex.supervisor import cgroup
+
+
+class Meter:
+    """The measurement of one attempt of one job."""
+
+    def __init__(self):
+        self.cg: cgroup.JobCgroup | None = None
+        self.why_not = ""
+        self.cg_kills0: int | None = None
+        self.machine0: int | None = None
+        self.job_dir = ""
+
+    def prepare(self, job_dir: str, job_id: str, attempt: int) -> None:
+        """Before the spawn: make the cgroup (noted in the job directory), read the counters."""
+        self.job_dir = job_dir
+        self.cg, self.why_not = cgroup.create(job_id, attempt)
+        if self.cg is not None:
+            try:
+                cgroup.remember(job_dir, self.cg)
+            except Exception as exc:  # without the note nobody could sweep it: do without
+                self.cg.remove()
+                self.cg, self.why_not = None, f"cannot note the cgroup in {job_dir}: {exc}"
+            else:
+                self.cg_kills0 = self.cg.oom_kills()
+        self.machine0 = cgroup.machine_oom_kills()
+
+    def join_fn(self):
+        """What the forked child runs before exec to join the cgroup (None: no cgroup)."""
+        return self.cg.join if self.cg is not None else None
+
+    def cannot_join(self) -> None:
+        """The job's child could not join the cgroup (it never ran): measure without it."""
+        if self.cg is not None:
+            self.why_not = f"the job could not join {self.cg.path}"
+            self.discard()
+
+    def discard(self) -> None:
+        """Remove the cgroup (a process the job left behind keeps it: the sweep removes it later)."""
+        if self.cg is not None:
+            if self.cg.remove():
+                cgroup.forget(self.job_dir)
+            self.cg = None
+
+    def end(self, rusage, wait_status: int, stopped_by_qex: bool) -> tuple[dict, str | None]:
+        """After the job ended (wait4 done): (usage, OOM evidence). Removes the cgroup."""
+        rss = rusage.ru_maxrss * 1024 if rusage is not None else None
+        usage = {"max_rss": rss, "cpu_secs": round(rusage.ru_utime + rusage.ru_stime, 3) if rusage else None,
+                 "peak_from": "rusage" if rss is not None else None, "oom_kills": None}
+        cg_kills = None
+        if self.cg is not None:
+            # The cgroup's peak, not getrusage's: a forked child's ru_maxrss includes
+            # the supervisor's image before exec (~20MB for `true`), and file pages
+            # that others already hold in the page cache, which the job never added.
+            peak = self.cg.peak()
+            if peak is not None:
+                usage["max_rss"], usage["peak_from"] = peak, "cgroup"
+            now = self.cg.oom_kills()
+            if now is not None and self.cg_kills0 is not None:
+                cg_kills = usage["oom_kills"] = now - self.cg_kills0
+            self.discard()
+        machine = cgroup.machine_oom_kills()
+        evidence = None
+        clean_exit = os.WIFEXITED(wait_status) and os.WEXITSTATUS(wait_status) == 0
+        if not stopped_by_qex and not clean_exit:
+            if cg_kills is not None:
+                evidence = "cgroup" if cg_kills > 0 else None
+            elif (self.machine0 is not None and machine is not None and machine > self.machine0
+                  and os.WIFSIGNALED(wait_status) and os.WTERMSIG(wait_status) == signal.SIGKILL):
+                evidence = "machine-counter"
+        return usage, evidence
+
+
+# (verb, how). Commas and periods only: `qex list` shows an error in a terminal-safe form.
+EVIDENCE_WORDS = {
+    "cgroup": ("ran out of memory", "when the kernel killed it, as the OOM count of its cgroup shows"),
+    "machine-counter": ("was most likely stopped for memory",
+                        "and died of SIGKILL while the OOM kill count of the machine rose, "
+                        "circumstantial evidence as it had no cgroup"),
+}
+
+
+def settle(ctx, current: dict, outcome: dict) -> dict | None:
+    """Decide the end of an attempt in the final pass (lock held).
+
+    Mutates ``outcome`` (state, error, oom_evidence) and returns the fields of
+    an OOM retry (new claims and their source, the reason), or None.
+    """
+    if current.get("kill_requested") and outcome.get("state") == "oom":
+        outcome.update(state="killed", oom_evidence=None,
+                       error="stopped by qex kill, which wins over the OOM evidence it also showed")
+    retry = None
+    if outcome.get("state") == "oom":
+        retry = _answer_oom(ctx, current, outcome)
+    _teach(ctx, current, outcome)
+    return retry
+
+
+def _answer_oom(ctx, current: dict, outcome: dict) -> dict | None:
+    from qex.units import format_size
+
+    claims = current.get("claims") or {}
+    claim = int(claims.get("mem") or 0)
+    reached = (outcome.get("usage") or {}).get("max_rss")
+    attempt = current.get("attempt", 1)
+    allowed = current.get("oom_retries", ctx.config.default_oom_retries)
+    used = sum(1 for a in current.get("attempts") or () if a.get("state") == "oom")
+    budget = ctx.budget()[1]
+    verb, how = EVIDENCE_WORDS.get(outcome.get("oom_evidence"), EVIDENCE_WORDS["cgroup"])
+    head = (f"attempt {attempt} {verb}: the claim of {format_size(claim)} was too small. "
+            f"It reached {format_size(reached) if reached else 'an unknown peak'} {how}")
+    new = min(max(2 * claim, reached or 0), budget)
+    if used >= allowed:
+        why = "Not retried, --oom-retries 0" if allowed == 0 else f"Not retried, its {allowed} --oom-retries are used"
+        outcome["error"] = _join(f"{head}. {why}", outcome.get("error"))
+        return None
+    if new <= claim:
+        outcome["error"] = _join(f"{head}. Not retried: the claim is already at the budget of "
+                                 f"{format_size(budget)}. Raise budget.mem in the config or make the job smaller",
+                                 outcome.get("error"))
+        return None
+    note = f"{head}. Retry {used + 1} of {allowed} claims {format_size(new)}"
+    outcome["error"] = _join(note, outcome.get("error"))
+    sources = dict(current.get("claim_source") or {})
+    sources["mem"] = f"doubled after attempt {attempt} ran out of memory, the claim of {format_size(claim)} was too small"
+    return {"claims": {**claims, "mem": new}, "claim_source": sources, "error": outcome["error"],
+            "blocked_reason": f"queued for out-of-memory retry {used + 1} of {allowed} with a claim of "
+                              f"{format_size(new)}"}
+
+
+def _join(first: str, rest: str | None) -> str:
+    return f"{first}. {rest}" if rest else first
+
+
+def _teach(ctx, current: dict, outcome: dict) -> None:
+    if not ctx.config.learn_enabled:
+        return
+    from qex import learn
+
+    state = outcome.get("state")
+    usage = outcome.get("usage") or {}
+    if state == "completed" and usage.get("max_rss"):
+        kind, nbytes = "peak", int(usage["max_rss"])
+    elif state == "oom":
+        claim = int((current.get("claims") or {}).get("mem") or 0)
+        kind, nbytes = "floor", max(2 * claim, int(usage.get("max_rss") or 0))
+    else:
+        return  # killed, timed out, failed: what it reached says nothing about what it needs
+    try:
+        note = learn.teach_locked(ctx.store.root, current.get("command") or (), current.get("template"),
+                                  kind, nbytes, current.get("name", ""))
+    except Exception as exc:  # the learner never costs a job its record
+        note = f"learner: not taught ({type(exc).__name__}: {exc})"
+    if note:
+        import sys
+
+        print(f"qex: {note}", file=sys.stderr)

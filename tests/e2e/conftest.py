@@ -1,0 +1,24 @@
+"""End-to-end only: never leave a job's processes behind, even when a test fails
+before it opens the gate its job waits on."""
+
+import os
+import signal
+
+import pytest
+
+from e2e_helpers import group_members, read_records
+
+
+@pytest.fixture(autouse=True)
+def _reap_job_groups(request):
+    yield
+    q = getattr(request.node, "funcargs", {}).get("q")  # torn down after q: supervisors are gone
+    if q is None:
+        return
+    for rec in read_records(q):
+        pid = rec.get("pid")
+        if rec.get("state") in ("starting", "running") and pid and group_members(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass

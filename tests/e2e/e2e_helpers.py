@@ -1,0 +1,123 @@
+"""Small helpers shared by the end-to-end tests: gated jobs, /proc scans, snapshots.
+
+Everything here observes qex from outside: files in the state directory, /proc.
+"""
+
+import fcntl
+import json
+import os
+import select
+import signal
+import time
+
+FINAL = {"completed", "failed", "killed", "timeout", "oom", "expired", "cancelled", "skipped"}
+
+
+def gated(q, name: str, then: str = "exit 0", before: str = "") -> list[str]:
+    """A job command that waits until the test creates gate ``name``, then runs ``then``."""
+    gate = q.gate(name)
+    return ["sh", "-c", f"{before}while [ ! -e '{gate}' ]; do sleep 0.05; done; {then}"]
+
+
+def open_gate(q, name: str) -> None:
+    with open(q.gate(name), "w"):
+        pass
+
+
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, pgrp) of a process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(b")") + 2:].split()
+    return fields[0].decode(), int(fields[1]), int(fields[2])
+
+
+def alive(pid: int | None) -> bool:
+    """True while ``pid`` is a live process (a zombie is dead: it runs nothing)."""
+    if not pid:
+        return False
+    st = proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is ``pgid`` (field 5 of /proc/PID/stat)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = proc_stat(int(name))
+            if st is not None and st[2] == pgid and st[0] not in ("Z", "X"):
+                out.append(int(name))
+    return out
+
+
+def handles_signal(pid: int, sig: int) -> bool:
+    """True once process ``pid`` has installed a handler for ``sig`` (SigCgt in /proc)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    except OSError:
+        return False
+    return False
+
+
+def wait_until_waiting(q, proc) -> None:
+    """Wait until a `qex wait`/`run` Popen has installed its SIGTERM handler (its wait began)."""
+    q.wait_for(lambda: proc.poll() is not None or handles_signal(proc.pid, signal.SIGTERM),
+               timeout=10, what="the qex process to install its signal handler")
+    assert proc.poll() is None, proc.communicate()
+
+
+def read_records(q) -> list[dict]:
+    """Every readable record on disk (a record being replaced is read whole: writes are atomic)."""
+    out = []
+    jobs = os.path.join(q.state, "jobs")
+    for name in os.listdir(jobs) if os.path.isdir(jobs) else []:
+        try:
+            with open(os.path.join(jobs, name, "status.json")) as fh:
+                out.append(json.load(fh))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def locked_snapshot(q) -> list[dict]:
+    """All records read while holding the state lock shared.
+
+    DESIGN.md: every change of state is written by a pass under the exclusive
+    lock on ``<state>/lock``; holding it shared gives one consistent instant
+    across all the records (reading file by file without it could see job A
+    still running and job C, started after A ended, running too).
+    """
+    path = os.path.join(q.state, "lock")
+    if not os.path.exists(path):
+        return []
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return read_records(q)
+    finally:
+        os.close(fd)
+
+
+def read_line(proc, timeout: float) -> str | None:
+    """One line of a Popen's stdout within ``timeout`` seconds, or None."""
+    fd = proc.stdout.fileno()
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        buf += chunk
+        if chunk == b"\n":
+            return buf.decode()
+    return None

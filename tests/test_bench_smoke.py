@@ -1,0 +1,75 @@
+"""The benchmark harness imports and its qex workloads produce numbers on a tiny N.
+
+It never installs or runs a peer (--no-peers), never calls apt-get, and writes
+its results into the test's temp directory. The real benchmark is
+`python bench/run.py` (bench/README.md); it is not a test.
+"""
+
+import importlib.util
+import json
+import os
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_PY = os.path.join(ROOT, "bench", "run.py")
+
+TINY = ["warmup=0", "submit_n=2", "first_n=1", "drain_n=3", "history=0,50", "history_submit_n=1",
+        "list_n=1", "list_n_large=1", "fanout_n=5", "fanout_samples=1", "waiting=2", "output_mb=1",
+        "cpu_samples=1", "events_n=2"]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("qex_bench_run", RUN_PY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_harness_measures_qex_on_a_tiny_n(bench, tmp_path, monkeypatch, capsys):
+    def no_install(*args, **kwargs):
+        raise AssertionError("the smoke test must never install peers")
+
+    monkeypatch.setattr(bench, "ensure_peers", no_install)
+    out = tmp_path / "raw.json"
+    argv = ["--no-peers", "--results-dir", str(tmp_path / "results"), "--json", str(out)]
+    for item in TINY:
+        argv += ["--set", item]
+    t0 = time.monotonic()
+    result = bench.execute(argv)
+    took = time.monotonic() - t0
+    table = capsys.readouterr().out
+
+    rows = result["rows"]
+    errors = [r for r in rows if r["note"].startswith("error")]
+    assert not errors, errors
+
+    def median(workload, tool, metric=None):
+        found = [r for r in rows if r["workload"] == workload and r["tool"] == tool
+                 and (metric is None or r["metric"] == metric)]
+        assert found, (workload, tool, metric)
+        assert found[0]["median"] is not None and found[0]["median"] >= 0, found[0]
+        return found[0]["median"]
+
+    assert median("1 submit", "qex submit") > 0
+    assert median("1 submit", "python -c pass") > 0
+    assert median("1 submit", "python floor (flock+fsync+double-fork)") > 0
+    assert median("2 first instruction", "qex submit") > 0
+    assert median("3 drain", "qex") > 0
+    assert median("4 history", "qex submit", "submit @0") > 0
+    assert median("4 history", "qex submit", "submit @50") > 0
+    assert median("4 history", "qex list --state running", "list --state running @50") > 0
+    assert median("4 history", "qex list (all)", "list total @50") > 0
+    assert median("6 memory", "qex", "USS of a running job's supervisor") > 0
+    median("6 memory", "qex", "processes per waiting job (2 waiting)")
+    median("7 supervisor cpu", "qex", "supervisor CPU per MB of output")
+    # peers were not asked for: their rows say n/a, never a crash
+    tsp = [r for r in rows if r["tool"] == "tsp"]
+    assert tsp and all(r["median"] is None and r["note"].startswith("n/a") for r in tsp)
+
+    assert "ratio qex/peer" in table and "Targets" in table
+    assert json.loads(out.read_text())["rows"]
+    assert len(os.listdir(tmp_path / "results")) == 1
+    assert took < 20, f"the smoke run took {took:.1f}s"

@@ -1,0 +1,93 @@
+"""Where a job's memory cgroup goes (qex/supervisor/cgroup.py): the parsing is
+pure and tested on the shapes real machines show; one test makes a real cgroup
+where this machine allows it."""
+
+import os
+
+import pytest
+
+from qex.supervisor import cgroup
+
+# This CI machine: cgroup v1 memory controller, the process in a nested cgroup,
+# a cgroup2 hierarchy mounted beside it with no memory controller (hybrid).
+HYBRID_CGROUP = """\
+9:name=systemd:/
+4:memory:/process_api/6422d486afee97efd12feebad7dc28ff
+3:cpuset:/
+0::/
+"""
+HYBRID_MOUNTS = """\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+40 31 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+
+
+def test_v1_memory_wins_over_a_v2_hierarchy_that_lacks_the_controller():
+    assert cgroup.locate(HYBRID_CGROUP, HYBRID_MOUNTS) == (
+        "v1", "/sys/fs/cgroup/memory/process_api/6422d486afee97efd12feebad7dc28ff")
+
+
+def test_a_container_mount_rooted_at_its_own_cgroup():
+    # docker without a cgroup namespace: /proc/self/cgroup names the host path,
+    # and the mount's root is that same path.
+    proc = "5:memory,foo:/docker/abc\n"
+    mounts = "50 40 0:40 /docker/abc /sys/fs/cgroup/memory ro,nosuid - cgroup cgroup rw,memory,foo\n"
+    assert cgroup.locate(proc, mounts) == ("v1", "/sys/fs/cgroup/memory")
+    assert cgroup.locate("5:memory:/docker/abc/sub\n", mounts) == ("v1", "/sys/fs/cgroup/memory/sub")
+    # a path outside what is mounted cannot be reached: no cgroup rather than a wrong one
+    assert cgroup.locate("5:memory:/elsewhere\n", mounts) is None
+
+
+def test_pure_v2_with_an_escaped_mount_point():
+    proc = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/run-1.scope\n"
+    mounts = r"60 1 0:26 / /sys/fs/cgroup\040x rw - cgroup2 cgroup2 rw,nsdelegate" + "\n"
+    assert cgroup.locate(proc, mounts) == (
+        "v2", "/sys/fs/cgroup x/user.slice/user-1000.slice/user@1000.service/app.slice/run-1.scope")
+
+
+def test_no_memory_cgroup_at_all():
+    assert cgroup.locate("3:cpu:/\n", "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n") is None
+    assert cgroup.locate("", "") is None
+
+
+def test_names_carry_the_job_and_the_attempt():
+    job = "0193f7a2-1c2d-7e3f-8a9b-0c1d2e3f4a5b"
+    name = cgroup.name_of(job, 3)
+    assert name == f"qex-{job}-3"
+    assert cgroup.job_of(name) == job
+    for other in ("qextest-1-2", "qex-", "qex-abc", "memory.stat", f"qex-{job}-x"):
+        assert cgroup.job_of(other) is None, other
+
+
+def test_flat_keyed_counters(tmp_path):
+    path = tmp_path / "memory.oom_control"
+    path.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    assert cgroup.read_counter(str(path), "oom_kill") == 3
+    assert cgroup.read_counter(str(path), "oom_group_kill") is None
+    assert cgroup.read_counter(str(tmp_path / "missing"), "oom_kill") is None
+
+
+def test_a_note_that_names_a_foreign_path_is_never_used(tmp_path):
+    job = "0193f7a2-1c2d-7e3f-8a9b-0c1d2e3f4a5b"
+    (tmp_path / "cgroup").write_text(f"v1 /home/someone/qex-{job}-1\n")
+    assert cgroup.recorded(str(tmp_path), job) is None
+    (tmp_path / "cgroup").write_text("v1 /sys/fs/cgroup/memory/qex-another-1\n")
+    assert cgroup.recorded(str(tmp_path), job) is None
+
+
+def test_a_real_job_cgroup_is_made_inside_ours_and_removed():
+    job = "0193f7a2-0000-7000-8000-000000000001"
+    cg, why = cgroup.create(job, 1)
+    if cg is None:
+        pytest.skip(f"no memory cgroup can be made here ({why})")
+    try:
+        kind, parent = cgroup.here()
+        assert os.path.dirname(cg.path) == parent, "the job's cgroup must be nested in ours"
+        assert cg.oom_kills() == 0
+        assert cg.peak() is not None or kind == "v2"
+        assert cg.members() == []
+    finally:
+        assert cg.remove()
+    assert not os.path.exists(cg.path)
