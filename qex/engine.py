@@ -313,7 +313,12 @@ def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
         if entry["uid"] != ctx.uid:
             _set_reason(txn, start.id, "admitted: its owner's qex starts it (capacity reserved)", "reserved", now)
             continue
-        fd = hold(ctx.store.path(start.id, "alive.lock"))
+        try:
+            fd = hold(ctx.store.path(start.id, "alive.lock"))
+        except FileNotFoundError:  # its directory was removed by hand: it is no job any more
+            txn.idx.jobs.pop(start.id, None)
+            ctx.store.save_index_locked(txn.idx)
+            continue
         if fd is None:
             continue
         assigned = [{"pool": a.pool, "devices": list(a.devices), "size": a.size} for a in start.assigned]

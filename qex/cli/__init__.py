@@ -32,7 +32,7 @@ def run(argv: list[str]) -> int:
         return _dispatch(argv)
     except QexError as exc:
         _say(f"qex: {exc}")
-        return _exit_code(argv, exc.exit_code)
+        return _exit_code(argv, exc)
     except KeyboardInterrupt:
         _say("qex: interrupted")
         return 130
@@ -46,12 +46,19 @@ def run(argv: list[str]) -> int:
 JOB_COMMANDS = ("submit", "run", "pipeline", "rerun", "wait")
 
 
-def _exit_code(argv: list[str], code: int) -> int:
+def _exit_code(argv: list[str], exc) -> int:
+    from qex.errors import ConfigError
+
+    code = exc.exit_code
     if code not in (1, 121) or not argv:
         return code
     job_command = argv[0] in JOB_COMMANDS or (
         argv[0] == "status" and any(a in ("--wait", "--follow", "--quiet") for a in argv[1:]))
-    return 121 if job_command else 1
+    if job_command:
+        return 121
+    if code == 121 and not isinstance(exc, ConfigError):
+        return 2  # a value the command line gave is refused: a bad command line
+    return 1
 
 
 def _dispatch(argv: list[str]) -> int:
