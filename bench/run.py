@@ -1188,7 +1188,7 @@ def w_events(b: Bench):
                     lat.append(arrived - float(when))
                 if ev.get("state") in FINAL or ev.get("to") in FINAL:
                     break
-            q.quiesce()
+            q.drain()  # not quiesce: the `qex events` reader is a process of this queue too
     finally:
         proc.kill()
         proc.wait()

@@ -70,6 +70,7 @@ class Txn:
 
     def __init__(self, store: Store, idx: Index):
         self.store, self.idx = store, idx
+        self.next_deadline: float | None = None  # the plan's earliest --max-queue-time deadline
         self.records: dict[str, dict] = {}
         self.changes: list[tuple[dict, str | None, str]] = []
 
@@ -131,6 +132,7 @@ class PassResult:
     launches: list = field(factory=list)
     queued_mine: bool = False
     running_mine: bool = False
+    next_deadline: float | None = None
 
 
 def run_pass(ctx: Context, mutate=None) -> PassResult:
@@ -145,7 +147,7 @@ def run_pass(ctx: Context, mutate=None) -> PassResult:
         mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
         txn.commit()
     mine = [e["state"] for e in idx.jobs.values() if e["uid"] == ctx.uid]
-    return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine))
+    return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine), txn.next_deadline)
 
 
 def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | None:
@@ -163,7 +165,7 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | 
     if result.queued_mine or result.running_mine:
         from qex import waker
 
-        return waker.ensure(ctx, close_in_child)
+        return waker.ensure(ctx, close_in_child, result.next_deadline)
     return None
 
 
@@ -256,13 +258,21 @@ def _stop_orphan(launched) -> None:
 def admit_locked(ctx: Context, txn: Txn) -> list[Launch]:
     from qex import admit as A
 
+    from qex import pause
+
     now = time.time()
     reconcile_locked(ctx, txn, now)
-    if not any(e["state"] == "queued" for e in txn.idx.jobs.values()):
-        return []
-    snap = snapshot(ctx, txn, now)
-    plan = A.admit(snap)
-    return apply_plan(ctx, txn, plan, now)
+    pause.settle_locked(ctx, txn, now)
+    launches = []
+    for _ in range(8):  # an expiry or a skip settles its dependents in the same hold
+        if not any(e["state"] == "queued" for e in txn.idx.jobs.values()):
+            break
+        plan = A.admit(snapshot(ctx, txn, now))
+        launches += apply_plan(ctx, txn, plan, now)
+        txn.next_deadline = plan.next_deadline
+        if not (plan.expire or plan.skip):
+            break
+    return launches
 
 
 def snapshot(ctx: Context, txn: Txn, now: float):
@@ -279,7 +289,7 @@ def snapshot(ctx: Context, txn: Txn, now: float):
         elif e["state"] == "queued":
             queued.append(A.Queued(job_id, e["seq"], e["priority"], e["cpu"], e["mem"], claims,
                                    tuple(e["needs"]), tuple(e["after"]), e["deadline"],
-                                   e["passed_by"], e["name"]))
+                                   e["passed_by"], e["name"], e.get("attempt", 1) > 1))
             dep_ids.update(e["needs"], e["after"])
     from qex import machine
 

@@ -31,7 +31,14 @@ def gather(ctx) -> dict:
         "memory": _memory(),
         "queue": {"running": len(running), "queued": len(queued), "health": plan.health,
                   "state_dir": ctx.store.root},
+        "pauses": _pauses(ctx, idx),
     }
+
+
+def _pauses(ctx, idx) -> list[dict]:
+    from qex import pause
+
+    return pause.listing(ctx.store, idx.jobs, __import__("time").time())
 
 
 def _memory() -> dict:
@@ -107,4 +114,9 @@ def render(info: dict) -> str:
                      + ("from the machine's oom_kill counter" if mem.get("oom_evidence") else "unavailable"))
     q = info["queue"]
     lines.append(f"queue     {q['running']} running, {q['queued']} queued — {q['health']}")
+    if info.get("pauses"):
+        from qex.pause import render as pause_line
+
+        now = __import__("time").time()
+        lines += [f"pause     {pause_line(p, now)}" for p in info["pauses"]]
     return "\n".join(lines)

@@ -38,6 +38,7 @@ class Request:
     needs: list[str] = field(factory=list)
     after: list[str] = field(factory=list)
     dedupe_key: str | None = None
+    dedupe_window: str | None = None             # asks: also a job with the key that succeeded within T
     env: list[str] = field(factory=list)         # "K=V"
     env_capture: str = "all"
     cwd: str | None = None
@@ -76,6 +77,10 @@ def build(ctx, req: Request, now: float | None = None) -> Built:
     timeout = _duration(req.timeout, "--timeout", config.default_timeout)
     mqt = _duration(req.max_queue_time, "--max-queue-time", config.default_max_queue_time)
     retries = _count(req.retries, "--retries", config.default_retries)
+    if req.dedupe_key is not None or req.dedupe_window is not None:
+        from qex import dedupe
+
+        dedupe.check_request(req)
     oom_retries = _count(req.oom_retries, "--oom-retries", config.default_oom_retries)
     spec = Spec(id=job_id, command=tuple(req.command), cwd=cwd, env=env, nice=req.nice, hints=hints,
                 request=_request_words(req))

@@ -2,12 +2,15 @@
 while that user has queued work.
 
 It holds ``waker-<uid>.lock`` (a second one cannot start), sleeps to the next
-deadline or at most ``INTERVAL``, runs a pass, forks what it admitted, and
-exits as soon as nothing of its user is queued or running. It covers what
-only time or the outside world can clear: another user's claim, memory used
-outside qex, a pause with an end, a queue-time deadline, and a supervisor that
-died. While its user's jobs only run (none queued), it does not run passes: it
-checks their liveness locks each interval and runs a pass only when one is free.
+``--max-queue-time`` deadline or end of a timed pause, at most ``INTERVAL``
+(``QEX_WAKER_INTERVAL``, 1 s) — looking every ``WATCH`` seconds whether the
+index or the pauses changed, which may bring that time forward —, runs a
+pass, forks what it admitted, and exits as soon as nothing of its user is
+queued or running. It covers what only time or the outside world can clear:
+another user's claim, memory used outside qex, a pause with an end, a
+queue-time deadline, and a supervisor that died. While its user's jobs only
+run (none queued), it does not run passes: it checks their liveness locks
+each interval and runs a pass only when one is free.
 """
 
 import os
@@ -17,15 +20,17 @@ from qex import engine
 from qex.store.lock import hold
 
 INTERVAL = float(os.environ.get("QEX_WAKER_INTERVAL", "1.0"))
+WATCH = 0.2  # how often a sleeping waker looks for a changed queue (two stats)
 
 
 def lock_path(ctx) -> str:
     return os.path.join(ctx.store.root, f"waker-{ctx.uid}.lock")
 
 
-def ensure(ctx, close_in_child=()) -> "engine.Launch | None":
+def ensure(ctx, close_in_child=(), next_deadline: float | None = None) -> "engine.Launch | None":
     """Fork a waker unless one holds the lock. Returns a Launch only in a
-    supervisor forked by the waker (see ``engine.after_pass``)."""
+    supervisor forked by the waker (see ``engine.after_pass``).
+    ``next_deadline`` is the earliest --max-queue-time deadline of the pass."""
     fd = hold(lock_path(ctx))
     if fd is None:
         return None
@@ -47,7 +52,7 @@ def ensure(ctx, close_in_child=()) -> "engine.Launch | None":
             engine.detach_stdio(os.path.join(ctx.store.root, "waker.log"))
         except BaseException:
             os._exit(70)
-        launch = _loop(ctx, fd)
+        launch = _loop(ctx, fd, next_deadline)
         if launch is None:
             os._exit(0)
         return launch
@@ -56,12 +61,66 @@ def ensure(ctx, close_in_child=()) -> "engine.Launch | None":
     return None
 
 
-def _loop(ctx, fd: int) -> "engine.Launch | None":
+def wake_time(ctx, next_deadline: float | None, now: float) -> float:
+    """The next pass: at the earliest deadline or end of a timed pause still to
+    come, and at most ``INTERVAL`` from now."""
+    from qex import pause
+
+    wake = now + INTERVAL
+    try:
+        end = pause.next_end(ctx.store, now)
+    except Exception:
+        end = None
+    for t in (next_deadline, end):
+        if t is not None and t > now:
+            wake = min(wake, t + 0.005)  # a hair after, so the pass sees it reached
+    return wake
+
+
+def _sleep_until(ctx, wake: float) -> None:
+    """Sleep to ``wake``, but look every ``WATCH`` seconds whether the queue or
+    the pauses changed (a file's mtime): a new or moved deadline, or a new
+    timed pause, may call for an earlier pass."""
+    stamp = _stamp(ctx)
+    while True:
+        now = time.time()
+        if now >= wake:
+            return
+        time.sleep(min(wake - now, WATCH))
+        seen = _stamp(ctx)
+        if seen != stamp:
+            stamp = seen
+            wake = min(wake, wake_time(ctx, _earliest_deadline(ctx, time.time()), time.time()))
+
+
+def _stamp(ctx) -> tuple:
+    out = []
+    for path in (ctx.store.index_path, os.path.join(ctx.store.root, "pause")):
+        try:
+            out.append(os.stat(path).st_mtime_ns)
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def _earliest_deadline(ctx, now: float) -> float | None:
+    """The earliest deadline still to come of a queued job, read from the index without the lock."""
+    from qex.store import fs
+
+    try:
+        jobs = fs.read_json(ctx.store.index_path).get("jobs", {})
+        times = [e["deadline"] for e in jobs.values() if e.get("state") == "queued" and e.get("deadline")]
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        return None
+    return min((t for t in times if t > now), default=None)
+
+
+def _loop(ctx, fd: int, next_deadline: float | None = None) -> "engine.Launch | None":
     """Pass until nothing of this user is queued; return a Launch in a forked supervisor."""
     import traceback
 
     while True:
-        time.sleep(INTERVAL)
+        _sleep_until(ctx, wake_time(ctx, next_deadline, time.time()))
         need = _needs_pass(ctx)
         if need is None:
             return None
@@ -72,7 +131,9 @@ def _loop(ctx, fd: int) -> "engine.Launch | None":
             result = engine.run_pass(ctx)
         except Exception:
             traceback.print_exc()
+            next_deadline = None
             continue
+        next_deadline = result.next_deadline
         child = engine.launch_all(ctx, result.launches, close_in_child=(fd,))
         if child is not None:
             return child

@@ -109,12 +109,12 @@ def qex_processes(state_dir: str) -> list[int]:
                 environ = fh.read().split(b"\0")
             with open(f"/proc/{pid}/stat", "rb") as fh:
                 stat = fh.read()
+            if needle in environ and b") Z" not in stat:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:  # the process may end meanwhile
+                    if b"qex" in fh.read():
+                        found.append(int(pid))
         except OSError:
             continue
-        if needle in environ and b") Z" not in stat:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if b"qex" in fh.read():
-                    found.append(int(pid))
     return found
 
 

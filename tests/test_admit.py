@@ -195,6 +195,17 @@ def test_next_deadline_is_the_earliest_waiting_deadline():
 # ---- queue pause ----------------------------------------------------------------
 
 
+def test_a_retry_continues_through_a_queue_pause():
+    plan = admit(snap([job("j1"), job("j2", retry=True)], pause=Pause(queue=True, queue_reason="paused by alice")))
+    assert [s.id for s in plan.start] == ["j2"]
+    assert waits(plan)["j1"].holder == "pause" and waits(plan)["j1"].reason == "paused by alice"
+
+
+def test_a_retry_still_waits_for_a_lock_a_person_holds():
+    plan = admit(snap([job("j1", claims=(Claim("target", 1),), retry=True)], pause=Pause(locks=(("target", "x"),))))
+    assert not plan.start and waits(plan)["j1"].holder == "person"
+
+
 def test_a_paused_queue_starts_nothing():
     plan = admit(snap([job("j1"), job("j2", needs=("x",))], pause=Pause(queue=True), deps=(Dep("x", "queued"),)))
     assert not plan.start

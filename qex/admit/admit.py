@@ -6,7 +6,7 @@ queue's running jobs, peers, and the jobs started earlier in the pass), and
 gives each job one verdict, checked in this order:
 
 1. skip       — a job it ``needs`` ended and did not complete;
-2. pause      — the queue is paused: nothing starts;
+2. pause      — the queue is paused: nothing starts (but a retry);
 3. dependency — a job it ``needs``/runs ``after`` has not ended;
 4. oversized  — it can never start here (over the budget with oversized =
                 queue/reject, or a pool claim above what the pool has);
@@ -187,7 +187,9 @@ def _skip(ctx: Context, st: State, job: Queued) -> Verdict | None:
 
 def _paused(ctx: Context, st: State, job: Queued) -> Verdict | None:
     pause = ctx.snap.pause
-    return Verdict("pause", words.pause_wait(pause.queue_reason), cause="pause") if pause.queue else None
+    if not pause.queue or job.retry:  # a running job's retries continue through a queue pause
+        return None
+    return Verdict("pause", words.pause_wait(pause.queue_reason), cause="pause")
 
 
 def _unfinished(ctx: Context, st: State, job: Queued) -> Verdict | None:

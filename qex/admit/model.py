@@ -86,7 +86,8 @@ class Dep:
 class Queued:
     """A job waiting in this queue. ``deadline`` is absolute (already extended
     by pause time); ``passed_by`` counts later jobs that started past it while
-    it was the own-blocked front job."""
+    it was the own-blocked front job; ``retry`` marks a job requeued for
+    another attempt (a queue pause does not hold it: it already ran)."""
 
     id: str
     seq: int
@@ -99,6 +100,7 @@ class Queued:
     deadline: float | None = None
     passed_by: int = 0
     name: str = ""
+    retry: bool = False
 
 
 @frozen

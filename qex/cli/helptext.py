@@ -19,6 +19,9 @@ Rules a script can rely on:
   - a submission is either fully queued or absent, even if qex is killed mid-way.
   - the caller may vanish: a detached supervisor holds each job and records its end.
   - qex status ID --quiet returns 100 while the job has not stopped.
+  - --dedupe-key KEY makes a submission idempotent: coming back to a session,
+    submit again with the same key and get the id of the job that operates.
+  - --max-queue-time T: a job that has not started after T ends expired (123).
 """,
     "exit-codes": """\
 Exit codes of submit --wait/--follow, run, wait, status --wait|--follow|--quiet:
@@ -168,6 +171,54 @@ reader takes no lock, follows the file with inotify (a short poll where there
 is none), and ends at --count, at --timeout, or when the reader of its output
 goes away (| head -1). Exit code 0 in each case.
 """,
+    "pause": """\
+Pause and resume: a pause is a file in <state>/pause/, so it survives every
+process and a reboot.
+
+  qex pause queue [--reason TEXT] [--for T] [--drain]
+      nothing new starts; running jobs go on, and so do their retries.
+      Submissions still succeed (0) and wait. --for ends it by itself (no
+      command needed); --drain then waits until nothing runs.
+  qex pause lock NAME [--reason TEXT] [--for T] [--drain]
+      you hold the lock (or pool) NAME: now if no job holds it, else as soon
+      as its holder ends; no job gets it meanwhile. --drain waits until it
+      is yours.
+  qex resume [queue | lock NAME]  1 when that is not paused
+  qex pause [--json]              what is paused, by whom (user, pid of the
+                                  shell that paused), until when
+
+Ctrl-C during --drain stops only the wait (exit 1); the pause stays. A bad
+target or --for is a bad command line (exit 2).
+
+Every waiting job's reason names the pause (qex list, status, info, wait).
+A queue pause stops the --max-queue-time clock of every queued job (the
+record's queue_pause_secs); a lock pause does not. A pause already in force
+is kept as it is: a second `qex pause queue` keeps the first's end and
+reason. A pause for 0 is refused. A pause file that cannot be read holds
+what its name says (queue.json the queue, lock-NAME.json the lock) and the
+reason says so; `qex resume` removes it. In a state directory shared with
+others only its owner (or root) pauses the whole queue; anyone may hold a
+lock, and a pause is ended by the person who made it, the owner or root.
+""",
+    "dedupe": """\
+qex submit --dedupe-key KEY ... (also qex run, and dedupe_key in a job file)
+
+While a job of yours with KEY is queued, starting or running, a submission
+with the same KEY starts nothing: it prints that job's id on stdout (exit 0)
+and says on stderr which job holds the key (--json: {"id": ..., "deduplicated":
+true}). The test and the submission are one step under the queue lock: N
+submissions at the same instant give one job. The key is free the moment its
+job ends, or when its record is cleaned.
+
+  --dedupe-window T   also give a job with KEY that completed (exit 0) within
+                      T; a job that failed never holds its key.
+
+`qex run` with a key held by another job follows that job's output and returns
+its code; Ctrl-C then stops only your wait (122), never the job. A key is
+yours: another user's job with the same key in a shared state directory does
+not count. A pipeline stage and a fan-out take no key; `qex rerun` never
+keeps it.
+""",
     "job-file": """\
 qex submit --job FILE (TOML, YAML or JSON by extension). Unknown keys are errors.
 
@@ -180,6 +231,7 @@ qex submit --job FILE (TOML, YAML or JSON by extension). Unknown keys are errors
   max_queue_time = "1h"
   retries = 1
   needs = ["prep"]
+  dedupe_key = "build:/data/run1"     # see: qex help dedupe
   env_capture = "minimal"
   [env]
   SEED = "1"

@@ -15,6 +15,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("take queued jobs out of the queue", "qex.cli.control:cmd_cancel"),
     "clean": ("remove the records of ended jobs", "qex.cli.control:cmd_clean"),
     "info": ("budget, load, pools, peers, queue health", "qex.cli.show:cmd_info"),
+    "pause": ("pause the queue, or hold a lock for yourself; alone: show what is paused", "qex.cli.pause:cmd_pause"),
+    "resume": ("end a pause of the queue or of a lock", "qex.cli.pause:cmd_resume"),
     "events": ("one line per change of any job, as it happens", "qex.cli.events:cmd_events"),
     "config": ("show the config in force", "qex.cli.show:cmd_config"),
     "schema": ("print the JSON Schema of a record", "qex.cli.show:cmd_schema"),
@@ -53,6 +55,10 @@ def add_job_options(p) -> None:
     g.add_argument("--max-queue-time", metavar="T", help="give up if not started after T (state expired, 123)")
     g.add_argument("--retries", type=_int("--retries"), default=None, help="retry failed attempts N times")
     g.add_argument("--oom-retries", type=_int("--oom-retries"), default=None, help="retry an out-of-memory kill with double memory N times (default 1)")
+    g.add_argument("--dedupe-key", metavar="KEY",
+                   help="while a job of yours with KEY is queued or running, print its id instead of queueing another")
+    g.add_argument("--dedupe-window", metavar="T",
+                   help="with --dedupe-key: also give a job with KEY that completed within T")
     g.add_argument("--needs", metavar="ID,...", action="append", default=[], help="run only if these succeed")
     g.add_argument("--after", metavar="ID,...", action="append", default=[], help="run after these end, whatever their result")
     g.add_argument("--env", metavar="K=V", action="append", default=[], help="set a variable for the job (repeatable)")
@@ -103,7 +109,7 @@ def join_dash_values(parser: Parser, argv: list[str]) -> list[str]:
 
 def build(only: str | None = None) -> Parser:
     p = Parser(prog="qex", description="A daemonless job queue for one shared machine.",
-               epilog="Topics: qex help agents|resources|states|exit-codes|events|config|job-file")
+               epilog="Topics: qex help agents|resources|states|exit-codes|events|config|job-file|pause|dedupe")
     p.add_argument("--version", action="store_true", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, (text, _) in COMMANDS.items():
@@ -199,6 +205,21 @@ def _args_clean(c):
 
 def _args_info(c):
     c.add_argument("--json", action="store_true")
+
+
+def _args_pause(c):
+    c.add_argument("what", nargs="?", metavar="queue|lock", help="what to pause (none: show the pauses)")
+    c.add_argument("name", nargs="?", metavar="NAME", help="the lock (or pool) to hold, after 'lock'")
+    c.add_argument("--reason", metavar="TEXT", help="why: every waiting job's reason shows it")
+    c.add_argument("--for", dest="duration", metavar="T", help="end by itself after T (90s, 30m, 4h)")
+    c.add_argument("--drain", action="store_true",
+                   help="then wait until nothing runs (lock: until no job holds it)")
+    c.add_argument("--json", action="store_true", help="show the pauses as JSON")
+
+
+def _args_resume(c):
+    c.add_argument("what", nargs="?", metavar="queue|lock", help="what to resume (default: queue)")
+    c.add_argument("name", nargs="?", metavar="NAME", help="the lock, after 'lock'")
 
 
 def _args_config(c):

@@ -56,8 +56,12 @@ def describe(rec: dict) -> str:
         rows.append(("devices", devices_text(rec.get("assigned"))))
     if rec.get("tags"):
         rows.append(("tags", ", ".join(safe_text(t) for t in rec["tags"])))
+    if rec.get("dedupe_key"):
+        rows.append(("dedupe", safe_text(rec["dedupe_key"], 200)))
     if rec.get("blocked_reason") and rec.get("state") == "queued":
         rows.append(("waits", plain(rec["blocked_reason"])))
+    if rec.get("max_queue_time") is not None and rec.get("state") == "queued" and rec.get("attempt", 1) == 1:
+        rows.append(("limit", queue_limit_text(rec)))
     if rec.get("state") in ("completed", "failed", "killed", "timeout", "oom"):
         code = rec.get("exit_code")
         rows.append(("exit", f"{code}" if code is not None else f"signal {rec.get('signal')}"
@@ -80,6 +84,16 @@ def describe(rec: dict) -> str:
     rows.append(("code", str(outcome.exit_code(rec)) + (" (not stopped)" if rec.get("state") in
                                                         ("queued", "starting", "running") else "")))
     return "\n".join(f"{k:<9}{v}" for k, v in rows)
+
+
+def queue_limit_text(rec: dict) -> str:
+    """--max-queue-time of a queued job: when it gives up (time in a queue pause not counted)."""
+    paused = rec.get("queue_pause_secs") or 0.0
+    at = rec.get("submitted_at", 0.0) + rec["max_queue_time"] + paused
+    text = f"--max-queue-time {format_duration(rec['max_queue_time'])}: gives up at " + \
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    text += f" ({format_duration(paused)} of queue pause not counted)" if paused else ""
+    return text + (", later by the time the queue stays paused" if rec.get("blocked_holder") == "pause" else "")
 
 
 def dropped_text(rec: dict) -> str:

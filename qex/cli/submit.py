@@ -19,7 +19,8 @@ def request_from_args(args, ctx):
                                ("name", "name"), ("priority", "priority"), ("timeout", "timeout"),
                                ("max_queue_time", "max_queue_time"), ("retries", "retries"),
                                ("oom_retries", "oom_retries"), ("cwd", "cwd"), ("nice", "nice"),
-                               ("env_capture", "env_capture")):
+                               ("env_capture", "env_capture"), ("dedupe_key", "dedupe_key"),
+                               ("dedupe_window", "dedupe_window")):
         value = getattr(args, option, None)
         if value is not None:
             setattr(req, field_name, value)
@@ -91,8 +92,27 @@ def _submit_one(args, ctx):
     built = build(ctx, req)
     for warning in built.warnings:
         err(f"qex: warning: {warning}")
-    ids, result = submit_many(ctx, [built])
-    return ids[0], result
+    checker = None
+    if req.dedupe_key is not None:
+        from qex.dedupe import checker_for
+
+        checker = checker_for(ctx, req)
+    ids, result = submit_many(ctx, [built], on_locked=checker)
+    return ids[0], result, (checker.hit if checker is not None else None)
+
+
+def _say_what_happened(ctx, job_id: str, hit) -> None:
+    """On stderr: the job that holds the key, or the pause the new job waits for."""
+    if hit is not None:
+        from qex.dedupe import describe
+
+        err(f"qex: {describe(hit)}")
+        return
+    from qex.pause import submission_note
+
+    note = submission_note(ctx, job_id)
+    if note:
+        err(f"qex: {note}")
 
 
 def cmd_submit(args) -> int:
@@ -102,13 +122,14 @@ def cmd_submit(args) -> int:
         raise SpecError("--wait and --follow cannot go together; pick one")
     ctx = context()
     wait_limit = _wait_limit(args)
-    job_id, result = _submit_one(args, ctx)
+    job_id, result, hit = _submit_one(args, ctx)
     become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    _say_what_happened(ctx, job_id, hit)
     if args.id_file:
         write_id_file(args.id_file, [job_id])
     if not (args.wait or args.follow):
         if args.json:
-            print_json({"id": job_id, "deduplicated": False})
+            print_json({"id": job_id, "deduplicated": hit is not None})
         elif not args.quiet:
             out(job_id)
         return 0
@@ -133,10 +154,13 @@ def cmd_run(args) -> int:
     from qex.cli import wait as waiting
 
     ctx = context()
-    job_id, result = _submit_one(args, ctx)
+    job_id, result, hit = _submit_one(args, ctx)
     become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    _say_what_happened(ctx, job_id, hit)
     if args.id_file:
         write_id_file(args.id_file, [job_id])
+    if hit is not None:  # another caller's job: follow it; Ctrl-C stops only this wait (122)
+        return _follow_holder(ctx, job_id)
     if not args.quiet:
         err(f"qex: job {job_id}")
     stopper = _Stopper(ctx, job_id)
@@ -144,6 +168,25 @@ def cmd_run(args) -> int:
         return waiting.follow(ctx, job_id, None, on_interrupt=stopper)
     finally:
         stopper.restore()
+
+
+def _follow_holder(ctx, job_id: str) -> int:
+    from qex import outcome
+    from qex.cli import wait as waiting
+
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        err(f"qex: following job {job_id} instead; Ctrl-C stops only this wait, the job continues")
+        return waiting.follow(ctx, job_id, None)
+    except KeyboardInterrupt:  # before the follow's own handling began
+        err("qex: stopped following; the job continues")
+        return outcome.INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 class _Stopper:

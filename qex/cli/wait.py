@@ -165,7 +165,7 @@ def cmd_wait(args) -> int:
     old = _sigterm_as_interrupt()
     try:
         done = await_final(ctx, job_ids, _limit(args), first=args.next,
-                           on_record=None if args.quiet else AttemptNotes())
+                           on_record=None if args.quiet else _wait_notes())
     except KeyboardInterrupt:
         err("qex: stopped waiting; the jobs continue")
         return outcome.INTERRUPTED
@@ -185,6 +185,19 @@ def cmd_wait(args) -> int:
         first = min(records, key=lambda r: r.get("ended_at") or 0)
         return outcome.exit_code(first)
     return outcome.group_exit_code(records)
+
+
+def _wait_notes():
+    """What `qex wait` says on stderr as records change: an attempt that ended out
+    of memory, and a job that waits for a pause (the queue, or a lock a person holds)."""
+    from qex.pause import WaitNotes
+
+    attempts, pauses = AttemptNotes(), WaitNotes(err)
+
+    def note(rec: dict) -> None:
+        attempts(rec)
+        pauses(rec)
+    return note
 
 
 def cmd_status(args) -> int:

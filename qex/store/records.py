@@ -127,6 +127,7 @@ class Status:
     oom_retries: int = 1
     max_queue_time: float | None = None
     queue_pause_secs: float = 0.0
+    queue_pauses: tuple[str, ...] = ()      # ids of the queue pauses counted in queue_pause_secs
     kill_requested: bool = False
     supervisor_lost: bool = False
     oom_evidence: str | None = None

@@ -63,7 +63,8 @@ def entry_of(rec: dict) -> dict:
                      for a in rec.get("assigned") or ()],
         "needs": list(rec.get("needs") or ()), "after": list(rec.get("after") or ()),
         "deadline": (rec.get("submitted_at", 0.0) + mqt + rec.get("queue_pause_secs", 0.0))
-        if mqt is not None else None,
+        if mqt is not None and rec.get("attempt", 1) == 1 else None,  # a retry has started once
+        "attempt": rec.get("attempt", 1),
         "passed_by": rec.get("passed_by", 0), "reason": rec.get("blocked_reason"),
         "holder": rec.get("blocked_holder"), "dedupe_key": rec.get("dedupe_key"),
         "pid": rec.get("pid"), "supervisor_pid": rec.get("supervisor_pid"),

@@ -382,7 +382,11 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
                        blocked_reason=f"queued for retry {failed_before + 1} of {current.get('retries')} "
                                       f"after attempt {attempt} failed")
         else:
-            txn.update(launch.job_id, state=outcome["state"], attempts=attempts, **fields)
+            final = txn.update(launch.job_id, state=outcome["state"], attempts=attempts, **fields)
+            if final.get("dedupe_key"):
+                from qex import dedupe
+
+                dedupe.remember_locked(ctx.store, final)
 
     result = _until_recorded(ctx, record_end)
     if _CRASH:

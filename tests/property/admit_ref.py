@@ -195,6 +195,11 @@ def expired(snap, job):
     return not snap.pause.queue and job.deadline is not None and snap.now >= job.deadline
 
 
+def queue_paused(snap, job):
+    """A queue pause holds every queued job but a retry (it already ran)."""
+    return snap.pause.queue and not job.retry
+
+
 def person(snap, job):
     paused = {name for name, _ in snap.pause.locks}
     return any(c.name in paused for c in job.claims)
@@ -260,7 +265,7 @@ class Walk:
         if expired(snap, job):
             return
         exhausted = self.allowance is not None and self.passed >= self.allowance
-        eligible = not snap.pause.queue and deps_ready(snap, job) and not person(snap, job) and not never(self.ref, job)
+        eligible = not queue_paused(snap, job) and deps_ready(snap, job) and not person(snap, job) and not never(self.ref, job)
         if job.id in self.starts:
             assert eligible and not exhausted, ("started when it may not", self.front, job)
             self.started(job, self.starts[job.id])
@@ -421,6 +426,7 @@ def snapshots(draw, max_queued=10, max_peers=2, max_running=3, avail="maybe", ov
             deadline=draw(st.sampled_from([None] * 6 + [NOW - 1, NOW, NOW + 50, NOW + 10])),
             passed_by=draw(st.sampled_from([0, 0, 0, 1, 2, 3])),
             name=draw(st.sampled_from(["", "", "train"])),
+            retry=draw(st.integers(0, 7)) == 0,
         ))
     pause = Pause(
         queue=draw(st.integers(0, 19)) == 0,
