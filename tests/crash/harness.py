@@ -164,7 +164,7 @@ class Harness:
 
     def kill_one(self, rng, calls) -> None:
         """SIGKILL one random qex process of this state directory: a command, a supervisor or a waker."""
-        from conftest import qex_processes
+        from crash.invariants import qex_processes
 
         live_calls = [c for c in calls if c.proc.poll() is None]
         supervisors = []
@@ -221,7 +221,7 @@ class Harness:
         waker finish the work by themselves); what is still active then gets the
         help a user gives: a qex wait, which runs a pass when a supervisor is gone.
         ``self.helped`` counts the rounds that needed it."""
-        from conftest import qex_processes
+        from crash.invariants import qex_processes
 
         problems = []
         deadline = time.monotonic() + limit
@@ -349,6 +349,10 @@ def op_submit(h, rng) -> Call:
         args += ["--retries", "1"]
     if rng.random() < 0.2:
         args += ["--priority", str(rng.randint(-2, 2))]
+    if rng.random() < 0.15:
+        args += ["--max-queue-time", rng.choice(("0.3", "2"))]
+    if rng.random() < 0.2:
+        args += ["--dedupe-key", rng.choice(("k1", "k2"))]
     dep = h.pick(rng, h.known) if rng.random() < 0.15 else None
     if dep:
         args += [rng.choice(("--needs", "--after")), dep]
@@ -446,8 +450,41 @@ def op_clean(h, rng) -> Call | None:
     return Call("clean", ["clean", target], _expect(0, 1))
 
 
+def op_pause(h, rng) -> Call:
+    if rng.random() < 0.5:
+        return Call("pause", ["pause", "queue", "--for", rng.choice(("0.3s", "1s"))], _expect(0))
+    return Call("pause", ["pause", "lock", "L", "--for", "0.5s"], _expect(0))
+
+
+def op_resume(h, rng) -> Call:
+    return Call("resume", ["resume"] + rng.choice((["queue"], ["lock", "L"])), _expect(0, 1))
+
+
+def _check_events(h, call) -> list[str]:
+    if call.code not in (0, 124):
+        return [f"{call!r} exited {call.code}: {call.err[-500:]}"]
+    problems, prev = [], None
+    for line in call.out.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return [f"{call!r} printed a line that is not JSON: {line[:100]!r}"]
+        if event.get("event") == "gap":
+            prev = None
+            continue
+        seq = event.get("seq")
+        if prev is not None and seq != prev + 1:
+            problems.append(f"{call!r}: event seq {seq} follows {prev} with no gap line")
+        prev = seq
+    return problems
+
+
+def op_events(h, rng) -> Call:
+    return Call("events", ["events", "--json", "--since", "start", "--timeout", "0.3"], _check_events)
+
+
 # name -> (weight, make a Call). Operations of features still on their branches
-# (fan-out --each-line, pipeline, pause/resume, dedupe, events) join here when they land.
+# (fan-out --each-line, pipeline, peers) join here when they land.
 OPERATIONS = {
     "submit": (8, op_submit),
     "run": (2, op_run),
@@ -458,4 +495,7 @@ OPERATIONS = {
     "list": (1, op_list),
     "info": (1, op_info),
     "clean": (1, op_clean),
+    "pause": (1, op_pause),
+    "resume": (1, op_resume),
+    "events": (1, op_events),
 }

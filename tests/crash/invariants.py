@@ -186,6 +186,14 @@ def check(view: View, *, known=(), cleaned=(), quiescent: bool = False, budget=N
 def check_records(view: View) -> list[str]:
     out = []
     seqs: dict[int, str] = {}
+    keys: dict[tuple, str] = {}
+    for job_id, rec in view.records.items():  # dedupe: one active job per key and user
+        key = rec.get("dedupe_key")
+        if key and rec.get("state") in ACTIVE:
+            if (key, rec.get("uid")) in keys:
+                out.append(f"job {job_id[:8]}: a second active job with the dedupe key {key!r} "
+                           f"(also {keys[(key, rec.get('uid'))][:8]})")
+            keys[(key, rec.get("uid"))] = job_id
     for job_id, why in view.broken.items():
         out.append(f"job {job_id[:8]}: status.json is unreadable ({why})")
     for job_id, rec in view.records.items():
@@ -424,6 +432,25 @@ def _zombie(pid: str) -> bool:
         return data[data.rindex(b")") + 2:data.rindex(b")") + 3] in (b"Z", b"X")
     except (OSError, ValueError):
         return True
+
+
+def qex_processes(state_dir: str) -> list[int]:
+    """Live qex processes (commands, supervisors, wakers) whose environment names this state dir."""
+    needle = f"QEX_STATE_DIR={state_dir}".encode()
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        env = _environ(pid)
+        if not env or needle not in env or _zombie(pid):
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"qex" in fh.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
 
 
 def job_processes(job_ids) -> dict[str, list[int]]:

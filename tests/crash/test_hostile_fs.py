@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from conftest import Queue, qex_processes
 from crash import invariants as inv
+from crash.invariants import qex_processes
 
 CONFIG = '[budget]\ncpu = 1\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'
 
@@ -25,7 +25,7 @@ def _kill_all(state):
 
 
 @pytest.fixture
-def tiny(tmp_path):
+def tiny(q, tmp_path):
     """A Queue whose state directory is on a 4 MiB tmpfs; ``tiny.disk`` is its mount point."""
     if os.geteuid() != 0 or not shutil.which("mount"):
         pytest.skip("mounting a size-limited tmpfs needs root (a full disk is tested as root only)")
@@ -35,7 +35,6 @@ def tiny(tmp_path):
                           capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    q = Queue(str(tmp_path))
     q.state = str(disk / "state")
     q.env["QEX_STATE_DIR"] = q.state
     q.disk = str(disk)
