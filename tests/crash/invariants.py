@@ -74,6 +74,15 @@ def _read_journal(path: str) -> tuple[list[dict], bool]:
     return events, torn
 
 
+def _whole(rec: dict) -> dict:
+    """A record as status.json holds it: qex writes every field, defaults under the event's."""
+    try:
+        from qex.store.records import status_defaults
+    except ImportError:  # a qex from before status_defaults
+        return rec
+    return {**status_defaults(), **rec}
+
+
 class Locked:
     """The state lock, taken as a pass takes it, with a bound on the wait."""
 
@@ -157,7 +166,7 @@ def _read_view(state: str) -> View:
     for event in tail:
         rec = event.get("job")
         if event.get("event") == "job" and isinstance(rec, dict) and rec.get("id") in view.status:
-            view.records[rec["id"]] = rec
+            view.records[rec["id"]] = _whole(rec)
             view.unapplied.append(event)
     return view
 
@@ -294,11 +303,13 @@ def check_journal(view: View) -> list[str]:
     last = {}
     for event in view.current_events:
         if event.get("event") == "job" and isinstance(event.get("job"), dict):
-            last[event["job"].get("id")] = event["job"]
+            last[event["job"].get("id")] = _whole(event["job"])
     for job_id, rec in last.items():
         if job_id in view.records and view.records[job_id] != rec:
-            out.append(f"job {str(job_id)[:8]}: status.json differs from its last journal event "
-                       f"({view.records[job_id].get('state')} vs {rec.get('state')})")
+            mine = view.records[job_id]
+            keys = sorted(k for k in set(mine) | set(rec) if mine.get(k) != rec.get(k))
+            out.append(f"job {str(job_id)[:8]}: status.json differs from its last journal event in "
+                       f"{keys} ({mine.get('state')} vs {rec.get('state')})")
     return out
 
 
