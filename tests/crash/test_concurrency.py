@@ -1,8 +1,6 @@
 """Many qex processes at once against a small budget: the sampled sum of running
-claims never exceeds the budget, a pool or a device, and every job ends.
-
-TODO(#7): dedupe keys stay exactly-once under the same load, when --dedupe-key lands on main.
-"""
+claims never exceeds the budget, a pool or a device, every job ends, and a
+dedupe key gives exactly one job."""
 
 import random
 import subprocess
@@ -66,3 +64,19 @@ def test_many_processes_submitting_cancelling_killing_never_exceed_the_budget(q)
     view = inv.read_view(q.state)
     assert not inv.check(view, known=printed, quiescent=True, budget=BUDGET)
     assert len(view.records) == len(printed)
+
+
+def test_many_submissions_with_one_dedupe_key_at_once_make_exactly_one_job(q):
+    q.write_config(CONFIG)
+    procs = [q.popen("submit", "--dedupe-key", "build", "--", "sleep", "0.5") for _ in range(10)]
+    ids = set()
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "Traceback" not in err, err
+        ids.add(out.strip())
+    assert len(ids) == 1, ids
+    q.wait_state(ids.pop(), "completed")
+    q.wait_for(lambda: not q.processes(), what="no qex process")
+    view = inv.read_view(q.state)
+    assert len([r for r in view.records.values() if r.get("dedupe_key") == "build"]) == 1
+    assert not inv.check(view, quiescent=True)
