@@ -7,6 +7,7 @@ and the writes only; supervisors are forked after it is released.
 
 import os
 import signal
+import stat
 import time
 
 from attrs import define, field
@@ -63,6 +64,8 @@ class Launch:
 
     job_id: str
     alive_fd: int
+    peer_fd: int = -1              # this job's liveness lock in the peer directory (qex.peers)
+    peer_lock: str | None = None
 
 
 class Txn:
@@ -141,13 +144,28 @@ def run_pass(ctx: Context, mutate=None) -> PassResult:
         idx = ctx.store.load_index_locked()
         txn = Txn(ctx.store, idx)
         value = mutate(txn) if mutate is not None else None
-        launches = admit_locked(ctx, txn)
-        from qex.hooks import mark_locked
+        from qex import peers
 
-        mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
-        txn.commit()
+        with peers.admission(ctx, any(e["state"] == "queued" for e in idx.jobs.values())):
+            launches = admit_locked(ctx, txn)
+            from qex.hooks import mark_locked
+
+            mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
+            txn.commit()
+            _publish_locked(ctx, idx)
     mine = [e["state"] for e in idx.jobs.values() if e["uid"] == ctx.uid]
     return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine), txn.next_deadline)
+
+
+def _publish_locked(ctx: Context, idx: Index) -> None:
+    """Tell the other queues what this user's jobs hold now (qex.peers); a
+    failure never fails the pass (qex info says it)."""
+    from qex import peers
+
+    try:
+        peers.publish_locked(ctx, idx)
+    except Exception:  # a hostile or broken peer directory must never stop this queue
+        pass
 
 
 def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | None:
@@ -184,6 +202,8 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         except OSError:
             continue  # cannot look (another user's private directory): assume alive
         launched = _read_pid_file(ctx.store.path(job_id, "pid"))
+        if _runs_out_of_reach(ctx, entry, launched):
+            continue  # another user's job still runs: only its owner's pass can stop it
         lost = True
         try:
             rec = txn.record(job_id)
@@ -229,6 +249,16 @@ def _sweep_cgroups(ctx: Context, txn: Txn) -> None:
         cgroup.sweep(ctx.store, {j for j, e in txn.idx.jobs.items() if e["state"] in HOLDING})
     except OSError:
         pass
+
+
+def _runs_out_of_reach(ctx: Context, entry: dict, launched) -> bool:
+    """Another user's job (a shared directory) whose processes provably still run."""
+    if ctx.uid == 0 or entry.get("uid") in (None, ctx.uid) or launched is None:
+        return False
+    from qex.machine import process_start_time
+
+    pid, start = launched
+    return start is not None and process_start_time(pid) == start
 
 
 def _read_pid_file(path: str) -> tuple[int, int | None] | None:
@@ -331,10 +361,13 @@ def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
             continue
         if fd is None:
             continue
+        from qex import peers
+
+        peer_fd, peer_lock = peers.hold_job_lock(ctx, start.id)
         assigned = [{"pool": a.pool, "devices": list(a.devices), "size": a.size} for a in start.assigned]
         txn.update(start.id, state="starting", assigned=assigned, forced=start.forced,
-                   blocked_reason=None, blocked_holder=None, blocked_since=None)
-        launches.append(Launch(start.id, fd))
+                   blocked_reason=None, blocked_holder=None, blocked_since=None, peer_lock=peer_lock)
+        launches.append(Launch(start.id, fd, peer_fd, peer_lock))
     for wait in plan.wait:
         _set_reason(txn, wait.id, wait.reason, wait.holder, now)
     for skip in plan.skip:
@@ -385,6 +418,7 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=()) -> Launc
                 for other in launches:
                     if other is not launch:
                         os.close(other.alive_fd)
+                        _close_quietly(other.peer_fd)
                 for fd in close_in_child:
                     _close_quietly(fd)
                 detach_stdio(ctx.store.path(launch.job_id, "supervisor.log"))
@@ -394,6 +428,7 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=()) -> Launc
         _wait_child(pid)
     for launch in launches:
         _close_quietly(launch.alive_fd)
+        _close_quietly(launch.peer_fd)
     return None
 
 
@@ -403,7 +438,11 @@ def detach_stdio(log_path: str | None) -> None:
     out = null
     if log_path:
         try:
-            out = fs.open_regular(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+            st = os.fstat(out)
+            if st.st_uid != os.getuid() or st.st_nlink != 1 or not stat.S_ISREG(st.st_mode):
+                os.close(out)  # another user's file (a shared directory): never write into it
+                out = null
         except OSError:
             out = null
     os.dup2(null, 0)
@@ -429,6 +468,8 @@ def _wait_child(pid: int) -> None:
 
 
 def _close_quietly(fd: int) -> None:
+    if fd < 0:
+        return
     try:
         os.close(fd)
     except OSError:

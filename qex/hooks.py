@@ -68,12 +68,13 @@ def mark_locked(ctx, txn) -> None:
 
 def _ensure_dir(store) -> str:
     directory = pending_dir(store)
+    shared = _shared(store.root)
     try:
-        os.mkdir(directory, 0o700 if not _shared(store.root) else 0o1777)
-    except FileExistsError:
-        pass
+        os.mkdir(directory, 0o700)
+        if shared:  # the umask trims mkdir's mode: set it, so every member can leave a marker
+            os.chmod(directory, 0o3770)
     except OSError:
-        pass
+        pass  # it exists, or cannot be made: a hook is a message and never fails a pass
     return directory
 
 

@@ -1,18 +1,23 @@
 """What `qex info` shows: the budget, what is held and by whom, the pools,
 the peers, and one queue-health line. Gathered read-only (no record changes)."""
 
-from qex.units import format_cores, format_size, safe_text
+from qex.units import format_cores, format_duration, format_size, safe_text
 
 
 def gather(ctx) -> dict:
+    import time
+
     from qex import admit as A
-    from qex import engine, machine
+    from qex import engine, machine, peers, shared
 
     with ctx.store.lock():
         idx = ctx.store.load_index_locked()
         txn = engine.Txn(ctx.store, idx)
-        snap = engine.snapshot(ctx, txn, __import__("time").time())
-    plan = A.admit(snap)
+        now = time.time()
+        snap = engine.snapshot(ctx, txn, now)
+        plan = A.admit(snap)
+        since = _health_since(txn, plan, idx)
+    scan = peers.scan(ctx)
     cpu_budget, mem_budget = ctx.budget()
     running = [(j, e) for j, e in idx.jobs.items() if e["state"] in ("starting", "running")]
     queued = [(j, e) for j, e in idx.jobs.items() if e["state"] == "queued"]
@@ -28,9 +33,16 @@ def gather(ctx) -> dict:
         "pools": [_pool(p, running, snap) for p in ctx.config.pools],
         "peers": [{"owner": p.owner, "cpu": p.cpu / 1000, "mem": p.mem, "units": dict(p.units),
                    "assigned": [[a.pool, list(a.devices), a.size] for a in p.assigned]} for p in snap.peers],
+        "peer_dir": {"path": scan.dir, "problem": scan.problem, "note": scan.note,
+                     "publish_problem": peers.publish_check(ctx),
+                     "records": [{"file": p.file, "owner": p.owner, "state_dir": p.state_dir, "format": p.format,
+                                  "cpu": p.cpu / 1000, "mem": p.mem, "units": dict(p.units),
+                                  "assigned": [[u[0], list(u[1]), u[2]] for u in p.assigned],
+                                  "jobs": p.jobs, "stale_jobs": p.stale_jobs} for p in scan.peers],
+                     "ignored": [{"file": i.file, "reason": i.reason} for i in scan.ignored]},
         "memory": _memory(),
         "queue": {"running": len(running), "queued": len(queued), "health": plan.health,
-                  "state_dir": ctx.store.root},
+                  "since": since, "state_dir": ctx.store.root, "sharing": shared.describe(ctx.store)},
         "pauses": _pauses(ctx, idx),
     }
 
@@ -39,6 +51,28 @@ def _pauses(ctx, idx) -> list[dict]:
     from qex import pause
 
     return pause.listing(ctx.store, idx.jobs, __import__("time").time())
+
+
+def _health_since(txn, plan, idx) -> float | None:
+    """Since when the health line has held: the blocked_since of the job it is
+    about (the front or stuck job), else the start of the longest-running job."""
+    about = next((w.id for w in plan.wait if w.holder in ("own", "device", "peer", "outside", "oversized")), None)
+    if about is None and plan.wait:
+        about = plan.wait[0].id
+    if about is not None:
+        try:
+            return txn.record(about).get("blocked_since")
+        except Exception:
+            return None
+    starts = []
+    for job_id, e in idx.jobs.items():
+        if e["state"] in ("starting", "running"):
+            try:
+                starts.append(txn.record(job_id).get("started_at"))
+            except Exception:
+                pass
+    starts = [t for t in starts if t]
+    return min(starts) if starts else None
 
 
 def _memory() -> dict:
@@ -100,11 +134,7 @@ def render(info: dict) -> str:
         for holder in p["holders"]:
             lines.append(f"          held by {holder['id'][:8]} {safe_text(holder['name'], 30)}"
                          + (f" on {','.join(map(str, holder['devices']))}" if holder["devices"] else f" ({holder['count']})"))
-    if info["peers"]:
-        for p in info["peers"]:
-            lines.append(f"peer      {safe_text(p['owner'])}: {format_cores(round(p['cpu'] * 1000))} cores, {format_size(p['mem'])}")
-    else:
-        lines.append("peers     none")
+    lines.extend(_peer_lines(info))
     mem = info.get("memory") or {}
     if mem.get("per_job_cgroup"):
         lines.append(f"memory    a cgroup per job ({mem['kind']}, inside {safe_text(mem['parent'], 120)}): "
@@ -113,10 +143,48 @@ def render(info: dict) -> str:
         lines.append(f"memory    no cgroup per job ({safe_text(mem.get('why_not', ''), 120)}): OOM evidence "
                      + ("from the machine's oom_kill counter" if mem.get("oom_evidence") else "unavailable"))
     q = info["queue"]
-    lines.append(f"queue     {q['running']} running, {q['queued']} queued — {q['health']}")
+    if q.get("sharing"):
+        lines.append(f"state     {safe_text(q['state_dir'], 300)}: {q['sharing']}")
+    since = ""
+    if q.get("since"):
+        import time
+
+        since = (f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(q['since']))} "
+                 f"({format_duration(max(0.0, time.time() - q['since']))} ago)")
+    lines.append(f"queue     {q['running']} running, {q['queued']} queued — {q['health']}{since}")
     if info.get("pauses"):
         from qex.pause import render as pause_line
 
         now = __import__("time").time()
         lines += [f"pause     {pause_line(p, now)}" for p in info["pauses"]]
     return "\n".join(lines)
+
+
+def _amounts(p: dict) -> str:
+    parts = [f"{format_cores(round(p['cpu'] * 1000))} cores", format_size(p["mem"])]
+    parts += [f"{n} {safe_text(name)}" for name, n in sorted(p.get("units", {}).items())]
+    for pool, devs, size in p.get("assigned", []):
+        where = f"{safe_text(pool)} {','.join(str(d) for d in devs)}"
+        parts.append(where if size is None else f"{format_size(size)} on {where}")
+    return ", ".join(parts)
+
+
+def _peer_lines(info: dict) -> list[str]:
+    """The peers (what each holds), then the records not counted, each with its reason."""
+    d = info["peer_dir"]
+    lines = []
+    for p in d["records"]:
+        jobs = f"{p['jobs']} job{'s' if p['jobs'] != 1 else ''}"
+        stale = f" (and {p['stale_jobs']} whose lock nobody holds: not counted)" if p["stale_jobs"] else ""
+        lines.append(f"peer      {safe_text(p['owner'])} ({safe_text(p['state_dir'], 120)}): {_amounts(p)} "
+                     f"held by {jobs}{stale}")
+    if not d["records"]:
+        lines.append(f"peers     none (peer directory {safe_text(d['path'], 200)})")
+    for problem in (d["problem"], d["publish_problem"]):
+        if problem:
+            lines.append(f"peers     problem: {problem}")
+    if d["note"]:
+        lines.append(f"peers     note: {d['note']}")
+    for i in d["ignored"]:
+        lines.append(f"ignored   {safe_text(i['file'], 80)}: {i['reason']}")
+    return lines

@@ -4,7 +4,8 @@ while that user has queued work.
 It holds ``waker-<uid>.lock`` (a second one cannot start), sleeps to the next
 ``--max-queue-time`` deadline or end of a timed pause, at most ``INTERVAL``
 (``QEX_WAKER_INTERVAL``, 1 s) — looking every ``WATCH`` seconds whether the
-index or the pauses changed, which may bring that time forward —, runs a
+index or the pauses changed, which may bring that time forward, or the peer
+directory changed, which ends the sleep —, runs a
 pass, forks what it admitted, and exits as soon as nothing of its user is
 queued or running. It covers what only time or the outside world can clear:
 another user's claim, memory used outside qex, a pause with an end, a
@@ -81,12 +82,16 @@ def _sleep_until(ctx, wake: float) -> None:
     """Sleep to ``wake``, but look every ``WATCH`` seconds whether the queue or
     the pauses changed (a file's mtime): a new or moved deadline, or a new
     timed pause, may call for an earlier pass."""
-    stamp = _stamp(ctx)
+    from qex import peers
+
+    stamp, peer = _stamp(ctx), peers.dir_version(ctx)
     while True:
         now = time.time()
         if now >= wake:
             return
         time.sleep(min(wake - now, WATCH))
+        if peers.dir_version(ctx) != peer:
+            return  # another queue's job ended (or started): what waited for it may start now
         seen = _stamp(ctx)
         if seen != stamp:
             stamp = seen

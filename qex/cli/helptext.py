@@ -100,8 +100,41 @@ nothing else runs, forced: true), reject, or queue.
 
 Queue order: higher --priority first, then submission order. When the front
 job cannot start because this queue's jobs hold what it needs, at most
-[queue] max_bypass (default 2) later jobs may start past it; then nothing
-starts before it.
+[queue] max_bypass (default 2) later jobs may start past it (the record's
+passed_by counts them); then nothing starts before it, and the jobs behind
+say "held for job X". When another user (a peer) or memory used outside qex
+holds it, the jobs behind keep starting, and the front job's reason says
+"this job cannot fit while another user holds capacity" with how much.
+`qex info` ends with one line: running / waits for another user / held for
+job X / stuck, and since when.
+
+Several users on one machine -- two set-ups:
+
+1. Each user keeps a private state directory (the default). The queues see
+   each other through the peer directory ([peers] dir, QEX_PEER_DIR, default
+   /tmp/qex-peers, made with mode 1777). Each queue publishes one record of
+   what its running jobs hold (cores, memory, pool units, device indices;
+   never locks), and every pass subtracts the other records from the budget
+   and the pools. A job counts only while its supervisor holds its lock file
+   there, so a queue whose qex processes died stops counting by itself.
+   Promises: no user's queue overfills the machine while the others' qex
+   processes live; a job waiting for another user says so and never parks
+   the jobs behind it; nothing in the peer directory can make a queue run
+   anything or follow a link (odd files are ignored, with a reason in
+   qex info). Not promised: one order across users (each queue keeps its
+   own), or accounting for a queue whose qex processes were killed.
+
+2. Several users share one state directory: one queue, one order, exact
+   accounting. Make it once: qex init --shared DIR --group G, then each
+   member sets QEX_STATE_DIR=DIR (and all use the same config, so all
+   compute one budget). Each user's qex starts only that user's jobs; a
+   pass that admits another user's job reserves its capacity and that
+   user's qex starts it within about a second. Promises: nobody can kill,
+   cancel, clean, rerun or read the environment or logs of another user's
+   job (root excepted; the files are the owner's, mode 0600); a supervisor
+   runs only a spec its own user wrote; only the directory's owner (or
+   root) pauses the whole queue. Not promised: protection from a member
+   who damages the shared index by hand -- the group trusts its members.
 """,
     "config": """\
 The config file: $QEX_CONFIG, else $XDG_CONFIG_HOME/qex.toml, else

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "help": ("help on a topic", "qex.cli.helptext:cmd_help"),
     "completions": ("shell completions generated from this parser", "qex.cli.helptext:cmd_completions"),
     "version": ("print the version", "qex.cli.show:cmd_version"),
+    "init": ("make a state directory several users share", "qex.cli.init:cmd_init"),
 }
 
 
@@ -241,3 +242,9 @@ def _args_completions(c):
 
 def _args_version(c):
     pass
+
+
+def _args_init(c):
+    c.add_argument("--shared", metavar="DIR", required=True,
+                   help="the directory to make (or repair): setgid, group-writable where needed, private where secrets live")
+    c.add_argument("--group", metavar="G", help="the group that shares it (default: your primary group)")

@@ -2,7 +2,6 @@
 
 import os
 import signal
-import sys
 
 from qex.cli.common import become_supervisor_if, command_after_dashes, context, err, out, print_json, write_id_file
 from qex.errors import SpecError

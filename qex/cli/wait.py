@@ -1,6 +1,5 @@
 """qex wait and qex status (and the output follower that run and submit use)."""
 
-import os
 import signal
 import sys
 import time
@@ -219,6 +218,11 @@ def cmd_status(args) -> int:
         except WaitLimit:
             return outcome.WAIT_LIMIT
     records = [ctx.store.read_status_dict(j) for j in target.members]
+    if args.show_env:
+        from qex.control import check_owner
+
+        for rec in records:  # refuse before printing anything
+            check_owner(ctx, rec, "read the environment of")
     if not args.quiet:
         if args.json:
             print_json(records if target.is_group else records[0])

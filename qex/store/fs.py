@@ -35,10 +35,18 @@ def open_regular(path: str, flags: int = _READ_FLAGS, mode: int = 0o600) -> int:
     return fd
 
 
-def read_bytes(path: str, limit: int | None = None) -> bytes:
-    """The content of a regular file, at most ``limit`` bytes (+1 to detect more)."""
+def read_bytes(path: str, limit: int | None = None, owner: int | None = None) -> bytes:
+    """The content of a regular file, at most ``limit`` bytes (+1 to detect more).
+
+    With ``owner``: the file must belong to that uid and have one link (in a
+    shared directory, another user could have put their own file there).
+    """
     fd = open_regular(path)
     try:
+        if owner is not None:
+            st = os.fstat(fd)
+            if st.st_uid != owner or st.st_nlink != 1:
+                raise NotRegular(errno.EPERM, "is not owned by the job's owner (replaced by another user?)", path)
         chunks, total = [], 0
         while True:
             want = 1 << 20 if limit is None else min(1 << 20, limit + 1 - total)
@@ -54,9 +62,9 @@ def read_bytes(path: str, limit: int | None = None) -> bytes:
         os.close(fd)
 
 
-def read_json(path: str, limit: int = 16 << 20):
+def read_json(path: str, limit: int = 16 << 20, owner: int | None = None):
     """Parse a JSON file; raises OSError or ValueError (never hangs)."""
-    data = read_bytes(path, limit)
+    data = read_bytes(path, limit, owner)
     if len(data) > limit:
         raise ValueError(f"larger than {limit} bytes")
     return json.loads(data)
@@ -75,8 +83,9 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = Tru
     directory, base = os.path.split(path)
     tmp = os.path.join(directory, f".{base}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        fd = _create_exclusive(tmp, mode)
         try:
+            os.fchmod(fd, mode)  # the mode asked for, whatever the umask (a shared directory needs it)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
@@ -126,6 +135,16 @@ def ensure_room(path: str, need: int) -> None:
         raise StoreError(f"cannot write in {path}: the disk is full ({free >> 10} KiB free, qex keeps "
                          f"{need >> 10} KiB for the records of running jobs); free some space "
                          "(qex clean --auto removes old records)")
+
+
+def _create_exclusive(tmp: str, mode: int) -> int:
+    """A new file at ``tmp``; a leftover (or planted) file there is removed first."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(tmp, flags, mode)
+    except FileExistsError:
+        os.unlink(tmp)
+        return os.open(tmp, flags, mode)
 
 
 def write_json(path: str, obj, mode: int = 0o600, sync_dir: bool = True) -> None:

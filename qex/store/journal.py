@@ -28,14 +28,22 @@ def max_bytes() -> int:
         return DEFAULT_MAX_BYTES
 
 
-def append(path: str, events: list[dict]) -> int:
-    """Append ``events`` as lines and fsync; return the new size of the file."""
+def append(path: str, events: list[dict], mode: int = 0o600) -> int:
+    """Append ``events`` as lines and fsync; return the new size of the file.
+
+    ``mode`` is applied to a journal this user owns (a shared state directory
+    needs 0660 whatever the umask of the user who started the file).
+    """
     data = b"".join(json.dumps(e, separators=(",", ":"), sort_keys=True).encode() + b"\n"
                     for e in events)
     from qex.store import fs
 
-    fd = fs.open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # never a symlink or a FIFO
+    fd = fs.open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)  # never a symlink or a FIFO
     try:
+        if mode != 0o600:
+            st = os.fstat(fd)
+            if st.st_uid == os.getuid() and st.st_mode & 0o777 != mode:
+                os.fchmod(fd, mode)
         before = os.fstat(fd).st_size
         try:
             if _CRASH:

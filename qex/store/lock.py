@@ -47,9 +47,12 @@ class StateLock:
             os.close(fd)  # closing the last descriptor releases the lock
 
 
-def hold(path: str) -> int | None:
-    """Take an exclusive lock on ``path`` without waiting; return the fd, or None if held."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+def hold(path: str, mode: int = 0o600) -> int | None:
+    """Take an exclusive lock on ``path`` without waiting; return the fd, or None if held.
+
+    ``O_NONBLOCK``: a FIFO planted at ``path`` (a shared directory) never hangs the open.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -66,7 +69,7 @@ def is_held(path: str) -> bool:
     A missing file means nobody ever held it: not held.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return False
     try:

@@ -131,6 +131,7 @@ class Status:
     kill_requested: bool = False
     supervisor_lost: bool = False
     oom_evidence: str | None = None
+    peer_lock: str | None = None    # this job's liveness file in the peer directory (qex.peers)
 
     @property
     def final(self) -> bool:

@@ -69,10 +69,16 @@ def entry_of(rec: dict) -> dict:
         "holder": rec.get("blocked_holder"), "dedupe_key": rec.get("dedupe_key"),
         "pid": rec.get("pid"), "supervisor_pid": rec.get("supervisor_pid"),
         "kill": rec.get("kill_requested", False), "submitted_at": rec.get("submitted_at", 0.0),
+        "peer_lock": rec.get("peer_lock"),
     }
 
 
 class Store:
+    # A shared state directory (qex init --shared; see qex.shared) gives the
+    # group what other users' passes need; ``ensure`` finds out which it is.
+    shared = False
+    owner_uid: int | None = None
+
     def __init__(self, root: str):
         self.root = root
         self.jobs = os.path.join(root, "jobs")
@@ -93,6 +99,19 @@ class Store:
         fs.ensure_private_dir(self.root)
         fs.check_state_dir(self.root)
         fs.ensure_private_dir(self.jobs)
+        from qex import shared
+
+        shared.learn(self)
+
+    @property
+    def file_mode(self) -> int:
+        """Mode of the files every pass writes (index, journal, lock)."""
+        return 0o660 if self.shared else 0o600
+
+    @property
+    def status_mode(self) -> int:
+        """Mode of status.json, alive.lock and pid: readable by the other users' passes."""
+        return 0o640 if self.shared else 0o644
 
     # ---- records (no lock needed to read) ---------------------------------
     def read_status_dict(self, job_id: str) -> dict:
@@ -122,12 +141,14 @@ class Store:
             raise BrokenRecord(f"the record {self.path(job_id, 'status.json')} is damaged "
                                f"({codec.describe(exc, 'status.json')}); qex clean {job_id} removes it") from None
 
-    def read_spec(self, job_id: str) -> Spec:
+    def read_spec(self, job_id: str, must_own: bool = False) -> Spec:
+        """The job's spec; ``must_own``: only a spec.json of this process's user
+        (a supervisor never runs a spec another user could have put there)."""
         from qex.store import codec
 
         path = self.path(job_id, "spec.json")
         try:
-            return codec.load(Spec, fs.read_json(path))
+            return codec.load(Spec, fs.read_json(path, owner=os.getuid() if must_own else None))
         except Exception as exc:
             raise BrokenRecord(f"the job spec {path} cannot be read ({_why(exc)})") from None
 
@@ -218,7 +239,7 @@ class Store:
         idx.next_job = max(idx.next_job, int(rec.get("seq", 0)) + 1)
 
     def save_index_locked(self, idx: Index) -> None:
-        fs.write_json(self.index_path, idx.dump(), sync_dir=False)
+        fs.write_json(self.index_path, idx.dump(), mode=self.file_mode, sync_dir=False)
 
     def _write_status_locked(self, rec: dict) -> None:
         from qex.store.records import status_defaults
@@ -226,7 +247,7 @@ class Store:
         directory = self.job_dir(rec["id"])
         if os.path.isdir(directory):
             fs.write_json(os.path.join(directory, "status.json"), {**status_defaults(), **rec},
-                          mode=0o644, sync_dir=False)
+                          mode=self.status_mode, sync_dir=False)
 
     def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]]) -> list[dict]:
         """Apply changes: (new record dict, previous state, change kind).
@@ -246,7 +267,7 @@ class Store:
         # Keep room for the records of running jobs: a new job needs more than an ending one.
         fs.ensure_room(self.root, fs.SUBMIT_ROOM if any(p is None for _, p, _ in changes) else fs.COMMIT_ROOM)
         try:
-            idx.offset = journal.append(self.journal_path, events)
+            idx.offset = journal.append(self.journal_path, events, self.file_mode)
         except OSError as exc:
             raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
         if _CRASH:
@@ -281,6 +302,10 @@ class Store:
             fs.write_json(os.path.join(tmp, "spec.json"), attrs.asdict(spec), mode=0o600, sync_dir=False)
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            if self.shared:
+                from qex import shared
+
+                shared.open_job_dir(tmp)
             os.rename(tmp, final)
             fs.fsync_dir(self.jobs)
         except OSError as exc:

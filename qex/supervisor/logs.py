@@ -26,6 +26,7 @@ went by when it could not keep up.
 """
 
 import binascii
+import errno
 import os
 
 MIN_LIMIT = 4096          # below this the head, the marker and a tail do not fit
@@ -104,8 +105,12 @@ class Sink:
         self.path, self.label, self.setting = path, label, setting
         self.failed: str | None = None
         self.room = 0  # bytes this log may write before it looks at the free space again
-        try:  # a symlink or a FIFO planted in its place is never followed nor blocked on
+        try:  # never a symlink, a FIFO, nor another user's file (a shared directory): the log stops, not the job
             self.fd = fs.open_regular(path, os.O_RDWR | os.O_CREAT)
+            st = os.fstat(self.fd)
+            if st.st_uid != os.getuid() or st.st_nlink != 1:
+                os.close(self.fd)
+                raise PermissionError(errno.EPERM, "it is not this user's log file (replaced by another user?)")
         except OSError as exc:
             self.fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
             self.failed = f"cannot open {path}: {exc.strerror or exc}"

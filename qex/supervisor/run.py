@@ -53,7 +53,7 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
 
     try:
         result = engine.run_pass(ctx, fail)
-        return engine.after_pass(ctx, result, close_in_child=(launch.alive_fd,) if launch.alive_fd >= 0 else ())
+        return engine.after_pass(ctx, result, close_in_child=_own_fds(launch))
     except BaseException:
         traceback.print_exc()
         return None
@@ -83,7 +83,7 @@ def supervise(ctx: Context, launch: Launch) -> Launch | None:
     job_id = launch.job_id
     os.chdir(store.job_dir(job_id))
     ctx.reload_config()
-    spec = store.read_spec(job_id)
+    spec = store.read_spec(job_id, must_own=True)
     interrupt = Interrupt()
     meter = Meter()
     proc, rec = _start(ctx, launch, spec, meter)
@@ -172,7 +172,8 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None):
             _hit("supervisor.after_spawn")
         from qex.machine import process_start_time
 
-        _write_pid_file(store.path(launch.job_id, "pid"), proc.pid, process_start_time(proc.pid))
+        _write_pid_file(store.path(launch.job_id, "pid"), proc.pid, process_start_time(proc.pid),
+                        0o640 if store.shared else 0o600)
         rec = txn.update(launch.job_id, state="running", pid=proc.pid, supervisor_pid=os.getpid(),
                          started_at=now)
         txn.commit()
@@ -198,9 +199,11 @@ def _preexec(nice: int | None, join, pid_path: str | None = None):
     return run
 
 
-def _write_pid_file(path: str, pid: int, start: int | None) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+def _write_pid_file(path: str, pid: int, start: int | None, mode: int = 0o600) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     try:
+        if mode != 0o600:
+            os.fchmod(fd, mode)  # other users' passes read it (a shared directory)
         os.write(fd, f"{pid} {start if start is not None else ''}\n".encode())
     finally:
         os.close(fd)
@@ -346,8 +349,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     interrupt.close()
     ctx.reload_config()  # [hooks] as it is when the job ends
     if rec.get("_abandon"):
-        os.close(launch.alive_fd)
-        return None
+        return _close_and_end(launch, ctx)
     outcome = rec.pop("_outcome")
     if _CRASH:
         _hit("supervisor.before_final")
@@ -368,14 +370,14 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
         if oom_retry is not None:
             # Like a --retries retry: free our liveness lock, so that this same pass can start it,
             # and keep no capacity: it waits in the queue for the bigger claim to fit.
-            launch.alive_fd = _close_and_end(launch) or -1
+            launch.alive_fd = _close_and_end(launch, ctx) or -1
             txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
                        assigned=[], pid=None, forced=False, started_at=None, **oom_retry, **{
                            k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "oom_evidence")})
         elif (outcome["state"] == "failed" and failed_before < current.get("retries", 0)
               and not current.get("kill_requested")):  # a job someone is killing is not retried
             # Free our liveness lock first, so that this same pass can start the retry.
-            launch.alive_fd = _close_and_end(launch) or -1
+            launch.alive_fd = _close_and_end(launch, ctx) or -1
             txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
                        assigned=[], pid=None, forced=False, started_at=None, **{
                            k: v for k, v in fields.items() if k in ("usage", "logs_dropped")},
@@ -391,8 +393,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     result = _until_recorded(ctx, record_end)
     if _CRASH:
         _hit("supervisor.after_final")
-    close = (launch.alive_fd,) if launch.alive_fd >= 0 else ()
-    return engine.after_pass(ctx, result, close_in_child=close) or _close_and_end(launch)
+    return engine.after_pass(ctx, result, close_in_child=_own_fds(launch)) or _close_and_end(launch, ctx)
 
 
 def _until_recorded(ctx: Context, mutate):
@@ -428,7 +429,22 @@ def _hit(point: str) -> None:
     faults.hit(point)
 
 
-def _close_and_end(launch: Launch) -> None:
+def _own_fds(launch: Launch) -> tuple[int, ...]:
+    """The locks of this supervisor's job, which a forked child must not keep."""
+    return tuple(fd for fd in (launch.alive_fd, launch.peer_fd) if fd >= 0)
+
+
+def _close_and_end(launch: Launch, ctx: Context | None = None) -> None:
+    """Let go of the job's locks: the peer lock first (its file removed: the
+    record no longer lists the job), then the liveness lock."""
+    if launch.peer_fd >= 0 or launch.peer_lock:
+        from qex import peers
+
+        if ctx is not None:
+            peers.release_job_lock(ctx, launch.peer_fd, launch.peer_lock)
+        elif launch.peer_fd >= 0:
+            os.close(launch.peer_fd)
+        launch.peer_fd, launch.peer_lock = -1, None
     if launch.alive_fd >= 0:
         try:
             os.close(launch.alive_fd)

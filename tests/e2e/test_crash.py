@@ -6,7 +6,6 @@ import os
 import signal
 import time
 
-import pytest
 
 from e2e_helpers import FINAL, alive, gated, group_members, open_gate, read_line
 

@@ -1,0 +1,16 @@
+"""qex init --shared DIR [--group G]: make a state directory several users share."""
+
+from qex.cli.common import err, out
+
+
+def cmd_init(args) -> int:
+    from qex.shared import init_shared
+
+    done = init_shared(args.shared, args.group)
+    verb = "made" if done["created"] else "set up"
+    out(f"{verb} {done['path']}: a state directory shared by the group {done['group']}")
+    out(f"each member uses it with: export QEX_STATE_DIR={done['path']}")
+    out("give every member the same config (QEX_CONFIG) so that all compute one budget")
+    for warning in done["warnings"]:
+        err(f"qex: warning: {warning}")
+    return 0

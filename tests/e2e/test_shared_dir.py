@@ -1,0 +1,163 @@
+"""One state directory shared by two real users (qex init --shared). Root only:
+the users are made with useradd and qex runs as them through setpriv."""
+
+import json
+import os
+import stat
+import subprocess
+import threading
+import time
+
+import pytest
+from multiuser_helpers import Users, World, gated, held_cpu, open_gate, wait_for
+
+CONFIG = '[budget]\ncpu = 3\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
+
+
+@pytest.fixture(scope="module")
+def users():
+    u = Users()
+    why = u.create()
+    if why:
+        u.remove()
+        pytest.skip(why)
+    yield u
+    u.remove()
+
+
+@pytest.fixture
+def lab(users):
+    """A world whose two actors share one state directory made by user 1."""
+    w = World(users, users.base, CONFIG)
+    shared = os.path.join(w.dir, "lab-queue")
+    one = w.actor(0, shared)
+    one.run("init", "--shared", shared, "--group", users.group, check=0)
+    yield w, one, w.actor(1, shared)
+    w.close()
+
+
+def mode(path: str) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_init_makes_a_setgid_group_directory_and_refuses_what_it_must(lab, users):
+    w, one, two = lab
+    root = one.state
+    assert mode(root) == 0o2770 and os.stat(root).st_gid == users.gid()
+    assert mode(os.path.join(root, "jobs")) == 0o2770 and mode(os.path.join(root, "lock")) == 0o660
+    assert mode(os.path.join(root, "hooks-pending")) == 0o3770  # stop-hook markers: sticky
+    job = one.submit("--env", "SECRET=s3cret", "--", "true")
+    one.wait_state(job, "completed")
+    jobdir = os.path.join(root, "jobs", job)
+    assert mode(jobdir) == 0o2770 and mode(os.path.join(jobdir, "spec.json")) == 0o600
+    assert mode(os.path.join(jobdir, "stdout.log")) == 0o600 and mode(os.path.join(jobdir, "status.json")) == 0o640
+    assert mode(os.path.join(root, "index.json")) == 0o660 and mode(os.path.join(root, "journal.jsonl")) == 0o660
+    info = two.run("info", check=0).stdout
+    assert f"shared by the group {users.group} (owner {one.user})" in info, info
+
+    refused = two.run("init", "--shared", os.path.join(w.dir, "other"), "--group", "root")
+    assert refused.returncode == 1 and "not a member of the group root" in refused.stderr
+    private = w.actor(1, os.path.join(w.dir, "private"))
+    private.submit("--", "true")
+    again = two.run("init", "--shared", private.state, "--group", users.group)
+    assert again.returncode == 1 and "holds a private queue" in again.stderr, again.stderr
+    bad = two.run("init", "--shared", os.path.join(w.dir, "x"), "--group", "no-such-group-here")
+    assert bad.returncode == 2 and "--group" in bad.stderr
+
+
+def test_another_user_cannot_kill_cancel_clean_or_read_the_secrets_of_my_jobs(lab):
+    w, one, two = lab
+    running = one.submit("--cpu", "3", "--env", "SECRET=s3cret", "--",
+                         *gated(w.gate("r"), then="echo out-s3cret"))
+    one.wait_state(running, "running")
+    queued = one.submit("--cpu", "1", "--", "true")
+    done = one.submit("--cpu", "0.1", "--", "sh", "-c", "echo out-s3cret")
+    assert one.record(queued)["state"] == "queued"
+    before = {j: one.record(j)["state"] for j in (running, queued)}
+
+    for args in (("kill", running), ("cancel", queued), ("status", running, "--show-env"),
+                 ("logs", running), ("status", done, "--json", "--show-env")):
+        r = two.run(*args)
+        assert r.returncode == 1, (args, r.returncode, r.stdout, r.stderr)
+        assert f"belongs to {one.user}" in r.stderr and "only its owner (or root)" in r.stderr, (args, r.stderr)
+        assert "s3cret" not in r.stdout + r.stderr, (args, r.stdout)
+    assert {j: one.record(j)["state"] for j in (running, queued)} == before  # untouched
+    assert not one.record(running).get("kill_requested")
+
+    spec = os.path.join(one.state, "jobs", running, "spec.json")
+    peek = subprocess.run(w.users.wrap(two.name, ["cat", spec]), capture_output=True, text=True)
+    assert peek.returncode != 0 and "s3cret" not in peek.stdout  # the file itself is closed to them
+
+    open_gate(w.gate("r"))
+    one.wait_state(running, "completed")
+    one.wait_state(done, "completed")
+    r = two.run("clean", done)
+    assert r.returncode == 1 and f"belongs to {one.user}" in r.stderr
+    assert os.path.isdir(os.path.join(one.state, "jobs", done))
+    assert one.run("clean", done, check=0).returncode == 0  # its owner can
+    assert not os.path.exists(os.path.join(one.state, "jobs", done))
+
+
+def test_the_two_users_jobs_share_one_budget_exactly(lab):
+    w, one, two = lab
+    seen, stop = [], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            seen.append(held_cpu(one.state))
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    jobs = []
+    for i in range(3):  # interleaved: 6 one-core jobs against a budget of 3
+        jobs.append((one, one.submit("--cpu", "1", "--", *gated(w.gate(f"1-{i}")))))
+        jobs.append((two, two.submit("--cpu", "1", "--", *gated(w.gate(f"2-{i}")))))
+    wait_for(lambda: held_cpu(one.state) == 3, 10, "the budget to be full")
+    owners = {json.load(open(os.path.join(one.state, "jobs", j, "status.json")))["owner"]
+              for _, j in jobs if one.record(j)["state"] in ("starting", "running")}
+    assert owners == {one.user, two.user}  # both users' jobs run at once, in one budget
+    for i in range(3):
+        open_gate(w.gate(f"1-{i}"))
+        open_gate(w.gate(f"2-{i}"))
+        time.sleep(0.2)
+    for actor, job in jobs:
+        rec = actor.wait_state(job, "completed", timeout=20)
+        assert rec["owner"] == actor.user
+    stop.set()
+    sampler.join()
+    assert max(seen) == 3 and len(seen) > 50, (max(seen), len(seen))  # exactly full, never over
+
+
+def test_a_spec_put_in_place_by_another_user_is_never_run(lab):
+    w, one, two = lab
+    blocker = one.submit("--cpu", "3", "--", *gated(w.gate("b")))
+    one.wait_state(blocker, "running")
+    ok = os.path.join(w.dir, "ran-the-real-spec")
+    bad = os.path.join(w.dir, "ran-the-planted-spec")
+    victim = one.submit("--cpu", "1", "--", "touch", ok)
+    target = os.path.join(one.state, "jobs", victim, "spec.json")
+    planted = json.dumps({"id": victim, "command": ["touch", bad], "cwd": w.dir, "env": {}})
+    swap = ("import os,sys; t=sys.argv[1]; open(t+'.x','w').write(sys.argv[2]); os.rename(t+'.x', t)")
+    subprocess.run(w.users.wrap(two.name, [w.users.python, "-c", swap, target, planted]), check=True,
+                   env=w.users.env({}), cwd=w.dir)
+    assert os.stat(target).st_uid == w.users.uid(two.name)  # the group-writable job directory allowed it
+
+    open_gate(w.gate("b"))
+    rec = one.wait_state(victim, ("failed", "completed"), timeout=15)
+    assert rec["state"] == "failed" and "not owned by the job's owner" in rec["error"], rec
+    assert not os.path.exists(bad) and not os.path.exists(ok)
+
+
+def test_only_the_owner_pauses_the_whole_shared_queue_and_any_member_pauses_a_lock(lab):
+    w, one, two = lab
+    refused = two.run("pause", "queue", "--reason", "mine now")
+    assert refused.returncode == 1 and f"belongs to {one.user}" in refused.stderr, refused.stderr
+    assert not os.path.exists(os.path.join(one.state, "pause", "queue.json"))
+    two.run("pause", "lock", "dataset", "--reason", "reindexing", check=0)
+    job = one.submit("--lock", "dataset", "--", "true")
+    assert "reindexing" in one.record(job)["blocked_reason"]
+    one.run("pause", "queue", "--reason", "maintenance", check=0)  # the owner may
+    one.run("resume", "queue", check=0)
+    two.run("resume", "lock", "dataset", check=0)
+    one.wait_state(job, "completed")
