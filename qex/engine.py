@@ -324,13 +324,16 @@ def snapshot(ctx: Context, txn: Txn, now: float):
     from qex import machine
 
     avail = machine.meminfo().get("MemAvailable")
+    deps = [_dep(txn, d) for d in sorted(dep_ids)]
+    roots = sorted({d.root for d in deps if d.root and d.root not in dep_ids})
+    deps += [_dep(txn, r) for r in roots]  # the first failed job of a chain, for the words
     return A.Snapshot(
         now=now, cpu_budget=cpu_budget, mem_budget=mem_budget,
         mem_available=None if avail is None else avail - ctx.config.reserve_mem,
         oversized=ctx.config.oversized, max_bypass=ctx.config.max_bypass,
         pools=tuple(A.PoolSpec(p.name, p.count, tuple(p.devices)) for p in ctx.config.pools),
         running=tuple(running), peers=tuple(peers.holdings(ctx)), queued=tuple(queued),
-        deps=tuple(_dep(txn, d) for d in sorted(dep_ids)), pause=pause.current(ctx, now))
+        deps=tuple(deps), pause=pause.current(ctx, now))
 
 
 def _dep(txn: Txn, job_id: str):

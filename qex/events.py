@@ -285,6 +285,7 @@ class Reader:
                 continue
             if event.get("event") != "job":
                 continue
+            event.pop("commit", None)  # the journal's own bookkeeping (whole appends), not the event's
             if self.stream is None:
                 self.stream = stream
             elif stream != self.stream:

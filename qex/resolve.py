@@ -37,11 +37,16 @@ def _groups_dir(store) -> str:
 
 
 def read_group(store, group_id: str) -> dict | None:
+    """A group file with only the members that exist (None: no such group, or none left)."""
     try:
         data = fs.read_json(os.path.join(_groups_dir(store), f"{group_id}.json"))
-        return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None
+    if not isinstance(data, dict) or not isinstance(data.get("members"), list):
+        return None
+    members = [m for m in data["members"] if isinstance(m, str) and "/" not in m
+               and os.path.exists(store.path(m, "status.json"))]
+    return {**data, "members": members} if members else None
 
 
 def resolve(store, word: str) -> Target:
@@ -61,18 +66,15 @@ def resolve(store, word: str) -> Target:
                 matches[f"job {job_id}"] = Target(word, job=job_id)
         for gid in _group_ids(store):
             if gid.startswith(word.lower()):
-                g = read_group(store, gid) or {}
-                matches[f"group {gid}"] = Target(word, group=gid, members=list(g.get("members", [])),
-                                                 group_name=g.get("name"))
+                g = read_group(store, gid)
+                if g is not None:  # a group file none of whose jobs exists names nothing
+                    matches[f"group {gid}"] = Target(word, group=gid, members=list(g["members"]),
+                                                     group_name=g.get("name"))
     if not matches:
         for job_id, entry in _read_index(store).items():
             if entry.get("name") == word:
                 matches[f"job {job_id} ({entry.get('state')})"] = Target(word, job=job_id)
-        for gid in _group_ids(store):
-            g = read_group(store, gid) or {}
-            if g.get("name") == word and _group_active(store, g):
-                matches[f"group {gid}"] = Target(word, group=gid, members=list(g.get("members", [])),
-                                                 group_name=g.get("name"))
+        matches.update(_groups_named(store, word))
     if len(matches) == 1:
         return next(iter(matches.values()))
     shown = units.safe_text(word)
@@ -89,9 +91,26 @@ def _group_ids(store) -> list[str]:
         return []
 
 
-def _group_active(store, group: dict) -> bool:
-    index = _read_index(store)
+def _group_active(store, group: dict, index: dict | None = None) -> bool:
+    index = _read_index(store) if index is None else index
     return any(m in index for m in group.get("members", []))
+
+
+def _groups_named(store, word: str) -> dict[str, Target]:
+    """Groups called ``word``: the active ones; if none is active, every one that is
+    left (so ``qex wait NAME`` right after the group ended still finds it, and two
+    ended groups of one name are refused as ambiguous rather than guessed)."""
+    index = _read_index(store)
+    named, active = {}, {}
+    for gid in _group_ids(store):
+        g = read_group(store, gid)
+        if g is None or g.get("name") != word:
+            continue
+        t = Target(word, group=gid, members=list(g["members"]), group_name=g.get("name"))
+        named[f"group {gid}"] = t
+        if _group_active(store, g, index):
+            active[f"group {gid} (active)"] = t
+    return active or named
 
 
 def resolve_jobs(store, words: list[str]) -> list[str]:
@@ -107,9 +126,41 @@ def resolve_jobs(store, words: list[str]) -> list[str]:
 
 def resolve_dependencies(ctx, words: list[str], option: str) -> list[str]:
     """--needs/--after: ids must exist; a name must name a queued or running job."""
-    try:
-        return resolve_jobs(ctx.store, words)
-    except NoSuchJob as exc:
-        raise SpecError(f"{option}: {exc}; a name must name a queued or running job") from None
-    except AmbiguousId as exc:
-        raise SpecError(f"{option}: {exc}") from None
+    store = ctx.store
+    out = []
+    for word in words:
+        try:
+            target = resolve(store, word)
+            ids = target.members
+            if target.is_group and target.group_name == word.strip() and target.group != word.strip() \
+                    and not _group_active(store, {"members": ids}):
+                raise NoSuchJob(f"the group {units.safe_text(word)!r} has ended")  # a stale group name
+        except NoSuchJob as exc:
+            stale = _ended_named(store, word.strip())
+            if stale:
+                raise SpecError(f"{option}: {units.safe_text(word)!r} names no queued or running job or group; "
+                                f"it matched only what has ended: {'; '.join(stale)}; "
+                                "give the id to depend on an ended job") from None
+            raise SpecError(f"{option}: {exc}; give a job id, a prefix of 4 or more characters, "
+                            "a group id, or the name of a queued or running job") from None
+        except AmbiguousId as exc:
+            raise SpecError(f"{option}: {exc}") from None
+        out += [j for j in ids if j not in out]
+    return out
+
+
+def _ended_named(store, word: str, limit: int = 5) -> list[str]:
+    """Ended jobs and groups called ``word`` (the error path only: it reads every record)."""
+    found = []
+    for job_id in store.job_ids():
+        try:
+            rec = store.read_status_dict(job_id)
+        except Exception:
+            continue
+        if rec.get("name") == word:
+            found.append(f"job {job_id[:8]} ({rec.get('state')})")
+    for gid in _group_ids(store):
+        g = read_group(store, gid) or {}
+        if g.get("name") == word:
+            found.append(f"group {gid[:8]} (ended)")
+    return found[:limit] + ([f"and {len(found) - limit} more"] if len(found) > limit else [])

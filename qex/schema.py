@@ -1,5 +1,5 @@
 """JSON Schemas derived from the attrs classes themselves, so the schema and
-the records can never disagree. ``qex schema status|job`` prints them."""
+the records can never disagree. ``qex schema status|job|pipeline`` prints them."""
 
 import types
 import typing
@@ -68,6 +68,15 @@ def schema_for(kind: str) -> dict:
 
         body = _object(JobFile, closed=True)
         title = "qex job file"
+    elif kind == "pipeline":
+        from qex.pipeline import PipelineFile
+
+        body = _object(PipelineFile, closed=True)
+        jobs = body["properties"]["jobs"]
+        jobs["minItems"] = 1
+        jobs["items"]["required"] = ["command", "name"]  # a stage is a job-file table with a name
+        jobs["items"]["properties"]["dedupe_key"] = {"type": "null"}  # a stage cannot be deduplicated
+        title = "qex pipeline file"
     else:
         raise ValueError(kind)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title,

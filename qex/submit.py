@@ -5,6 +5,7 @@ record without touching the queue; ``submit_many`` then writes every job of a
 submission in one lock hold and runs the pass that may start them.
 """
 
+import functools
 import os
 import time
 
@@ -47,6 +48,8 @@ class Request:
     group_name: str | None = None
     job_env: dict[str, str] = field(factory=dict)    # from a job file
     origin: str = "submit"                           # option names in messages
+    template: list[str] | None = None                # a fan-out's command with {} (the learner's key)
+    rerun_of: str | None = None                      # qex rerun: the job it repeats
 
 
 @define
@@ -93,6 +96,10 @@ def build(ctx, req: Request, now: float | None = None) -> Built:
         "needs": list(req.needs), "after": list(req.after), "dedupe_key": req.dedupe_key,
         "attempt": 1, "attempts": [],
     }
+    if req.template is not None:
+        record["template"] = list(req.template)
+    if req.rerun_of is not None:
+        record["rerun_of"] = req.rerun_of
     return Built(spec, record, warnings)
 
 
@@ -112,7 +119,7 @@ def _cwd(cwd: str | None) -> str:
 def _environment(req: Request) -> dict[str, str]:
     mode = req.env_capture
     if mode == "all":
-        env = dict(os.environ)
+        env = dict(_whole_environment())
     elif mode == "minimal":
         env = {k: os.environ[k] for k in MINIMAL_ENV if k in os.environ}
     elif mode == "none":
@@ -126,6 +133,12 @@ def _environment(req: Request) -> dict[str, str]:
             raise SpecError(f"--env: {units.safe_text(item)!r} is not KEY=VALUE; e.g. --env OMP_NUM_THREADS=4")
         env[key] = value
     return env
+
+
+@functools.cache
+def _whole_environment() -> dict[str, str]:
+    """The caller's environment, read once per process (a fan-out builds a thousand jobs)."""
+    return dict(os.environ)
 
 
 def explicit_env_names(req: Request) -> set[str]:
@@ -218,8 +231,10 @@ def _learned_mem(ctx, req: Request, default: int, budget: int, sources: dict, wa
     """What the learner knows about this command (a fan-out: its template), capped at the budget."""
     from qex import learn
 
-    found, warning = learn.claim_for(ctx.store.root, req.command, getattr(req, "template", None),
-                                     ctx.config.learn_margin, minimum=min(learn.MIN_CLAIM, default))
+    template = getattr(req, "template", None)
+    found, warning = _claim_once(ctx.store.root, () if template else tuple(req.command),
+                                 tuple(template) if template else None,
+                                 ctx.config.learn_margin, min(learn.MIN_CLAIM, default))
     if warning:
         warnings.append(warning)
     if found is None:
@@ -227,6 +242,14 @@ def _learned_mem(ctx, req: Request, default: int, budget: int, sources: dict, wa
     nbytes, words = found
     sources["mem"] = words if nbytes <= budget else f"{words}, capped at the budget"
     return min(nbytes, budget)
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_once(root: str, command: tuple, template: tuple | None, margin: float, minimum: int):
+    """The learner asked once per process and key: the jobs of a fan-out share their template."""
+    from qex import learn
+
+    return learn.claim_for(root, command, template, margin, minimum=minimum)
 
 
 def pool_claims(ctx, req: Request) -> dict[str, tuple[int, int | None]]:
@@ -333,8 +356,17 @@ def submit_many(ctx, built: list[Built], on_locked=None):
     """
     from qex import engine
 
-    for b in built:
-        ctx.store.create_job_dir(b.spec)
+    bulk = len(built) > 1
+    try:
+        for b in built:
+            ctx.store.create_job_dir(b.spec, sync=not bulk)
+        if bulk:
+            from qex.store import fs
+
+            fs.syncfs(ctx.store.jobs)  # one flush for every job directory
+    except BaseException:
+        _discard(ctx, built)
+        raise
 
     def add(txn):
         if on_locked is not None:

@@ -41,8 +41,8 @@ def run(argv: list[str]) -> int:
         return 0
 
 
-# The commands that start or report a job say 121 for "qex could not do it";
-# every other command says 1 for any failure (CONTRACT.md, exit codes).
+# The commands that start or report a job say 121 for "qex could not do it" (a damaged
+# record, a full disk: never 1); the others say 1 when the config cannot be used.
 JOB_COMMANDS = ("submit", "run", "pipeline", "rerun", "wait")
 
 
@@ -56,9 +56,9 @@ def _exit_code(argv: list[str], exc) -> int:
         argv[0] == "status" and any(a in ("--wait", "--follow", "--quiet") for a in argv[1:]))
     if job_command:
         return 121
-    if code == 121 and not isinstance(exc, ConfigError):
-        return 2  # a value the command line gave is refused: a bad command line
-    return 1
+    if isinstance(exc, ConfigError):
+        return 1  # a reading command that cannot read the config has failed
+    return code
 
 
 def _dispatch(argv: list[str]) -> int:

@@ -37,10 +37,9 @@ def cmd_kill(args) -> int:
 
 def cmd_cancel(args) -> int:
     from qex.control import cancel_jobs
-    from qex.resolve import resolve_jobs
 
     ctx = context()
-    job_ids = resolve_jobs(ctx.store, args.ids)
+    job_ids, in_group = _targets(ctx, args.ids)
     answer = cancel_jobs(ctx, job_ids)
     code = 0
     for job_id in job_ids:
@@ -48,12 +47,29 @@ def cmd_cancel(args) -> int:
         if what == "cancelled":
             out(f"{job_id}  cancelled")
         elif what == "running":
-            err(f"qex: {job_id[:8]} is already running; use qex kill {job_id[:8]}")
-            code = 1
-        else:
+            if job_id in in_group:  # a group: its queued jobs are what cancel takes out
+                err(f"qex: {job_id[:8]} is running and goes on; qex kill stops it")
+            else:
+                err(f"qex: {job_id[:8]} is already running; use qex kill {job_id[:8]}")
+                code = 1
+        elif job_id not in in_group:  # a group's ended jobs are no fault
             err(f"qex: {job_id[:8]} has already ended ({what[6:]}); nothing to cancel")
             code = 1
     return code
+
+
+def _targets(ctx, words: list[str]) -> tuple[list[str], set[str]]:
+    """The jobs named by ``words`` in order, once each, and those that came from a group."""
+    from qex.resolve import resolve
+
+    job_ids, in_group = [], set()
+    for t in (resolve(ctx.store, w) for w in words):
+        for j in t.members:
+            if j not in job_ids:
+                job_ids.append(j)
+            if t.is_group:
+                in_group.add(j)
+    return job_ids, in_group
 
 
 def cmd_clean(args) -> int:
@@ -71,7 +87,12 @@ def cmd_clean(args) -> int:
         job_ids = resolve_jobs(ctx.store, args.ids)
     else:
         job_ids = _select(ctx, args, FINAL, time.time())
+    from qex import groups
+
+    touched = groups.of_jobs(ctx.store, job_ids) if args.ids else None
     removed, refused = clean_jobs(ctx, job_ids)
+    if removed or args.auto or args.all:
+        groups.prune(ctx, touched)  # a group file goes with its last record (--all/--auto: any left over)
     if args.auto or args.all:
         from qex.control import sweep_unfinished_dirs
 

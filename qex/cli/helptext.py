@@ -279,6 +279,65 @@ qex submit --job FILE (TOML, YAML or JSON by extension). Unknown keys are errors
   tpu = { count = 2, size = "8GB" }
 
 Options given on the command line win over the file. `qex schema job` gives the schema.
+`needs`/`after` name jobs (ids, a group, or the name of a queued or running job).
+
+Pipelines: `qex pipeline FILE` takes the same tables as a list of stages, each
+with a required `name`; `needs`/`after` name other stages of the file, in any order:
+
+  name = "train-run"                   # the group's name (default: the file's stem)
+  [[jobs]]
+  name = "prep"
+  command = ["./prep.sh"]
+  [[jobs]]
+  name = "train"
+  command = ["python", "train.py"]
+  needs = ["prep"]                     # runs only if prep completed, else it is skipped (126)
+  [jobs.resources]
+  cpu = 4
+  mem = "16GB"
+  [[jobs]]
+  name = "cleanup"
+  command = ["./cleanup.sh"]
+  after = ["train"]                    # runs when train has ended, whatever its result
+
+Every stage is checked before the first is queued (a cycle, an unknown or a
+duplicate name, a bad claim: an error and no job); then all are queued at once
+as one group, a stage after what it names. The group id goes to stdout, each
+stage's id and name to stderr; --id-file FILE gets 'ID NAME' lines, the group
+first. The group id (or its name) works wherever a job id does: qex wait G
+(0 only if every stage succeeded, else the code of the first in submission
+order that did not), status G --json (an array), kill G (stops the running
+stages, takes out the queued ones), cancel G, clean G, list --group G, and
+--needs G. `qex schema pipeline` gives the schema; `qex rerun ID` submits one
+job's spec again under a new id.
+""",
+    "each-line": """qex submit --each-line FILE|- [options] -- COMMAND ... {} ...
+
+One job per line of FILE (- reads stdin), all in one group:
+
+  G=$(qex submit --each-line inputs.txt --cpu 2 --mem 4GB -- ./process {})
+  qex wait "$G"                      # 0 only if every job succeeded
+  qex list --group "$G"
+
+  - {} becomes the line, as exactly one argument, wherever it appears: a whole
+    argument, inside one (--in={}), or the program itself; {{}} is a literal {}.
+    No shell ever runs the line: quotes, ; and $ reach the job verbatim.
+  - each line is stripped of surrounding whitespace (and CRLF's CR); empty lines
+    and lines that start with # give no job and are counted on stderr; the last
+    line counts without its newline.
+  - all or nothing: a command with no {}, an unreadable path or a directory, a
+    line that is not UTF-8 (the error names it), no usable line, more jobs than
+    --max-jobs N (default 1000), input over 64MiB, or an option that means one
+    job (--dedupe-key, --dedupe-window, --json, --wait, --follow, --job): an
+    error, no job at all.
+  - every other option applies to every job; --name names the group (default:
+    the file's stem, "stdin" for -).
+  - jobs are named prog-007-line-text (program, zero-padded position, the line
+    in safe form); stdout carries the group id, stderr each job's id and name.
+  - every job keeps the template command (`template` in its record): the
+    learner measures them as one task.
+  - all N jobs are written in one lock hold and one pass; qex run refuses
+    --each-line.
 """,
 }
 

@@ -7,6 +7,8 @@ import argparse
 COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("queue a job; print its id", "qex.cli.submit:cmd_submit"),
     "run": ("submit, stream the output, return the job's code", "qex.cli.submit:cmd_run"),
+    "pipeline": ("submit the stages of a pipeline file; print the group id", "qex.cli.stages:cmd_pipeline"),
+    "rerun": ("submit the same spec again under a new id; print it", "qex.cli.stages:cmd_rerun"),
     "wait": ("wait for jobs to end; return the code of the first that did not succeed", "qex.cli.wait:cmd_wait"),
     "status": ("show one job (or group)", "qex.cli.wait:cmd_status"),
     "list": ("list jobs", "qex.cli.show:cmd_list"),
@@ -110,7 +112,7 @@ def join_dash_values(parser: Parser, argv: list[str]) -> list[str]:
 
 def build(only: str | None = None) -> Parser:
     p = Parser(prog="qex", description="A daemonless job queue for one shared machine.",
-               epilog="Topics: qex help agents|resources|states|exit-codes|events|config|job-file|pause|dedupe")
+               epilog="Topics: qex help agents|resources|states|exit-codes|events|config|job-file|each-line|pause|dedupe")
     p.add_argument("--version", action="store_true", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, (text, _) in COMMANDS.items():
@@ -129,11 +131,26 @@ def _args_submit(c):
     g.add_argument("--follow", action="store_true", help="stream the output; return the job's code")
     g.add_argument("--wait-timeout", metavar="T", help="stop waiting after T (124)")
     g.add_argument("--quiet", action="store_true", help="print nothing on success")
+    g = c.add_argument_group("fan-out (qex help each-line)")
+    g.add_argument("--each-line", metavar="FILE|-", help="one job per line of FILE (- = stdin), the line where {} is")
+    g.add_argument("--max-jobs", metavar="N", type=_int("--max-jobs"), default=None,
+                   help="with --each-line: refuse more than N jobs (default 1000)")
     c.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND...")
+
+
+def _args_pipeline(c):
+    c.add_argument("file", metavar="FILE", help="a pipeline file (TOML, YAML or JSON; qex help job-file)")
+    c.add_argument("--id-file", metavar="FILE", help="write the group and each stage here, one 'ID NAME' a line")
+
+
+def _args_rerun(c):
+    c.add_argument("id", metavar="ID")
+    c.add_argument("--id-file", metavar="FILE", help="write the new id here")
 
 
 def _args_run(c):
     add_job_options(c)
+    c.add_argument("--each-line", metavar="FILE", help=argparse.SUPPRESS)  # refused with a sentence
     c.add_argument("--quiet", action="store_true", help="do not print the id on stderr")
     c.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND...")
 
@@ -229,7 +246,7 @@ def _args_config(c):
 
 
 def _args_schema(c):
-    c.add_argument("kind", choices=("job", "status", "event"))
+    c.add_argument("kind", choices=("job", "status", "event", "pipeline"))
 
 
 def _args_help(c):

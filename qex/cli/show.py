@@ -38,17 +38,20 @@ def cmd_list(args) -> int:
     if args.group:
         from qex.resolve import resolve
 
-        members = set(resolve(store, args.group).members)
+        target = resolve(store, args.group)
+        if not target.is_group:
+            raise SpecError(f"--group: {args.group} is a job, not a group; give a group id or name")
+        members = target.members
     cwd = os.path.abspath(args.cwd) if args.cwd else None
-    if states is not None and states <= set(ACTIVE):
+    if members is not None:
+        candidates = members  # a group: its members only, never a scan of all history
+    elif states is not None and states <= set(ACTIVE):
         from qex.resolve import _read_index
 
         index = _read_index(store)
         candidates = sorted(index, key=lambda j: index[j].get("seq", 0))
     else:
         candidates = store.job_ids()
-    if members is not None:
-        candidates = [j for j in candidates if j in members]
     records, now = [], time.time()
     for job_id in candidates:
         try:
@@ -81,8 +84,11 @@ def cmd_logs(args) -> int:
     ctx = context()
     target = resolve(ctx.store, args.id)
     if target.is_group:
-        names = ", ".join(m[:8] for m in target.members[:20])
-        raise SpecError(f"{args.id} is a group; logs reads one job: give one of its jobs ({names})")
+        from qex.errors import UsageError
+        from qex.groups import stage_names
+
+        raise UsageError(f"{args.id} is a group; logs reads one job: give one of its jobs "
+                         f"({stage_names(ctx.store, target.members)})")
     job_id = target.job
     rec = ctx.store.read_status_dict(job_id)
     from qex.control import check_owner

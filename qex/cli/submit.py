@@ -46,12 +46,19 @@ def _split_ids(values: list[str]) -> list[str]:
 def _apply_job_file(req, path: str) -> None:
     from qex import jobfile
 
-    job = jobfile.load(path)
+    apply_job(req, jobfile.load(path), path)
+
+
+def apply_job(req, job, path: str) -> None:
+    """What a job file (or a pipeline stage, qex.pipeline) says, put into ``req``."""
     command = job.command
     if isinstance(command, str):
         import shlex
 
-        command = shlex.split(command)
+        try:
+            command = shlex.split(command)
+        except ValueError as exc:
+            raise SpecError(f"{path}: the command {command!r} cannot be split ({exc}); give a list") from None
     req.command = list(command)
     r = job.resources
     req.cpu = None if r.cpu is None else str(r.cpu)
@@ -117,6 +124,12 @@ def _say_what_happened(ctx, job_id: str, hit) -> None:
 def cmd_submit(args) -> int:
     from qex import engine
 
+    if args.each_line is not None or args.max_jobs is not None:
+        if args.each_line is None:
+            raise SpecError("--max-jobs goes with --each-line (one job per line); remove it")
+        from qex.cli.stages import cmd_each_line
+
+        return cmd_each_line(args)
     if args.wait and args.follow:
         raise SpecError("--wait and --follow cannot go together; pick one")
     ctx = context()
@@ -152,6 +165,9 @@ def cmd_run(args) -> int:
     from qex import engine
     from qex.cli import wait as waiting
 
+    if args.each_line is not None:
+        raise SpecError("qex run streams one job and cannot take --each-line; "
+                        "use qex submit --each-line FILE -- CMD {}, then qex wait GROUP")
     ctx = context()
     job_id, result, hit = _submit_one(args, ctx)
     become_supervisor_if(ctx, engine.after_pass(ctx, result))

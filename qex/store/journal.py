@@ -111,6 +111,64 @@ def read_from(path: str, offset: int) -> tuple[list[dict], int]:
     return events, offset + end
 
 
+def read_committed(path: str, offset: int) -> tuple[list[dict], int, int]:
+    """Like ``read_from``, but only whole appends: the events up to the end of the
+    last append whose every line was written, and the offset after it.
+
+    Each event of one append carries ``commit``, the seq of that append's last
+    event. A writer SIGKILLed during a large append (the kernel may stop a big
+    write between pages) leaves the first lines of its append: they are not
+    replayed, and ``trim`` cuts them, so a submission is wholly queued or absent.
+    An event without ``commit`` (an older qex) is an append of its own.
+    Returns (events, offset, the highest seq of any whole line, cut or not: the
+    next append must not reuse a seq that a reader may have seen).
+    """
+    from qex.errors import StoreError
+    from qex.store import fs
+
+    try:
+        fd = fs.open_regular(path)  # never follows a symlink nor blocks on a FIFO
+    except FileNotFoundError:
+        return [], 0, 0
+    except OSError as exc:
+        raise StoreError(f"the journal {path} cannot be read ({exc.strerror or exc}); move it away "
+                         "(the records keep every job; only the event history is lost)") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size <= offset:
+            return [], min(offset, size), 0
+        os.lseek(fd, offset, os.SEEK_SET)
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    events, pending, done, pos, highest = [], [], 0, 0, 0
+    while True:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break
+        line, pos = data[pos:nl], nl + 1
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a damaged line is skipped, never fatal
+        if not isinstance(event, dict):
+            continue
+        if isinstance(event.get("seq"), int):
+            highest = max(highest, event["seq"])
+        pending.append(event)
+        last = event.get("commit")
+        if not isinstance(last, int) or not isinstance(event.get("seq"), int) or event["seq"] >= last:
+            events += pending
+            pending, done = [], pos
+    return events, offset + done, highest
+
+
 def trim(path: str, offset: int) -> None:
     """Cut a half-written last line so the next append starts on a line boundary."""
     from qex.store import fs

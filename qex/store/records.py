@@ -131,6 +131,8 @@ class Status:
     kill_requested: bool = False
     supervisor_lost: bool = False
     oom_evidence: str | None = None
+    template: tuple[str, ...] | None = None   # a fan-out job: its command with {} (the learner's key)
+    rerun_of: str | None = None               # qex rerun: the job this one repeats
     peer_lock: str | None = None    # this job's liveness file in the peer directory (qex.peers)
 
     @property

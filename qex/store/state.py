@@ -25,6 +25,7 @@ from qex.store.records import ACTIVE, Spec, Status
 
 INDEX_FORMAT = 1
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
+BULK = 16  # a commit of more jobs than this writes their records unsynced, then one syncfs
 
 
 class BrokenRecord(StoreError):
@@ -177,7 +178,7 @@ class Store:
         return idx
 
     def _replay_locked(self, idx: Index) -> None:
-        events, end = journal.read_from(self.journal_path, idx.offset)
+        events, end, highest = journal.read_committed(self.journal_path, idx.offset)
         applied = False
         for event in events:
             rec = _usable_event(event, idx.seq)
@@ -191,6 +192,9 @@ class Store:
         if end != idx.offset:
             idx.offset = end
             applied = True
+        if highest > idx.seq:  # a cut append's seqs are never given again (a reader may have seen them)
+            idx.seq = highest
+            applied = True
         journal.trim(self.journal_path, idx.offset)
         if applied:
             self.save_index_locked(idx)
@@ -203,9 +207,9 @@ class Store:
         written after its event) is applied again where status.json differs.
         The sequence goes on from the rotated journal when the current one is empty.
         """
-        events, end = journal.read_from(self.journal_path, 0)
+        events, end, highest = journal.read_committed(self.journal_path, 0)  # whole appends only
         history = events or journal.read_from(os.path.join(self.root, journal.ROTATED), 0)[0]
-        seq = max((e.get("seq", 0) for e in history if isinstance(e.get("seq"), int)), default=0)
+        seq = max([highest] + [e["seq"] for e in history if isinstance(e.get("seq"), int)])
         stream = next((e.get("stream") for e in history if isinstance(e.get("stream"), str)), None)
         idx = Index({"seq": seq, "offset": end, "stream": stream})
         latest = {}
@@ -241,13 +245,13 @@ class Store:
     def save_index_locked(self, idx: Index) -> None:
         fs.write_json(self.index_path, idx.dump(), mode=self.file_mode, sync_dir=False)
 
-    def _write_status_locked(self, rec: dict) -> None:
+    def _write_status_locked(self, rec: dict, sync: bool = True) -> None:
         from qex.store.records import status_defaults
 
         directory = self.job_dir(rec["id"])
         if os.path.isdir(directory):
             fs.write_json(os.path.join(directory, "status.json"), {**status_defaults(), **rec},
-                          mode=self.status_mode, sync_dir=False)
+                          mode=self.status_mode, sync_dir=False, sync=sync)
 
     def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]]) -> list[dict]:
         """Apply changes: (new record dict, previous state, change kind).
@@ -257,6 +261,7 @@ class Store:
         """
         if not changes:
             return []
+        changes = _coalesced(changes)
         now = time.time()
         events = []
         for rec, previous, change in changes:
@@ -264,6 +269,8 @@ class Store:
             events.append({"event": "job", "seq": idx.seq, "stream": idx.stream, "time": now,
                            "id": rec["id"], "name": rec.get("name", ""), "state": rec["state"],
                            "previous": previous, "change": change, "job": rec})
+        for event in events:  # the seq of the append's last event: replay takes whole appends only
+            event["commit"] = idx.seq
         # Keep room for the records of running jobs: a new job needs more than an ending one.
         fs.ensure_room(self.root, fs.SUBMIT_ROOM if any(p is None for _, p, _ in changes) else fs.COMMIT_ROOM)
         try:
@@ -272,11 +279,16 @@ class Store:
             raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
         if _CRASH:
             fs._hit("commit.after_journal")
-        for rec, _previous, _change in changes:
-            self._write_status_locked(rec)
-            self._index_put(idx, rec)
+        last = {rec["id"]: rec for rec, _previous, _change in changes}
+        bulk = len(last) > BULK
+        for rec in last.values():  # each record once, in its last form
+            self._write_status_locked(rec, sync=not bulk)
             if _CRASH:
                 fs._hit("commit.after_status")
+        for rec, _previous, _change in changes:
+            self._index_put(idx, rec)
+        if bulk:
+            fs.syncfs(self.root)  # one flush for every record, before the index moves on
         if _CRASH:
             fs._hit("commit.before_index")
         self.save_index_locked(idx)
@@ -291,15 +303,18 @@ class Store:
         return events
 
     # ---- making a job directory (before its first event) ------------------
-    def create_job_dir(self, spec: Spec) -> None:
-        """Make jobs/<id>/ with its spec, under a hidden name renamed into view."""
+    def create_job_dir(self, spec: Spec, sync: bool = True) -> None:
+        """Make jobs/<id>/ with its spec, under a hidden name renamed into view.
+
+        ``sync=False`` (a bulk submission) leaves the flush to one ``fs.syncfs``
+        by the caller before the jobs are committed."""
         import attrs
 
         final = self.job_dir(spec.id)
         tmp = os.path.join(self.jobs, f".new-{spec.id}")
         try:
             os.mkdir(tmp, 0o700)
-            fs.write_json(os.path.join(tmp, "spec.json"), attrs.asdict(spec), mode=0o600, sync_dir=False)
+            fs.write_json(os.path.join(tmp, "spec.json"), attrs.asdict(spec), mode=0o600, sync_dir=False, sync=sync)
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             if self.shared:
@@ -307,7 +322,8 @@ class Store:
 
                 shared.open_job_dir(tmp)
             os.rename(tmp, final)
-            fs.fsync_dir(self.jobs)
+            if sync:
+                fs.fsync_dir(self.jobs)
         except OSError as exc:
             _remove_tree(tmp)
             raise StoreError(fs._describe_write_failure(final, exc)) from None
@@ -337,6 +353,21 @@ def _usable_event(event, applied_seq: int) -> dict | None:
     if not job_id or "/" in job_id or job_id.startswith(".") or "\0" in job_id:
         return None
     return rec
+
+
+def _coalesced(changes: list[tuple[dict, str | None, str]]) -> list[tuple[dict, str | None, str]]:
+    """A reason written in the same hold as a job's change of state rides on that
+    change's event (a reason is no change of state): a fan-out of a thousand jobs
+    journals a thousand events, each with the reason the pass gave it."""
+    out, last = [], {}
+    for rec, previous, change in changes:
+        i = last.get(rec["id"])
+        if change == "reason" and i is not None:
+            out[i] = (rec, out[i][1], out[i][2])
+            continue
+        last[rec["id"]] = len(out)
+        out.append((rec, previous, change))
+    return out
 
 
 def _remove_tree(path: str) -> None:

@@ -266,6 +266,9 @@ class Harness:
         runs = inv.read_runs(self.runs_path)
         problems = inv.check(view, known=self.known, cleaned=self.cleaned, quiescent=quiescent,
                              budget=BUDGET, runs=runs)
+        if view.holes > self.kills + self.crashes_armed:  # each needs a writer that died mid-append
+            problems.append(f"journal: {view.holes} holes in the seq, more than the {self.kills} kills "
+                            f"and {self.crashes_armed} crash points that could cut an append")
         if not quiescent:
             return problems
         leftover = inv.job_processes(view.records)

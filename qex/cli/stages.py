@@ -1,0 +1,86 @@
+"""qex pipeline, qex rerun, and qex submit --each-line: several jobs, one handle.
+
+stdout carries the group id (or the new job id) and nothing else; each job's
+id and name go to stderr. ``--id-file`` gets one line per handle, ``ID NAME``,
+the group first.
+"""
+
+from qex.cli.common import become_supervisor_if, context, err, out, write_id_file
+
+
+def _report(group_id: str, group_name: str, jobs: list[tuple[str, str]], args) -> None:
+    import sys
+
+    if not getattr(args, "quiet", False):
+        sys.stderr.write("".join(f"{job_id}  {name}\n" for name, job_id in jobs))
+        sys.stderr.flush()
+    if args.id_file:
+        write_id_file(args.id_file, [f"{group_id} {group_name}"] + [f"{j} {n}" for n, j in jobs])
+
+
+def cmd_pipeline(args) -> int:
+    from qex import engine, pipeline
+
+    ctx = context()
+    group_id, name, jobs, result, built = pipeline.submit(ctx, args.file)
+    _warn(built)
+    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    _report(group_id, name, jobs, args)
+    err(f"qex: pipeline {name}: {len(jobs)} stage{'s' if len(jobs) != 1 else ''} queued as group {group_id[:8]}")
+    out(group_id)
+    return 0
+
+
+def cmd_rerun(args) -> int:
+    from qex import engine, rerun
+    from qex.errors import SpecError
+    from qex.resolve import resolve
+
+    ctx = context()
+    target = resolve(ctx.store, args.id)
+    if target.is_group:
+        from qex.groups import stage_names
+
+        raise SpecError(f"{args.id} is a group; rerun takes one job: give one of its jobs "
+                        f"({stage_names(ctx.store, target.members)}), or submit the pipeline again")
+    new_id, result, warnings = rerun.submit(ctx, target.job)
+    for warning in warnings:
+        err(f"qex: warning: {warning}")
+    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    if args.id_file:
+        write_id_file(args.id_file, [new_id])
+    err(f"qex: rerun of {target.job[:8]}")
+    out(new_id)
+    return 0
+
+
+def cmd_each_line(args) -> int:
+    """qex submit --each-line: validate every line, then queue every job in one lock hold."""
+    from qex import engine, fanout, groups
+
+    ctx = context()
+    group_id, name, lines, built = fanout.prepare(ctx, args)
+    _warn(built)
+    ids, result = groups.submit(ctx, built, group_id, name, "each-line")
+    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    _report(group_id, name, [(b.record["name"], b.spec.id) for b in built], args)
+    skipped = []
+    if lines.empty:
+        skipped.append(f"{lines.empty} empty line{'s' if lines.empty != 1 else ''}")
+    if lines.comments:
+        skipped.append(f"{lines.comments} comment line{'s' if lines.comments != 1 else ''}")
+    err(f"qex: {len(built)} job{'s' if len(built) != 1 else ''} queued as group {name} ({group_id[:8]})"
+        + (f"; {' and '.join(skipped)} gave no job" if skipped else ""))
+    if not args.quiet:
+        out(group_id)
+    return 0
+
+
+def _warn(built) -> None:
+    seen = []
+    for b in built:
+        for warning in b.warnings:
+            if warning not in seen:
+                seen.append(warning)
+    for warning in seen:
+        err(f"qex: warning: {warning}")

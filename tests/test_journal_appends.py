@@ -1,0 +1,61 @@
+"""A journal append is replayed whole or not at all (a writer killed in a big append)."""
+
+import json
+import os
+
+from qex.store import journal
+from qex.store.state import Store
+
+
+def lines(events) -> bytes:
+    return b"".join(json.dumps(e).encode() + b"\n" for e in events)
+
+
+def batch(first: int, n: int, ids=None) -> list[dict]:
+    ids = ids or [f"job-{first + i}" for i in range(n)]
+    return [{"event": "job", "seq": first + i, "commit": first + n - 1, "id": ids[i],
+             "job": {"id": ids[i], "seq": first + i, "state": "queued"}} for i in range(n)]
+
+
+def test_only_whole_appends_are_read(tmp_path):
+    path = str(tmp_path / "journal.jsonl")
+    whole = lines(batch(1, 3)) + lines([{"event": "job", "seq": 4, "id": "old"}])  # no commit: an older qex
+    partial = lines(batch(5, 4))
+    cut = partial[: len(partial) * 2 // 3]
+    with open(path, "wb") as fh:
+        fh.write(whole + cut)
+    events, end, highest = journal.read_committed(path, 0)
+    assert [e["seq"] for e in events] == [1, 2, 3, 4]
+    assert end == len(whole)
+    assert highest == 4 + cut.count(b"\n") > 4  # whole lines of an append that was cut
+    assert journal.read_committed(path, end)[:2] == ([], end)
+
+
+def test_replay_of_a_cut_append_queues_none_of_its_jobs_and_cuts_it(tmp_path):
+    store = Store(str(tmp_path / "state"))
+    store.ensure()
+    ids = [f"job-{i}" for i in range(5)]
+    for job_id in ids:
+        os.mkdir(store.job_dir(job_id))
+    with store.lock():
+        store.save_index_locked(store.load_index_locked())
+    events = batch(1, 5, ids)
+    for e in events:
+        e["job"].update(owner="u", uid=0, command=["true"], cwd="/")
+    data = lines(events)
+    with open(store.journal_path, "wb") as fh:
+        fh.write(data[: len(data) - 10])  # the last line is cut, and so the whole append
+    with store.lock():
+        idx = store.load_index_locked()
+    assert idx.jobs == {} and idx.seq == 4  # seqs 1-4 of the cut append are never given again
+    assert not any(os.path.exists(store.path(j, "status.json")) for j in ids)
+    assert os.path.getsize(store.journal_path) == 0
+    again = batch(5, 5, ids)  # the next append, whole, after the cut one: every job is queued
+    for e in again:
+        e["job"].update(owner="u", uid=0, command=["true"], cwd="/")
+    with open(store.journal_path, "wb") as fh:
+        fh.write(lines(again))
+    with store.lock():
+        idx = store.load_index_locked()
+    assert sorted(idx.jobs) == ids
+    assert all(os.path.exists(store.path(j, "status.json")) for j in ids)
