@@ -453,6 +453,26 @@ def op_clean(h, rng) -> Call | None:
     return Call("clean", ["clean", target], _expect(0, 1))
 
 
+def _fanned(h, call) -> list[str]:
+    if call.code != 0:
+        return [f"{call!r} exited {call.code}: {call.err[-500:]}"]
+    if len(call.out.strip()) != ID_LEN:
+        return [f"{call!r} printed {call.out!r}, not one group id"]
+    return []
+
+
+def op_fanout(h, rng) -> Call:
+    path = os.path.join(h.root, f"lines-{h.rounds}-{rng.randrange(1000)}.txt")
+    lines = [rng.choice(("a", "b c", "# skipped", "", "x" * 20, "'quoted' $HOME")) for _ in range(rng.randint(1, 5))]
+    if not any(line.strip() and not line.startswith("#") for line in lines):
+        lines.append("last")
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    script = f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {h.runs_path}; exit {rng.choice((0, 0, 1))}'
+    return Call("fanout", ["submit", "--each-line", path] + _claims(rng)[:2] + ["--", "sh", "-c", script, "{}"],
+                _fanned)
+
+
 def op_pause(h, rng) -> Call:
     if rng.random() < 0.5:
         return Call("pause", ["pause", "queue", "--for", rng.choice(("0.3s", "1s"))], _expect(0))
@@ -487,7 +507,7 @@ def op_events(h, rng) -> Call:
 
 
 # name -> (weight, make a Call). Operations of features still on their branches
-# (fan-out --each-line, pipeline, peers) join here when they land.
+# (pipelines, peers) join here when they land.
 OPERATIONS = {
     "submit": (8, op_submit),
     "run": (2, op_run),
@@ -501,4 +521,5 @@ OPERATIONS = {
     "pause": (1, op_pause),
     "resume": (1, op_resume),
     "events": (1, op_events),
+    "fanout": (1, op_fanout),
 }

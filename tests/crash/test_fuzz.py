@@ -10,7 +10,7 @@ Most examples run in-process against the same functions the commands call
 (hundreds of examples in seconds); a modest number run the real `qex` in a
 subprocess with a timeout, on a copy of a prepared state directory.
 
-TODO(#5): fan-out inputs (`--each-line`) join here when the fan-out lands on main.
+Fan-out inputs (`--each-line`): any bytes are a group or a 121 with no job.
 """
 
 import json
@@ -393,3 +393,23 @@ def test_a_damaged_record_of_a_queued_job_never_stops_the_queue(q):
         q.wait_state(job, "completed", timeout=20)
     q.wait_for(lambda: not q.processes(), what="no qex process")
     assert not inv.check(inv.read_view(q.state), known=[first, victim, after], quiescent=True)
+
+
+# ---- fan-out inputs (subprocess, modest) ---------------------------------------------------
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.binary(max_size=40) | st.text(max_size=30).map(str.encode), max_size=8),
+       ending=st.sampled_from((b"\n", b"\r\n", b"", b"\0")))
+def test_any_fan_out_input_is_a_group_or_a_clear_refusal_with_no_job(q, lines, ending):
+    path = os.path.join(q.root, "lines.txt")
+    with open(path, "wb") as fh:
+        fh.write(ending.join(lines) + ending)
+    before = set(os.listdir(os.path.join(q.state, "jobs"))) if os.path.isdir(os.path.join(q.state, "jobs")) else set()
+    proc = q.run("submit", "--each-line", path, "--max-jobs", "5", "--", "true", "{}", timeout=60)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode in (0, 121), (proc.returncode, proc.stderr)
+    after = set(os.listdir(os.path.join(q.state, "jobs"))) if os.path.isdir(os.path.join(q.state, "jobs")) else set()
+    if proc.returncode == 121:
+        assert proc.stderr.startswith("qex: ") and after == before, proc.stderr  # all or nothing
+    else:
+        assert 1 <= len(after - before) <= 5
