@@ -282,7 +282,7 @@ def check_known(view: View, known, cleaned) -> list[str]:
             out.append(f"job {job_id[:8]}: its id was printed but its directory is gone (lost)")
         elif job_id not in view.records:
             out.append(f"job {job_id[:8]}: its id was printed but it has no record (lost)")
-    made = {e.get("id") for e in view.events if e.get("event") == "job"}
+    made = {e.get("id") for e in _whole_appends(view.events) if e.get("event") == "job"}  # a cut append made nothing
     for job_id in made:
         if job_id in view.status and job_id not in view.records and job_id not in cleaned:
             out.append(f"job {str(job_id)[:8]}: the journal made it but it has no record (lost)")
@@ -318,7 +318,7 @@ def check_journal(view: View) -> list[str]:
     # (the index may be ahead of the journal: the seqs of a cut append, trimmed, are never given again)
     # The record of a job is its last event (status.json is written after the event).
     last = {}
-    for event in view.current_events:
+    for event in _whole_appends(view.current_events):  # a cut append changed nothing
         if event.get("event") == "job" and isinstance(event.get("job"), dict):
             last[event["job"].get("id")] = _whole(event["job"])
     for job_id, rec in last.items():
