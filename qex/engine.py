@@ -18,6 +18,8 @@ from qex.store.lock import hold, is_held
 from qex.store.records import FINAL, HOLDING
 from qex.store.state import Index, Store
 
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
+
 
 @define
 class Context:
@@ -354,7 +356,12 @@ def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
         if entry["uid"] != ctx.uid:
             _set_reason(txn, start.id, "admitted: its owner's qex starts it (capacity reserved)", "reserved", now)
             continue
-        fd = hold(ctx.store.path(start.id, "alive.lock"))
+        try:
+            fd = hold(ctx.store.path(start.id, "alive.lock"))
+        except FileNotFoundError:  # its directory was removed by hand: it is no job any more
+            txn.idx.jobs.pop(start.id, None)
+            ctx.store.save_index_locked(txn.idx)
+            continue
         if fd is None:
             continue
         from qex import peers
@@ -400,6 +407,8 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=()) -> Launc
     (never from inside this stack, which would grow with every job).
     """
     for i, launch in enumerate(launches):
+        if _CRASH:
+            fs._hit("engine.before_fork")
         try:
             pid = os.fork()
         except OSError:

@@ -32,13 +32,33 @@ def run(argv: list[str]) -> int:
         return _dispatch(argv)
     except QexError as exc:
         _say(f"qex: {exc}")
-        return exc.exit_code
+        return _exit_code(argv, exc)
     except KeyboardInterrupt:
         _say("qex: interrupted")
         return 130
     except BrokenPipeError:
         _quiet_broken_pipe()
         return 0
+
+
+# The commands that start or report a job say 121 for "qex could not do it" (a damaged
+# record, a full disk: never 1); the others say 1 when the config cannot be used.
+JOB_COMMANDS = ("submit", "run", "pipeline", "rerun", "wait")
+
+
+def _exit_code(argv: list[str], exc) -> int:
+    from qex.errors import ConfigError
+
+    code = exc.exit_code
+    if code not in (1, 121) or not argv:
+        return code
+    job_command = argv[0] in JOB_COMMANDS or (
+        argv[0] == "status" and any(a in ("--wait", "--follow", "--quiet") for a in argv[1:]))
+    if job_command:
+        return 121
+    if isinstance(exc, ConfigError):
+        return 1  # a reading command that cannot read the config has failed
+    return code
 
 
 def _dispatch(argv: list[str]) -> int:

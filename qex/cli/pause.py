@@ -144,8 +144,11 @@ def _tell_paused(ctx, p, made: bool, jobs: dict) -> None:
 
     now = time.time()
     if not made:
-        line = pause.render(next(i for i in pause.listing(ctx.store, jobs, now) if i["file"] == p.path), now)
-        err(f"qex: already paused: {line}; that pause stays as it is (its end and its reason)")
+        item = next((i for i in pause.listing(ctx.store, jobs, now) if i["file"] == p.path), None)
+        if item is None:  # ended (or resumed by another command) since we looked
+            err("qex: already paused, and that pause has just ended; pause again to start a new one")
+            return
+        err(f"qex: already paused: {pause.render(item, now)}; that pause stays as it is (its end and its reason)")
         return
     until = f" for {format_duration(p.until - p.since)}, until {pause.clock(p.until, now)}" if p.until else ""
     if p.kind == "queue":

@@ -12,6 +12,8 @@ import stat
 
 from qex.errors import StoreError
 
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
+
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -91,16 +93,53 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = Tru
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
+            if _CRASH:
+                _hit("fs.after_write")
             if sync:
                 os.fsync(fd)
         finally:
             os.close(fd)
+        if _CRASH:
+            _hit("fs.after_fsync")
         os.rename(tmp, path)
+        if _CRASH:
+            _hit("fs.after_rename")
     except OSError as exc:
         _unlink_quietly(tmp)
         raise StoreError(_describe_write_failure(path, exc)) from None
     if sync_dir:
         fsync_dir(directory)
+
+
+def _hit(point: str) -> None:
+    from qex import faults
+
+    faults.hit(point)
+
+
+# Room a pass keeps on the disk of the state directory (docs/reliability.md): a job's
+# logs stop at LOG_ROOM, a submission needs SUBMIT_ROOM, any other commit COMMIT_ROOM,
+# so the records of running jobs can still be written when a job's output fills the disk.
+LOG_ROOM = int(os.environ.get("QEX_LOG_ROOM", 1 << 20))
+SUBMIT_ROOM = LOG_ROOM
+COMMIT_ROOM = min(64 << 10, LOG_ROOM // 4)
+
+
+def free_bytes(path: str) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def ensure_room(path: str, need: int) -> None:
+    """Refuse (StoreError, disk full) when the disk of ``path`` has less than ``need`` bytes free."""
+    free = free_bytes(path)
+    if free is not None and free < need:
+        raise StoreError(f"cannot write in {path}: the disk is full ({free >> 10} KiB free, qex keeps "
+                         f"{need >> 10} KiB for the records of running jobs); free some space "
+                         "(qex clean --auto removes old records)")
 
 
 def _create_exclusive(tmp: str, mode: int) -> int:
@@ -185,3 +224,30 @@ def ensure_private_dir(path: str, mode: int = 0o700) -> None:
                          "set QEX_STATE_DIR to a directory you can write") from None
     if not stat.S_ISDIR(st.st_mode):
         raise StoreError(f"{path} is not a directory; set QEX_STATE_DIR to a directory qex can own")
+
+
+def check_state_dir(path: str) -> None:
+    """Refuse a state directory that someone else could change under us.
+
+    A private one must belong to this user and be writable by nobody else. A
+    shared one (``qex init --shared``: setgid and group-writable) may belong to
+    another member and be group-writable. None may be world-writable.
+    """
+    st = os.lstat(path)
+    mode = stat.S_IMODE(st.st_mode)
+    shared = bool(mode & stat.S_ISGID) and bool(mode & stat.S_IWGRP)
+    if mode & stat.S_IWOTH:
+        raise StoreError(f"the state directory {path} is writable by every user (mode {mode:o}), so anyone "
+                         f"could change the queue; make it private with chmod 700 {path}")
+    if shared:
+        return
+    if st.st_uid != os.getuid():
+        from qex.paths import user_name
+
+        raise StoreError(f"the state directory {path} belongs to {user_name(st.st_uid)}, not to you "
+                         f"({user_name()}); set QEX_STATE_DIR to a directory of your own "
+                         "(a queue several users share is made with qex init --shared DIR)")
+    if mode & stat.S_IWGRP:
+        raise StoreError(f"the state directory {path} is group-writable (mode {mode:o}) but is not a shared "
+                         f"queue; make it private with chmod 700 {path} "
+                         "(a queue several users share is made with qex init --shared DIR)")

@@ -13,6 +13,7 @@ import os
 JOURNAL = "journal.jsonl"
 ROTATED = "journal.1.jsonl"
 DEFAULT_MAX_BYTES = 8 << 20
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 
 
 def new_stream() -> str:
@@ -35,7 +36,9 @@ def append(path: str, events: list[dict], mode: int = 0o600) -> int:
     """
     data = b"".join(json.dumps(e, separators=(",", ":"), sort_keys=True).encode() + b"\n"
                     for e in events)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    from qex.store import fs
+
+    fd = fs.open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)  # never a symlink or a FIFO
     try:
         if mode != 0o600:
             st = os.fstat(fd)
@@ -43,6 +46,8 @@ def append(path: str, events: list[dict], mode: int = 0o600) -> int:
                 os.fchmod(fd, mode)
         before = os.fstat(fd).st_size
         try:
+            if _CRASH:
+                _torn(fd, data)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
@@ -56,16 +61,31 @@ def append(path: str, events: list[dict], mode: int = 0o600) -> int:
         os.close(fd)
 
 
+def _torn(fd: int, data: bytes) -> None:
+    """Crash point journal.torn: write half of the append, then die."""
+    from qex import faults
+
+    if faults.due("journal.torn"):
+        os.write(fd, data[: len(data) // 2])
+        faults.die()
+
+
 def read_from(path: str, offset: int) -> tuple[list[dict], int]:
     """Complete lines after ``offset``; returns (events, offset after the last whole line).
 
     A last line without its newline is a write that died half-way: it is not
     an event and is left out (the next append truncates nothing; see ``trim``).
     """
+    from qex.errors import StoreError
+    from qex.store import fs
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = fs.open_regular(path)
     except FileNotFoundError:
         return [], 0
+    except OSError as exc:
+        raise StoreError(f"the journal {path} cannot be read ({exc.strerror or exc}); move it away "
+                         "(the records keep every job; only the event history is lost)") from None
     try:
         size = os.fstat(fd).st_size
         if size <= offset:
@@ -83,9 +103,11 @@ def read_from(path: str, offset: int) -> tuple[list[dict], int]:
     events = []
     for line in data[:end].splitlines():
         try:
-            events.append(json.loads(line))
+            event = json.loads(line)
         except ValueError:
             continue  # a damaged line is skipped, never fatal
+        if isinstance(event, dict):
+            events.append(event)
     return events, offset + end
 
 
@@ -101,10 +123,16 @@ def read_committed(path: str, offset: int) -> tuple[list[dict], int, int]:
     Returns (events, offset, the highest seq of any whole line, cut or not: the
     next append must not reuse a seq that a reader may have seen).
     """
+    from qex.errors import StoreError
+    from qex.store import fs
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = fs.open_regular(path)  # never follows a symlink nor blocks on a FIFO
     except FileNotFoundError:
         return [], 0, 0
+    except OSError as exc:
+        raise StoreError(f"the journal {path} cannot be read ({exc.strerror or exc}); move it away "
+                         "(the records keep every job; only the event history is lost)") from None
     try:
         size = os.fstat(fd).st_size
         if size <= offset:
@@ -135,7 +163,7 @@ def read_committed(path: str, offset: int) -> tuple[list[dict], int, int]:
             highest = max(highest, event["seq"])
         pending.append(event)
         last = event.get("commit")
-        if not isinstance(last, int) or event.get("seq", last) >= last:
+        if not isinstance(last, int) or not isinstance(event.get("seq"), int) or event["seq"] >= last:
             events += pending
             pending, done = [], pos
     return events, offset + done, highest
@@ -143,11 +171,17 @@ def read_committed(path: str, offset: int) -> tuple[list[dict], int, int]:
 
 def trim(path: str, offset: int) -> None:
     """Cut a half-written last line so the next append starts on a line boundary."""
+    from qex.store import fs
+
     try:
-        if os.stat(path).st_size > offset:
-            os.truncate(path, offset)
-    except FileNotFoundError:
-        pass
+        fd = fs.open_regular(path, os.O_WRONLY)
+    except OSError:
+        return  # missing; or not a regular file, which read_from has refused already
+    try:
+        if os.fstat(fd).st_size > offset:
+            os.ftruncate(fd, offset)
+    finally:
+        os.close(fd)
 
 
 def rotate(directory: str) -> None:

@@ -12,6 +12,7 @@ A child that must not hold a lock closes the descriptor; it never unlocks it
 import errno
 import fcntl
 import os
+import stat
 
 from qex.errors import StoreError
 
@@ -25,10 +26,17 @@ class StateLock:
 
     def __enter__(self) -> "StateLock":
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o660)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o660)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StoreError(f"the queue lock {self.path} is a symbolic link; remove it "
+                                 "(qex makes a new one)") from None
             raise StoreError(f"cannot open the queue lock {self.path}: {exc.strerror}; "
                              "check that the state directory is yours and writable") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise StoreError(f"the queue lock {self.path} is not a regular file; remove it "
+                             "(qex makes a new one)")
         fcntl.flock(fd, fcntl.LOCK_EX)
         self.fd = fd
         return self

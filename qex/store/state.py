@@ -19,16 +19,19 @@ import os
 import time
 
 from qex.errors import NoSuchJob, QexError, StoreError
-from qex.store import fs, journal
+from qex.store import check, fs, journal
 from qex.store.lock import StateLock
 from qex.store.records import ACTIVE, Spec, Status
 
 INDEX_FORMAT = 1
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 BULK = 16  # a commit of more jobs than this writes their records unsynced, then one syncfs
 
 
 class BrokenRecord(StoreError):
-    """A status.json that cannot be read; names the file."""
+    """A status.json that cannot be read; names the file (and ``job_id``)."""
+
+    job_id: str | None = None
 
 
 class Index:
@@ -95,6 +98,7 @@ class Store:
 
     def ensure(self) -> None:
         fs.ensure_private_dir(self.root)
+        fs.check_state_dir(self.root)
         fs.ensure_private_dir(self.jobs)
         from qex import shared
 
@@ -118,10 +122,12 @@ class Store:
         except FileNotFoundError:
             raise NoSuchJob(f"no job or group with the id {job_id}") from None
         except (OSError, ValueError) as exc:
-            raise BrokenRecord(f"the record {path} cannot be read ({_why(exc)}); "
-                               f"qex clean {job_id} removes it") from None
-        if not isinstance(data, dict) or not isinstance(data.get("id"), str) or "state" not in data:
-            raise BrokenRecord(f"the record {path} is not a job record; qex clean {job_id} removes it")
+            raise _broken(job_id, f"the record {path} cannot be read ({_why(exc)}); "
+                                  f"qex clean {job_id} removes it") from None
+        try:
+            check.status(data)
+        except check.Damaged as exc:
+            raise _broken(job_id, f"the record {path} is damaged ({exc}); qex clean {job_id} removes it") from None
         from qex.store.records import status_defaults
 
         return {**status_defaults(), **data}
@@ -160,6 +166,7 @@ class Store:
         """The active index, with any journal events a dead pass left unapplied replayed."""
         try:
             data = fs.read_json(self.index_path)
+            check.index(data)  # a damaged index is rebuilt from the records and the journal
             if data.get("format", INDEX_FORMAT) > INDEX_FORMAT:
                 raise StoreError(f"{self.index_path} was written by a newer qex; upgrade qex")
             idx = Index(data)
@@ -174,13 +181,14 @@ class Store:
         events, end, highest = journal.read_committed(self.journal_path, idx.offset)
         applied = False
         for event in events:
-            if event.get("event") == "job" and event.get("seq", 0) > idx.seq:
-                rec = event.get("job") or {}
-                if rec.get("id") and os.path.isdir(self.job_dir(rec["id"])):
-                    self._write_status_locked(rec)
-                    self._index_put(idx, rec)
-                idx.seq = event["seq"]
-                applied = True
+            rec = _usable_event(event, idx.seq)
+            if rec is None:
+                continue  # a damaged line, or one already applied
+            if os.path.isdir(self.job_dir(rec["id"])):
+                self._write_status_locked(rec)
+                self._index_put(idx, rec)
+            idx.seq = event["seq"]
+            applied = True
         if end != idx.offset:
             idx.offset = end
             applied = True
@@ -192,20 +200,38 @@ class Store:
             self.save_index_locked(idx)
 
     def _rebuild_index_locked(self) -> Index:
-        """Scan every record: used only when the index is missing or damaged."""
-        events, end = journal.read_from(self.journal_path, 0)
-        # Just after a rotation the journal is empty: the rotated file keeps the stream going.
-        held = events or journal.read_from(os.path.join(self.root, journal.ROTATED), 0)[0]
-        seq = max((e.get("seq", 0) for e in held), default=0)
-        stream = next((e.get("stream") for e in held if e.get("stream")), None)
+        """Scan every record, then the journal over them: only when the index is missing or damaged.
+
+        Without an index nobody knows which events were applied, so each job's
+        last event in the journal (its newest change: a status.json is always
+        written after its event) is applied again where status.json differs.
+        The sequence goes on from the rotated journal when the current one is empty.
+        """
+        events, end, highest = journal.read_committed(self.journal_path, 0)  # whole appends only
+        history = events or journal.read_from(os.path.join(self.root, journal.ROTATED), 0)[0]
+        seq = max([highest] + [e["seq"] for e in history if isinstance(e.get("seq"), int)])
+        stream = next((e.get("stream") for e in history if isinstance(e.get("stream"), str)), None)
         idx = Index({"seq": seq, "offset": end, "stream": stream})
+        latest = {}
+        for event in events:
+            rec = _usable_event(event, -1)
+            if rec is not None:
+                latest[rec["id"]] = rec
         for job_id in self.job_ids():
             try:
                 rec = self.read_status_dict(job_id)
             except QexError:
-                continue  # a job directory still being made, or a broken record
-            idx.next_job = max(idx.next_job, int(rec.get("seq", 0)) + 1)
-            self._index_put(idx, rec)
+                rec = None  # a job directory still being made, or a broken record
+            newer = latest.get(job_id)
+            if newer is not None and newer != rec:
+                self._write_status_locked(newer)
+                rec = newer
+            if rec is None:
+                continue
+            try:
+                self._index_put(idx, rec)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue  # a damaged record: qex list names it, qex clean removes it
         return idx
 
     @staticmethod
@@ -245,22 +271,35 @@ class Store:
                            "previous": previous, "change": change, "job": rec})
         for event in events:  # the seq of the append's last event: replay takes whole appends only
             event["commit"] = idx.seq
+        # Keep room for the records of running jobs: a new job needs more than an ending one.
+        fs.ensure_room(self.root, fs.SUBMIT_ROOM if any(p is None for _, p, _ in changes) else fs.COMMIT_ROOM)
         try:
             idx.offset = journal.append(self.journal_path, events, self.file_mode)
         except OSError as exc:
             raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
+        if _CRASH:
+            fs._hit("commit.after_journal")
         last = {rec["id"]: rec for rec, _previous, _change in changes}
         bulk = len(last) > BULK
         for rec in last.values():  # each record once, in its last form
             self._write_status_locked(rec, sync=not bulk)
+            if _CRASH:
+                fs._hit("commit.after_status")
         for rec, _previous, _change in changes:
             self._index_put(idx, rec)
         if bulk:
             fs.syncfs(self.root)  # one flush for every record, before the index moves on
+        if _CRASH:
+            fs._hit("commit.before_index")
+        self.save_index_locked(idx)
         if idx.offset > journal.max_bytes():
+            # Rotate only once the index says every event is applied: an index
+            # that still points into the moved file would lose those events.
             journal.rotate(self.root)
             idx.offset = 0
-        self.save_index_locked(idx)
+            self.save_index_locked(idx)
+        if _CRASH:
+            fs._hit("commit.after_index")
         return events
 
     # ---- making a job directory (before its first event) ------------------
@@ -291,6 +330,29 @@ class Store:
         except StoreError:
             _remove_tree(tmp)
             raise
+
+
+def _broken(job_id: str, message: str) -> BrokenRecord:
+    exc = BrokenRecord(message)
+    exc.job_id = job_id
+    return exc
+
+
+def _usable_event(event, applied_seq: int) -> dict | None:
+    """The record an unapplied journal event carries, if it is whole and names a job directory."""
+    if not isinstance(event, dict) or event.get("event") != "job":
+        return None
+    seq, rec = event.get("seq"), event.get("job")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq <= applied_seq:
+        return None
+    try:
+        check.status(rec)
+    except check.Damaged:
+        return None
+    job_id = rec["id"]
+    if not job_id or "/" in job_id or job_id.startswith(".") or "\0" in job_id:
+        return None
+    return rec
 
 
 def _coalesced(changes: list[tuple[dict, str | None, str]]) -> list[tuple[dict, str | None, str]]:

@@ -26,12 +26,13 @@ went by when it could not keep up.
 """
 
 import binascii
+import errno
 import os
-import stat
 
 MIN_LIMIT = 4096          # below this the head, the marker and a tail do not fit
 CUT_RECORD = 256          # bytes of the .cut record
 COPY_CHUNK = 1 << 20
+CHECK_EVERY = 64 << 10    # a log looks at the free space at least every 64 KiB it writes
 
 
 class CutState:
@@ -99,17 +100,24 @@ class Sink:
     """
 
     def __init__(self, path: str, limit: int | None = None, label: str = "", setting: str = ""):
+        from qex.store import fs
+
         self.path, self.label, self.setting = path, label, setting
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
-        st = os.fstat(self.fd)
-        if st.st_uid != os.getuid() or st.st_nlink != 1 or not stat.S_ISREG(st.st_mode):
-            os.close(self.fd)  # a shared directory: never write a job's output into someone else's file
-            raise PermissionError(f"{path} is not this user's log file (replaced by another user?)")
-        self.size = st.st_size
+        self.failed: str | None = None
+        self.room = 0  # bytes this log may write before it looks at the free space again
+        try:  # never a symlink, a FIFO, nor another user's file (a shared directory): the log stops, not the job
+            self.fd = fs.open_regular(path, os.O_RDWR | os.O_CREAT)
+            st = os.fstat(self.fd)
+            if st.st_uid != os.getuid() or st.st_nlink != 1:
+                os.close(self.fd)
+                raise PermissionError(errno.EPERM, "it is not this user's log file (replaced by another user?)")
+        except OSError as exc:
+            self.fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+            self.failed = f"cannot open {path}: {exc.strerror or exc}"
+        self.size = os.fstat(self.fd).st_size
         self.limit = None if limit is None else max(int(limit), MIN_LIMIT)
         self.bytes = 0
         self.lines = 0
-        self.failed: str | None = None
         self.cut_fd: int | None = None
         self.state: CutState | None = None
         self.changed = False
@@ -135,10 +143,30 @@ class Sink:
         self.lines += data.count(b"\n")
         if self.failed:
             return
+        if len(data) > self.room and not self._look(len(data)):
+            return
+        self.room -= len(data)
         try:
             self._write(memoryview(data))
         except OSError as exc:  # a full disk stops the log, never the job
             self.failed = exc.strerror or str(exc)
+
+    def _look(self, want: int) -> bool:
+        """Stop the log before the disk is so full that records cannot be written."""
+        from qex.store import fs
+
+        try:
+            st = os.fstatvfs(self.fd)
+        except OSError:
+            self.room = CHECK_EVERY
+            return True
+        free = st.f_bavail * st.f_frsize
+        if free - want < fs.LOG_ROOM:
+            self.failed = (f"the disk is nearly full (less than {fs.LOG_ROOM >> 10} KiB free); qex stopped "
+                           "the log so that the job's record can still be written")
+            return False
+        self.room = min(CHECK_EVERY, free - fs.LOG_ROOM)
+        return True
 
     def _write(self, view: memoryview) -> None:
         limit = self.limit

@@ -20,6 +20,7 @@ from qex.supervisor.memory import Meter, settle
 
 KILL_GRACE = float(os.environ.get("QEX_KILL_GRACE", "5"))
 DRAIN_AFTER_EXIT = 2.0
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "GOMAXPROCS", "JULIA_NUM_THREADS")
 
@@ -44,8 +45,11 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
         if rec["state"] in ("starting", "running"):
             if rec.get("pid"):
                 _signal_group(rec["pid"], signal.SIGKILL)
-            txn.update(launch.job_id, state="failed", ended_at=time.time(),
-                       error=f"its supervisor failed: {type(exc).__name__}: {exc}")
+            now, error = time.time(), f"its supervisor failed: {type(exc).__name__}: {exc}"
+            attempts = list(rec.get("attempts") or []) + [{
+                "number": rec.get("attempt", 1), "state": "failed", "claims": rec.get("claims"),
+                "started_at": rec.get("started_at"), "ended_at": now, "error": error}]
+            txn.update(launch.job_id, state="failed", ended_at=now, error=error, attempts=attempts)
 
     try:
         result = engine.run_pass(ctx, fail)
@@ -143,13 +147,14 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None):
             txn.commit()
             return None, rec
         meter = meter or Meter()
+        pid_path = store.path(launch.job_id, "pid")
         meter.prepare(store.job_dir(launch.job_id), launch.job_id, rec.get("attempt", 1))
         def spawn(join):
             return subprocess.Popen(
                 list(spec.command), cwd=spec.cwd, env=_job_env(spec, rec, ctx.config),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 close_fds=True, process_group=0,
-                preexec_fn=_preexec(spec.nice, join))
+                preexec_fn=_preexec(spec.nice, join, pid_path))
         try:
             try:
                 proc = spawn(meter.join_fn())
@@ -163,6 +168,8 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None):
             rec = {**rec, "_outcome": {"state": "failed", "error": error, "started_at": now}}
             txn.commit()
             return None, rec
+        if _CRASH:
+            _hit("supervisor.after_spawn")
         from qex.machine import process_start_time
 
         _write_pid_file(store.path(launch.job_id, "pid"), proc.pid, process_start_time(proc.pid),
@@ -173,22 +180,27 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None):
     return proc, rec
 
 
-def _preexec(nice: int | None, join):
+def _preexec(nice: int | None, join, pid_path: str | None = None):
     """In the forked child before exec (the supervisor is single-threaded, so this is safe):
-    join the job's memory cgroup first, so that every page of the job is counted there."""
-    if not nice and join is None:
+    join the job's memory cgroup first, so that every page of the job is counted there;
+    then write the job's pid file, so that a pass that finds this supervisor dead stops
+    the job instead of starting it a second time."""
+    if not nice and join is None and pid_path is None:
         return None
+    from qex.machine import process_start_time
 
     def run():
         if join is not None:
             join()
+        if pid_path is not None:
+            _write_pid_file(pid_path, os.getpid(), process_start_time(os.getpid()))
         if nice:
             os.nice(nice)
     return run
 
 
 def _write_pid_file(path: str, pid: int, start: int | None, mode: int = 0o600) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     try:
         if mode != 0o600:
             os.fchmod(fd, mode)  # other users' passes read it (a shared directory)
@@ -339,6 +351,8 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     if rec.get("_abandon"):
         return _close_and_end(launch, ctx)
     outcome = rec.pop("_outcome")
+    if _CRASH:
+        _hit("supervisor.before_final")
 
     def record_end(txn):
         current = txn.record(launch.job_id)
@@ -376,8 +390,43 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
 
                 dedupe.remember_locked(ctx.store, final)
 
-    result = engine.run_pass(ctx, record_end)
+    result = _until_recorded(ctx, record_end)
+    if _CRASH:
+        _hit("supervisor.after_final")
     return engine.after_pass(ctx, result, close_in_child=_own_fds(launch)) or _close_and_end(launch, ctx)
+
+
+def _until_recorded(ctx: Context, mutate):
+    """Only this process knows how the job ended: on a full disk (or any store error but a
+    damaged record) it says why in supervisor.log and tries again, holding the job's
+    capacity, for up to ``QEX_RECORD_PATIENCE`` seconds (a day)."""
+    from qex.store.state import BrokenRecord, StoreError
+
+    patience = float(os.environ.get("QEX_RECORD_PATIENCE", 86400))
+    deadline, delay, said = time.time() + patience, 0.1, False
+    while True:
+        try:
+            return engine.run_pass(ctx, mutate)
+        except BrokenRecord:
+            raise
+        except StoreError as exc:
+            if time.time() + delay > deadline:
+                raise
+            if not said:
+                try:  # supervisor.log, on the same full disk, may not take it either
+                    print(f"qex: cannot write the job's final record yet: {exc}; trying again until it can",
+                          flush=True)
+                    said = True
+                except OSError:
+                    pass
+            time.sleep(delay)
+            delay = min(2.0, delay * 2)
+
+
+def _hit(point: str) -> None:
+    from qex import faults
+
+    faults.hit(point)
 
 
 def _own_fds(launch: Launch) -> tuple[int, ...]:

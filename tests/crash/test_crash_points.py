@@ -1,0 +1,94 @@
+"""One crash point at a time: the faults the random harness found, pinned down so
+that each stays fixed (QEX_CRASH_AT, see qex/faults.py)."""
+
+import json
+import os
+import signal
+
+from crash import invariants as inv
+
+
+def _runs(path):
+    return inv.read_runs(path)
+
+
+def test_a_first_pass_that_dies_after_its_journal_append_loses_no_job(q):
+    # A fresh state directory has no index yet: the next pass must apply the journal, not skip it.
+    died = q.run("submit", "--", "true", env={"QEX_CRASH_AT": "commit.after_journal:1"})
+    assert died.returncode == -signal.SIGKILL and not died.stdout
+    made = [e["id"] for e in map(json.loads, open(os.path.join(q.state, "journal.jsonl"))) if e["previous"] is None]
+    assert len(made) == 1
+    later = q.submit("--", "true")
+    for job in made + [later]:
+        q.wait_state(job, "completed")
+    q.wait_for(lambda: not q.processes(), what="no qex process")
+    assert not inv.check(inv.read_view(q.state), known=[later], quiescent=True)
+
+
+def test_a_torn_journal_append_is_cut_and_the_queue_goes_on(q):
+    first = q.submit("--", "true")
+    q.wait_state(first, "completed")
+    died = q.run("submit", "--", "true", env={"QEX_CRASH_AT": "journal.torn:1"})
+    assert died.returncode == -signal.SIGKILL
+    assert not open(os.path.join(q.state, "journal.jsonl"), "rb").read().endswith(b"\n")
+    later = q.submit("--", "true")
+    q.wait_state(later, "completed")
+    q.wait_for(lambda: not q.processes(), what="no qex process")
+    view = inv.read_view(q.state)
+    assert not view.torn_tail
+    assert not inv.check(view, known=[first, later], quiescent=True)
+
+
+def test_a_supervisor_that_dies_right_after_the_spawn_never_runs_its_job_twice(q):
+    runs = os.path.join(q.root, "runs.log")
+    job = q.submit("--", "sh", "-c", f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}; sleep 0.3',
+                   env={"QEX_CRASH_AT": "supervisor.after_spawn:1"})
+    rec = q.wait_state(job, "failed", timeout=20)  # noticed by the waker: no command typed
+    assert "supervisor" in rec["error"] and "lost" in rec["error"], rec
+    q.wait_for(lambda: not q.processes(), what="no qex process")
+    assert _runs(runs).get((job, 1), 0) <= 1
+    assert not inv.job_processes([job])
+    assert not inv.check(inv.read_view(q.state), known=[job], quiescent=True, runs=_runs(runs))
+
+
+def test_a_lost_supervisor_is_noticed_with_no_command_typed_and_its_job_stopped(q):
+    job = q.submit("--", "sleep", "30")
+    rec = q.wait_state(job, "running")
+    os.kill(rec["supervisor_pid"], signal.SIGKILL)
+    rec = q.wait_state(job, "failed", timeout=10)  # only the waker is there to notice
+    assert f"pid {rec['supervisor_pid']}" in rec["error"] and len(rec["attempts"]) == 1
+    q.wait_for(lambda: not inv.job_processes([job]), timeout=5, what="the orphaned job to be stopped")
+    q.wait_for(lambda: not q.processes(), what="the waker to leave")
+
+
+def test_a_supervisor_that_dies_between_two_forks_strands_no_job(q):
+    q.write_config('[budget]\ncpu = 4\nmem = "4GB"\n[defaults]\nmem = "100MB"\n')
+    gate = q.gate("g")
+    # fork 1: the submission forks the holder's supervisor, which keeps the count; its final
+    # pass admits the three waiting jobs and it dies before its second fork (hit 3)
+    holder = q.submit("--cpu", "4", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done",
+                      env={"QEX_CRASH_AT": "engine.before_fork:3"})
+    waiting = [q.submit("--cpu", "1", "--", "sleep", "0.2") for _ in range(3)]
+    q.wait_state(holder, "running")
+    open(gate, "w").close()
+    # The waker forked by that submission keeps the same count and may die the same way:
+    # when every qex process of the queue is gone, the work waits, whole, for any command.
+    q.wait_for(lambda: not q.processes(), what="every armed process to die or leave")
+    done = q.run("wait", *waiting, "--timeout", "20")
+    assert done.returncode == 0, done.stderr
+    assert q.record(holder)["state"] == "completed"
+    q.wait_for(lambda: not q.processes(), what="no qex process")
+    assert not inv.check(inv.read_view(q.state), known=waiting + [holder], quiescent=True)
+    requeued = [j for j in waiting if "requeued" in json.dumps(
+        [e for e in map(json.loads, open(os.path.join(q.state, "journal.jsonl"))) if e["id"] == j])]
+    assert requeued, "no job was left starting by the dead supervisor: the crash point did not fire"
+
+
+def test_a_broken_config_gives_1_to_reading_commands_and_121_to_job_commands(q):
+    job = q.submit("--", "true")
+    q.wait_state(job, "completed")
+    q.write_config("bogus = 1\n")
+    for argv, code in ((("list",), 1), (("info",), 1), (("status", job), 1), (("kill", job), 1),
+                       (("submit", "--", "true"), 121), (("wait", job), 121), (("status", job, "--quiet"), 121)):
+        proc = q.run(*argv)
+        assert proc.returncode == code and "unknown key bogus" in proc.stderr, (argv, proc.returncode, proc.stderr)
