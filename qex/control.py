@@ -19,6 +19,17 @@ def check_owner(ctx, rec_or_entry: dict, verb: str) -> None:
                                 f"only its owner (or root) can {verb} it")
 
 
+def _owned_active(ctx, txn, job_id: str, verb: str, answer: dict) -> dict | None:
+    """The index entry of an active job the caller may act on; an ended job is
+    answered "ended:<state>" and gives None; another user's job is refused."""
+    entry = txn.idx.jobs.get(job_id)
+    if entry is None:
+        answer[job_id] = f"ended:{txn.record(job_id).get('state')}"
+        return None
+    check_owner(ctx, {**entry, "id": job_id}, verb)
+    return entry
+
+
 def kill_jobs(ctx, job_ids: list[str], wait: bool = True, cancel_queued: bool = False) -> dict[str, str]:
     """Mark each running job killed-on-request, then signal its supervisor.
 
@@ -28,11 +39,9 @@ def kill_jobs(ctx, job_ids: list[str], wait: bool = True, cancel_queued: bool = 
     def mark(txn):
         answer = {}
         for job_id in job_ids:
-            entry = txn.idx.jobs.get(job_id)
+            entry = _owned_active(ctx, txn, job_id, "kill", answer)
             if entry is None:
-                answer[job_id] = f"ended:{txn.record(job_id).get('state')}"
                 continue
-            check_owner(ctx, {**entry, "id": job_id}, "kill")
             if entry["state"] == "queued":
                 if cancel_queued:
                     _cancel(txn, job_id, "cancelled: its group was killed")
@@ -102,11 +111,9 @@ def cancel_jobs(ctx, job_ids: list[str]) -> dict[str, str]:
     def mark(txn):
         answer = {}
         for job_id in job_ids:
-            entry = txn.idx.jobs.get(job_id)
+            entry = _owned_active(ctx, txn, job_id, "cancel", answer)
             if entry is None:
-                answer[job_id] = f"ended:{txn.record(job_id).get('state')}"
                 continue
-            check_owner(ctx, {**entry, "id": job_id}, "cancel")
             if entry["state"] != "queued":
                 answer[job_id] = "running"
                 continue
