@@ -10,8 +10,6 @@ import signal
 import stat
 import time
 
-from attrs import define, field
-
 from qex.errors import QexError
 from qex.store import fs
 from qex.store.lock import hold, is_held
@@ -21,16 +19,17 @@ from qex.store.state import Index, Store
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 
 
-@define
 class Context:
-    """What one process knows while it works on one state directory."""
+    """What one process knows while it works on one state directory.
 
-    store: Store
-    config: object
-    uid: int
-    user: str
-    cores: int
-    mem_total: int
+    Plain classes here and below: the submit path imports this module, and
+    building attrs classes at import costs every command milliseconds."""
+
+    __slots__ = ("store", "config", "uid", "user", "cores", "mem_total")
+
+    def __init__(self, store: Store, config, uid: int, user: str, cores: int, mem_total: int):
+        self.store, self.config, self.uid, self.user = store, config, uid, user
+        self.cores, self.mem_total = cores, mem_total
 
     @classmethod
     def load(cls, config=None) -> "Context":
@@ -58,14 +57,17 @@ class Context:
         return self.config.resolve_budget(self.cores, self.mem_total)
 
 
-@define
 class Launch:
-    """A job this process admitted and must start: its liveness lock is held."""
+    """A job this process admitted and must start: its liveness lock is held.
+    ``peer_fd``: this job's liveness lock in the peer directory (qex.peers)."""
 
-    job_id: str
-    alive_fd: int
-    peer_fd: int = -1              # this job's liveness lock in the peer directory (qex.peers)
-    peer_lock: str | None = None
+    __slots__ = ("job_id", "alive_fd", "peer_fd", "peer_lock")
+
+    def __init__(self, job_id: str, alive_fd: int, peer_fd: int = -1, peer_lock: str | None = None):
+        self.job_id, self.alive_fd, self.peer_fd, self.peer_lock = job_id, alive_fd, peer_fd, peer_lock
+
+    def __repr__(self) -> str:
+        return f"Launch({self.job_id!r}, alive_fd={self.alive_fd}, peer_fd={self.peer_fd})"
 
 
 class Txn:
@@ -129,13 +131,15 @@ class Txn:
         return self.store.commit_locked(self.idx, self.changes)
 
 
-@define
 class PassResult:
-    value: object = None
-    launches: list = field(factory=list)
-    queued_mine: bool = False
-    running_mine: bool = False
-    next_deadline: float | None = None
+    """What a pass decided that the caller acts on after the lock is released."""
+
+    __slots__ = ("value", "launches", "queued_mine", "running_mine", "next_deadline")
+
+    def __init__(self, value=None, launches=None, queued_mine: bool = False, running_mine: bool = False,
+                 next_deadline: float | None = None):
+        self.value, self.launches = value, launches if launches is not None else []
+        self.queued_mine, self.running_mine, self.next_deadline = queued_mine, running_mine, next_deadline
 
 
 def run_pass(ctx: Context, mutate=None) -> PassResult:
