@@ -156,6 +156,10 @@ def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
                 continue
             trash.append(hidden)
             removed.append(job_id)
+        if removed:
+            from qex.store import history
+
+            history.forget_locked(ctx.store, removed)  # qex list shows no cleaned job
         _sweep_cgroups(ctx, idx, removed)
     for path in trash:
         shutil.rmtree(path, ignore_errors=True)

@@ -18,6 +18,8 @@ and imports this module only when it is set. The points (docs/reliability.md):
     journal.torn          half of an append written, then death   (qex/store/journal.py)
     commit.after_journal  the events appended, no status.json yet (qex/store/state.py)
     commit.after_status   after each status.json of a commit
+    history.torn          part of a history append written, then death (qex/store/history.py)
+    history.after_append  the history lines of a commit appended, before index.json
     commit.before_index   every status.json written (and any rotation), before index.json
     commit.after_index    the commit done, the lock still held
     supervisor.after_spawn   the job spawned, before its pid file and running record
@@ -30,7 +32,8 @@ import os
 import signal
 
 POINTS = ("fs.after_write", "fs.after_fsync", "fs.after_rename", "journal.torn",
-          "commit.after_journal", "commit.after_status", "commit.before_index", "commit.after_index",
+          "commit.after_journal", "commit.after_status", "history.torn", "history.after_append",
+          "commit.before_index", "commit.after_index",
           "supervisor.after_spawn", "supervisor.before_final", "supervisor.after_final",
           "engine.before_fork")
 

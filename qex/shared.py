@@ -11,6 +11,7 @@ The layout is the private one with other modes (docs/multiuser.md):
     DIR/lock               0660          every user's pass takes it
     DIR/index.json         0660          rewritten (by rename) by every pass
     DIR/journal.jsonl      0660          appended to by every pass
+    DIR/history.jsonl      0660          appended to by every pass that ends a job
     DIR/jobs/, groups/, pause/   2770
     DIR/<hooks pending>/   3770          markers of stop hooks to run (sticky)
     DIR/jobs/<id>/         2770 of the job's owner: other users' passes must

@@ -43,15 +43,15 @@ def cmd_list(args) -> int:
             raise SpecError(f"--group: {args.group} is a job, not a group; give a group id or name")
         members = target.members
     cwd = os.path.abspath(args.cwd) if args.cwd else None
+    if members is None and (states is None or not states <= set(ACTIVE)):
+        return _list_all(store, args, states, cwd)
     if members is not None:
         candidates = members  # a group: its members only, never a scan of all history
-    elif states is not None and states <= set(ACTIVE):
+    else:
         from qex.resolve import _read_index
 
         index = _read_index(store)
         candidates = sorted(index, key=lambda j: index[j].get("seq", 0))
-    else:
-        candidates = store.job_ids()
     records, now = [], time.time()
     for job_id in candidates:
         try:
@@ -61,13 +61,8 @@ def cmd_list(args) -> int:
             continue
         except QexError:
             continue  # a job directory still being made
-        if states is not None and rec.get("state") not in states:
-            continue
-        if args.tag and not set(args.tag) <= set(rec.get("tags") or ()):
-            continue
-        if cwd is not None and rec.get("cwd") != cwd:
-            continue
-        records.append(rec)
+        if _listed(rec, args, states, cwd):
+            records.append(rec)
     records.sort(key=lambda r: r.get("seq", 0))
     if args.json:
         print_json(records)
@@ -75,6 +70,65 @@ def cmd_list(args) -> int:
     out(LIST_HEADER)
     for rec in records:
         out(list_row(rec, now))
+    return 0
+
+
+def _listed(rec: dict, args, states, cwd) -> bool:
+    if states is not None and rec.get("state") not in states:
+        return False
+    if args.tag and not set(args.tag) <= set(rec.get("tags") or ()):
+        return False
+    return cwd is None or rec.get("cwd") == cwd
+
+
+def _list_all(store, args, states, cwd) -> int:
+    """Every job, streamed in submission order: finished jobs from the history index
+    (qex/store/history.py), active ones from their records; the first row is printed
+    before the thousandth history line is parsed. ``--json`` reads each record, as
+    before, and streams the same array."""
+    import json
+
+    from qex.cli.render import LIST_HEADER, list_row
+    from qex.resolve import _read_index
+    from qex.store import history
+    from qex.store.state import BrokenRecord
+
+    items, missed = history.listing(store, _read_index(store), lambda exc: err(f"qex: {exc}"))
+    write, now, first = sys.stdout.write, time.time(), True
+    if not args.json:
+        write(LIST_HEADER + "\n")
+    for _seq, job_id, line, rec in items:
+        if line is not None and (not args.json or states or args.tag or cwd):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                rec = None  # a damaged line: its record says it
+            else:
+                if args.json:  # the line filters; the record is printed
+                    if not _listed(rec, args, states, cwd):
+                        continue
+                    rec = None
+        if rec is None:
+            try:
+                rec = store.read_status_dict(job_id)
+            except BrokenRecord as exc:
+                err(f"qex: {exc}")
+                continue
+            except QexError:
+                continue  # a job directory still being made, or cleaned meanwhile
+        if not _listed(rec, args, states, cwd):
+            continue
+        if args.json:
+            write(("[" if first else ", ") + json.dumps(rec, sort_keys=True))
+        else:
+            write(list_row(rec, now) + "\n")
+        if first:
+            sys.stdout.flush()  # the first row at once, whatever the size of the store
+            first = False
+    if args.json:
+        write("[]\n" if first else "]\n")
+    sys.stdout.flush()
+    history.repair(store, missed)
     return 0
 
 

@@ -6,6 +6,7 @@ Layout::
     <state>/index.json        the active index: a compact entry per queued,
                               starting or running job, so a pass reads one file
     <state>/journal.jsonl     the event journal = the pass's write-ahead log
+    <state>/history.jsonl     a line per finished job, for qex list (history.py)
     <state>/jobs/<id>/        status.json, spec.json (0600), stdout.log,
                               stderr.log, alive.lock, pid
     <state>/groups/<id>.json  the members of a group
@@ -19,7 +20,7 @@ import os
 import time
 
 from qex.errors import NoSuchJob, QexError, StoreError
-from qex.store import check, fs, journal
+from qex.store import check, fs, history, journal
 from qex.store.lock import StateLock
 from qex.store.records import ACTIVE, Spec, Status
 
@@ -179,7 +180,7 @@ class Store:
 
     def _replay_locked(self, idx: Index) -> None:
         events, end, highest = journal.read_committed(self.journal_path, idx.offset)
-        applied = False
+        applied, replayed = False, []
         for event in events:
             rec = _usable_event(event, idx.seq)
             if rec is None:
@@ -187,6 +188,7 @@ class Store:
             if os.path.isdir(self.job_dir(rec["id"])):
                 self._write_status_locked(rec)
                 self._index_put(idx, rec)
+                replayed.append(rec)
             idx.seq = event["seq"]
             applied = True
         if end != idx.offset:
@@ -196,6 +198,7 @@ class Store:
             idx.seq = highest
             applied = True
         journal.trim(self.journal_path, idx.offset)
+        history.note_replayed_locked(self, replayed)
         if applied:
             self.save_index_locked(idx)
 
@@ -289,6 +292,7 @@ class Store:
             self._index_put(idx, rec)
         if bulk:
             fs.syncfs(self.root)  # one flush for every record, before the index moves on
+        history.note_final_locked(self, changes)  # the jobs it made final, for qex list (history.py)
         if _CRASH:
             fs._hit("commit.before_index")
         self.save_index_locked(idx)

@@ -43,6 +43,8 @@ class View:
         self.debris: list[str] = []                # hidden dirs, temp files
         self.lock_wait = 0.0
         self.holes = 0                             # seq jumps between whole appends (a cut append)
+        self.history: list[dict] | None = None     # history.jsonl's whole lines (None: no file)
+        self.history_damaged: list[bytes] = []
 
 
 def _read_json(path: str):
@@ -165,6 +167,17 @@ def _read_view(state: str) -> View:
         view.index = None
     except (OSError, ValueError) as exc:
         view.index_error = str(exc)
+    try:
+        with open(os.path.join(state, "history.jsonl"), "rb") as fh:
+            data = fh.read()
+        view.history = []
+        for line in data[:data.rfind(b"\n") + 1].splitlines():  # a torn last line is no line
+            try:
+                view.history.append(json.loads(line))
+            except ValueError:
+                view.history_damaged.append(line[:80])
+    except FileNotFoundError:
+        pass
     rotated, _ = _read_journal(os.path.join(state, "journal.1.jsonl"))
     current, view.torn_tail = _read_journal(os.path.join(state, "journal.jsonl"))
     view.events = rotated + current
@@ -197,6 +210,7 @@ def check(view: View, *, known=(), cleaned=(), quiescent: bool = False, budget=N
     problems += check_known(view, known, cleaned)
     problems += check_journal(view)
     problems += check_index(view)
+    problems += check_history(view)
     if budget is not None:
         problems += check_capacity(view, budget)
     if runs is not None:
@@ -362,6 +376,37 @@ def check_index(view: View) -> list[str]:
     seqs = [r.get("seq", 0) for r in view.records.values() if isinstance(r.get("seq"), int)]
     if seqs and view.index.get("next_job", 1) <= max(seqs) and not view.unapplied:
         out.append(f"index: next_job {view.index.get('next_job')} would repeat seq {max(seqs)}")
+    return out
+
+
+def check_history(view: View) -> list[str]:
+    """history.jsonl (qex list's index of finished jobs) lists exactly the final jobs that
+    exist, each once, in its final state. A job made final by an event no pass has applied
+    yet may be missing (the replay adds it); a line of a job whose directory is gone
+    (cleaned: qex clean rewrites the file, a crash in between may leave it) is skipped by
+    every reader."""
+    out = [f"history: a damaged line {line!r}" for line in view.history_damaged]
+    lines = view.history or []
+    unapplied = {e["job"]["id"] for e in view.unapplied}
+    seen: dict[str, int] = {}
+    for row in lines:
+        job_id = row.get("id")
+        seen[job_id] = seen.get(job_id, 0) + 1
+        if job_id not in view.status:
+            continue  # cleaned
+        rec = view.records.get(job_id)
+        if rec is None:
+            out.append(f"history: job {str(job_id)[:8]} is listed but has no record")
+        elif rec.get("state") not in FINAL:
+            out.append(f"history: job {str(job_id)[:8]} is listed {row.get('state')} but its record is {rec.get('state')}")
+        elif (row.get("state"), row.get("seq")) != (rec.get("state"), rec.get("seq")):
+            out.append(f"history: job {str(job_id)[:8]} is listed {row.get('state')} seq {row.get('seq')} "
+                       f"but its record is {rec.get('state')} seq {rec.get('seq')}")
+    out += [f"history: job {str(j)[:8]} is listed {n} times" for j, n in seen.items() if n > 1]
+    if view.history is not None or any(r.get("state") in FINAL for r in view.records.values()):
+        for job_id, rec in view.records.items():
+            if rec.get("state") in FINAL and job_id not in seen and job_id not in unapplied:
+                out.append(f"history: job {job_id[:8]} is {rec['state']} but not in history.jsonl")
     return out
 
 

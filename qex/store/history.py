@@ -1,0 +1,282 @@
+"""The history index: one compact line per job that reached a final state.
+
+``<state>/history.jsonl`` lets ``qex list`` print every job of a store with
+100,000 finished records without reading 100,000 ``status.json`` files. It is
+a cache of the records, never the truth: the records and the journal are.
+
+Writers (all under the state lock):
+
+- ``commit_locked`` calls ``note_final_locked`` after the status files of a
+  commit are written (and flushed), before the index moves on: one line per
+  job the commit made final (previous state active, new state final). A pass
+  that dies before its index is saved leaves its events in the journal; the
+  next pass replays them and calls ``note_replayed_locked``, which appends
+  only the jobs the file does not hold yet (idempotent).
+- an append starts on a line boundary: a torn last line (a writer killed in
+  the middle of a write) is cut first; readers ignore it meanwhile.
+- ``forget_locked`` (``qex clean``) rewrites the file without the removed jobs.
+- ``repair`` (``qex list``): a final job that the file misses (a store made by
+  an older qex, a damaged or deleted file, a line lost to a power cut: the
+  appends are not fsynced, the file is rebuilt from the records) is read from
+  its record by the reader anyway and appended then, once.
+
+The reader never trusts the file alone: it lists ``jobs/`` once (a job whose
+directory is gone was cleaned and is not shown), takes active jobs from the
+active index, and reads the record of any job directory that neither names.
+
+Each line starts ``{"seq":N,"id":"..."`` so a reader can sort the file by
+submission order without parsing every line as JSON.
+"""
+
+import json
+import os
+
+from qex.store.records import FINAL
+
+HISTORY = "history.jsonl"
+ERROR_CHARS = 240  # a list row shows at most 160 characters of the error
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
+_LINE = rb'^\{"seq":(\d+),"id":"([0-9A-Za-z_.-]+)",'  # how line_of starts a line
+
+
+def path_of(store) -> str:
+    return os.path.join(store.root, HISTORY)
+
+
+def line_of(rec: dict) -> bytes:
+    """The history line of a final record: what a list row and the list filters need."""
+    claims = rec.get("claims") or {}
+    row = {"seq": int(rec.get("seq", 0)), "id": rec["id"], "state": rec["state"],
+           "name": rec.get("name", ""), "owner": rec.get("owner", ""), "uid": rec.get("uid", -1),
+           "submitted_at": rec.get("submitted_at"), "ended_at": rec.get("ended_at"),
+           "claims": {"cpu": claims.get("cpu", 1.0), "mem": claims.get("mem", 0)}}
+    pools = claims.get("pools")
+    if pools:
+        row["claims"]["pools"] = {k: {"count": v.get("count", 1), "size": v.get("size")}
+                                  for k, v in pools.items()}
+    for key in ("exit_code", "signal", "supervisor_lost", "tags", "cwd", "group", "group_name"):
+        value = rec.get(key)
+        if value not in (None, False, [], ""):
+            row[key] = value
+    if rec.get("error"):
+        row["error"] = str(rec["error"])[:ERROR_CHARS]
+    return json.dumps(row, separators=(",", ":")).encode() + b"\n"
+
+
+# ---- writers (state lock held) ------------------------------------------------------
+
+def note_final_locked(store, changes) -> None:
+    """After a commit's status files: a line for each job it made final."""
+    entering = None
+    for rec, previous, _change in changes:
+        if rec.get("state") in FINAL and previous not in FINAL:
+            if entering is None:
+                entering = {}
+            entering[rec["id"]] = None
+    if entering is None:
+        return  # the common case of a submission or a start: nothing to do, no file touched
+    last = {}
+    for rec, _previous, _change in changes:
+        if rec["id"] in entering:
+            last[rec["id"]] = rec
+    _append_locked(store, [line_of(r) for r in last.values() if r.get("state") in FINAL])
+
+
+def note_replayed_locked(store, records: list[dict]) -> None:
+    """After a replay of events a dead pass left: the final jobs the file misses (idempotent)."""
+    finals = [r for r in records if r.get("state") in FINAL]
+    if not finals:
+        return
+    present = ids_in(_read(store))
+    lines, seen = [], set()
+    for rec in reversed(finals):  # a job's last form
+        job_id = rec["id"]
+        if job_id in present or job_id in seen or not os.path.isdir(store.job_dir(job_id)):
+            continue
+        seen.add(job_id)
+        lines.append(line_of(rec))
+    _append_locked(store, lines[::-1])
+
+
+def forget_locked(store, removed) -> None:
+    """``qex clean``: rewrite the file with only the jobs that exist, once each (it drops
+    the removed jobs, damaged lines and what an earlier clean that died left)."""
+    gone = set(removed)
+    data = _read(store)
+    if not data or not gone:
+        return
+    from qex.store import fs
+
+    try:
+        names = set(os.listdir(store.jobs))
+    except OSError:
+        return
+    kept, seen = [], set()
+    for _seq, job_id, line in scan(data):
+        if job_id in names and job_id not in gone and job_id not in seen:
+            seen.add(job_id)
+            kept.append(line + b"\n")
+    try:
+        fs.write_atomic(path_of(store), b"".join(kept), mode=store.file_mode, sync_dir=False)
+    except Exception:  # noqa: BLE001 - a cache: a reader skips the lines of removed jobs anyway
+        pass
+
+
+def _append_locked(store, lines: list[bytes]) -> None:
+    """Append whole lines; never fails a commit (the reader repairs what is missing)."""
+    if not lines:
+        return
+    from qex.store import fs
+
+    try:
+        fd = fs.open_regular(path_of(store), os.O_RDWR | os.O_APPEND | os.O_CREAT, store.file_mode)
+    except OSError:
+        return
+    try:
+        st = os.fstat(fd)
+        if store.file_mode != 0o600 and st.st_uid == os.getuid() and st.st_mode & 0o777 != store.file_mode:
+            os.fchmod(fd, store.file_mode)
+        before = _whole_end(fd, st.st_size)
+        if before != st.st_size:
+            os.ftruncate(fd, before)  # a torn last line: the job it named is replayed or repaired
+        data = b"".join(lines)
+        try:
+            if _CRASH:
+                _torn(fd, data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError:
+            os.ftruncate(fd, before)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    if _CRASH:
+        from qex import faults
+
+        faults.hit("history.after_append")
+
+
+def _whole_end(fd: int, size: int) -> int:
+    """The offset after the last newline of the file (its size when it ends with one)."""
+    end = size
+    while end > 0:
+        start = max(0, end - 4096)
+        chunk = os.pread(fd, end - start, start)
+        if not chunk:
+            return 0
+        nl = chunk.rfind(b"\n")
+        if nl >= 0:
+            return start + nl + 1
+        end = start
+    return 0
+
+
+def _torn(fd: int, data: bytes) -> None:
+    """Crash point history.torn: write part of the append, then die."""
+    from qex import faults
+
+    if faults.due("history.torn"):
+        os.write(fd, data[: max(1, len(data) // 2)])
+        faults.die()
+
+
+# ---- readers (no lock) --------------------------------------------------------------
+
+def _read(store) -> bytes:
+    from qex.store import fs
+
+    try:
+        return fs.read_bytes(path_of(store))
+    except OSError:
+        return b""  # missing (no job has ended yet, or it was deleted), or not a regular file
+
+
+def scan(data: bytes) -> list[tuple[int, str, bytes]]:
+    """(seq, id, line) of every whole, readable line; a torn last line is left out."""
+    end = data.rfind(b"\n")
+    if end < 0:
+        return []
+    import re
+
+    lines = data[:end].split(b"\n")
+    found = re.compile(_LINE, re.M).findall(data, 0, end + 1)
+    if len(found) == len(lines):  # every line as qex writes it: one regular-expression pass
+        return [(int(seq), job_id.decode(), line) for (seq, job_id), line in zip(found, lines)]
+    out = []
+    for line in lines:  # a damaged line somewhere: line by line
+        try:
+            row = json.loads(line)
+            seq, job_id = row["seq"], row["id"]
+        except (ValueError, TypeError, KeyError):
+            continue  # a damaged line: its job is read from its record (and repaired)
+        if isinstance(seq, int) and isinstance(job_id, str):
+            out.append((seq, job_id, line))
+    return out
+
+
+def ids_in(data: bytes) -> set[str]:
+    return {job_id for _seq, job_id, _line in scan(data)}
+
+
+def listing(store, active: dict, on_broken) -> tuple[list[tuple], list[dict]]:
+    """Every job of the store in submission order, and the final records the history missed.
+
+    Each job is (seq, id, history line or None, record or None): a job with neither is
+    an active one, whose record is read when it is printed. ``active``: the active
+    index's entries (read without the lock); ``on_broken(exc)`` is told of a record
+    that cannot be read. Reads the history file and the names in ``jobs/`` once; reads
+    a record only for a job that neither the history nor the active index names (a job
+    being submitted right now, or one the history missed).
+    """
+    from qex.errors import QexError
+    from qex.store.state import BrokenRecord
+
+    try:
+        names = set(os.listdir(store.jobs))
+    except FileNotFoundError:
+        return [], []
+    items, seen = [], set()
+    add, mark = items.append, seen.add
+    for seq, job_id, line in scan(_read(store)):
+        if job_id in names and job_id not in seen:  # gone: cleaned (a crash between clean's steps)
+            mark(job_id)
+            add((seq, job_id, line, None))
+    missed = []
+    for job_id in names - seen:
+        if job_id.startswith("."):
+            continue  # a job directory being made or removed
+        entry = active.get(job_id)
+        if entry is not None and isinstance(entry.get("seq"), int):
+            add((entry["seq"], job_id, None, None))
+            continue
+        try:
+            rec = store.read_status_dict(job_id)
+        except BrokenRecord as exc:
+            on_broken(exc)
+            continue
+        except QexError:
+            continue  # a job directory still being made
+        seq = rec.get("seq")
+        add((seq if isinstance(seq, int) else 0, job_id, None, rec))
+        if rec.get("state") in FINAL:
+            missed.append(rec)
+    items.sort(key=_first)
+    return items, missed
+
+
+def _first(item: tuple) -> int:
+    return item[0]
+
+
+def repair(store, records: list[dict]) -> None:
+    """Append the final jobs a reader found missing (a store from an older qex, a damaged
+    file): under the state lock, each once. Best effort: a reader may not write."""
+    if not records:
+        return
+    try:
+        with store.lock():
+            note_replayed_locked(store, sorted(records, key=lambda r: r.get("seq", 0)))
+    except Exception:  # noqa: BLE001 - the listing is printed; the next reader tries again
+        pass
