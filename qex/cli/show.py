@@ -97,6 +97,7 @@ def _list_all(store, args, states, cwd) -> int:
     write, now, first = sys.stdout.write, time.time(), True
     if not args.json:
         write(LIST_HEADER + "\n")
+    jobs = store.jobs
     for _seq, job_id, line, rec in items:
         if line is not None and (not args.json or states or args.tag or cwd):
             try:
@@ -108,6 +109,12 @@ def _list_all(store, args, states, cwd) -> int:
                     if not _listed(rec, args, states, cwd):
                         continue
                     rec = None
+                else:
+                    try:
+                        if history.identity(os.stat(f"{jobs}/{job_id}/status.json")) != rec.get("st"):
+                            rec = None  # the record changed since (damaged, edited): read it
+                    except OSError:
+                        continue  # cleaned meanwhile
         if rec is None:
             try:
                 rec = store.read_status_dict(job_id)

@@ -43,8 +43,10 @@ def path_of(store) -> str:
     return os.path.join(store.root, HISTORY)
 
 
-def line_of(rec: dict) -> bytes:
-    """The history line of a final record: what a list row and the list filters need."""
+def line_of(rec: dict, store=None) -> bytes:
+    """The history line of a final record: what a list row and the list filters need,
+    and ``st``, the identity of its status.json (a reader that finds another file there
+    reads the record: one ``stat`` per row finds a record damaged or rewritten since)."""
     claims = rec.get("claims") or {}
     row = {"seq": int(rec.get("seq", 0)), "id": rec["id"], "state": rec["state"],
            "name": rec.get("name", ""), "owner": rec.get("owner", ""), "uid": rec.get("uid", -1),
@@ -60,7 +62,17 @@ def line_of(rec: dict) -> bytes:
             row[key] = value
     if rec.get("error"):
         row["error"] = str(rec["error"])[:ERROR_CHARS]
+    if store is not None:
+        try:
+            row["st"] = identity(os.stat(store.path(rec["id"], "status.json")))
+        except OSError:
+            pass
     return json.dumps(row, separators=(",", ":")).encode() + b"\n"
+
+
+def identity(st: os.stat_result) -> list[int]:
+    """What changes when status.json is replaced (every write renames a new file in) or edited."""
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
 # ---- writers (state lock held) ------------------------------------------------------
@@ -79,7 +91,7 @@ def note_final_locked(store, changes) -> None:
     for rec, _previous, _change in changes:
         if rec["id"] in entering:
             last[rec["id"]] = rec
-    _append_locked(store, [line_of(r) for r in last.values() if r.get("state") in FINAL])
+    _append_locked(store, [line_of(r, store) for r in last.values() if r.get("state") in FINAL])
 
 
 def note_replayed_locked(store, records: list[dict]) -> None:
@@ -94,7 +106,7 @@ def note_replayed_locked(store, records: list[dict]) -> None:
         if job_id in present or job_id in seen or not os.path.isdir(store.job_dir(job_id)):
             continue
         seen.add(job_id)
-        lines.append(line_of(rec))
+        lines.append(line_of(rec, store))
     _append_locked(store, lines[::-1])
 
 

@@ -166,20 +166,28 @@ def test_a_damaged_history_loses_no_job_and_shows_none_twice(q):
     assert not inv.check(inv.read_view(q.state), known=jobs[1:] + [more], quiescent=True)
 
 
-def test_text_list_reads_no_finished_record_and_json_names_a_broken_one(q):
+def test_a_record_changed_after_its_history_line_is_read_again_and_a_broken_one_named(q):
     q.write_config(CONFIG)
-    jobs = [q.submit("--", "true") for _ in range(2)]
+    jobs = [q.submit("--name", f"j{i}", "--", "true") for i in range(3)]
     for job in jobs:
         q.wait_state(job, "completed")
     settle(q)
-    path = os.path.join(q.state, "jobs", jobs[0], "status.json")
-    with open(path, "w") as fh:
+    rec = q.record(jobs[1])
+    rec["name"] = "renamed"
+    path = os.path.join(q.state, "jobs", jobs[1], "status.json")
+    with open(path + ".tmp", "w") as fh:
+        json.dump(rec, fh)
+    os.replace(path + ".tmp", path)  # rewritten since its history line: the row comes from the record
+    broken = os.path.join(q.state, "jobs", jobs[2], "status.json")
+    with open(broken, "w") as fh:
         fh.write("{broken")
     text = q.run("list", check=0)
-    assert [line.split()[0] for line in text.stdout.splitlines()[1:]] == [j[:8] for j in jobs]
+    rows = [line.split() for line in text.stdout.splitlines()[1:]]
+    assert [(r[0], r[2]) for r in rows] == [(jobs[0][:8], "j0"), (jobs[1][:8], "renamed")]
+    assert broken in text.stderr and "qex clean" in text.stderr and "Traceback" not in text.stderr
     as_json = q.run("list", "--json", check=0)
-    assert [r["id"] for r in json.loads(as_json.stdout)] == [jobs[1]]
-    assert path in as_json.stderr and "qex clean" in as_json.stderr
+    assert [r["id"] for r in json.loads(as_json.stdout)] == jobs[:2]
+    assert broken in as_json.stderr
 
 
 def test_a_list_killed_while_it_prints_leaves_the_store_whole(q):
