@@ -48,14 +48,13 @@ def cmd_list(args) -> int:
     if members is not None:
         candidates = members  # a group: its members only, never a scan of all history
     else:
-        from qex.resolve import _read_index
-
-        index = _read_index(store)
-        candidates = sorted(index, key=lambda j: index[j].get("seq", 0))
+        active = store.read_index_jobs()
+        candidates = sorted(active, key=lambda j: active[j].get("seq", 0))
     records, now = [], time.time()
+    index = store.read_index_jobs()
     for job_id in candidates:
         try:
-            rec = store.read_status_dict(job_id)
+            rec = store.read_live(job_id, index)
         except BrokenRecord as exc:
             err(f"qex: {exc}")
             continue
@@ -89,11 +88,11 @@ def _list_all(store, args, states, cwd) -> int:
     import json
 
     from qex.cli.render import LIST_HEADER, list_row
-    from qex.resolve import _read_index
     from qex.store import history
     from qex.store.state import BrokenRecord
 
-    items, missed = history.listing(store, _read_index(store), lambda exc: err(f"qex: {exc}"))
+    index = store.read_index_jobs()
+    items, missed = history.listing(store, index, lambda exc: err(f"qex: {exc}"))
     write, now, first = sys.stdout.write, time.time(), True
     if not args.json:
         write(LIST_HEADER + "\n")
@@ -117,7 +116,7 @@ def _list_all(store, args, states, cwd) -> int:
                         continue  # cleaned meanwhile
         if rec is None:
             try:
-                rec = store.read_status_dict(job_id)
+                rec = store.read_live(job_id, index)
             except BrokenRecord as exc:
                 err(f"qex: {exc}")
                 continue

@@ -99,7 +99,7 @@ def note_replayed_locked(store, records: list[dict]) -> None:
     finals = [r for r in records if r.get("state") in FINAL]
     if not finals:
         return
-    present = ids_in(_read(store))
+    present = _present(store, {r["id"] for r in finals})
     lines, seen = [], set()
     for rec in reversed(finals):  # a job's last form
         job_id = rec["id"]
@@ -108,6 +108,47 @@ def note_replayed_locked(store, records: list[dict]) -> None:
         seen.add(job_id)
         lines.append(line_of(rec, store))
     _append_locked(store, lines[::-1])
+
+
+def _present(store, wanted: set) -> set:
+    """Which of ``wanted`` the file holds, reading it backwards from its end: a replay's
+    jobs (a commit that left the index behind the journal, or one cut by a death) are
+    in its last lines if they are there at all, so a drain never reads the whole file."""
+    import re
+
+    from qex.store import fs
+
+    found: set = set()
+    try:
+        fd = fs.open_regular(path_of(store))
+    except OSError:
+        return found
+    try:
+        pos = _whole_end(fd, os.fstat(fd).st_size)  # a torn last line is no line
+        pattern, carry, step = re.compile(_LINE, re.M), b"", 8192
+        while pos > 0 and len(found) < len(wanted):
+            start = max(0, pos - step)
+            chunk = os.pread(fd, pos - start, start) + carry
+            pos, step = start, min(step * 2, 1 << 20)
+            if start > 0:  # the first bytes may be the end of a line that starts before
+                nl = chunk.find(b"\n")
+                if nl < 0:
+                    carry = chunk
+                    continue
+                carry, chunk = chunk[:nl + 1], chunk[nl + 1:]
+            for m in pattern.finditer(chunk):
+                job_id = m[2].decode()
+                if job_id in wanted and job_id not in found:
+                    try:  # a line damaged after its id is no line: the job is appended again
+                        json.loads(chunk[m.start():chunk.index(b"\n", m.start())])
+                    except ValueError:
+                        continue
+                    found.add(job_id)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return found
 
 
 def forget_locked(store, removed) -> None:
@@ -264,7 +305,7 @@ def listing(store, active: dict, on_broken) -> tuple[list[tuple], list[dict]]:
             add((entry["seq"], job_id, None, None))
             continue
         try:
-            rec = store.read_status_dict(job_id)
+            rec = store.read_live(job_id, active)
         except BrokenRecord as exc:
             on_broken(exc)
             continue
