@@ -150,7 +150,8 @@ def _plant(path: str, kind: str, victim: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ("symlink", "fifo"))
-@pytest.mark.parametrize("where", ("status.json", "index.json", "journal.jsonl", "lock", "stdout.log", "peer"))
+@pytest.mark.parametrize("where", ("status.json", "index.json", "journal.jsonl", "lock", "stdout.log", "peer",
+                                   "history.jsonl"))
 def test_a_planted_symlink_or_fifo_is_never_followed_nor_blocked_on(q, tmp_path, where, kind):
     q.write_config(CONFIG)
     victim = str(tmp_path / "victim")
@@ -185,8 +186,10 @@ def test_a_planted_symlink_or_fifo_is_never_followed_nor_blocked_on(q, tmp_path,
             assert proc.stderr.startswith("qex: ") and proc.returncode in (1, 121), (argv, proc.returncode, proc.stderr)
     with open(victim) as fh:
         assert fh.read() == "precious\n", "a planted symlink was followed"
-    if where in ("index.json", "status.json", "peer", "stdout.log"):
+    if where in ("index.json", "status.json", "peer", "stdout.log", "history.jsonl"):
         assert runs["submit"].returncode == 0, runs["submit"].stderr  # the queue goes on
+    if where == "history.jsonl":  # qex list reads the records instead
+        assert runs["list"].returncode == 0 and done[:8] in runs["list"].stdout, runs["list"].stderr
     if where in ("journal.jsonl", "lock"):
         said = runs["submit"].stderr
         assert runs["submit"].returncode == 121 and ("remove it" in said or "move it away" in said), said
