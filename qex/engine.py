@@ -149,10 +149,11 @@ class PassResult:
         self.queued_mine, self.running_mine, self.next_deadline = queued_mine, running_mine, next_deadline
 
 
-def run_pass(ctx: Context, mutate=None, admitted=None) -> PassResult:
+def run_pass(ctx: Context, mutate=None, admitted=None, save_index=True) -> PassResult:
     """One pass; ``mutate(txn)`` makes the command's own change in the same hold;
     ``admitted(txn, launches)`` acts on what the pass admitted before the commit
-    (a supervisor starts its own next job there: qex.supervisor.run)."""
+    (a supervisor starts its own next job there: qex.supervisor.run).
+    ``save_index``: see ``Store.commit_locked`` (a supervisor's pass saves it lazily)."""
     with ctx.store.lock():
         idx = ctx.store.load_index_locked(save_replayed=False)  # the commit saves it
         txn = Txn(ctx.store, idx)
@@ -166,7 +167,7 @@ def run_pass(ctx: Context, mutate=None, admitted=None) -> PassResult:
             from qex.hooks import mark_locked
 
             mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
-            txn.commit()
+            txn.commit(save_index)
             _publish_locked(ctx, idx)
     mine = [e["state"] for e in idx.jobs.values() if e["uid"] == ctx.uid]
     return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine), txn.next_deadline)
