@@ -15,13 +15,15 @@ Layout::
 Functions whose name ends in ``_locked`` must be called with the state lock held.
 """
 
+from __future__ import annotations  # the record classes are declared on first use (qex.store.records)
+
 import os
 import time
 
 from qex.errors import NoSuchJob, QexError, StoreError
 from qex.store import check, fs, journal
 from qex.store.lock import StateLock
-from qex.store.records import ACTIVE, Spec, Status
+from qex.store.records import ACTIVE
 
 INDEX_FORMAT = 1
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
@@ -134,6 +136,7 @@ class Store:
 
     def read_status(self, job_id: str) -> Status:
         from qex.store import codec
+        from qex.store.records import Status
 
         data = self.read_status_dict(job_id)
         try:
@@ -146,6 +149,7 @@ class Store:
         """The job's spec; ``must_own``: only a spec.json of this process's user
         (a supervisor never runs a spec another user could have put there)."""
         from qex.store import codec
+        from qex.store.records import Spec
 
         path = self.path(job_id, "spec.json")
         try:
@@ -308,13 +312,13 @@ class Store:
 
         ``sync=False`` (a bulk submission) leaves the flush to one ``fs.syncfs``
         by the caller before the jobs are committed."""
-        import attrs
+        from qex.store.records import spec_json
 
         final = self.job_dir(spec.id)
         tmp = os.path.join(self.jobs, f".new-{spec.id}")
         try:
             os.mkdir(tmp, 0o700)
-            fs.write_json(os.path.join(tmp, "spec.json"), attrs.asdict(spec), mode=0o600, sync_dir=False, sync=sync)
+            fs.write_json(os.path.join(tmp, "spec.json"), spec_json(spec), mode=0o600, sync_dir=False, sync=sync)
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             if self.shared:
