@@ -42,7 +42,7 @@ import os
 import stat
 import time
 
-from attrs import frozen
+from qex.plain import Plain
 
 FORMAT = 1
 KIND = "qex-peer"
@@ -56,8 +56,7 @@ _OPEN_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 # ---- what a scan finds ---------------------------------------------------------
 
-@frozen
-class Peer:
+class Peer(Plain, frozen=True):
     """One live record: what its owner's queue holds right now (live jobs only)."""
 
     file: str
@@ -73,14 +72,12 @@ class Peer:
     format: int = FORMAT
 
 
-@frozen
-class Ignored:
+class Ignored(Plain, frozen=True):
     file: str
     reason: str
 
 
-@frozen
-class Scan:
+class Scan(Plain, frozen=True):
     dir: str
     peers: tuple[Peer, ...] = ()
     ignored: tuple[Ignored, ...] = ()
