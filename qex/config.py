@@ -309,10 +309,17 @@ def load_config(path: str | None = None, env=os.environ) -> Config:
     text = _read_text(path, stat_out)
     if text is None:
         return Config.default(path)
+    known = _READ.get(path)
+    if known is not None and known[0] == text:
+        return known[1]  # a supervisor reads it at each job's start and end: parse a text once
     values, keys = _Reader(path).read(_parse_toml(path, text))
     config = _assemble(path, values, keys)
+    _READ[path] = (text, config)
     config_cache.store(path, stat_out[0], _cache_body(values, keys), env)
     return config
+
+
+_READ: dict[str, tuple[str, "Config"]] = {}  # path -> (text, the Config it gave) in this process
 
 
 # -- reading the file ----------------------------------------------------------
