@@ -15,6 +15,8 @@ Layout::
 Functions whose name ends in ``_locked`` must be called with the state lock held.
 """
 
+from __future__ import annotations  # the record classes are declared on first use (qex.store.records)
+
 import json
 import os
 import time
@@ -22,7 +24,7 @@ import time
 from qex.errors import NoSuchJob, QexError, StoreError
 from qex.store import check, fs, journal
 from qex.store.lock import StateLock
-from qex.store.records import ACTIVE, Spec, Status
+from qex.store.records import ACTIVE
 
 INDEX_FORMAT = 1
 LAZY = "lazy"        # commit_locked(save_index=LAZY): save the index only every so often:
@@ -187,6 +189,7 @@ class Store:
 
     def read_status(self, job_id: str) -> Status:
         from qex.store import codec
+        from qex.store.records import Status
 
         data = self.read_status_dict(job_id)
         try:
@@ -199,6 +202,7 @@ class Store:
         """The job's spec; ``must_own``: only a spec.json of this process's user
         (a supervisor never runs a spec another user could have put there)."""
         from qex.store import codec
+        from qex.store.records import Spec
 
         path = self.path(job_id, "spec.json")
         try:
@@ -410,13 +414,13 @@ class Store:
 
         ``sync=False`` (a bulk submission) leaves the flush to one ``fs.syncfs``
         by the caller before the jobs are committed."""
-        import attrs
+        from qex.store.records import spec_json
 
         final = self.job_dir(spec.id)
         tmp = os.path.join(self.jobs, f".new-{spec.id}")
         try:
             os.mkdir(tmp, 0o700)
-            fs.write_json(os.path.join(tmp, "spec.json"), attrs.asdict(spec), mode=0o600, sync_dir=False, sync=sync)
+            fs.write_json(os.path.join(tmp, "spec.json"), spec_json(spec), mode=0o600, sync_dir=False, sync=sync)
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             if self.shared:
