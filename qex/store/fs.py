@@ -6,7 +6,6 @@ old file or the new one, never a part. Every open refuses symlinks
 """
 
 import errno
-import json
 import os
 import stat
 
@@ -67,6 +66,8 @@ def read_json(path: str, limit: int = 16 << 20, owner: int | None = None):
     data = read_bytes(path, limit, owner)
     if len(data) > limit:
         raise ValueError(f"larger than {limit} bytes")
+    import json  # lazily: the minimal watcher (qex.supervisor.watch) imports this module
+
     return json.loads(data)
 
 
@@ -153,6 +154,8 @@ def _create_exclusive(tmp: str, mode: int) -> int:
 
 
 def write_json(path: str, obj, mode: int = 0o600, sync_dir: bool = True, sync: bool = True) -> None:
+    import json
+
     data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode() + b"\n"
     write_atomic(path, data, mode, sync_dir, sync)
 

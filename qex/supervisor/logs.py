@@ -128,6 +128,21 @@ class Sink:
             if self.limit is not None:
                 self.limit = max(self.limit, previous.head + previous.marker + MIN_LIMIT // 2)
 
+    # ---- across an exec (qex.supervisor.handoff): the fds stay open -----------
+    def handover(self) -> tuple:
+        """What the process this one execs into needs to go on writing this log."""
+        return (self.path, self.label, self.setting, self.failed, self.room, self.fd, self.size, self.limit,
+                self.bytes, self.lines, self.cut_fd, self.state.encode() if self.state else None, self.changed)
+
+    @classmethod
+    def resume(cls, handed: tuple) -> "Sink":
+        """The Sink ``handover`` described, in the process that inherited its fds."""
+        self = cls.__new__(cls)
+        (self.path, self.label, self.setting, self.failed, self.room, self.fd, self.size, self.limit,
+         self.bytes, self.lines, self.cut_fd, state, self.changed) = handed
+        self.state = CutState.decode(state) if state else None
+        return self
+
     # ---- the counts the record shows ----------------------------------------
     @property
     def dropped_bytes(self) -> int:
