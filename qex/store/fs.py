@@ -6,6 +6,7 @@ old file or the new one, never a part. Every open refuses symlinks
 """
 
 import errno
+import json
 import os
 import stat
 
@@ -66,8 +67,6 @@ def read_json(path: str, limit: int = 16 << 20, owner: int | None = None):
     data = read_bytes(path, limit, owner)
     if len(data) > limit:
         raise ValueError(f"larger than {limit} bytes")
-    import json  # lazily: the minimal watcher (qex.supervisor.watch) imports this module
-
     return json.loads(data)
 
 
@@ -118,12 +117,7 @@ def _hit(point: str) -> None:
     faults.hit(point)
 
 
-# Room a pass keeps on the disk of the state directory (docs/reliability.md): a job's
-# logs stop at LOG_ROOM, a submission needs SUBMIT_ROOM, any other commit COMMIT_ROOM,
-# so the records of running jobs can still be written when a job's output fills the disk.
-LOG_ROOM = int(os.environ.get("QEX_LOG_ROOM", 1 << 20))
-SUBMIT_ROOM = LOG_ROOM
-COMMIT_ROOM = min(64 << 10, LOG_ROOM // 4)
+from qex.store.room import COMMIT_ROOM, LOG_ROOM, SUBMIT_ROOM  # noqa: E402,F401 (their home: qex.store.room)
 
 
 def free_bytes(path: str) -> int | None:
@@ -154,8 +148,6 @@ def _create_exclusive(tmp: str, mode: int) -> int:
 
 
 def write_json(path: str, obj, mode: int = 0o600, sync_dir: bool = True, sync: bool = True) -> None:
-    import json
-
     data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode() + b"\n"
     write_atomic(path, data, mode, sync_dir, sync)
 

@@ -153,22 +153,26 @@ class Sink:
         return self.state.dropped_lines if self.state else 0
 
     # ---- writing ------------------------------------------------------------
-    def write(self, data: bytes) -> None:
-        self.bytes += len(data)
-        self.lines += data.count(b"\n")
+    def write(self, data, n: int | None = None) -> None:
+        """Write ``data`` (bytes), or the first ``n`` bytes of the buffer ``data`` (the watch
+        loop reads into one reused buffer: no allocation per read)."""
+        if n is None:
+            n = len(data)
+        self.bytes += n
+        self.lines += data.count(b"\n", 0, n)
         if self.failed:
             return
-        if len(data) > self.room and not self._look(len(data)):
+        if n > self.room and not self._look(n):
             return
-        self.room -= len(data)
+        self.room -= n
         try:
-            self._write(memoryview(data))
+            self._write(memoryview(data)[:n])
         except OSError as exc:  # a full disk stops the log, never the job
             self.failed = exc.strerror or str(exc)
 
     def _look(self, want: int) -> bool:
         """Stop the log before the disk is so full that records cannot be written."""
-        from qex.store import fs
+        from qex.store.room import LOG_ROOM
 
         try:
             st = os.fstatvfs(self.fd)
@@ -176,11 +180,11 @@ class Sink:
             self.room = CHECK_EVERY
             return True
         free = st.f_bavail * st.f_frsize
-        if free - want < fs.LOG_ROOM:
-            self.failed = (f"the disk is nearly full (less than {fs.LOG_ROOM >> 10} KiB free); qex stopped "
+        if free - want < LOG_ROOM:
+            self.failed = (f"the disk is nearly full (less than {LOG_ROOM >> 10} KiB free); qex stopped "
                            "the log so that the job's record can still be written")
             return False
-        self.room = min(CHECK_EVERY, free - fs.LOG_ROOM)
+        self.room = min(CHECK_EVERY, free - LOG_ROOM)
         return True
 
     def _write(self, view: memoryview) -> None:

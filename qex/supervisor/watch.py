@@ -28,6 +28,7 @@ import select
 import sys
 import time
 
+READ_SIZE = 1 << 16  # a pipe's whole buffer in one read
 GRACE = 0.5  # seconds a job runs under the forked supervisor before the supervisor slims down
 WATCHER_TAG = "qex-watch"
 FINISHER_TAG = "qex-finish"
@@ -78,6 +79,7 @@ def loop(pid: int, sinks: dict, open_pipes, interrupt, timeout_at: float | None,
     pidfd = os.pidfd_open(pid)
     poll.register(pidfd, select.POLLIN)
     poll.register(interrupt.r, select.POLLIN)
+    buffer = bytearray(READ_SIZE)  # one for the whole loop: a bytes object per read would grow the heap
     stop_reason = None  # "killed" | "timeout"
     kill_at = None
     wait_status = rusage = None
@@ -123,13 +125,13 @@ def loop(pid: int, sinks: dict, open_pipes, interrupt, timeout_at: float | None,
                         pass
                 elif fd in open_pipes:
                     try:
-                        data = os.read(fd, 1 << 16) if mask & (select.POLLIN | select.POLLHUP) else b""
+                        n = os.readv(fd, [buffer]) if mask & (select.POLLIN | select.POLLHUP) else 0
                     except BlockingIOError:
                         continue
                     except OSError:
-                        data = b""
-                    if data:
-                        sinks[fd].write(data)
+                        n = 0
+                    if n:
+                        sinks[fd].write(buffer, n)
                     else:
                         poll.unregister(fd)
                         open_pipes.discard(fd)
