@@ -29,6 +29,7 @@ import sys
 import time
 
 READ_SIZE = 1 << 16  # a pipe's whole buffer in one read
+MAX_WAIT = 3600.0  # seconds one poll() may sleep at most
 GRACE = 0.5  # seconds a job runs under the forked supervisor before the supervisor slims down
 WATCHER_TAG = "qex-watch"
 FINISHER_TAG = "qex-finish"
@@ -105,7 +106,8 @@ def loop(pid: int, sinks: dict, open_pipes, interrupt, timeout_at: float | None,
                 return End(handoff=True, open_pipes=open_pipes)
             limits = [t for t in (timeout_at if stop_reason is None else None, kill_at, drain_until,
                                   handoff_at if handing else None) if t]
-            wait = max(0.0, min(limits) - now) if limits else None
+            # poll() takes an int of ms: a --timeout of weeks would overflow it; wake and look again
+            wait = min(MAX_WAIT, max(0.0, min(limits) - now)) if limits else None
             try:
                 events = poll.poll(None if wait is None else wait * 1000)
             except InterruptedError:

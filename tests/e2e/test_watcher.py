@@ -120,6 +120,14 @@ def test_a_timeout_and_the_kill_grace_are_kept_through_the_watcher(q):
     assert not alive(rec["pid"]) and not group_members(rec["pid"])
 
 
+def test_a_timeout_of_weeks_is_kept_and_the_job_ends_normally(q):
+    job = q.submit("--timeout", "30d", "--", *gated(q, "go", then="echo done"))
+    watched(q, job)  # a poll() of 30 days overflowed its int of milliseconds: the supervisor failed
+    open_gate(q, "go")
+    final = q.wait_state(job, FINAL)
+    assert final["state"] == "completed" and log(q, job, "stdout.log") == b"done\n", final
+
+
 WRITER = ("import os, sys, time\n"
           "out = sys.stdout.buffer\n"
           "def write(first, n):\n"
