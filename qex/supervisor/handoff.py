@@ -61,33 +61,32 @@ def become_watcher(ctx, launch, pid: int, rec: dict, interrupt, meter, sinks: di
 def finish() -> None:
     """The full qex again, after the watcher: ``python -c ... qex-finish JOB FD``. Never returns."""
     import marshal
+    import signal
 
-    ended, passed = watch.read_handover(int(sys.argv[3]))
-    passed = marshal.loads(passed)
     from qex.supervisor import run
 
     interrupt = run.Interrupt()
-    interrupt.requested = ended["requested"]
-    import signal
-
     for sig in (signal.SIGINT, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)  # as engine.detach_stdio left a forked supervisor
+    ended, passed = watch.read_handover(int(sys.argv[3]))
+    passed = marshal.loads(passed)
+    interrupt.requested = ended["requested"]
     signal.pthread_sigmask(signal.SIG_UNBLOCK, watch.STOP_SIGNALS)
     from qex.engine import Launch
 
     launch = Launch(*passed["launch"])
     ctx = _context(passed["root"])
-    meter = _meter(passed["meter"])
-    rec = passed["rec"]
 
     def ended_rec() -> dict:
+        """Inside resume's guard: a failure here is recorded as the supervisor's own."""
         from qex.supervisor.logs import Sink
 
+        meter = _meter(passed["meter"])
         sinks = [Sink.resume(s) for s in ended["sinks"]]
         for sink in sinks:
-            sink.close()
+            sink.close()  # the counted marker, as _watch closes them
         rusage = _Rusage(*ended["rusage"]) if ended["rusage"] is not None else None
-        return run._classify(rec, ended["wait_status"], rusage, ended["stop_reason"], interrupt,
+        return run._classify(passed["rec"], ended["wait_status"], rusage, ended["stop_reason"], interrupt,
                              {i: s for i, s in enumerate(sinks)}, ended["incomplete"], meter)
 
     run.resume(ctx, launch, interrupt, ended_rec)
