@@ -5,8 +5,8 @@ so the records of running jobs can still be written when a job's output fills th
 Its own tiny module: the minimal watcher (qex.supervisor.watch) needs LOG_ROOM and
 nothing else of qex.store.fs."""
 
-import os
+import posix  # not os: see the minimal watcher (qex.supervisor.watch)
 
-LOG_ROOM = int(os.environ.get("QEX_LOG_ROOM", 1 << 20))
+LOG_ROOM = int(posix.environ.get(b"QEX_LOG_ROOM", 1 << 20))
 SUBMIT_ROOM = LOG_ROOM
 COMMIT_ROOM = min(64 << 10, LOG_ROOM // 4)

@@ -43,7 +43,8 @@ def become_watcher(ctx, launch, pid: int, rec: dict, interrupt, meter, sinks: di
 
     watched = {"pid": pid, "sinks": [(p, s.handover()) for p, s in sinks.items()], "open": list(open_pipes),
                "timeout_at": timeout_at, "kill_grace": kill_grace, "drain": drain,
-               "requested": None, "keep": [launch.alive_fd, launch.peer_fd]}
+               "requested": None, "keep": [launch.alive_fd, launch.peer_fd],
+               "here": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(watch.__file__))))}
     # From here a kill waits (blocked) for the watcher's handler; one that came during the
     # grace after the loop last looked is in interrupt.requested: it is handed over too.
     import signal
@@ -53,7 +54,8 @@ def become_watcher(ctx, launch, pid: int, rec: dict, interrupt, meter, sinks: di
     fd = watch.write_handover((watched, marshal.dumps(passed)))
     keep = [fd, *sinks, launch.alive_fd, launch.peer_fd,
             *(s.fd for s in sinks.values()), *(s.cut_fd for s in sinks.values())]
-    argv = watch.entry_argv("qex.supervisor.watch", "main", watch.WATCHER_TAG, launch.job_id, fd, minimal=True)
+    argv = watch.entry_argv(watched["here"], "qex.supervisor.watch", "main", watch.WATCHER_TAG, launch.job_id, fd,
+                            minimal=True)
     watch.exec_keeping(argv, keep)  # unblocks the signals if it returns
     os.close(fd)
 

@@ -27,7 +27,8 @@ went by when it could not keep up.
 
 import binascii
 import errno
-import os
+import posix as os  # the system calls only: the minimal watcher (qex.supervisor.watch) imports
+#                     this module, and the `os` module would cost it 170 kB (see docs/design.md)
 
 MIN_LIMIT = 4096          # below this the head, the marker and a tail do not fit
 CUT_RECORD = 256          # bytes of the .cut record
@@ -112,7 +113,7 @@ class Sink:
                 os.close(self.fd)
                 raise PermissionError(errno.EPERM, "it is not this user's log file (replaced by another user?)")
         except OSError as exc:
-            self.fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+            self.fd = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
             self.failed = f"cannot open {path}: {exc.strerror or exc}"
         self.size = os.fstat(self.fd).st_size
         self.limit = None if limit is None else max(int(limit), MIN_LIMIT)
@@ -280,8 +281,10 @@ class Sink:
         the old file or the new one)."""
         s = self.state
         marker = self._final_marker()
-        directory, base = os.path.split(self.path)
-        tmp = os.path.join(directory, f".{base}.final")
+        from os.path import join, split
+
+        directory, base = split(self.path)
+        tmp = join(directory, f".{base}.final")
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             _copy_between(self.fd, out, 0, 0, s.head)

@@ -17,13 +17,13 @@ which does both execs). When the job has ended it execs back into the full qex,
 which records the end exactly as the forked supervisor would have.
 
 Import nothing here that is not builtin or already loaded by a bare
-interpreter: ``_signal`` (``signal`` imports ``enum``), ``select.poll`` (not
-``selectors``), ``marshal`` (not ``json``).
+interpreter: ``posix`` (not ``os``), ``_signal`` (``signal`` imports ``enum``),
+``select.poll`` (not ``selectors``), ``marshal`` (not ``json``).
 """
 
 import _signal
 import marshal
-import os
+import posix as os  # not `os` (170 kB): the system calls are all in posix
 import select
 import sys
 import time
@@ -165,7 +165,7 @@ def write_handover(data) -> int:
     view = memoryview(blob)
     while view:
         view = view[os.write(fd, view):]
-    os.lseek(fd, 0, os.SEEK_SET)
+    os.lseek(fd, 0, 0)
     return fd
 
 
@@ -207,9 +207,8 @@ def exec_keeping(argv: list, keep) -> None:
     _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
-def entry_argv(module: str, function: str, tag: str, job_id: str, fd: int, minimal: bool) -> list:
-    """``python [-I -S] -c <import qex from where this process has it> TAG JOB FD``."""
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+def entry_argv(here: str, module: str, function: str, tag: str, job_id: str, fd: int, minimal: bool) -> list:
+    """``python [-I -S] -c <import qex from ``here``> TAG JOB FD``."""
     code = f"import sys;sys.path.insert(0,{here!r});from {module} import {function};{function}()"
     return [sys.executable, *(("-I", "-S") if minimal else ()), "-c", code, tag, job_id, str(fd)]
 
@@ -247,7 +246,8 @@ def main() -> None:
     interrupt.close()
     out = write_handover((ended, passed))
     keep = [out, *watch["keep"], *(s.fd for s in sinks.values()), *(s.cut_fd for s in sinks.values())]
-    exec_keeping(entry_argv("qex.supervisor.handoff", "finish", FINISHER_TAG, job_id, out, minimal=False), keep)
+    exec_keeping(entry_argv(watch["here"], "qex.supervisor.handoff", "finish", FINISHER_TAG, job_id, out,
+                            minimal=False), keep)
     # The full qex cannot start again (its interpreter gone?). Dying lets go of the liveness
     # lock: the next pass finds the supervisor lost and says so in the record.
     print(f"qex: the watcher of job {job_id} cannot exec back into qex to record its end", file=sys.stderr,
