@@ -279,8 +279,15 @@ def load_config(path: str | None = None, env=os.environ) -> Config:
     text = _read_text(path)
     if text is None:
         return Config.default(path)
-    data = _parse_toml(path, text)
-    return _Reader(path).build(data)
+    known = _READ.get(path)
+    if known is not None and known[0] == text:
+        return known[1]  # a supervisor reads it at each job's start and end: parse a text once
+    config = _Reader(path).build(_parse_toml(path, text))
+    _READ[path] = (text, config)
+    return config
+
+
+_READ: dict[str, tuple[str, "Config"]] = {}  # path -> (text, the Config it gave) in this process
 
 
 # -- reading the file ----------------------------------------------------------

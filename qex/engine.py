@@ -14,7 +14,7 @@ from qex.errors import QexError
 from qex.store import fs
 from qex.store.lock import hold, is_held
 from qex.store.records import FINAL, HOLDING
-from qex.store.state import Index, Store
+from qex.store.state import Index, Store, live_reason
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 
@@ -61,10 +61,11 @@ class Launch:
     """A job this process admitted and must start: its liveness lock is held.
     ``peer_fd``: this job's liveness lock in the peer directory (qex.peers)."""
 
-    __slots__ = ("job_id", "alive_fd", "peer_fd", "peer_lock")
+    __slots__ = ("job_id", "alive_fd", "peer_fd", "peer_lock", "started")
 
     def __init__(self, job_id: str, alive_fd: int, peer_fd: int = -1, peer_lock: str | None = None):
         self.job_id, self.alive_fd, self.peer_fd, self.peer_lock = job_id, alive_fd, peer_fd, peer_lock
+        self.started = None  # set by a supervisor that spawned this job in the pass that admitted it
 
     def __repr__(self) -> str:
         return f"Launch({self.job_id!r}, alive_fd={self.alive_fd}, peer_fd={self.peer_fd})"
@@ -78,17 +79,20 @@ class Txn:
         self.next_deadline: float | None = None  # the plan's earliest --max-queue-time deadline
         self.records: dict[str, dict] = {}
         self.changes: list[tuple[dict, str | None, str]] = []
+        self.index_changed = False  # an entry changed without an event (a live reason)
 
     def record(self, job_id: str) -> dict:
         rec = self.records.get(job_id)
         if rec is None:
+            entry = self.idx.jobs.get(job_id)
             try:
                 rec = self.store.read_status_dict(job_id)
             except QexError:
-                entry = self.idx.jobs.get(job_id)
                 if entry is None:
                     raise
                 rec = self._rebuilt(job_id, entry)
+            if entry is not None and rec.get("state") == "queued" and entry.get("reason") is not None:
+                rec = live_reason(rec, entry)  # the words of the last pass (see set_reason_locked)
             self.records[job_id] = rec
         return rec
 
@@ -127,8 +131,11 @@ class Txn:
         self.put(rec, old["state"], change)
         return rec
 
-    def commit(self) -> list[dict]:
-        return self.store.commit_locked(self.idx, self.changes)
+    def commit(self, save_index: bool = True) -> list[dict]:
+        if self.index_changed:
+            self.idx.unsaved = True  # live reasons changed: no event, no record, but the index
+        return self.store.commit_locked(self.idx, self.changes, save_index)
+
 
 
 class PassResult:
@@ -142,16 +149,20 @@ class PassResult:
         self.queued_mine, self.running_mine, self.next_deadline = queued_mine, running_mine, next_deadline
 
 
-def run_pass(ctx: Context, mutate=None) -> PassResult:
-    """One pass; ``mutate(txn)`` makes the command's own change in the same hold."""
+def run_pass(ctx: Context, mutate=None, admitted=None) -> PassResult:
+    """One pass; ``mutate(txn)`` makes the command's own change in the same hold;
+    ``admitted(txn, launches)`` acts on what the pass admitted before the commit
+    (a supervisor starts its own next job there: qex.supervisor.run)."""
     with ctx.store.lock():
-        idx = ctx.store.load_index_locked()
+        idx = ctx.store.load_index_locked(save_replayed=False)  # the commit saves it
         txn = Txn(ctx.store, idx)
         value = mutate(txn) if mutate is not None else None
         from qex import peers
 
         with peers.admission(ctx, any(e["state"] == "queued" for e in idx.jobs.values())):
             launches = admit_locked(ctx, txn)
+            if admitted is not None and launches:
+                admitted(txn, launches)
             from qex.hooks import mark_locked
 
             mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
@@ -391,8 +402,21 @@ def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
 
 
 def _set_reason(txn: Txn, job_id: str, reason: str, holder: str, now: float) -> None:
+    """Give a waiting job its reason.
+
+    A new kind of wait (another holder: capacity, a dependency, a pause, a peer...)
+    is a change of the record, journaled like any other. New words for the same
+    kind (other jobs hold the cores now, other amounts free) change only the
+    job's index entry: behind a full budget every start would otherwise rewrite
+    and journal the record of every waiting job. Readers take the words from
+    the index (``live_reason``; ``Store.read_live``).
+    """
     entry = txn.idx.jobs.get(job_id)
     if entry is None or (entry.get("reason") == reason and entry.get("holder") == holder):
+        return
+    if entry.get("holder") == holder and entry.get("reason") is not None and job_id not in txn.records:
+        entry["reason"] = reason
+        txn.index_changed = True
         return
     rec = txn.record(job_id)
     since = rec.get("blocked_since") if rec.get("blocked_reason") else None
@@ -439,8 +463,9 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=()) -> Launc
     return None
 
 
-def detach_stdio(log_path: str | None) -> None:
-    """Leave the caller's terminal and pipes: stdin from /dev/null, output to a log."""
+def detach_stdio(log_path: str | None, signals: bool = True) -> None:
+    """Leave the caller's terminal and pipes: stdin from /dev/null, output to a log.
+    ``signals=False``: keep the signal handlers (a supervisor moving on to its next job)."""
     null = os.open(os.devnull, os.O_RDWR)
     out = null
     if log_path:
@@ -458,6 +483,9 @@ def detach_stdio(log_path: str | None) -> None:
     for fd in {null, out}:
         if fd > 2:
             os.close(fd)
+    if not signals:
+        return
+    signal.set_wakeup_fd(-1)  # a supervisor's wake-up pipe is not this process's
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)

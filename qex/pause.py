@@ -423,7 +423,7 @@ def submission_note(ctx, job_id: str) -> str | None:
     try:
         if not os.listdir(directory(ctx.store)):
             return None
-        rec = ctx.store.read_status_dict(job_id)
+        rec = ctx.store.read_live(job_id)
     except Exception:
         return None
     if rec.get("state") == "queued" and rec.get("blocked_holder") in ("pause", "person"):

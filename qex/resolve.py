@@ -26,10 +26,7 @@ class Target:
 
 
 def _read_index(store) -> dict:
-    try:
-        return fs.read_json(store.index_path).get("jobs", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
+    return store.read_index_jobs()
 
 
 def _groups_dir(store) -> str:

@@ -46,16 +46,15 @@ def cmd_list(args) -> int:
     if members is not None:
         candidates = members  # a group: its members only, never a scan of all history
     elif states is not None and states <= set(ACTIVE):
-        from qex.resolve import _read_index
-
-        index = _read_index(store)
-        candidates = sorted(index, key=lambda j: index[j].get("seq", 0))
+        active = store.read_index_jobs()
+        candidates = sorted(active, key=lambda j: active[j].get("seq", 0))
     else:
         candidates = store.job_ids()
     records, now = [], time.time()
+    index = store.read_index_jobs()
     for job_id in candidates:
         try:
-            rec = store.read_status_dict(job_id)
+            rec = store.read_live(job_id, index)
         except BrokenRecord as exc:
             err(f"qex: {exc}")
             continue

@@ -217,7 +217,8 @@ def cmd_status(args) -> int:
             return outcome.INTERRUPTED
         except WaitLimit:
             return outcome.WAIT_LIMIT
-    records = [ctx.store.read_status_dict(j) for j in target.members]
+    index = ctx.store.read_index_jobs()
+    records = [ctx.store.read_live(j, index) for j in target.members]
     if args.show_env:
         from qex.control import check_owner
 

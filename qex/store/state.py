@@ -43,6 +43,7 @@ class Index:
         self.offset: int = int(data.get("offset", 0))        # journal bytes applied
         self.next_job: int = int(data.get("next_job", 1))    # next job seq number
         self.jobs: dict[str, dict] = dict(data.get("jobs", {}))
+        self.unsaved = False  # applied journal events the file does not have yet
 
     def dump(self) -> dict:
         return {"format": INDEX_FORMAT, "stream": self.stream, "seq": self.seq,
@@ -72,6 +73,13 @@ def entry_of(rec: dict) -> dict:
         "kill": rec.get("kill_requested", False), "submitted_at": rec.get("submitted_at", 0.0),
         "peer_lock": rec.get("peer_lock"),
     }
+
+
+def live_reason(rec: dict, entry: dict) -> dict:
+    """A queued job's record with the reason the last pass gave it (its index entry)."""
+    if entry.get("reason") == rec.get("blocked_reason"):
+        return rec
+    return {**rec, "blocked_reason": entry["reason"], "blocked_holder": entry.get("holder")}
 
 
 class Store:
@@ -132,6 +140,27 @@ class Store:
 
         return {**status_defaults(), **data}
 
+    def read_live(self, job_id: str, index: dict | None = None) -> dict:
+        """The record as a reader should see it: a queued job's reason is the one
+        its last pass gave (the active index keeps the words; the record keeps
+        the kind of wait). ``index``: the index's jobs, read once by a caller
+        that reads many records."""
+        rec = self.read_status_dict(job_id)
+        if rec.get("state") != "queued":
+            return rec
+        entry = (self.read_index_jobs() if index is None else index).get(job_id)
+        if not isinstance(entry, dict) or not isinstance(entry.get("reason"), str):
+            return rec
+        return live_reason(rec, entry)
+
+    def read_index_jobs(self) -> dict:
+        """The active index's entries, read without the lock (a reader's view; {} if unreadable)."""
+        try:
+            jobs = fs.read_json(self.index_path).get("jobs", {})
+        except (OSError, ValueError, AttributeError):
+            return {}
+        return jobs if isinstance(jobs, dict) else {}
+
     def read_status(self, job_id: str) -> Status:
         from qex.store import codec
 
@@ -162,8 +191,11 @@ class Store:
         return sorted(n for n in names if not n.startswith("."))
 
     # ---- the index and the commit (lock held) -----------------------------
-    def load_index_locked(self) -> Index:
-        """The active index, with any journal events a dead pass left unapplied replayed."""
+    def load_index_locked(self, save_replayed: bool = True) -> Index:
+        """The active index, with the journal events it has not applied yet replayed
+        (those a dead pass left, and those of a commit that let the next one save
+        the index: ``commit_locked(save_index=False)``). ``save_replayed=False``:
+        the caller's commit saves it (``Index.unsaved``)."""
         try:
             data = fs.read_json(self.index_path)
             check.index(data)  # a damaged index is rebuilt from the records and the journal
@@ -174,10 +206,10 @@ class Store:
             idx = self._rebuild_index_locked()
         except (OSError, ValueError, TypeError, AttributeError):
             idx = self._rebuild_index_locked()
-        self._replay_locked(idx)
+        self._replay_locked(idx, save_replayed)
         return idx
 
-    def _replay_locked(self, idx: Index) -> None:
+    def _replay_locked(self, idx: Index, save: bool = True) -> None:
         events, end, highest = journal.read_committed(self.journal_path, idx.offset)
         applied = False
         for event in events:
@@ -185,7 +217,7 @@ class Store:
             if rec is None:
                 continue  # a damaged line, or one already applied
             if os.path.isdir(self.job_dir(rec["id"])):
-                self._write_status_locked(rec)
+                self._write_status_locked(rec, unless_same=True)
                 self._index_put(idx, rec)
             idx.seq = event["seq"]
             applied = True
@@ -197,7 +229,10 @@ class Store:
             applied = True
         journal.trim(self.journal_path, idx.offset)
         if applied:
-            self.save_index_locked(idx)
+            if save:
+                self.save_index_locked(idx)
+            else:
+                idx.unsaved = True
 
     def _rebuild_index_locked(self) -> Index:
         """Scan every record, then the journal over them: only when the index is missing or damaged.
@@ -244,22 +279,36 @@ class Store:
 
     def save_index_locked(self, idx: Index) -> None:
         fs.write_json(self.index_path, idx.dump(), mode=self.file_mode, sync_dir=False)
+        idx.unsaved = False
 
-    def _write_status_locked(self, rec: dict, sync: bool = True) -> None:
+    def _write_status_locked(self, rec: dict, sync: bool = True, unless_same: bool = False) -> None:
         from qex.store.records import status_defaults
 
         directory = self.job_dir(rec["id"])
         if os.path.isdir(directory):
-            fs.write_json(os.path.join(directory, "status.json"), {**status_defaults(), **rec},
-                          mode=self.status_mode, sync_dir=False, sync=sync)
+            path = os.path.join(directory, "status.json")
+            data = {**status_defaults(), **rec}
+            if unless_same:  # a replayed event whose record was written: no second write and fsync
+                try:
+                    if fs.read_json(path) == data:
+                        return
+                except (OSError, ValueError):
+                    pass
+            fs.write_json(path, data, mode=self.status_mode, sync_dir=False, sync=sync)
 
-    def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]]) -> list[dict]:
+    def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]],
+                      save_index: bool = True) -> list[dict]:
         """Apply changes: (new record dict, previous state, change kind).
 
         Journal first (fsynced), then each status.json, then the index.
-        Returns the events written.
+        Returns the events written. ``save_index=False`` leaves the index file
+        behind the journal: the next pass replays these events into it (the
+        journal is the write-ahead log), which spares a supervisor that only
+        records its job running the rewrite of a large index.
         """
         if not changes:
+            if save_index and idx.unsaved:
+                self.save_index_locked(idx)
             return []
         changes = _coalesced(changes)
         now = time.time()
@@ -291,6 +340,9 @@ class Store:
             fs.syncfs(self.root)  # one flush for every record, before the index moves on
         if _CRASH:
             fs._hit("commit.before_index")
+        if not save_index:
+            idx.unsaved = True
+            return events
         self.save_index_locked(idx)
         if idx.offset > journal.max_bytes():
             # Rotate only once the index says every event is applied: an index
