@@ -95,6 +95,21 @@ def test_a_long_job_is_watched_by_a_small_process_and_its_end_recorded_as_before
     q.wait_for(lambda: not q.processes(), what="no qex process left")
 
 
+def test_the_supervisor_back_from_the_watcher_goes_on_to_the_next_job_and_slims_down_again(q):
+    q.write_config('[budget]\ncpu = 1\n[defaults]\nmem = "10MB"\n')
+    first = q.submit("--", *gated(q, "one", then="echo one"))
+    second = q.submit("--", *gated(q, "two", then="echo two"))
+    watched(q, first)
+    assert q.record(second)["state"] == "queued"
+    open_gate(q, "one")  # the exec back records the end; its pass starts the second job
+    rec = watched(q, second)
+    open_gate(q, "two")
+    assert q.wait_state(second, FINAL)["state"] == "completed" and q.record(first)["state"] == "completed"
+    assert log(q, first, "stdout.log") == b"one\n" and log(q, second, "stdout.log") == b"two\n"
+    assert not alive(rec["pid"])
+    q.wait_for(lambda: not q.processes(), what="no qex process left")
+
+
 def test_qex_kill_and_sigterm_reach_a_job_through_the_watcher(q):
     q.write_config('[budget]\ncpu = 4\n[defaults]\nmem = "10MB"\n')
     by_kill = q.submit("--", *gated(q, "never"))
