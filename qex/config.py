@@ -13,10 +13,9 @@ by hand rather than through cattrs, because each key takes several input shapes
 import os
 import stat
 
-from attrs import field, frozen
-
 from qex import units
 from qex.errors import ConfigError, SpecError
+from qex.plain import Factory, Plain
 
 DEFAULT_PEER_DIR = "/tmp/qex-peers"
 MAX_CONFIG_BYTES = 1024 * 1024  # a config larger than this is a mistake, not a config
@@ -33,29 +32,40 @@ RESERVED_POOL_NAMES = ("cpu", "mem")
 MIN_LOG_LIMIT = 4096  # qex.supervisor.logs.MIN_LIMIT
 
 
-def _check_percent(instance, attribute, value):
-    if not (0 < value <= 100):
-        raise ValueError(f"a percentage must be above 0 and at most 100, not {value!r}")
-
-
-@frozen
-class Percent:
+class Percent(Plain, frozen=True):
     """A share of the machine, above 0 and at most 100."""
 
-    value: float = field(converter=float, validator=_check_percent)
+    value: float
+
+    def __init__(self, value):
+        value = float(value)
+        if not (0 < value <= 100):
+            raise ValueError(f"a percentage must be above 0 and at most 100, not {value!r}")
+        super().__init__(value)
 
     def of(self, total: int) -> int:
-        """This share of ``total``, rounded down, in exact arithmetic."""
-        from fractions import Fraction
-
-        return int(Fraction(str(self.value)) * total / 100)
+        """This share of ``total``, rounded down, in exact arithmetic on the
+        decimal the percentage is written as (33.3% of 1000 is 333, not 332)."""
+        num, den = _exact_decimal(repr(self.value))
+        return num * total // (den * 100)
 
     def __str__(self) -> str:
         return f"{self.value:g}%"
 
 
-@frozen
-class PoolDef:
+def _exact_decimal(text: str) -> tuple[int, int]:
+    """``"33.3"`` -> (333, 10), ``"1e-05"`` -> (1, 100000): what ``Fraction(text)``
+    gives for a float's repr, without importing fractions (and decimal)."""
+    mantissa, _, exp = text.partition("e")
+    whole, _, frac = mantissa.partition(".")
+    num, den = int(whole + frac), 10 ** len(frac)
+    shift = int(exp) if exp else 0
+    if shift >= 0:
+        return num * 10**shift, den
+    return num, den * 10**-shift
+
+
+class PoolDef(Plain, frozen=True):
     """A ``[[pool]]``: plain (``count`` units, no devices) or indexed (one
     capacity in bytes per device, ``env`` receives the device indices).
     ``size_label`` says what a device's capacity is (``vram``); it is empty for
@@ -87,14 +97,19 @@ SOURCE_KEYS = (
     "pool",
 )  # fmt: skip
 _MODE_KEYS = ("budget.cpu", "budget.mem", "system.reserve_mem")
+_CACHED_FIELDS = frozenset((
+    "budget_cpu", "budget_mem", "reserve_mem", "mode", "oversized", "max_bypass", "default_cpu", "default_mem",
+    "default_timeout", "default_vram", "default_max_queue_time", "default_oom_retries", "default_retries",
+    "logs_max_bytes", "hook_on_stop", "hook_states", "hook_timeout", "learn_enabled", "learn_margin",
+    "peers_dir", "store_max_age", "store_max_records", "pools",
+))  # the fields a file sets: every Config field but path, exists and sources
 
 
 def _default_sources() -> dict[str, str]:
     return {key: "default" for key in SOURCE_KEYS}
 
 
-@frozen
-class Config:
+class Config(Plain, frozen=True):
     """What the config file says, every value checked, defaults filled in.
 
     Cores are millicores, sizes bytes, times seconds. ``sources`` says for each
@@ -127,7 +142,9 @@ class Config:
     store_max_age: float = 30 * 86400.0
     store_max_records: int = 10000
     pools: tuple[PoolDef, ...] = ()
-    sources: dict[str, str] = field(factory=_default_sources, hash=False)
+    sources: dict[str, str] = Factory(_default_sources)
+
+    from_cache = False  # not a field: read from the parsed-config cache (qex.config_cache)
 
     @classmethod
     def default(cls, path: str, exists: bool = False) -> "Config":
@@ -209,6 +226,7 @@ class Config:
         bytes, times in seconds, a percentage as ``"75%"``, null for unset);
         ``resolved`` is what it means on this machine (for the budget and the
         default claims) and otherwise equals ``value``. ``pool`` is a list.
+        ``from_cache``: read from the parsed-config cache (qex.config_cache).
         """
         env = os.environ if env is None else env
         budget_cpu, budget_mem = self.resolve_budget(cores, mem_total)
@@ -242,7 +260,7 @@ class Config:
             value, resolved = entry if isinstance(entry, tuple) else (entry, entry)
             value = str(value) if isinstance(value, Percent) else value
             values[key] = {"value": value, "resolved": resolved, "source": self._source(key, env)}
-        return {"path": self.path, "exists": self.exists, "values": values}
+        return {"path": self.path, "exists": self.exists, "from_cache": self.from_cache, "values": values}
 
     def _source(self, key: str, env) -> str:
         if key == "peers.dir" and env.get("QEX_PEER_DIR"):
@@ -274,16 +292,30 @@ def config_path(env=os.environ) -> str:
 
 
 def load_config(path: str | None = None, env=os.environ) -> Config:
-    """Read and check the config at ``path`` (default: ``config_path(env)``)."""
+    """Read and check the config at ``path`` (default: ``config_path(env)``).
+
+    A file unchanged since a command of this user read it comes from the
+    parsed-config cache (``qex.config_cache``) without parsing TOML."""
+    from qex import config_cache
+
     path = config_path(env) if path is None else os.path.abspath(path)
-    text = _read_text(path)
+    body = config_cache.lookup(path, env)
+    if body is not None:
+        try:
+            return _from_cache_body(path, body)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass  # a damaged entry: parse the file
+    stat_out: list = []
+    text = _read_text(path, stat_out)
     if text is None:
         return Config.default(path)
     known = _READ.get(path)
     if known is not None and known[0] == text:
         return known[1]  # a supervisor reads it at each job's start and end: parse a text once
-    config = _Reader(path).build(_parse_toml(path, text))
+    values, keys = _Reader(path).read(_parse_toml(path, text))
+    config = _assemble(path, values, keys)
     _READ[path] = (text, config)
+    config_cache.store(path, stat_out[0], _cache_body(values, keys), env)
     return config
 
 
@@ -303,10 +335,12 @@ def _fail_file(path: str, message: str):
     raise ConfigError(f"{path} {message}")
 
 
-def _read_text(path: str) -> str | None:
+def _read_text(path: str, stat_out: list | None = None) -> str | None:
     """The file's text, or None when nothing is at ``path``. Never opens a
     FIFO or a device: the type is checked with ``stat`` first, and the open is
-    non-blocking and re-checked with ``fstat``."""
+    non-blocking and re-checked with ``fstat``. ``stat_out`` receives the
+    stat of the file read, taken before the read (the parsed-config cache
+    stores only when the file still has it after the parse)."""
     where = "set QEX_CONFIG to another file, or move this one away to use the defaults"
     try:
         st = os.stat(path)
@@ -338,6 +372,8 @@ def _read_text(path: str) -> str | None:
         st2 = os.fstat(fd)
         if not stat.S_ISREG(st2.st_mode) or (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino):
             _fail_file(path, "changed while qex was reading it; run the command again")
+        if stat_out is not None:
+            stat_out.append(st2)
         chunks, size = [], 0
         while size <= MAX_CONFIG_BYTES:
             chunk = os.read(fd, 65536)
@@ -632,14 +668,19 @@ class _Reader:
         }
 
     def build(self, data: dict) -> Config:
+        values, keys = self.read(data)
+        return _assemble(self.path, values, keys)
+
+    def read(self, data: dict) -> tuple[dict, list[str]]:
+        """The values the file sets (by Config field), and their keys ("budget.cpu", "pool")."""
         schema = self.schema()
         tables = sorted([*schema, "pool"])
         values: dict = {}
-        sources = _default_sources()
+        keys: list[str] = []
         for table, content in data.items():
             if table == "pool":
                 values["pools"] = self.pools(content)
-                sources["pool"] = self.path
+                keys.append("pool")
                 continue
             if table not in schema:
                 kind = "table" if isinstance(content, dict) else "key"
@@ -652,21 +693,12 @@ class _Reader:
             for key, value in content.items():
                 where = f"[{table}] {units.safe_text(key, 60)}"
                 if key not in schema[table]:
-                    hint, keys = _did_you_mean(key, schema[table]), ", ".join(schema[table])
-                    _fail(self.path, f"unknown key {where}{hint}; the keys of [{table}] are {keys}; remove or rename it")
+                    hint, keys_of = _did_you_mean(key, schema[table]), ", ".join(schema[table])
+                    _fail(self.path, f"unknown key {where}{hint}; the keys of [{table}] are {keys_of}; remove or rename it")
                 attr, parse = schema[table][key]
                 values[attr] = parse(where, value)
-                sources[f"{table}.{key}"] = self.path
-        mode = values.get("mode", "cooperative")
-        percent, reserve = MODES[mode]
-        values.setdefault("budget_cpu", Percent(percent))
-        values.setdefault("budget_mem", Percent(percent))
-        values.setdefault("reserve_mem", reserve)
-        if mode != "cooperative":
-            for key in _MODE_KEYS:
-                if sources[key] == "default":
-                    sources[key] = f"default (enforce.mode = {mode})"
-        return Config(path=self.path, exists=True, sources=sources, **values)
+                keys.append(f"{table}.{key}")
+        return values, keys
 
     def pools(self, content) -> tuple[PoolDef, ...]:
         if isinstance(content, dict):
@@ -739,6 +771,63 @@ class _Reader:
             _fail(self.path, f"{label}: env = {_shown(env)} is not an environment variable name; "
                   f"use letters, digits and '_', not starting with a digit, e.g. {default_env}")
         return PoolDef(name=name, count=None, devices=sizes, size_label=size_label, env=env)
+
+
+def _assemble(path: str, values: dict, keys: list[str]) -> Config:
+    """The Config of a file that sets ``values`` (checked) under ``keys``: the
+    defaults, those of its ``enforce.mode``, and where each value came from."""
+    values = dict(values)
+    sources = _default_sources()
+    for key in keys:
+        sources[key] = path
+    mode = values.get("mode", "cooperative")
+    percent, reserve = MODES[mode]
+    values.setdefault("budget_cpu", Percent(percent))
+    values.setdefault("budget_mem", Percent(percent))
+    values.setdefault("reserve_mem", reserve)
+    if mode != "cooperative":
+        for key in _MODE_KEYS:
+            if sources[key] == "default":
+                sources[key] = f"default (enforce.mode = {mode})"
+    return Config(path=path, exists=True, sources=sources, **values)
+
+
+# -- the parsed-config cache (qex.config_cache): the checked values as JSON ----
+
+
+def _cache_body(values: dict, keys: list[str]) -> dict:
+    def plain(value):
+        if isinstance(value, Percent):
+            return {"percent": value.value}
+        if isinstance(value, PoolDef):
+            return {"pool": [value.name, value.count, list(value.devices), value.size_label, value.env]}
+        if isinstance(value, tuple):
+            return [plain(v) for v in value]
+        return value
+
+    return {"values": {attr: plain(v) for attr, v in values.items()}, "keys": list(keys)}
+
+
+def _from_cache_body(path: str, body: dict) -> Config:
+    """The Config a cache entry holds; raises (KeyError, TypeError, ValueError) on a damaged one."""
+    values = {}
+    for attr, value in body["values"].items():
+        if attr not in _CACHED_FIELDS:
+            raise KeyError(attr)
+        if isinstance(value, dict):
+            value = Percent(value["percent"])
+        elif attr == "pools":
+            value = tuple(PoolDef(name=n, count=c, devices=tuple(d), size_label=z, env=e)
+                          for n, c, d, z, e in (p["pool"] for p in value))
+        elif isinstance(value, list):
+            value = tuple(value)
+        values[attr] = value
+    keys = body["keys"]
+    if not isinstance(keys, list) or not all(k in SOURCE_KEYS for k in keys):
+        raise ValueError("keys")
+    config = _assemble(path, values, keys)
+    object.__setattr__(config, "from_cache", True)
+    return config
 
 
 def _env_part(name: str) -> str:

@@ -24,7 +24,7 @@ with the same key does not stop yours.
 import os
 import time
 
-from attrs import define
+from qex.plain import Plain
 
 from qex.errors import SpecError
 
@@ -86,8 +86,7 @@ def without_key(request_words: dict) -> dict:
 
 # ---- the test, under the lock ---------------------------------------------------
 
-@define
-class Hit:
+class Hit(Plain):
     """The job that holds the key: its id, state and command (as recorded)."""
 
     id: str

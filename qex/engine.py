@@ -6,7 +6,6 @@ and the writes only; supervisors are forked after it is released.
 """
 
 import os
-import signal
 import stat
 import time
 
@@ -149,10 +148,11 @@ class PassResult:
         self.queued_mine, self.running_mine, self.next_deadline = queued_mine, running_mine, next_deadline
 
 
-def run_pass(ctx: Context, mutate=None, admitted=None) -> PassResult:
+def run_pass(ctx: Context, mutate=None, admitted=None, save_index=True) -> PassResult:
     """One pass; ``mutate(txn)`` makes the command's own change in the same hold;
     ``admitted(txn, launches)`` acts on what the pass admitted before the commit
-    (a supervisor starts its own next job there: qex.supervisor.run)."""
+    (a supervisor starts its own next job there: qex.supervisor.run).
+    ``save_index``: see ``Store.commit_locked`` (a supervisor's pass saves it lazily)."""
     with ctx.store.lock():
         idx = ctx.store.load_index_locked(save_replayed=False)  # the commit saves it
         txn = Txn(ctx.store, idx)
@@ -166,7 +166,7 @@ def run_pass(ctx: Context, mutate=None, admitted=None) -> PassResult:
             from qex.hooks import mark_locked
 
             mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
-            txn.commit()
+            txn.commit(save_index)
             _publish_locked(ctx, idx)
     mine = [e["state"] for e in idx.jobs.values() if e["uid"] == ctx.uid]
     return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine), txn.next_deadline)
@@ -292,6 +292,8 @@ def _stop_orphan(launched) -> None:
 
     pid, start = launched
     if start is not None and process_start_time(pid) == start:
+        import signal
+
         try:
             os.killpg(pid, signal.SIGKILL)
         except OSError:
@@ -466,6 +468,8 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=()) -> Launc
 def detach_stdio(log_path: str | None, signals: bool = True) -> None:
     """Leave the caller's terminal and pipes: stdin from /dev/null, output to a log.
     ``signals=False``: keep the signal handlers (a supervisor moving on to its next job)."""
+    import signal  # here: in the forked child only (the enum module costs the submitting process ~0.4 ms)
+
     null = os.open(os.devnull, os.O_RDWR)
     out = null
     if log_path:

@@ -200,8 +200,8 @@ def prepare(ctx, args):
     built = []
     for position, (number, line) in enumerate(lines.items, 1):
         command = fill(template, line)
-        req = attrs.evolve(base, command=command, name=job_name(command[0], position, width, line),
-                           group=group_id, group_name=group, template=list(base.command), origin="each-line")
+        req = base.evolve(command=command, name=job_name(command[0], position, width, line),
+                         group=group_id, group_name=group, template=list(base.command), origin="each-line")
         try:
             built.append(build(ctx, req))
         except SpecError as exc:

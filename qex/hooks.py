@@ -28,7 +28,6 @@ This module is what every pass may touch; the runner is ``qex.hook_runner``.
 """
 
 import os
-import signal
 
 from qex.store.records import FINAL
 
@@ -109,6 +108,8 @@ def start_pending(ctx, close_in_child=()) -> None:
     if not todo:
         return
     if os.environ.get(FAULT) == "before-hook":
+        import signal
+
         os.kill(os.getpid(), signal.SIGKILL)
     _fork_runner(ctx, todo, close_in_child)
 

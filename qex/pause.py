@@ -28,15 +28,14 @@ Functions whose name ends in ``_locked`` must be called with the state lock held
 import os
 import time
 
-from attrs import define
+from qex.plain import Plain
 
 QUEUE_FILE = "queue.json"
 FORMAT = 1
 KEEP_IDS = 16
 
 
-@define
-class PauseFile:
+class PauseFile(Plain):
     """One pause as read from its file. ``broken`` says why it cannot be read
     (it holds all the same)."""
 

@@ -37,12 +37,11 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
-import math
 import os
 import stat
 import time
 
-from attrs import frozen
+from qex.plain import Plain
 
 FORMAT = 1
 KIND = "qex-peer"
@@ -56,8 +55,7 @@ _OPEN_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 # ---- what a scan finds ---------------------------------------------------------
 
-@frozen
-class Peer:
+class Peer(Plain, frozen=True):
     """One live record: what its owner's queue holds right now (live jobs only)."""
 
     file: str
@@ -73,14 +71,12 @@ class Peer:
     format: int = FORMAT
 
 
-@frozen
-class Ignored:
+class Ignored(Plain, frozen=True):
     file: str
     reason: str
 
 
-@frozen
-class Scan:
+class Scan(Plain, frozen=True):
     dir: str
     peers: tuple[Peer, ...] = ()
     ignored: tuple[Ignored, ...] = ()
@@ -379,7 +375,8 @@ def _is_int(v) -> bool:
 
 
 def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite number: ``v - v`` is 0 for one, nan for inf and nan (math.isfinite without importing math)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v - v == 0
 
 
 def _text(v, limit: int) -> str:

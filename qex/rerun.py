@@ -8,8 +8,6 @@ be. Never the old dedupe key (a rerun is asked for on purpose), never the old
 group (the group is the handle of what was submitted together).
 """
 
-import attrs
-
 from qex.errors import SpecError
 
 DROPPED = ("dedupe_key", "dedupe_window", "group", "group_name", "rerun_of")
@@ -25,7 +23,7 @@ def request_of(ctx, job_id: str):
     rec = ctx.store.read_status_dict(job_id)
     check_owner(ctx, rec, "rerun")
     spec = ctx.store.read_spec(job_id)
-    known = {f.name for f in attrs.fields(Request)}
+    known = set(Request.field_names())
     words = {k: v for k, v in (spec.request or {}).items() if k in known and k not in DROPPED}
     req = Request(**{**words, "command": list(spec.command)})
     req.cwd = spec.cwd

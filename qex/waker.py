@@ -100,7 +100,7 @@ def _sleep_until(ctx, wake: float) -> None:
 
 def _stamp(ctx) -> tuple:
     out = []
-    for path in (ctx.store.index_path, os.path.join(ctx.store.root, "pause")):
+    for path in (ctx.store.index_path, ctx.store.journal_path, os.path.join(ctx.store.root, "pause")):
         try:
             out.append(os.stat(path).st_mtime_ns)
         except OSError:
@@ -113,7 +113,7 @@ def _earliest_deadline(ctx, now: float) -> float | None:
     from qex.store import fs
 
     try:
-        jobs = fs.read_json(ctx.store.index_path).get("jobs", {})
+        jobs = ctx.store.read_index_jobs()
         times = [e["deadline"] for e in jobs.values() if e.get("state") == "queued" and e.get("deadline")]
     except (OSError, ValueError, AttributeError, TypeError, KeyError):
         return None
@@ -155,10 +155,16 @@ def _needs_pass(ctx) -> bool | None:
     from qex.store import fs
     from qex.store.lock import is_held
 
-    try:
-        jobs = fs.read_json(ctx.store.index_path).get("jobs", {})
-    except (OSError, ValueError, AttributeError):
+    if not os.path.exists(ctx.store.index_path):
         return True  # let a pass read (and if need be rebuild) the index
+    jobs = ctx.store.read_index_jobs()
+    if not jobs:
+        try:
+            from qex.store import check
+
+            check.index(fs.read_json(ctx.store.index_path))
+        except (OSError, ValueError, check.Damaged):
+            return True  # unreadable or damaged: a pass rebuilds it
     mine = {j: e for j, e in jobs.items() if e.get("uid") == ctx.uid}
     if not mine:
         return None

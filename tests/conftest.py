@@ -13,6 +13,22 @@ import pytest
 QEX = [sys.executable, "-m", "qex"]
 
 
+def pytest_configure(config):
+    """The tests' parsed-config cache (qex.config_cache) lives in a private
+    directory, never in the ~/.cache of whoever runs them."""
+    import tempfile
+
+    config._qex_cache = tempfile.mkdtemp(prefix="qex-test-cache-")
+    os.environ["XDG_CACHE_HOME"] = config._qex_cache
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    if getattr(config, "_qex_cache", None):
+        shutil.rmtree(config._qex_cache, ignore_errors=True)
+
+
 class Queue:
     """One test's qex: its own state directory, config and peer directory."""
 

@@ -62,6 +62,12 @@ def _exit_code(argv: list[str], exc) -> int:
 
 
 def _dispatch(argv: list[str]) -> int:
+    if argv[:1] == ["submit"]:
+        from qex.cli.fastpath import RUNS, plain_submit
+
+        args = plain_submit(argv)
+        if args is not None:
+            return _call(RUNS, args)
     from qex.cli import parser
 
     if not argv or argv[0] in ("-h", "--help"):
@@ -76,7 +82,12 @@ def _dispatch(argv: list[str]) -> int:
         raise UsageError(f"unknown command {name!r}; the commands are: {', '.join(parser.COMMANDS)}")
     built = parser.build(only=name)
     args = built.parse_args(parser.join_dash_values(built, argv))
-    module, _, func = parser.COMMANDS[name][1].partition(":")
+    return _call(parser.COMMANDS[name][1], args)
+
+
+def _call(target: str, args) -> int:
+    """Run "module:function" with the parsed arguments."""
+    module, _, func = target.partition(":")
     import importlib
 
     return importlib.import_module(module).__dict__[func](args) or 0

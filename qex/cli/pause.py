@@ -115,12 +115,7 @@ def _reason(text) -> str:
 # ---- what happened ---------------------------------------------------------------
 
 def _index_jobs(ctx) -> dict:
-    from qex.store import fs
-
-    try:
-        return fs.read_json(ctx.store.index_path).get("jobs", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
+    return ctx.store.read_index_jobs()
 
 
 def _show(ctx, as_json: bool) -> int:

@@ -193,7 +193,8 @@ def cmd_config(args) -> int:
     if args.json:
         print_json(config.show_json(cores, mem))
         return 0
-    out(f"config file: {config.path}" + ("" if config.exists else " (missing: the defaults are in force)"))
+    out(f"config file: {config.path}" + ("" if config.exists else " (missing: the defaults are in force)")
+        + (" (from the parsed-config cache: unchanged since qex last parsed it)" if config.from_cache else ""))
     rows = config.show(cores, mem)
     width = max((len(k) for k, _, _ in rows), default=10)
     for key, value, source in rows:

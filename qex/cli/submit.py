@@ -1,7 +1,6 @@
 """qex submit and qex run."""
 
 import os
-import signal
 
 from qex.cli.common import become_supervisor_if, command_after_dashes, context, err, out, print_json, write_id_file
 from qex.errors import SpecError
@@ -186,6 +185,8 @@ def cmd_run(args) -> int:
 
 
 def _follow_holder(ctx, job_id: str) -> int:
+    import signal
+
     from qex import outcome
     from qex.cli import wait as waiting
 
@@ -208,6 +209,8 @@ class _Stopper:
     """Ctrl-C or SIGTERM during `qex run`: stop the job (125); a second one exits at once."""
 
     def __init__(self, ctx, job_id: str):
+        import signal
+
         self.ctx, self.job_id, self.count = ctx, job_id, 0
         self.old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
 
@@ -225,5 +228,7 @@ class _Stopper:
             err(f"qex: {exc}")
 
     def restore(self):
+        import signal
+
         for s, h in self.old.items():
             signal.signal(s, h)

@@ -15,15 +15,21 @@ Layout::
 Functions whose name ends in ``_locked`` must be called with the state lock held.
 """
 
+from __future__ import annotations  # the record classes are declared on first use (qex.store.records)
+
+import json
 import os
 import time
 
 from qex.errors import NoSuchJob, QexError, StoreError
 from qex.store import check, fs, journal
 from qex.store.lock import StateLock
-from qex.store.records import ACTIVE, Spec, Status
+from qex.store.records import ACTIVE
 
 INDEX_FORMAT = 1
+LAZY = "lazy"        # commit_locked(save_index=LAZY): save the index only every so often:
+LAZY_EVENTS = 32     # when this many events are not in the file yet,
+LAZY_SECS = 1.0      # or when it was saved this long ago (readers replay the journal after it)
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 BULK = 16  # a commit of more jobs than this writes their records unsynced, then one syncfs
 
@@ -44,10 +50,12 @@ class Index:
         self.next_job: int = int(data.get("next_job", 1))    # next job seq number
         self.jobs: dict[str, dict] = dict(data.get("jobs", {}))
         self.unsaved = False  # applied journal events the file does not have yet
+        self.saved_at = float(data.get("saved_at", 0.0))  # when the file was written
+        self.saved_seq = self.seq                          # the seq the file has
 
     def dump(self) -> dict:
         return {"format": INDEX_FORMAT, "stream": self.stream, "seq": self.seq,
-                "offset": self.offset, "next_job": self.next_job, "jobs": self.jobs}
+                "offset": self.offset, "next_job": self.next_job, "saved_at": self.saved_at, "jobs": self.jobs}
 
 
 def entry_of(rec: dict) -> dict:
@@ -154,15 +162,34 @@ class Store:
         return live_reason(rec, entry)
 
     def read_index_jobs(self) -> dict:
-        """The active index's entries, read without the lock (a reader's view; {} if unreadable)."""
+        """The active index's entries as of the journal's end, read without the lock
+        (a reader's view; {} if unreadable). The file may be behind the journal by a
+        few events (``LAZY``): those are applied here, as the next pass would."""
         try:
-            jobs = fs.read_json(self.index_path).get("jobs", {})
-        except (OSError, ValueError, AttributeError):
+            data = fs.read_json(self.index_path)
+            jobs, seq, offset = data.get("jobs", {}), int(data.get("seq", 0)), int(data.get("offset", 0))
+        except (OSError, ValueError, AttributeError, TypeError):
             return {}
-        return jobs if isinstance(jobs, dict) else {}
+        if not isinstance(jobs, dict):
+            return {}
+        try:
+            events = journal.read_committed(self.journal_path, offset)[0]
+        except StoreError:
+            return jobs
+        idx = Index({"jobs": jobs, "seq": seq})
+        for event in events:
+            rec = _usable_event(event, idx.seq)
+            if rec is not None:
+                try:
+                    self._index_put(idx, rec)
+                except (KeyError, TypeError, ValueError, AttributeError):
+                    continue
+                idx.seq = event["seq"]
+        return idx.jobs
 
     def read_status(self, job_id: str) -> Status:
         from qex.store import codec
+        from qex.store.records import Status
 
         data = self.read_status_dict(job_id)
         try:
@@ -175,6 +202,7 @@ class Store:
         """The job's spec; ``must_own``: only a spec.json of this process's user
         (a supervisor never runs a spec another user could have put there)."""
         from qex.store import codec
+        from qex.store.records import Spec
 
         path = self.path(job_id, "spec.json")
         try:
@@ -191,17 +219,30 @@ class Store:
         return sorted(n for n in names if not n.startswith("."))
 
     # ---- the index and the commit (lock held) -----------------------------
+    # A process that commits keeps the index it committed, with the bytes of the
+    # file as it left it: its next pass takes that index when the file still
+    # holds those bytes (nobody saved it since), and replays the journal from
+    # where that index stands. A supervisor in a drain thus neither parses nor
+    # checks a large index per job, and saves it only now and then (LAZY_*).
+    _cache: tuple[bytes, Index] | None = None
+
     def load_index_locked(self, save_replayed: bool = True) -> Index:
         """The active index, with the journal events it has not applied yet replayed
         (those a dead pass left, and those of a commit that let the next one save
         the index: ``commit_locked(save_index=False)``). ``save_replayed=False``:
         the caller's commit saves it (``Index.unsaved``)."""
+        cached, self._cache = self._cache, None  # given back only by a commit that completes
         try:
-            data = fs.read_json(self.index_path)
-            check.index(data)  # a damaged index is rebuilt from the records and the journal
-            if data.get("format", INDEX_FORMAT) > INDEX_FORMAT:
-                raise StoreError(f"{self.index_path} was written by a newer qex; upgrade qex")
-            idx = Index(data)
+            raw = fs.read_bytes(self.index_path, 64 << 20)
+            if cached is not None and raw == cached[0]:
+                idx = cached[1]
+            else:
+                data = json.loads(raw)
+                check.index(data)  # a damaged index is rebuilt from the records and the journal
+                if data.get("format", INDEX_FORMAT) > INDEX_FORMAT:
+                    raise StoreError(f"{self.index_path} was written by a newer qex; upgrade qex")
+                idx = Index(data)
+            idx.file_bytes = raw
         except FileNotFoundError:
             idx = self._rebuild_index_locked()
         except (OSError, ValueError, TypeError, AttributeError):
@@ -278,8 +319,11 @@ class Store:
         idx.next_job = max(idx.next_job, int(rec.get("seq", 0)) + 1)
 
     def save_index_locked(self, idx: Index) -> None:
-        fs.write_json(self.index_path, idx.dump(), mode=self.file_mode, sync_dir=False)
+        idx.saved_at, idx.saved_seq = time.time(), idx.seq
+        data = json.dumps(idx.dump(), separators=(",", ":")).encode() + b"\n"
+        fs.write_atomic(self.index_path, data, mode=self.file_mode, sync_dir=False)
         idx.unsaved = False
+        idx.file_bytes = data
 
     def _write_status_locked(self, rec: dict, sync: bool = True, unless_same: bool = False) -> None:
         from qex.store.records import status_defaults
@@ -306,9 +350,12 @@ class Store:
         journal is the write-ahead log), which spares a supervisor that only
         records its job running the rewrite of a large index.
         """
+        if save_index == LAZY:
+            save_index = idx.seq + len(changes) - idx.saved_seq >= LAZY_EVENTS or time.time() - idx.saved_at >= LAZY_SECS
         if not changes:
             if save_index and idx.unsaved:
                 self.save_index_locked(idx)
+            self._keep(idx)
             return []
         changes = _coalesced(changes)
         now = time.time()
@@ -342,6 +389,7 @@ class Store:
             fs._hit("commit.before_index")
         if not save_index:
             idx.unsaved = True
+            self._keep(idx)
             return events
         self.save_index_locked(idx)
         if idx.offset > journal.max_bytes():
@@ -352,7 +400,13 @@ class Store:
             self.save_index_locked(idx)
         if _CRASH:
             fs._hit("commit.after_index")
+        self._keep(idx)
         return events
+
+    def _keep(self, idx: Index) -> None:
+        """Remember the index this process committed, with the bytes its file holds."""
+        raw = getattr(idx, "file_bytes", None)
+        self._cache = (raw, idx) if raw is not None else None
 
     # ---- making a job directory (before its first event) ------------------
     def create_job_dir(self, spec: Spec, sync: bool = True) -> None:
@@ -360,13 +414,13 @@ class Store:
 
         ``sync=False`` (a bulk submission) leaves the flush to one ``fs.syncfs``
         by the caller before the jobs are committed."""
-        import attrs
+        from qex.store.records import spec_json
 
         final = self.job_dir(spec.id)
         tmp = os.path.join(self.jobs, f".new-{spec.id}")
         try:
             os.mkdir(tmp, 0o700)
-            fs.write_json(os.path.join(tmp, "spec.json"), attrs.asdict(spec), mode=0o600, sync_dir=False, sync=sync)
+            fs.write_json(os.path.join(tmp, "spec.json"), spec_json(spec), mode=0o600, sync_dir=False, sync=sync)
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             if self.shared:

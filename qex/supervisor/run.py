@@ -14,6 +14,7 @@ import traceback
 
 from qex import engine
 from qex.engine import Context, Launch
+from qex.store.state import LAZY
 from qex.supervisor.logs import Sink
 from qex.supervisor.memory import Meter, settle
 
@@ -147,7 +148,7 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None):
             txn.commit()
             return None, rec
         proc, rec = _spawn_locked(ctx, txn, launch, spec, meter or Meter())
-        txn.commit(save_index=proc is None)  # running: the journal has it; the next pass indexes it
+        txn.commit(save_index=LAZY)  # running: the journal has it; a pass soon saves the index
     return proc, rec
 
 
@@ -423,7 +424,7 @@ def _until_recorded(ctx: Context, mutate, admitted=None):
     deadline, delay, said = time.time() + patience, 0.1, False
     while True:
         try:
-            return engine.run_pass(ctx, mutate, admitted)
+            return engine.run_pass(ctx, mutate, admitted, save_index=LAZY)
         except BrokenRecord:
             raise
         except StoreError as exc:

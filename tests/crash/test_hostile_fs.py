@@ -191,7 +191,13 @@ def test_a_planted_symlink_or_fifo_is_never_followed_nor_blocked_on(q, tmp_path,
         said = runs["submit"].stderr
         assert runs["submit"].returncode == 121 and ("remove it" in said or "move it away" in said), said
     if where == "status.json":
-        assert runs["status"].returncode == 1 and f"qex clean {done}" in runs["status"].stderr
+        path = os.path.join(q.state, "jobs", done, "status.json")
+        if runs["status"].returncode == 0:
+            # The job's last event was still after the index's offset (a supervisor saves the
+            # index lazily): the next pass replayed it, writing a regular file in the link's place.
+            assert not os.path.islink(path) and q.record(done)["state"] == "completed"
+        else:
+            assert runs["status"].returncode == 1 and f"qex clean {done}" in runs["status"].stderr
     if planted_job:
         rec = q.wait_state(planted_job, "completed")
         assert "stdout log stopped" in rec["error"], rec

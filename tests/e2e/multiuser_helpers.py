@@ -191,11 +191,9 @@ def held_cpu(state: str) -> float:
     fd = os.open(os.path.join(state, "lock"), os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
-        try:
-            with open(os.path.join(state, "index.json")) as fh:
-                jobs = json.load(fh).get("jobs", {})
-        except FileNotFoundError:
-            jobs = {}
+        from qex.store.state import Store
+
+        jobs = Store(state).read_index_jobs()  # the index, and the journal events it lags by
     finally:
         os.close(fd)
     return sum(e["cpu"] for e in jobs.values() if e["state"] in HOLDING) / 1000
