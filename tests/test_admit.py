@@ -1,9 +1,12 @@
 """Example-based tests of qex.admit: one or a few per rule of the admission pass."""
 
+import copy
+import pickle
 import random
+import subprocess
+import sys
 
 import pytest
-from attrs import evolve
 
 from qex.admit import (
     Claim,
@@ -14,12 +17,14 @@ from qex.admit import (
     PoolSpec,
     Queued,
     Running,
+    Skip,
     Snapshot,
     Start,
     admit,
     cores,
     size,
 )
+from qex.admit.model import FrozenInstanceError, evolve
 
 GB = 1 << 30
 MB = 1 << 20
@@ -531,3 +536,55 @@ def test_oversized_does_not_run_alone_while_a_peer_holds_only_memory():
     plan = admit(snap([job("huge", 1, cpu=12000)], peers=[PeerHold("alice", 0, GB)]))
     assert not plan.start
     assert waits(plan)["huge"].holder == "peer" and "(alice holds 1GB)" in waits(plan)["huge"].reason
+
+
+# ---- the values themselves (plain classes, no attrs) ------------------------------
+
+
+def test_importing_admit_does_not_import_attrs():
+    """Every `qex submit` imports qex.admit: it must not pay for attrs."""
+    code = "import sys, qex.admit; print(sorted(m for m in ('attr', 'attrs') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_values_are_frozen_and_compare_hash_and_print_by_their_fields():
+    a = Claim("gpu", 1, 8 * GB)
+    assert a == Claim(name="gpu", count=1, size=8 * GB) and a != Claim("gpu", 2, 8 * GB)
+    assert hash(a) == hash(Claim("gpu", 1, 8 * GB)) and len({a, Claim("gpu", 1, 8 * GB)}) == 1
+    assert repr(a) == f"Claim(name='gpu', count=1, size={8 * GB})"
+    assert Dep("x", "failed") != Skip("x", "failed", "")  # another class: never equal
+    with pytest.raises(AttributeError):
+        a.count = 2
+    with pytest.raises(FrozenInstanceError):
+        del a.name
+    assert (a.name, a.count, a.size) == ("gpu", 1, 8 * GB)
+    q = Queued("j1", 3)
+    assert (q.priority, q.cpu, q.mem, q.claims, q.needs, q.after, q.deadline, q.passed_by, q.name, q.retry) == (
+        0, 1000, 0, (), (), (), None, 0, "", False)
+    assert pickle.loads(pickle.dumps(q)) == q and copy.deepcopy(q) == q
+
+
+def test_evolve_changes_only_the_named_fields():
+    q = Queued("j1", 3, priority=2, name="train")
+    moved = evolve(q, passed_by=2)
+    assert moved.passed_by == 2 and (moved.id, moved.seq, moved.priority, moved.name) == ("j1", 3, 2, "train")
+    assert q.passed_by == 0
+    with pytest.raises(TypeError, match="no field"):
+        evolve(q, bogus=1)
+
+
+def test_callers_build_values_positionally_in_the_documented_order():
+    """The order engine.snapshot(), peers.holdings() and pause.current() use."""
+    claim = Claim("gpu", 1, None)
+    use = DeviceUse("gpu", (0,), None)
+    r = Running("r1", 1000, GB, (claim,), (use,))
+    assert (r.id, r.cpu, r.mem, r.claims, r.assigned) == ("r1", 1000, GB, (claim,), (use,))
+    q = Queued("q1", 7, 1, 500, GB, (claim,), ("a",), ("b",), 99.0, 2, "train", True)
+    assert (q.id, q.seq, q.priority, q.cpu, q.mem, q.claims, q.needs, q.after, q.deadline, q.passed_by, q.name,
+            q.retry) == ("q1", 7, 1, 500, GB, (claim,), ("a",), ("b",), 99.0, 2, "train", True)
+    p = PeerHold("alice", 500, GB, (("net", 1),), (use,))
+    assert (p.owner, p.cpu, p.mem, p.units, p.assigned) == ("alice", 500, GB, (("net", 1),), (use,))
+    assert (Dep("x", "skipped", "root").root, PoolSpec("gpu", None, (GB,)).devices) == ("root", (GB,))
+    s = Snapshot(1.0, 2000, GB, None, "queue", 2, (), (r,), (p,), (q,))
+    assert s.deps == () and s.pause == Pause() and (s.pause.queue, s.pause.queue_reason, s.pause.locks) == (False, "", ())

@@ -38,11 +38,19 @@ Decisions the rules leave open:
 - A running job's claims on an indexed pool count only through ``assigned``.
 - While the queue is paused, every waiting job (dependency waits too) gets the
   pause reason; health says "paused: ...".
+
+Cost: one pass is linear in the queued jobs. The capacity verdict of a job
+(and its words) depends only on what is held and on the job's shape (cpu,
+mem, claims), and what is held changes only when a job starts: so it is
+computed once per shape between two starts, and reused (the few words that
+name the job are filled in when used). The decisions are collected in lists
+and the Plan is built once.
 """
 
 from __future__ import annotations
 
-from attrs import evolve, frozen
+import gc
+from operator import attrgetter
 
 from . import words
 from .model import (
@@ -66,8 +74,6 @@ from .resources import (
     Ledger,
     Machine,
     fit,
-    get,
-    hold,
     holders_of,
     is_whole,
     ledger_of,
@@ -83,100 +89,193 @@ OWN, PEER, OUTSIDE = "own", "peer", "outside"
 RUN_WHEN_IDLE = "run-when-idle"
 
 
-@frozen
 class Verdict:
     """One job's decision before expiry is applied. ``holder`` is START, SKIP
     or a Wait holder; ``parks`` (own/peer/outside) marks a capacity wait that
-    can become the front; ``note`` is the health line it would give."""
+    can become the front; ``note`` is the health line it would give, or, when
+    ``tail`` is not None, its head: the line is note + the job's label + tail
+    (so one verdict serves every job of the same shape)."""
 
-    holder: str
-    reason: str = ""
-    cause: str = "capacity"
-    assigned: tuple[DeviceUse, ...] = ()
-    forced: bool = False
-    root: str = ""
-    front: str | None = None
-    parks: str | None = None
-    note: str = ""
+    __slots__ = ("holder", "reason", "cause", "assigned", "forced", "root", "front", "parks", "note", "tail")
+
+    def __init__(self, holder: str, reason: str = "", cause: str = "capacity", assigned: tuple[DeviceUse, ...] = (),
+                 forced: bool = False, root: str = "", front: str | None = None, parks: str | None = None,
+                 note: str = "", tail: str | None = None):
+        self.holder = holder
+        self.reason = reason
+        self.cause = cause
+        self.assigned = assigned
+        self.forced = forced
+        self.root = root
+        self.front = front
+        self.parks = parks
+        self.note = note
+        self.tail = tail
+
+    def note_for(self, job: Queued) -> str:
+        return self.note if self.tail is None else self.note + words.label(job) + self.tail
 
 
-@frozen
 class Context:
     """What stays fixed during the pass. ``peers`` is the ledger with this
-    queue's jobs removed (for the own/peer classification)."""
+    queue's jobs removed (for the own/peer classification); ``locks`` the
+    paused locks and pools (the first words of a name win)."""
 
-    snap: Snapshot
-    m: Machine
-    peers: Ledger
-    deps: dict
-    jobs: dict
+    __slots__ = ("snap", "m", "peers", "deps", "locks")
+
+    def __init__(self, snap: Snapshot, m: Machine, peers: Ledger, deps: dict, locks: dict):
+        self.snap = snap
+        self.m = m
+        self.peers = peers
+        self.deps = deps
+        self.locks = locks
 
     def dep(self, dep_id: str) -> Dep:
         return self.deps.get(dep_id) or Dep(dep_id, "missing")
 
 
-@frozen
 class Front:
     """The first job in order that waits for capacity."""
 
-    id: str
-    label: str
-    kind: str
-    allowance: int = 0
-    passed: int = 0
-    note: str = ""
+    __slots__ = ("id", "label", "kind", "allowance", "passed", "note")
 
-
-@frozen
-class State:
-    """The pass so far."""
-
-    ledger: Ledger
-    front: Front | None = None
-    start: tuple[Start, ...] = ()
-    wait: tuple[Wait, ...] = ()
-    skip: tuple[Skip, ...] = ()
-    expire: tuple[Expire, ...] = ()
-    stuck: str = ""
+    def __init__(self, id: str, label: str, kind: str, allowance: int = 0, passed: int = 0, note: str = ""):
+        self.id = id
+        self.label = label
+        self.kind = kind
+        self.allowance = allowance
+        self.passed = passed
+        self.note = note
 
 
 def order_key(job: Queued):
     return (-job.priority, job.seq, job.id)
 
 
+_SEQ_ID = attrgetter("seq", "id")
+_PRIORITY = attrgetter("priority")
+_ID = attrgetter("id")
+
+
+def _in_order(queued) -> list[Queued]:
+    """``sorted(queued, key=order_key)`` with C-level keys: by (seq, id), then
+    stably by priority, highest first (``reverse`` keeps the sort stable)."""
+    jobs = sorted(queued, key=_SEQ_ID)
+    jobs.sort(key=_PRIORITY, reverse=True)
+    return jobs
+
+
 def admit(snap: Snapshot) -> Plan:
     """Decide, for every queued job, start / wait / skip / expire."""
+    # A pass makes one decision object per job and no reference cycles: with a
+    # long queue, the collections those allocations trigger were a third of
+    # its time. Collection resumes (if it was on) when the pass returns.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _admit(snap)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _admit(snap: Snapshot) -> Plan:
     ctx = _context(snap)
-    st = State(ledger=_initial(ctx.m, snap))
-    for job in sorted(snap.queued, key=order_key):
-        st = _settle(ctx, st, job, _decide(ctx, st, job))
-    return _plan(ctx, st)
+    m = ctx.m
+    led = _initial(m, snap)
+    pause = snap.pause
+    paused, locks = pause.queue, ctx.locks
+    paused_verdict = Verdict("pause", words.pause_wait(pause.queue_reason), cause="pause") if paused else None
+    now = snap.now
+    starts: list[Start] = []
+    waits: list[Wait] = []
+    skips: list[Skip] = []
+    expires: list[Expire] = []
+    first_wait: Queued | None = None
+    next_deadline = None  # the earliest deadline of a waiting job
+    front: Front | None = None
+    front_verdict: Verdict | None = None  # set while an own-blocked front holds later jobs
+    stuck = ""
+    memo: dict = {}  # (cpu, mem, claims) -> capacity verdict, valid until the next start
+
+    for job in _in_order(snap.queued):
+        v = None
+        needs = job.needs
+        if needs:
+            v = _skip(ctx, job)
+        if v is None and paused and not job.retry:  # a running job's retries continue through a queue pause
+            v = paused_verdict
+        if v is None and (needs or job.after):
+            v = _unfinished(ctx, job)
+        claims = job.claims
+        if v is None and (claims or job.cpu > m.cpu or job.mem > m.mem):
+            v = _never(ctx, job)
+            if v is None and claims and locks:
+                v = _person(ctx, job)
+        if v is None and front_verdict is not None and front.allowance <= 0:
+            v = front_verdict
+        if v is None:
+            key = (job.cpu, job.mem, claims)
+            v = memo.get(key)
+            if v is None:
+                v = memo[key] = _capacity(ctx, led, job)
+
+        # settle the verdict
+        holder, deadline = v.holder, job.deadline
+        if holder == SKIP:
+            skips.append(Skip(job.id, v.root, v.reason))
+        elif not paused and deadline is not None and now >= deadline:
+            expires.append(Expire(job.id, v.cause, words.expired(v.cause, v.reason)))
+        elif holder == START:
+            led.add(m, started_holder(m, job, v.assigned))
+            memo.clear()
+            if front is not None and front.kind == OWN:
+                front.allowance -= 1
+                front.passed += 1
+            starts.append(Start(job.id, v.assigned, v.forced))
+        else:
+            waits.append(Wait(job.id, v.reason, holder, v.front))
+            if first_wait is None:
+                first_wait = job
+            if deadline is not None and (next_deadline is None or deadline < next_deadline):
+                next_deadline = deadline
+            if holder == "oversized" and not stuck:
+                stuck = v.note_for(job)
+            if v.parks is not None and front is None:
+                allowance = max(0, snap.max_bypass - job.passed_by)
+                front = Front(job.id, words.label(job), v.parks, allowance, 0, v.note_for(job))
+                if front.kind == OWN:
+                    front_verdict = Verdict("front", words.front_wait(front.label), front=front.id)
+
+    if waits and len(set(map(_ID, snap.queued))) != len(snap.queued):
+        # an id given twice: the last job of that id speaks for it (as a dict of the queue would)
+        jobs = {j.id: j for j in snap.queued}
+        first_wait = jobs[waits[0].id]
+        next_deadline = min((jobs[w.id].deadline for w in waits if jobs[w.id].deadline is not None), default=None)
+    passed = ((front.id, front.passed),) if front and front.kind == OWN and front.passed else ()
+    health = _health(ctx, front, len(starts), waits, first_wait, stuck)
+    return Plan(tuple(starts), tuple(waits), tuple(skips), tuple(expires), passed, health, next_deadline)
 
 
 def _initial(m: Machine, snap: Snapshot) -> Ledger:
-    own = tuple(own_holder(m, r) for r in sorted(snap.running, key=lambda r: r.id))
-    return ledger_of(m, own + peer_holders(m, snap.peers))
+    own = [own_holder(m, r) for r in sorted(snap.running, key=lambda r: r.id)]
+    return ledger_of(m, own + list(peer_holders(m, snap.peers)))
 
 
 def _context(snap: Snapshot) -> Context:
     m = machine_of(snap)
     peers = ledger_of(m, peer_holders(m, snap.peers))
     deps = {d.id: d for d in sorted(snap.deps, key=lambda d: (d.id, d.state, d.root or ""))}
-    return Context(snap, m, peers, deps, {j.id: j for j in snap.queued})
+    locks: dict = {}
+    for name, said in snap.pause.locks:
+        locks.setdefault(name, said)
+    return Context(snap, m, peers, deps, locks)
 
 
 # ---- verdicts ---------------------------------------------------------------
 
 
-def _decide(ctx: Context, st: State, job: Queued) -> Verdict:
-    for check in (_skip, _paused, _unfinished, _never, _person, _held_for_front):
-        verdict = check(ctx, st, job)
-        if verdict is not None:
-            return verdict
-    return _capacity(ctx, st, job)
-
-
-def _skip(ctx: Context, st: State, job: Queued) -> Verdict | None:
+def _skip(ctx: Context, job: Queued) -> Verdict | None:
     for dep_id in job.needs:
         dep = ctx.dep(dep_id)
         if dep.state in FINAL_STATES and dep.state != "completed":
@@ -185,14 +284,7 @@ def _skip(ctx: Context, st: State, job: Queued) -> Verdict | None:
     return None
 
 
-def _paused(ctx: Context, st: State, job: Queued) -> Verdict | None:
-    pause = ctx.snap.pause
-    if not pause.queue or job.retry:  # a running job's retries continue through a queue pause
-        return None
-    return Verdict("pause", words.pause_wait(pause.queue_reason), cause="pause")
-
-
-def _unfinished(ctx: Context, st: State, job: Queued) -> Verdict | None:
+def _unfinished(ctx: Context, job: Queued) -> Verdict | None:
     named = [(d, True) for d in job.needs] + [(d, False) for d in job.after]
     for dep_id, needed in named:
         dep = ctx.dep(dep_id)
@@ -205,7 +297,7 @@ def _over_budget(m: Machine, job: Queued) -> bool:
     return job.cpu > m.cpu or job.mem > m.mem
 
 
-def _never(ctx: Context, st: State, job: Queued) -> Verdict | None:
+def _never(ctx: Context, job: Queued) -> Verdict | None:
     m = ctx.m
     for claim in job.claims:
         if never_fits(m, claim):
@@ -217,43 +309,38 @@ def _never(ctx: Context, st: State, job: Queued) -> Verdict | None:
     return None
 
 
-def _person(ctx: Context, st: State, job: Queued) -> Verdict | None:
+def _person(ctx: Context, job: Queued) -> Verdict | None:
     for claim in job.claims:
-        said = get(ctx.snap.pause.locks, claim.name)
+        said = ctx.locks.get(claim.name)
         if claim.count > 0 and said is not None:
             return Verdict("person", words.person_wait(ctx.m, claim.name, said), cause="pause")
     return None
 
 
-def _held_for_front(ctx: Context, st: State, job: Queued) -> Verdict | None:
-    front = st.front
-    if front is not None and front.kind == OWN and front.allowance <= 0:
-        return Verdict("front", words.front_wait(front.label), front=front.id)
-    return None
-
-
-def _capacity(ctx: Context, st: State, job: Queued) -> Verdict:
+def _capacity(ctx: Context, led: Ledger, job: Queued) -> Verdict:
+    """Start, or wait for capacity: a function of ``led`` and the job's
+    shape only (``admit`` reuses it for every job of that shape)."""
     if _over_budget(ctx.m, job):
-        return _alone(ctx, st, job)
-    f = fit(ctx.m, st.ledger, job.cpu, job.mem, job.claims)
+        return _alone(ctx, led, job)
+    f = fit(ctx.m, led, job.cpu, job.mem, job.claims)
     if f.ok:
         return Verdict(START, assigned=f.assigned)
     whole = {c.name for c in job.claims if is_whole(ctx.m, c)}
     locks = tuple(n for n in f.pools if n in whole)
     if not f.budget and len(locks) == len(f.pools):
-        return _lock_wait(ctx, st, locks)
-    rest = evolve(f, pools=tuple(n for n in f.pools if n not in whole))
-    return _capacity_wait(ctx, st, job, rest, locks, whole)
+        return _lock_wait(ctx, led, locks)
+    rest = Fit(f.budget, tuple(n for n in f.pools if n not in whole), f.assigned)
+    return _capacity_wait(ctx, led, job, rest, locks, whole)
 
 
-def _lock_wait(ctx: Context, st: State, names: tuple[str, ...]) -> Verdict:
-    holders = holders_of(st.ledger, names)
+def _lock_wait(ctx: Context, led: Ledger, names: tuple[str, ...]) -> Verdict:
+    holders = holders_of(led, names)
     holder = "lock" if any(not h.peer for h in holders) else PEER
     return Verdict(holder, words.lock_wait(ctx.m, names, holders), cause="lock")
 
 
-def _capacity_wait(ctx: Context, st: State, job: Queued, f: Fit, locks, whole) -> Verdict:
-    m, led = ctx.m, st.ledger
+def _capacity_wait(ctx: Context, led: Ledger, job: Queued, f: Fit, locks, whole) -> Verdict:
+    m = ctx.m
     extra = words.also_locks(m, locks, holders_of(led, locks))
     divisible = tuple(c for c in job.claims if c.name not in whole)
     alone = fit(m, ctx.peers, job.cpu, job.mem, divisible)
@@ -269,21 +356,20 @@ def _capacity_wait(ctx: Context, st: State, job: Queued, f: Fit, locks, whole) -
 
 def _peer_verdict(ctx: Context, job: Queued, reason: str, dims) -> Verdict:
     amounts = words.peer_amounts(ctx.m, holders_of(ctx.peers, dims), dims)
-    note = f"waits for another user: {words.label(job)} cannot fit while {amounts}"
-    return Verdict(PEER, reason, parks=PEER, note=note)
+    return Verdict(PEER, reason, parks=PEER, note="waits for another user: ", tail=f" cannot fit while {amounts}")
 
 
 def _outside_verdict(ctx: Context, job: Queued, extra: str = "") -> Verdict:
     available = ctx.m.mem_available or 0
-    note = (f"waits for memory outside qex: {words.label(job)} needs {words.size(job.mem)}, "
-            f"{words.size(max(available, 0))} available")
-    return Verdict(OUTSIDE, words.outside_wait(job, available) + extra, parks=OUTSIDE, note=note)
+    tail = f" needs {words.size(job.mem)}, {words.size(max(available, 0))} available"
+    return Verdict(OUTSIDE, words.outside_wait(job, available) + extra, parks=OUTSIDE,
+                   note="waits for memory outside qex: ", tail=tail)
 
 
-def _alone(ctx: Context, st: State, job: Queued) -> Verdict:
+def _alone(ctx: Context, led: Ledger, job: Queued) -> Verdict:
     """An oversized job under run-when-idle: it starts (forced) only when
     nothing else holds anything; meanwhile it can be the front."""
-    m, led = ctx.m, st.ledger
+    m = ctx.m
     f = fit(m, led, job.cpu, job.mem, job.claims, budget=False)
     own = tuple(sorted((h for h in led.holders if not h.peer), key=lambda h: h.who))
     if not own and led.cpu.peer == 0 and led.mem.peer == 0 and f.ok:
@@ -296,63 +382,20 @@ def _alone(ctx: Context, st: State, job: Queued) -> Verdict:
     return _outside_verdict(ctx, job)
 
 
-# ---- applying verdicts ------------------------------------------------------
+# ---- the health line ---------------------------------------------------------
 
 
-def _expired(ctx: Context, job: Queued) -> bool:
+def _health(ctx: Context, front: Front | None, started: int, waits: list, first_wait, stuck: str) -> str:
     snap = ctx.snap
-    return not snap.pause.queue and job.deadline is not None and snap.now >= job.deadline
-
-
-def _settle(ctx: Context, st: State, job: Queued, v: Verdict) -> State:
-    if v.holder == SKIP:
-        return evolve(st, skip=st.skip + (Skip(job.id, v.root, v.reason),))
-    if _expired(ctx, job):
-        return evolve(st, expire=st.expire + (Expire(job.id, v.cause, words.expired(v.cause, v.reason)),))
-    if v.holder == START:
-        return _started(ctx, st, job, v)
-    return _waiting(ctx, st, job, v)
-
-
-def _started(ctx: Context, st: State, job: Queued, v: Verdict) -> State:
-    led = hold(ctx.m, st.ledger, started_holder(ctx.m, job, v.assigned))
-    front = st.front
-    if front is not None and front.kind == OWN:
-        front = evolve(front, allowance=front.allowance - 1, passed=front.passed + 1)
-    return evolve(st, ledger=led, front=front, start=st.start + (Start(job.id, v.assigned, v.forced),))
-
-
-def _waiting(ctx: Context, st: State, job: Queued, v: Verdict) -> State:
-    st = evolve(st, wait=st.wait + (Wait(job.id, v.reason, v.holder, v.front),))
-    if v.holder == "oversized" and not st.stuck:
-        st = evolve(st, stuck=v.note)
-    if v.parks is not None and st.front is None:
-        allowance = max(0, ctx.snap.max_bypass - job.passed_by)
-        st = evolve(st, front=Front(job.id, words.label(job), v.parks, allowance, 0, v.note))
-    return st
-
-
-# ---- the plan -----------------------------------------------------------------
-
-
-def _plan(ctx: Context, st: State) -> Plan:
-    front = st.front
-    passed = ((front.id, front.passed),) if front and front.kind == OWN and front.passed else ()
-    deadlines = [ctx.jobs[w.id].deadline for w in st.wait if ctx.jobs[w.id].deadline is not None]
-    return Plan(st.start, st.wait, st.skip, st.expire, passed, _health(ctx, st), min(deadlines, default=None))
-
-
-def _health(ctx: Context, st: State) -> str:
-    running = len(ctx.snap.running) + len(st.start)
-    if not st.wait:
+    running = len(snap.running) + started
+    if not waits:
         return f"running {running}" if running else "idle"
-    if ctx.snap.pause.queue:
-        return f"paused: {words.pause_wait(ctx.snap.pause.queue_reason)}"
-    if st.stuck:
-        return st.stuck
-    if st.front is not None:
-        return f"held for job {st.front.label}" if st.front.kind == OWN else st.front.note
+    if snap.pause.queue:
+        return f"paused: {words.pause_wait(snap.pause.queue_reason)}"
+    if stuck:
+        return stuck
+    if front is not None:
+        return f"held for job {front.label}" if front.kind == OWN else front.note
     if running:
         return f"running {running}"
-    first = st.wait[0]
-    return f"waiting: job {words.label(ctx.jobs[first.id])}: {first.reason}"
+    return f"waiting: job {words.label(first_wait)}: {waits[0].reason}"

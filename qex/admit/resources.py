@@ -1,12 +1,14 @@
 """Claim arithmetic: who holds what, whether a job fits, which devices it gets.
 
-Pure functions over frozen values. A *dimension* of a fit is "cpu", "mem",
+Pure functions over plain values. A *dimension* of a fit is "cpu", "mem",
 "avail" (the machine's available memory), or the name of a claimed pool/lock.
+
+The pass's ``Ledger`` is mutable: ``Ledger.add`` records a holder in place
+(the pass adds each job it starts), and ``fit`` works on a scratch copy when a
+job takes several claims. Nothing here is shared between passes.
 """
 
 from __future__ import annotations
-
-from attrs import evolve, frozen
 
 from .model import Claim, DeviceUse, PeerHold, Running, Snapshot
 
@@ -28,27 +30,36 @@ def put(pairs: tuple, name: str, value) -> tuple:
     return tuple(sorted(rest + ((name, value),), key=lambda p: p[0]))
 
 
-@frozen
 class Machine:
     """What does not change during a pass: the budget and the declared pools."""
 
-    cpu: int
-    mem: int
-    mem_available: int | None
-    plain: tuple[tuple[str, int], ...] = ()
-    indexed: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    __slots__ = ("cpu", "mem", "mem_available", "plain", "indexed", "_plain", "_indexed")
+
+    def __init__(self, cpu: int, mem: int, mem_available: int | None,
+                 plain: tuple[tuple[str, int], ...] = (), indexed: tuple[tuple[str, tuple[int, ...]], ...] = ()):
+        self.cpu = cpu
+        self.mem = mem
+        self.mem_available = mem_available
+        self.plain = plain
+        self.indexed = indexed
+        self._plain = {}
+        self._indexed = {}
+        for name, total in plain:  # the first pair of a name wins, as with ``get``
+            self._plain.setdefault(name, total)
+        for name, caps in indexed:
+            self._indexed.setdefault(name, caps)
 
     def kind(self, name: str) -> str:
-        if get(self.indexed, name) is not None:
+        if name in self._indexed:
             return INDEXED
-        return PLAIN if get(self.plain, name) is not None else LOCK
+        return PLAIN if name in self._plain else LOCK
 
     def total(self, name: str) -> int:
         """Units of a plain pool; a lock has one."""
-        return get(self.plain, name, 1)
+        return self._plain.get(name, 1)
 
     def caps(self, name: str) -> tuple[int, ...]:
-        return get(self.indexed, name, ())
+        return self._indexed.get(name, ())
 
 
 def machine_of(snap: Snapshot) -> Machine:
@@ -74,18 +85,23 @@ def machine_of(snap: Snapshot) -> Machine:
     )
 
 
-@frozen
 class Holder:
     """One holder of capacity: a job of this queue (who = job id) or another
-    user's queue (peer, who = owner). ``units`` = plain pools and locks."""
+    user's queue (peer, who = owner). ``units`` = plain pools and locks.
+    Never changed once made."""
 
-    who: str
-    peer: bool = False
-    cpu: int = 0
-    mem: int = 0
-    units: tuple[tuple[str, int], ...] = ()
-    assigned: tuple[DeviceUse, ...] = ()
-    started: bool = False
+    __slots__ = ("who", "peer", "cpu", "mem", "units", "assigned", "started")
+
+    def __init__(self, who: str, peer: bool = False, cpu: int = 0, mem: int = 0,
+                 units: tuple[tuple[str, int], ...] = (), assigned: tuple[DeviceUse, ...] = (),
+                 started: bool = False):
+        self.who = who
+        self.peer = peer
+        self.cpu = cpu
+        self.mem = mem
+        self.units = units
+        self.assigned = assigned
+        self.started = started
 
     def holds(self, dim: str) -> bool:
         if dim == CPU:
@@ -106,14 +122,15 @@ def _indexed_only(m: Machine, uses: tuple[DeviceUse, ...]) -> tuple[DeviceUse, .
 
 
 def own_holder(m: Machine, job: Running) -> Holder:
-    """A running job of this queue. Its claims on indexed pools count through
-    ``assigned`` (a claim without an assignment cannot say which device)."""
+    """A running job of this queue. Its claims on indexed pools count only
+    through ``assigned`` (a claim without an assignment cannot say which device)."""
     return Holder(job.id, False, job.cpu, job.mem, _units_of(m, job.claims), _indexed_only(m, job.assigned))
 
 
 def started_holder(m: Machine, job, assigned: tuple[DeviceUse, ...]) -> Holder:
     """A queued job started in this pass."""
-    return Holder(job.id, False, job.cpu, job.mem, _units_of(m, job.claims), assigned, started=True)
+    units = _units_of(m, job.claims) if job.claims else ()
+    return Holder(job.id, False, job.cpu, job.mem, units, assigned, started=True)
 
 
 def _use_key(u: DeviceUse):
@@ -125,88 +142,101 @@ def peer_holders(m: Machine, peers: tuple[PeerHold, ...]) -> tuple[Holder, ...]:
     name this queue does not declare is ignored) and indexed pools."""
     merged: dict[str, Holder] = {}
     for p in peers:
-        h = merged.get(p.owner, Holder(p.owner, True))
+        h = merged.get(p.owner) or Holder(p.owner, True)
         units = h.units
         for name, n in p.units:
             if m.kind(name) == PLAIN and n > 0:
                 units = put(units, name, get(units, name, 0) + n)
         assigned = tuple(sorted(h.assigned + _indexed_only(m, p.assigned), key=_use_key))
-        merged[p.owner] = evolve(h, cpu=h.cpu + p.cpu, mem=h.mem + p.mem, units=units, assigned=assigned)
+        merged[p.owner] = Holder(h.who, h.peer, h.cpu + p.cpu, h.mem + p.mem, units, assigned, h.started)
     return tuple(merged[k] for k in sorted(merged))
 
 
-@frozen
 class Load:
     """An amount held, split between this queue and peers."""
 
-    own: int = 0
-    peer: int = 0
+    __slots__ = ("own", "peer")
+
+    def __init__(self, own: int = 0, peer: int = 0):
+        self.own = own
+        self.peer = peer
 
     @property
     def total(self) -> int:
         return self.own + self.peer
 
-    def add(self, amount: int, peer: bool) -> "Load":
-        return evolve(self, peer=self.peer + amount) if peer else evolve(self, own=self.own + amount)
+    def add(self, amount: int, peer: bool) -> None:
+        if peer:
+            self.peer += amount
+        else:
+            self.own += amount
+
+    def copy(self) -> "Load":
+        return Load(self.own, self.peer)
 
 
-@frozen
 class Ledger:
-    """What is held right now: sums per dimension, per device, and the holders."""
+    """What is held right now: sums per dimension, per device, and the holders
+    (in the order they were added)."""
 
-    cpu: Load = Load()
-    mem: Load = Load()
-    units: tuple[tuple[str, Load], ...] = ()
-    devices: tuple[tuple[str, tuple[Load, ...]], ...] = ()
-    holders: tuple[Holder, ...] = ()
-    started_mem: int = 0
+    __slots__ = ("cpu", "mem", "units", "devices", "holders", "started_mem")
 
-    def device_loads(self, m: Machine, pool: str) -> tuple[Load, ...]:
-        return led_loads(m, self.devices, pool)
+    def __init__(self):
+        self.cpu = Load()
+        self.mem = Load()
+        self.units: dict[str, Load] = {}
+        self.devices: dict[str, list[Load]] = {}
+        self.holders: list[Holder] = []
+        self.started_mem = 0
+
+    def device_loads(self, m: Machine, pool: str) -> list[Load]:
+        loads = self.devices.get(pool)
+        return loads if loads else [Load() for _ in m.caps(pool)]
 
     def unit_load(self, name: str) -> Load:
-        return get(self.units, name, Load())
+        return self.units.get(name) or Load()
 
     def own_holds_anything(self) -> bool:
         return any(not h.peer for h in self.holders)
 
+    def add(self, m: Machine, h: Holder) -> None:
+        """Record ``h`` as a holder."""
+        peer = h.peer
+        for name, n in h.units:
+            load = self.units.get(name)
+            if load is None:
+                load = self.units[name] = Load()
+            load.add(n, peer)
+        for use in h.assigned:
+            self._add_use(m, use, peer)
+        self.cpu.add(h.cpu, peer)
+        self.mem.add(h.mem, peer)
+        self.holders.append(h)
+        if h.started:
+            self.started_mem += h.mem
 
-def led_loads(m: Machine, devices: tuple, pool: str) -> tuple[Load, ...]:
-    """The per-device loads of ``pool`` in a ledger's ``devices`` pairs."""
-    return get(devices, pool) or tuple(Load() for _ in m.caps(pool))
+    def _add_use(self, m: Machine, use: DeviceUse, peer: bool) -> None:
+        caps = m.caps(use.pool)
+        loads = self.devices.get(use.pool)
+        if not loads:
+            loads = self.devices[use.pool] = [Load() for _ in caps]
+        for i in use.devices:
+            if 0 <= i < len(caps):
+                loads[i].add(caps[i] if use.size is None else use.size, peer)
 
-
-def _add_use(m: Machine, loads: tuple[Load, ...], use: DeviceUse, peer: bool) -> tuple[Load, ...]:
-    caps = m.caps(use.pool)
-    out = list(loads)
-    for i in use.devices:
-        if 0 <= i < len(caps):
-            out[i] = out[i].add(caps[i] if use.size is None else use.size, peer)
-    return tuple(out)
-
-
-def hold(m: Machine, led: Ledger, h: Holder) -> Ledger:
-    """``led`` with ``h`` added."""
-    units = led.units
-    for name, n in h.units:
-        units = put(units, name, get(units, name, Load()).add(n, h.peer))
-    devices = led.devices
-    for use in h.assigned:
-        devices = put(devices, use.pool, _add_use(m, led_loads(m, devices, use.pool), use, h.peer))
-    return Ledger(
-        led.cpu.add(h.cpu, h.peer),
-        led.mem.add(h.mem, h.peer),
-        units,
-        devices,
-        led.holders + (h,),
-        led.started_mem + (h.mem if h.started else 0),
-    )
+    def scratch(self) -> "Ledger":
+        """A copy of the pool and device loads (not the holders nor the
+        budget sums), for trying a job's claims one after the other."""
+        led = Ledger()
+        led.units = {name: load.copy() for name, load in self.units.items()}
+        led.devices = {pool: [load.copy() for load in loads] for pool, loads in self.devices.items()}
+        return led
 
 
 def ledger_of(m: Machine, holders) -> Ledger:
     led = Ledger()
     for h in holders:
-        led = hold(m, led, h)
+        led.add(m, h)
     return led
 
 
@@ -239,13 +269,16 @@ def take(m: Machine, led: Ledger, claim: Claim) -> Holder | None:
     return Holder("", units=((claim.name, claim.count),))
 
 
-@frozen
 class Fit:
     """The dimensions that do not fit (empty = it fits) and the devices chosen."""
 
-    budget: tuple[str, ...] = ()
-    pools: tuple[str, ...] = ()
-    assigned: tuple[DeviceUse, ...] = ()
+    __slots__ = ("budget", "pools", "assigned")
+
+    def __init__(self, budget: tuple[str, ...] = (), pools: tuple[str, ...] = (),
+                 assigned: tuple[DeviceUse, ...] = ()):
+        self.budget = budget
+        self.pools = pools
+        self.assigned = assigned
 
     @property
     def ok(self) -> bool:
@@ -266,17 +299,21 @@ def budget_short(m: Machine, led: Ledger, cpu: int, mem: int, budget: bool = Tru
 def fit(m: Machine, led: Ledger, cpu: int, mem: int, claims: tuple[Claim, ...], budget: bool = True) -> Fit:
     """Whether a job fits on top of ``led``; claims are taken one after the
     other (a later claim sees what an earlier one of the same job took).
-    ``budget=False`` skips the cpu/mem budget (an oversized job run alone)."""
+    ``budget=False`` skips the cpu/mem budget (an oversized job run alone).
+    A claim never holds cpu or memory, so the budget is checked on ``led``."""
     short, assigned = [], []
+    scratch = None
     for claim in claims:
         if claim.count <= 0:
             continue
-        got = take(m, led, claim)
+        got = take(m, scratch or led, claim)
         if got is None:
             short.append(claim.name)
             continue
         assigned.extend(got.assigned)
-        led = hold(m, led, got)
+        if scratch is None:
+            scratch = led.scratch()
+        scratch.add(m, got)
     return Fit(budget_short(m, led, cpu, mem, budget), tuple(short), tuple(assigned))
 
 

@@ -172,9 +172,11 @@ class Store:
             return {}
         if not isinstance(jobs, dict):
             return {}
+        if offset < 0 or seq < 0:
+            return jobs  # a damaged index: the next pass rebuilds it
         try:
             events = journal.read_committed(self.journal_path, offset)[0]
-        except StoreError:
+        except (StoreError, OSError):
             return jobs
         idx = Index({"jobs": jobs, "seq": seq})
         for event in events:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from attrs import evolve
 from hypothesis import strategies as st
 
 from qex.admit import (
@@ -23,6 +22,7 @@ from qex.admit import (
     Running,
     Snapshot,
 )
+from qex.admit.model import evolve
 
 GB = 1 << 30
 NOW = 1000.0

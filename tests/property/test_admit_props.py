@@ -1,11 +1,11 @@
 """Invariants of admit() on random snapshots (see admit_ref.py for the reference)."""
 
 from admit_ref import GB, Ref, check_plan, order, random_devices, snapshots
-from attrs import evolve
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qex.admit import Claim, PeerHold, PoolSpec, Queued, Running, Snapshot, admit
+from qex.admit.model import evolve
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -13,11 +13,11 @@ at random between passes. Over the whole run:
 """
 
 from admit_ref import GB, check_plan, order
-from attrs import evolve
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from qex.admit import PeerHold, Queued, Running, Snapshot, admit
+from qex.admit.model import evolve
 from qex.admit.words import OUTSIDE_WORDS, PEER_WORDS
 
 OWN, PEERISH = ("own", "device"), ("peer", "outside")

@@ -8,12 +8,12 @@ ever fit has started.
 """
 
 from admit_ref import GB, Ref, check_plan, never, oversized, random_devices
-from attrs import evolve
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from qex.admit import Claim, PeerHold, PoolSpec, Queued, Running, Snapshot, admit, order_key
+from qex.admit.model import evolve
 
 
 class QueueModel(RuleBasedStateMachine):
