@@ -117,12 +117,7 @@ def _hit(point: str) -> None:
     faults.hit(point)
 
 
-# Room a pass keeps on the disk of the state directory (docs/reliability.md): a job's
-# logs stop at LOG_ROOM, a submission needs SUBMIT_ROOM, any other commit COMMIT_ROOM,
-# so the records of running jobs can still be written when a job's output fills the disk.
-LOG_ROOM = int(os.environ.get("QEX_LOG_ROOM", 1 << 20))
-SUBMIT_ROOM = LOG_ROOM
-COMMIT_ROOM = min(64 << 10, LOG_ROOM // 4)
+from qex.store.room import COMMIT_ROOM, LOG_ROOM, SUBMIT_ROOM  # noqa: E402,F401 (their home: qex.store.room)
 
 
 def free_bytes(path: str) -> int | None:

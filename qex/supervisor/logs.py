@@ -27,7 +27,8 @@ went by when it could not keep up.
 
 import binascii
 import errno
-import os
+import posix as os  # the system calls only: the minimal watcher (qex.supervisor.watch) imports
+#                     this module, and the `os` module would cost it 170 kB (see docs/design.md)
 
 MIN_LIMIT = 4096          # below this the head, the marker and a tail do not fit
 CUT_RECORD = 256          # bytes of the .cut record
@@ -112,7 +113,7 @@ class Sink:
                 os.close(self.fd)
                 raise PermissionError(errno.EPERM, "it is not this user's log file (replaced by another user?)")
         except OSError as exc:
-            self.fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+            self.fd = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
             self.failed = f"cannot open {path}: {exc.strerror or exc}"
         self.size = os.fstat(self.fd).st_size
         self.limit = None if limit is None else max(int(limit), MIN_LIMIT)
@@ -128,6 +129,21 @@ class Sink:
             if self.limit is not None:
                 self.limit = max(self.limit, previous.head + previous.marker + MIN_LIMIT // 2)
 
+    # ---- across an exec (qex.supervisor.handoff): the fds stay open -----------
+    def handover(self) -> tuple:
+        """What the process this one execs into needs to go on writing this log."""
+        return (self.path, self.label, self.setting, self.failed, self.room, self.fd, self.size, self.limit,
+                self.bytes, self.lines, self.cut_fd, self.state.encode() if self.state else None, self.changed)
+
+    @classmethod
+    def resume(cls, handed: tuple) -> "Sink":
+        """The Sink ``handover`` described, in the process that inherited its fds."""
+        self = cls.__new__(cls)
+        (self.path, self.label, self.setting, self.failed, self.room, self.fd, self.size, self.limit,
+         self.bytes, self.lines, self.cut_fd, state, self.changed) = handed
+        self.state = CutState.decode(state) if state else None
+        return self
+
     # ---- the counts the record shows ----------------------------------------
     @property
     def dropped_bytes(self) -> int:
@@ -138,22 +154,26 @@ class Sink:
         return self.state.dropped_lines if self.state else 0
 
     # ---- writing ------------------------------------------------------------
-    def write(self, data: bytes) -> None:
-        self.bytes += len(data)
-        self.lines += data.count(b"\n")
+    def write(self, data, n: int | None = None) -> None:
+        """Write ``data`` (bytes), or the first ``n`` bytes of the buffer ``data`` (the watch
+        loop reads into one reused buffer: no allocation per read)."""
+        if n is None:
+            n = len(data)
+        self.bytes += n
+        self.lines += data.count(b"\n", 0, n)
         if self.failed:
             return
-        if len(data) > self.room and not self._look(len(data)):
+        if n > self.room and not self._look(n):
             return
-        self.room -= len(data)
+        self.room -= n
         try:
-            self._write(memoryview(data))
+            self._write(memoryview(data)[:n])
         except OSError as exc:  # a full disk stops the log, never the job
             self.failed = exc.strerror or str(exc)
 
     def _look(self, want: int) -> bool:
         """Stop the log before the disk is so full that records cannot be written."""
-        from qex.store import fs
+        from qex.store.room import LOG_ROOM
 
         try:
             st = os.fstatvfs(self.fd)
@@ -161,11 +181,11 @@ class Sink:
             self.room = CHECK_EVERY
             return True
         free = st.f_bavail * st.f_frsize
-        if free - want < fs.LOG_ROOM:
-            self.failed = (f"the disk is nearly full (less than {fs.LOG_ROOM >> 10} KiB free); qex stopped "
+        if free - want < LOG_ROOM:
+            self.failed = (f"the disk is nearly full (less than {LOG_ROOM >> 10} KiB free); qex stopped "
                            "the log so that the job's record can still be written")
             return False
-        self.room = min(CHECK_EVERY, free - fs.LOG_ROOM)
+        self.room = min(CHECK_EVERY, free - LOG_ROOM)
         return True
 
     def _write(self, view: memoryview) -> None:
@@ -261,8 +281,10 @@ class Sink:
         the old file or the new one)."""
         s = self.state
         marker = self._final_marker()
-        directory, base = os.path.split(self.path)
-        tmp = os.path.join(directory, f".{base}.final")
+        from os.path import join, split
+
+        directory, base = split(self.path)
+        tmp = join(directory, f".{base}.final")
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             _copy_between(self.fd, out, 0, 0, s.head)

@@ -8,7 +8,6 @@ supervisor continues in the same flat loop (``main_loop``).
 """
 
 import os
-import selectors
 import signal
 import time
 import traceback
@@ -95,7 +94,7 @@ def supervise(ctx: Context, launch: Launch) -> Launch | None:
         if proc is None:
             meter.discard()
             return _finish(ctx, launch, rec, interrupt)
-    outcome = _watch(ctx, proc, rec, interrupt, meter)
+    outcome = _watch(ctx, proc, rec, interrupt, meter, launch)
     return _finish(ctx, launch, outcome, interrupt)
 
 
@@ -249,77 +248,47 @@ def _write_pid_file(path: str, pid: int, start: int | None, mode: int = 0o600) -
         os.close(fd)
 
 
-def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | None = None) -> dict:
-    """Copy output, enforce the timeout, answer a kill; return the outcome."""
+def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | None = None,
+           launch: Launch | None = None) -> dict:
+    """Copy output, enforce the timeout, answer a kill; return the outcome. A job that
+    still runs after ``watch.GRACE`` is watched by a minimal process this one execs into
+    (``qex.supervisor.handoff``: it comes back as ``resume``)."""
+    from qex.supervisor import watch
+
     store = ctx.store
     limit, setting = _log_limit(ctx.config)
     sinks = {proc.stdout.fileno(): Sink(store.path(rec["id"], "stdout.log"), limit, "stdout", setting),
              proc.stderr.fileno(): Sink(store.path(rec["id"], "stderr.log"), limit, "stderr", setting)}
-    sel = selectors.DefaultSelector()
-    for fd in sinks:
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ, "pipe")
-    pidfd = os.pidfd_open(proc.pid)
-    sel.register(pidfd, selectors.EVENT_READ, "exit")
-    sel.register(interrupt.r, selectors.EVENT_READ, "signal")
     started = rec.get("started_at") or time.time()
     timeout_at = started + rec["timeout"] if rec.get("timeout") else None
-    stop_reason = None  # "killed" | "timeout"
-    kill_at = None
-    wait_status = rusage = None
-    drain_until = None
-    incomplete = False
-    open_pipes = set(sinks)
-    while open_pipes or wait_status is None:
-        now = time.time()
-        if interrupt.requested and stop_reason is None:
-            stop_reason = "killed"
-            kill_at = _terminate(proc.pid, now)
-        if timeout_at is not None and now >= timeout_at and stop_reason is None and wait_status is None:
-            stop_reason = "timeout"
-            kill_at = _terminate(proc.pid, now)
-        if kill_at is not None and now >= kill_at:
-            _signal_group(proc.pid, signal.SIGKILL)
-            kill_at = None
-        if drain_until is not None and now >= drain_until and open_pipes:
-            incomplete = True
-            break
-        limits = [t for t in (timeout_at if stop_reason is None else None, kill_at, drain_until) if t]
-        wait = max(0.0, min(limits) - now) if limits else None
-        for key, _ in sel.select(wait):
-            if key.data == "pipe":
-                try:
-                    data = os.read(key.fd, 1 << 16)
-                except BlockingIOError:
-                    continue
-                if data:
-                    sinks[key.fd].write(data)
-                else:
-                    sel.unregister(key.fd)
-                    open_pipes.discard(key.fd)
-            elif key.data == "exit":
-                _, wait_status, rusage = os.wait4(proc.pid, 0)
-                proc.returncode = wait_status
-                sel.unregister(pidfd)
-                if stop_reason is not None:
-                    _signal_group(proc.pid, signal.SIGKILL)  # what the job left behind
-                    kill_at = None
-                drain_until = time.time() + DRAIN_AFTER_EXIT
-            elif key.data == "signal":
-                try:
-                    os.read(interrupt.r, 64)
-                except BlockingIOError:
-                    pass
-    if wait_status is None:  # pipes closed first
-        _, wait_status, rusage = os.wait4(proc.pid, 0)
-        proc.returncode = wait_status
-    sel.close()
-    os.close(pidfd)
+    handoff_at = time.time() + watch.GRACE if launch is not None else None
+    end = watch.loop(proc.pid, sinks, sinks, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, handoff_at)
+    if end.handoff:
+        from qex.supervisor import handoff
+
+        handoff.become_watcher(ctx, launch, proc.pid, rec, interrupt, meter, sinks, end.open_pipes,
+                               timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT)
+        end = watch.loop(proc.pid, sinks, end.open_pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT)
+    proc.returncode = end.wait_status
     for sink in sinks.values():
         sink.close()
     proc.stdout.close()
     proc.stderr.close()
-    return _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplete, meter)
+    return _classify(rec, end.wait_status, end.rusage, end.stop_reason, interrupt, sinks, end.incomplete, meter)
+
+
+def resume(ctx: Context, launch: Launch, interrupt: Interrupt, ended) -> None:
+    """The supervisor after its exec back from the minimal watcher (``qex.supervisor.handoff``):
+    ``ended()`` classifies the job's end; record it as ``supervise`` does, then go on as
+    ``main_loop``. Never returns."""
+    try:
+        launch = _finish(ctx, launch, ended(), interrupt)
+    except BaseException as exc:
+        traceback.print_exc()
+        launch = _record_own_failure(ctx, launch, exc)
+        if launch is None:
+            os._exit(70)
+    main_loop(ctx, launch)
 
 
 def _log_limit(config) -> tuple[int | None, str]:
@@ -331,11 +300,6 @@ def _log_limit(config) -> tuple[int | None, str]:
         return None, ""
     return limit, (f"[logs] max_bytes = {format_size(limit)} (raise it in {config.path}; "
                    "0 keeps everything)")
-
-
-def _terminate(pid: int, now: float) -> float:
-    _signal_group(pid, signal.SIGTERM)
-    return now + KILL_GRACE
 
 
 def _signal_group(pgid: int, sig: int) -> None:

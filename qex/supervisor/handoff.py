@@ -1,0 +1,133 @@
+"""A long job's supervisor slims down: two execs around the minimal watcher.
+
+The forked supervisor (a copy of the CLI process with everything it imported,
+about 9 MB of private memory) starts the job and watches it for
+``watch.GRACE``. If the job still runs then, ``become_watcher`` re-executes the
+same process (same pid: the record's ``supervisor_pid`` stays right; same
+session) into ``qex.supervisor.watch.main``, a ``python -I -S`` that holds
+about 3 MB. It keeps exactly: the job's stdout and stderr pipes, the log files
+(and their ``.cut`` records), the liveness lock (``alive.lock``), the peer lock,
+and one memfd with what it needs (marshal). Every other fd closes on the exec.
+The job stays its child, so ``wait4`` still gives its status and rusage.
+
+When the job has ended the watcher execs back into the full qex, ``finish``
+below, which classifies the end and records it exactly as a forked supervisor
+does (``run._classify``, ``run._finish`` through ``run.resume``). The memory
+``Meter`` (the job's cgroup, the OOM counters read at the start) travels in the
+memfd, so the cgroup peak and OOM attribution survive both execs.
+
+A crash of the watcher is a crash of the supervisor: its liveness lock goes
+with it, and the next pass records ``supervisor_lost`` and stops the job.
+"""
+
+import os
+import sys
+
+from qex.supervisor import watch
+
+
+def become_watcher(ctx, launch, pid: int, rec: dict, interrupt, meter, sinks: dict, open_pipes,
+                   timeout_at: float | None, kill_grace: float, drain: float) -> None:
+    """Exec into the minimal watcher. Returns only if the exec failed (the caller
+    then goes on watching in this process)."""
+    cg = meter.cg if meter is not None else None
+    passed = {
+        "root": ctx.store.root,
+        "launch": (launch.job_id, launch.alive_fd, launch.peer_fd, launch.peer_lock),
+        "rec": rec,
+        "meter": None if meter is None else {
+            "cg": (cg.kind, cg.path) if cg is not None else None, "why_not": meter.why_not,
+            "cg_kills0": meter.cg_kills0, "machine0": meter.machine0, "job_dir": meter.job_dir},
+    }
+    import marshal
+
+    watched = {"pid": pid, "sinks": [(p, s.handover()) for p, s in sinks.items()], "open": list(open_pipes),
+               "timeout_at": timeout_at, "kill_grace": kill_grace, "drain": drain,
+               "requested": None, "keep": [launch.alive_fd, launch.peer_fd],
+               "here": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(watch.__file__))))}
+    # From here a kill waits (blocked) for the watcher's handler; one that came during the
+    # grace after the loop last looked is in interrupt.requested: it is handed over too.
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, watch.STOP_SIGNALS)
+    watched["requested"] = interrupt.requested
+    fd = watch.write_handover((watched, marshal.dumps(passed)))
+    keep = [fd, *sinks, launch.alive_fd, launch.peer_fd,
+            *(s.fd for s in sinks.values()), *(s.cut_fd for s in sinks.values())]
+    argv = watch.entry_argv(watched["here"], "qex.supervisor.watch", "main", watch.WATCHER_TAG, launch.job_id, fd,
+                            minimal=True)
+    watch.exec_keeping(argv, keep)  # unblocks the signals if it returns
+    os.close(fd)
+
+
+def finish() -> None:
+    """The full qex again, after the watcher: ``python -c ... qex-finish JOB FD``. Never returns."""
+    import marshal
+    import signal
+
+    from qex.supervisor import run
+
+    interrupt = run.Interrupt()
+    for sig in (signal.SIGINT, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)  # as engine.detach_stdio left a forked supervisor
+    ended, passed = watch.read_handover(int(sys.argv[3]))
+    passed = marshal.loads(passed)
+    interrupt.requested = ended["requested"]
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, watch.STOP_SIGNALS)
+    from qex.engine import Launch
+
+    launch = Launch(*passed["launch"])
+    ctx = _context(passed["root"])
+
+    def ended_rec() -> dict:
+        """Inside resume's guard: a failure here is recorded as the supervisor's own."""
+        from qex.supervisor.logs import Sink
+
+        meter = _meter(passed["meter"])
+        sinks = [Sink.resume(s) for s in ended["sinks"]]
+        for sink in sinks:
+            sink.close()  # the counted marker, as _watch closes them
+        rusage = _Rusage(*ended["rusage"]) if ended["rusage"] is not None else None
+        return run._classify(passed["rec"], ended["wait_status"], rusage, ended["stop_reason"], interrupt,
+                             {i: s for i, s in enumerate(sinks)}, ended["incomplete"], meter)
+
+    run.resume(ctx, launch, interrupt, ended_rec)
+
+
+class _Rusage:
+    """The fields of the job's rusage the record uses (``Meter.end``)."""
+
+    __slots__ = ("ru_maxrss", "ru_utime", "ru_stime")
+
+    def __init__(self, maxrss, utime, stime):
+        self.ru_maxrss, self.ru_utime, self.ru_stime = maxrss, utime, stime
+
+
+def _context(root: str):
+    from qex import machine, paths
+    from qex.config import Config, load_config
+    from qex.engine import Context
+    from qex.errors import QexError
+    from qex.store.state import Store
+
+    store = Store(root)
+    store.ensure()
+    try:
+        config = load_config()
+    except QexError as exc:  # broken while the job ran: the defaults (and say so); _finish reads it again
+        print(f"qex: the config cannot be read, using the defaults: {exc}", file=sys.stderr, flush=True)
+        config = Config.default(paths.config_path())
+    return Context(store=store, config=config, uid=os.getuid(), user=paths.user_name(),
+                   cores=machine.cores(), mem_total=machine.mem_total())
+
+
+def _meter(state: dict | None):
+    from qex.supervisor import cgroup
+    from qex.supervisor.memory import Meter
+
+    meter = Meter()
+    if state is not None:
+        meter.cg = cgroup.JobCgroup(*state["cg"]) if state["cg"] else None
+        meter.why_not, meter.cg_kills0 = state["why_not"], state["cg_kills0"]
+        meter.machine0, meter.job_dir = state["machine0"], state["job_dir"]
+    return meter

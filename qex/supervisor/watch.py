@@ -1,0 +1,255 @@
+"""The watch loop of a running job, and the minimal watcher process that runs it.
+
+``loop`` is what the supervisor does while its job runs: copy the job's
+output into its logs (``Sink``, with ``[logs] max_bytes``), enforce the
+timeout (SIGTERM to the job's process group, SIGKILL after the kill grace),
+answer ``qex kill`` (SIGUSR1) and a SIGTERM to the supervisor, reap the job
+through a pidfd, and read what a process the job left behind still writes
+for a short drain.
+
+The forked supervisor runs it for a short grace (``GRACE``): a job that ends
+by then never pays more. A job that still runs gets a supervisor that has
+re-executed itself (same pid, same locks) into ``main`` here, a bare
+``python -I -S`` that imports only this module, ``qex.supervisor.logs`` and a
+few builtin modules, so that a long job's supervisor costs about what the
+interpreter costs and not the whole of qex (see ``qex.supervisor.handoff``,
+which does both execs). When the job has ended it execs back into the full qex,
+which records the end exactly as the forked supervisor would have.
+
+Import nothing here that is not builtin or already loaded by a bare
+interpreter: ``posix`` (not ``os``), ``_signal`` (``signal`` imports ``enum``),
+``select.poll`` (not ``selectors``), ``marshal`` (not ``json``).
+"""
+
+import _signal
+import marshal
+import posix as os  # not `os` (170 kB): the system calls are all in posix
+import select
+import sys
+import time
+
+READ_SIZE = 1 << 16  # a pipe's whole buffer in one read
+MAX_WAIT = 3600.0  # seconds one poll() may sleep at most
+GRACE = 0.5  # seconds a job runs under the forked supervisor before the supervisor slims down
+WATCHER_TAG = "qex-watch"
+FINISHER_TAG = "qex-finish"
+STOP_SIGNALS = {_signal.SIGUSR1, _signal.SIGTERM}
+_PIPE_DONE = select.POLLHUP | select.POLLERR | select.POLLNVAL
+
+
+class Interrupt:
+    """SIGUSR1 (qex kill) or SIGTERM: stop the job. Wakes the poll via a pipe."""
+
+    def __init__(self):
+        self.requested: str | None = None
+        self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        _signal.set_wakeup_fd(self.w)
+        _signal.signal(_signal.SIGUSR1, self._on)
+        _signal.signal(_signal.SIGTERM, self._on)
+
+    def _on(self, signum, frame):
+        self.requested = "kill" if signum == _signal.SIGUSR1 else "term"
+
+    def close(self):
+        _signal.set_wakeup_fd(-1)
+        os.close(self.r)
+        os.close(self.w)
+
+
+class End:
+    """How the loop stopped: the job ended (wait status and rusage), or the
+    grace passed with the job running and nothing else going on (``handoff``)."""
+
+    __slots__ = ("wait_status", "rusage", "stop_reason", "incomplete", "handoff", "open_pipes")
+
+    def __init__(self, wait_status=None, rusage=None, stop_reason=None, incomplete=False, handoff=False,
+                 open_pipes=()):
+        self.wait_status, self.rusage, self.stop_reason = wait_status, rusage, stop_reason
+        self.incomplete, self.handoff, self.open_pipes = incomplete, handoff, tuple(open_pipes)
+
+
+def loop(pid: int, sinks: dict, open_pipes, interrupt, timeout_at: float | None, kill_grace: float,
+         drain: float, handoff_at: float | None = None) -> End:
+    """Watch the job ``pid`` (leader of its process group) until it has ended and its
+    pipes are read (or ``drain`` seconds after its end), or until ``handoff_at``."""
+    poll = select.poll()
+    open_pipes = set(open_pipes)
+    for fd in open_pipes:
+        os.set_blocking(fd, False)
+        poll.register(fd, select.POLLIN)
+    pidfd = os.pidfd_open(pid)
+    poll.register(pidfd, select.POLLIN)
+    poll.register(interrupt.r, select.POLLIN)
+    buffer = bytearray(READ_SIZE)  # one for the whole loop: a bytes object per read would grow the heap
+    stop_reason = None  # "killed" | "timeout"
+    kill_at = None
+    wait_status = rusage = None
+    drain_until = None
+    incomplete = False
+    try:
+        while open_pipes or wait_status is None:
+            now = time.time()
+            if interrupt.requested and stop_reason is None:
+                stop_reason = "killed"
+                kill_at = _terminate(pid, now, kill_grace)
+            if timeout_at is not None and now >= timeout_at and stop_reason is None and wait_status is None:
+                stop_reason = "timeout"
+                kill_at = _terminate(pid, now, kill_grace)
+            if kill_at is not None and now >= kill_at:
+                signal_group(pid, _signal.SIGKILL)
+                kill_at = None
+            if drain_until is not None and now >= drain_until and open_pipes:
+                incomplete = True
+                break
+            handing = handoff_at is not None and stop_reason is None and wait_status is None
+            if handing and now >= handoff_at:
+                return End(handoff=True, open_pipes=open_pipes)
+            limits = [t for t in (timeout_at if stop_reason is None else None, kill_at, drain_until,
+                                  handoff_at if handing else None) if t]
+            # poll() takes an int of ms: a --timeout of weeks would overflow it; wake and look again
+            wait = min(MAX_WAIT, max(0.0, min(limits) - now)) if limits else None
+            try:
+                events = poll.poll(None if wait is None else wait * 1000)
+            except InterruptedError:
+                continue
+            for fd, mask in events:
+                if fd == pidfd:
+                    _, wait_status, rusage = os.wait4(pid, 0)
+                    poll.unregister(pidfd)
+                    if stop_reason is not None:
+                        signal_group(pid, _signal.SIGKILL)  # what the job left behind
+                        kill_at = None
+                    drain_until = time.time() + drain
+                elif fd == interrupt.r:
+                    try:
+                        os.read(interrupt.r, 64)
+                    except BlockingIOError:
+                        pass
+                elif fd in open_pipes:
+                    try:
+                        n = os.readv(fd, [buffer]) if mask & (select.POLLIN | select.POLLHUP) else 0
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        n = 0
+                    if n:
+                        sinks[fd].write(buffer, n)
+                    else:
+                        poll.unregister(fd)
+                        open_pipes.discard(fd)
+        if wait_status is None:  # pipes closed first
+            _, wait_status, rusage = os.wait4(pid, 0)
+    finally:
+        os.close(pidfd)
+    return End(wait_status, rusage, stop_reason, incomplete)
+
+
+def _terminate(pid: int, now: float, grace: float) -> float:
+    signal_group(pid, _signal.SIGTERM)
+    return now + grace
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass
+
+
+# ---- the two execs: the data they hand over, the fds they keep ---------------------
+
+def write_handover(data) -> int:
+    """An inheritable memfd holding ``data`` (marshal: builtin, and no size limit as argv has)."""
+    fd = os.memfd_create("qex-handover", 0)
+    blob = marshal.dumps(data)
+    view = memoryview(blob)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, 0)
+    return fd
+
+
+def read_handover(fd: int):
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    return marshal.loads(b"".join(chunks))
+
+
+def exec_keeping(argv: list, keep) -> None:
+    """execv ``argv`` with the signals that stop a job blocked (the new image installs its
+    handlers, then unblocks: a kill in between waits, it is not lost nor fatal), keeping
+    exactly the fds ``keep`` besides 0, 1 and 2. Returns only if the exec failed, with
+    everything as it was before."""
+    keep = {fd for fd in keep if fd is not None and fd >= 0}
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd > 2:
+                try:
+                    os.set_inheritable(fd, fd in keep)
+                except OSError:
+                    pass  # the fd of the listing itself, closed by now
+        os.execv(argv[0], argv)
+    except OSError as exc:
+        print(f"qex: cannot exec {argv[0]} ({exc.strerror or exc}); the supervisor goes on as it is",
+              file=sys.stderr, flush=True)
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def entry_argv(here: str, module: str, function: str, tag: str, job_id: str, fd: int, minimal: bool) -> list:
+    """``python [-I -S] -c <import qex from ``here``> TAG JOB FD``."""
+    code = f"import sys;sys.path.insert(0,{here!r});from {module} import {function};{function}()"
+    return [sys.executable, *(("-I", "-S") if minimal else ()), "-c", code, tag, job_id, str(fd)]
+
+
+def _quiet_signals() -> None:
+    """The dispositions a detached supervisor has (``engine.detach_stdio``); the
+    interpreter's start set others."""
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+    _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
+
+
+def main() -> None:
+    """The minimal watcher: ``python -I -S -c ... qex-watch JOB FD`` (see the module doc)."""
+    from qex.supervisor.logs import Sink
+
+    _quiet_signals()
+    job_id, fd = sys.argv[2], int(sys.argv[3])
+    watch, passed = read_handover(fd)
+    interrupt = Interrupt()
+    interrupt.requested = watch["requested"]
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOP_SIGNALS)
+    sinks = {}
+    for pipe, state in watch["sinks"]:
+        sinks[pipe] = Sink.resume(state)
+    pid = watch["pid"]
+    end = loop(pid, {p: s for p, s in sinks.items()}, [p for p in sinks if p in watch["open"]], interrupt,
+               watch["timeout_at"], watch["kill_grace"], watch["drain"])
+    for pipe in sinks:
+        os.close(pipe)
+    r = end.rusage
+    ended = {"wait_status": end.wait_status, "stop_reason": end.stop_reason, "incomplete": end.incomplete,
+             "requested": interrupt.requested,
+             "rusage": (r.ru_maxrss, r.ru_utime, r.ru_stime) if r is not None else None,
+             "sinks": [s.handover() for s in sinks.values()]}
+    interrupt.close()
+    out = write_handover((ended, passed))
+    keep = [out, *watch["keep"], *(s.fd for s in sinks.values()), *(s.cut_fd for s in sinks.values())]
+    exec_keeping(entry_argv(watch["here"], "qex.supervisor.handoff", "finish", FINISHER_TAG, job_id, out,
+                            minimal=False), keep)
+    # The full qex cannot start again (its interpreter gone?). Dying lets go of the liveness
+    # lock: the next pass finds the supervisor lost and says so in the record.
+    print(f"qex: the watcher of job {job_id} cannot exec back into qex to record its end", file=sys.stderr,
+          flush=True)
+    os._exit(70)
