@@ -128,6 +128,25 @@ def _plain_entry(entry) -> bool:
             and not entry["needs"] and not entry["after"])
 
 
+SPEC_FIELDS = {"id": str, "command": list, "cwd": str, "env": dict, "format": int, "nice": _OPT_INT,
+               "hints": bool, "request": dict}
+
+
+def spec(data) -> None:
+    """Raise Damaged unless ``data`` is a job spec whose known fields have their types."""
+    if not isinstance(data, dict):
+        raise Damaged(f"it holds a JSON {_kind(data)}, not a spec")
+    for key in ("id", "command", "cwd", "env"):
+        if key not in data:
+            raise Damaged(f"it has no {key}")
+    _fields(data, SPEC_FIELDS, "the field ")
+    if not data["command"]:
+        raise Damaged("the field command is empty")
+    _strings(data["command"], "the field command")
+    _strings(data["env"], "the field env")
+    _strings(data["env"].values(), "the field env")
+
+
 def index(data) -> None:
     """Raise Damaged unless ``data`` is an active index whose entries a pass can use."""
     if not isinstance(data, dict):

@@ -201,17 +201,21 @@ class Store:
             raise BrokenRecord(f"the record {self.path(job_id, 'status.json')} is damaged "
                                f"({codec.describe(exc, 'status.json')}); qex clean {job_id} removes it") from None
 
-    def read_spec(self, job_id: str, must_own: bool = False) -> Spec:
-        """The job's spec; ``must_own``: only a spec.json of this process's user
-        (a supervisor never runs a spec another user could have put there)."""
-        from qex.store import codec
-        from qex.store.records import Spec
+    def read_spec(self, job_id: str, must_own: bool = False):
+        """The job's spec (a ``records.NewSpec``: the fields of ``Spec``, read without
+        cattrs, which a supervisor would import before every first job); ``must_own``:
+        only a spec.json of this process's user (a supervisor never runs a spec
+        another user could have put there)."""
+        from qex.store.records import NewSpec
 
         path = self.path(job_id, "spec.json")
         try:
-            return codec.load(Spec, fs.read_json(path, owner=os.getuid() if must_own else None))
+            data = fs.read_json(path, owner=os.getuid() if must_own else None)
+            check.spec(data)
         except Exception as exc:
             raise BrokenRecord(f"the job spec {path} cannot be read ({_why(exc)})") from None
+        known = {k: data[k] for k in NewSpec.field_names() if k in data}
+        return NewSpec(**{**known, "command": tuple(data["command"])})
 
     def job_ids(self) -> list[str]:
         """Every job directory, oldest first (ids sort in submission order)."""

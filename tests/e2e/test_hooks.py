@@ -72,7 +72,11 @@ def test_a_slow_hook_does_not_delay_the_next_job(q):
     first = q.submit("--cpu", "1", "--", "true")
     second = q.submit("--cpu", "1", "--", "true")  # waits for the first: the budget is one core
     q.wait_state(second, "completed", timeout=20)
-    started = json.load(open(os.path.join(q.state, "jobs", first, "hook.ran")))
+    # The hook is started after the pass that starts the second job (a supervisor runs its
+    # next job itself): the second, a `true`, may end before the hook has written its file.
+    marker = os.path.join(q.state, "jobs", first, "hook.ran")
+    q.wait_for(lambda: os.path.exists(marker), what="the first job's hook to start")
+    started = json.load(open(marker))
     try:
         assert "verdict" not in started            # the first job's hook still sleeps ...
         os.kill(started["pid"], 0)                 # ... its process is alive ...
