@@ -68,12 +68,17 @@ def test_many_processes_submitting_cancelling_killing_never_exceed_the_budget(q)
 
 def test_many_submissions_with_one_dedupe_key_at_once_make_exactly_one_job(q):
     q.write_config(CONFIG)
-    procs = [q.popen("submit", "--dedupe-key", "build", "--", "sleep", "0.5") for _ in range(10)]
+    gate = q.gate("build")  # the job runs until every submission has answered (a slow box: seconds)
+    procs = [q.popen("submit", "--dedupe-key", "build", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done")
+             for _ in range(10)]
     ids = set()
-    for proc in procs:
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0 and "Traceback" not in err, err
-        ids.add(out.strip())
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0 and "Traceback" not in err, err
+            ids.add(out.strip())
+    finally:
+        open(gate, "w").close()
     assert len(ids) == 1, ids
     q.wait_state(ids.pop(), "completed")
     q.wait_for(lambda: not q.processes(), what="no qex process")

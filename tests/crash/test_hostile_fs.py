@@ -159,6 +159,7 @@ def test_a_planted_symlink_or_fifo_is_never_followed_nor_blocked_on(q, tmp_path,
         fh.write("precious\n")
     done = q.submit("--", "true")
     q.wait_state(done, "completed")
+    q.wait_for(lambda: not q.processes(), what="no qex process")  # no late index save over the plant
     if where == "status.json":
         _plant(os.path.join(q.state, "jobs", done, "status.json"), kind, victim)
     elif where == "peer":
