@@ -60,11 +60,11 @@ class Launch:
     """A job this process admitted and must start: its liveness lock is held.
     ``peer_fd``: this job's liveness lock in the peer directory (qex.peers)."""
 
-    __slots__ = ("job_id", "alive_fd", "peer_fd", "peer_lock", "started")
+    __slots__ = ("job_id", "alive_fd", "peer_fd", "peer_lock", "fresh")
 
     def __init__(self, job_id: str, alive_fd: int, peer_fd: int = -1, peer_lock: str | None = None):
         self.job_id, self.alive_fd, self.peer_fd, self.peer_lock = job_id, alive_fd, peer_fd, peer_lock
-        self.started = None  # set by a supervisor that spawned this job in the pass that admitted it
+        self.fresh = False  # admitted by this process's own pass a moment ago (qex.supervisor.run._start)
 
     def __repr__(self) -> str:
         return f"Launch({self.job_id!r}, alive_fd={self.alive_fd}, peer_fd={self.peer_fd})"
@@ -148,10 +148,8 @@ class PassResult:
         self.queued_mine, self.running_mine, self.next_deadline = queued_mine, running_mine, next_deadline
 
 
-def run_pass(ctx: Context, mutate=None, admitted=None, save_index=True) -> PassResult:
-    """One pass; ``mutate(txn)`` makes the command's own change in the same hold;
-    ``admitted(txn, launches)`` acts on what the pass admitted before the commit
-    (a supervisor starts its own next job there: qex.supervisor.run).
+def run_pass(ctx: Context, mutate=None, save_index=True) -> PassResult:
+    """One pass; ``mutate(txn)`` makes the command's own change in the same hold.
     ``save_index``: see ``Store.commit_locked`` (a supervisor's pass saves it lazily)."""
     with ctx.store.lock():
         idx = ctx.store.load_index_locked(save_replayed=False)  # the commit saves it
@@ -161,8 +159,6 @@ def run_pass(ctx: Context, mutate=None, admitted=None, save_index=True) -> PassR
 
         with peers.admission(ctx, any(e["state"] == "queued" for e in idx.jobs.values())):
             launches = admit_locked(ctx, txn)
-            if admitted is not None and launches:
-                admitted(txn, launches)
             from qex.hooks import mark_locked
 
             mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker

@@ -81,18 +81,14 @@ def supervise(ctx: Context, launch: Launch) -> Launch | None:
     store = ctx.store
     job_id = launch.job_id
     os.chdir(store.job_dir(job_id))
-    if launch.started is not None:  # spawned by this process in the pass that ended its last job
-        proc, rec, interrupt, meter = launch.started
-        launch.started = None
-    else:
-        ctx.reload_config()
-        spec = store.read_spec(job_id, must_own=True)
-        interrupt = Interrupt()
-        meter = Meter()
-        proc, rec = _start(ctx, launch, spec, meter)
-        if proc is None:
-            meter.discard()
-            return _finish(ctx, launch, rec, interrupt)
+    ctx.reload_config()
+    spec = store.read_spec(job_id, must_own=True)
+    interrupt = Interrupt()
+    meter = Meter()
+    proc, rec = _start(ctx, launch, spec, meter, interrupt)
+    if proc is None:
+        meter.discard()
+        return _finish(ctx, launch, rec, interrupt)
     outcome = _watch(ctx, proc, rec, interrupt, meter, launch)
     return _finish(ctx, launch, outcome, interrupt)
 
@@ -132,33 +128,60 @@ def _env_name(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name).upper()
 
 
-def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None):
-    """Spawn the job under the state lock and record it running (or failed to start)."""
+def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, interrupt: "Interrupt | None" = None):
+    """Spawn the job and record it running (or failed to start).
+
+    The spawn is outside the state lock (forking and the child's cgroup join take
+    milliseconds the other supervisors would wait for): one hold checks that the
+    job is still to start and not to be killed (skipped for a job this process's
+    own pass admitted a moment ago: ``launch.fresh``), the spawn follows, and a
+    second hold records it running. A `qex kill` in between is answered at once.
+    A supervisor that dies between the two leaves a 'starting' job with a pid
+    file (the child writes it before it execs): the next pass stops it and
+    records it lost, never starts it twice.
+    """
     store = ctx.store
-    with store.lock():
-        idx = store.load_index_locked(save_replayed=False)
-        txn = engine.Txn(store, idx)
-        rec = txn.record(launch.job_id)
-        if rec["state"] != "starting":
-            return None, {**rec, "_abandon": True}
-        if rec.get("kill_requested"):
-            rec = {**rec, "_outcome": {"state": "killed", "error": "stopped by qex kill before it started",
-                                       "started_at": None, "ended_at": time.time()}}
+    meter = meter or Meter()
+    if launch.fresh:
+        launch.fresh = False
+        rec = store.read_status_dict(launch.job_id)
+    else:
+        with store.lock():
+            txn = engine.Txn(store, store.load_index_locked(save_replayed=False))
+            rec = txn.record(launch.job_id)
+            if rec["state"] != "starting":
+                return None, {**rec, "_abandon": True}
+            if rec.get("kill_requested"):
+                rec = {**rec, "_outcome": {"state": "killed", "error": "stopped by qex kill before it started",
+                                           "started_at": None, "ended_at": time.time()}}
+                txn.commit()
+                return None, rec
             txn.commit()
-            return None, rec
-        proc, rec = _spawn_locked(ctx, txn, launch, spec, meter or Meter())
-        txn.commit(save_index=LAZY)  # running: the journal has it; a pass soon saves the index
+    now = time.time()
+    proc, failure = _spawn(ctx, launch, spec, rec, meter)
+    with store.lock():
+        txn = engine.Txn(store, store.load_index_locked(save_replayed=False))
+        rec = txn.record(launch.job_id)
+        if proc is None:
+            txn.commit()
+            return None, {**rec, "_outcome": {**failure, "started_at": now}}
+        if rec["state"] != "starting":  # not this process's to run any more: never leave it running
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None, {**rec, "_abandon": True}
+        rec = txn.update(launch.job_id, state="running", pid=proc.pid, supervisor_pid=os.getpid(), started_at=now)
+        if rec.get("kill_requested") and interrupt is not None:
+            interrupt.requested = "kill"  # asked while it was being spawned: _watch stops it at once
+        txn.commit(save_index=LAZY)  # the journal has it; a pass soon saves the index
     return proc, rec
 
 
-def _spawn_locked(ctx: Context, txn, launch: Launch, spec, meter: Meter):
-    """Spawn a 'starting' job and put its 'running' change in ``txn`` (the state lock is held).
-    Returns (process, record), or (None, record with the '_outcome' of a failed start)."""
+def _spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
+    """Spawn a 'starting' job in its process group (and memory cgroup) and write its pid
+    file. Returns (process, None), or (None, the outcome of a start that failed)."""
     import subprocess
 
     store = ctx.store
-    rec = txn.record(launch.job_id)
-    now = time.time()
     pid_path = store.path(launch.job_id, "pid")
     meter.prepare(store.job_dir(launch.job_id), launch.job_id, rec.get("attempt", 1))
 
@@ -177,45 +200,14 @@ def _spawn_locked(ctx: Context, txn, launch: Launch, spec, meter: Meter):
             meter.cannot_join()  # the child failed before exec: start it without a cgroup
             proc = spawn(None)
     except (OSError, subprocess.SubprocessError) as exc:
-        error = f"cannot start {spec.command[0]!r}: {getattr(exc, 'strerror', None) or exc}"
-        return None, {**rec, "_outcome": {"state": "failed", "error": error, "started_at": now}}
+        return None, {"state": "failed", "error": f"cannot start {spec.command[0]!r}: "
+                                                  f"{getattr(exc, 'strerror', None) or exc}"}
     if _CRASH:
         _hit("supervisor.after_spawn")
     from qex.machine import process_start_time
 
     _write_pid_file(pid_path, proc.pid, process_start_time(proc.pid), 0o640 if store.shared else 0o600)
-    rec = txn.update(launch.job_id, state="running", pid=proc.pid, supervisor_pid=os.getpid(), started_at=now)
-    return proc, rec
-
-
-class _NextJob:
-    """``run_pass(admitted=...)`` for a supervisor whose job has ended: the first job
-    the pass admitted becomes this process's next job, spawned in the same lock hold
-    (one pass, one journal append and one index write per job in a drain)."""
-
-    def __init__(self, ctx: Context):
-        self.ctx = ctx
-        self.launch: Launch | None = None
-
-    def __call__(self, txn, launches: list) -> None:
-        launch = launches[0]
-        try:
-            spec = self.ctx.store.read_spec(launch.job_id, must_own=True)
-        except Exception:
-            return  # the next supervisor's own start says what is wrong with it
-        # 'starting' is on disk before the spawn, as in a supervisor of its own: a pass that
-        # finds this process dead then knows the job may have run, and never starts it twice.
-        txn.commit(save_index=False)
-        txn.changes = []
-        interrupt, meter = Interrupt(), Meter()
-        proc, rec = _spawn_locked(self.ctx, txn, launch, spec, meter)
-        if proc is None:
-            meter.discard()
-            interrupt.close()
-            return  # not started: its own start (in a supervisor of its own) records why
-        launch.started = (proc, rec, interrupt, meter)
-        launches.pop(0)
-        self.launch = launch
+    return proc, None
 
 
 def _preexec(nice: int | None, join, pid_path: str | None = None):
@@ -393,27 +385,24 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
 
                 dedupe.remember_locked(ctx.store, final)
 
-    next_job = _NextJob(ctx)
-    result = _until_recorded(ctx, record_end, next_job)
+    result = _until_recorded(ctx, record_end)
     if _CRASH:
         _hit("supervisor.after_final")
     # The first job this pass admitted is this process's next job: no fork, no new
     # process image to fault in (a drain of short jobs is mostly this hand-over).
-    own_next = next_job.launch or (result.launches.pop(0) if result.launches else None)
+    own_next = result.launches.pop(0) if result.launches else None
     keep = _own_fds(launch) + (_own_fds(own_next) if own_next is not None else ())
-    if own_next is not None and own_next.started is not None:
-        proc, _rec, started_interrupt, _meter = own_next.started
-        keep += (proc.stdout.fileno(), proc.stderr.fileno(), started_interrupt.r, started_interrupt.w)
     child = engine.after_pass(ctx, result, close_in_child=keep)
     if child is not None:
         return child  # a forked supervisor of another admitted job (the fds above are closed in it)
     _close_and_end(launch, ctx)
     if own_next is not None:
-        engine.detach_stdio(ctx.store.path(own_next.job_id, "supervisor.log"), signals=own_next.started is None)
+        own_next.fresh = True  # admitted by this process's pass a moment ago (see _start)
+        engine.detach_stdio(ctx.store.path(own_next.job_id, "supervisor.log"))
     return own_next
 
 
-def _until_recorded(ctx: Context, mutate, admitted=None):
+def _until_recorded(ctx: Context, mutate):
     """Only this process knows how the job ended: on a full disk (or any store error but a
     damaged record) it says why in supervisor.log and tries again, holding the job's
     capacity, for up to ``QEX_RECORD_PATIENCE`` seconds (a day)."""
@@ -423,7 +412,7 @@ def _until_recorded(ctx: Context, mutate, admitted=None):
     deadline, delay, said = time.time() + patience, 0.1, False
     while True:
         try:
-            return engine.run_pass(ctx, mutate, admitted, save_index=LAZY)
+            return engine.run_pass(ctx, mutate, save_index=LAZY)
         except BrokenRecord:
             raise
         except StoreError as exc:
