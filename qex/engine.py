@@ -78,7 +78,6 @@ class Txn:
         self.next_deadline: float | None = None  # the plan's earliest --max-queue-time deadline
         self.records: dict[str, dict] = {}
         self.changes: list[tuple[dict, str | None, str]] = []
-        self.index_changed = False  # an entry changed without an event (a live reason)
 
     def record(self, job_id: str) -> dict:
         rec = self.records.get(job_id)
@@ -131,8 +130,6 @@ class Txn:
         return rec
 
     def commit(self, save_index: bool = True) -> list[dict]:
-        if self.index_changed:
-            self.idx.unsaved = True  # live reasons changed: no event, no record, but the index
         return self.store.commit_locked(self.idx, self.changes, save_index)
 
 
@@ -414,7 +411,7 @@ def _set_reason(txn: Txn, job_id: str, reason: str, holder: str, now: float) -> 
         return
     if entry.get("holder") == holder and entry.get("reason") is not None and job_id not in txn.records:
         entry["reason"] = reason
-        txn.index_changed = True
+        txn.idx.unsaved = True  # no event, no record: only the index file changes
         return
     rec = txn.record(job_id)
     since = rec.get("blocked_since") if rec.get("blocked_reason") else None
