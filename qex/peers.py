@@ -505,15 +505,15 @@ def _same(old: dict, new: dict) -> bool:
 
 
 def _write(dir_fd: int, name: str, rec: dict) -> str | None:
+    from qex.store import fs
+
     data = json.dumps(rec, separators=(",", ":"), sort_keys=True).encode() + b"\n"
     tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
         try:
             os.fchmod(fd, 0o644)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            fs.write_all(fd, data)
         finally:
             os.close(fd)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

@@ -29,7 +29,6 @@ def _wanted_states(args) -> set[str] | None:
 def cmd_list(args) -> int:
     from qex.cli.render import LIST_HEADER, list_row
     from qex.store.records import ACTIVE
-    from qex.store.state import BrokenRecord
 
     ctx = context()
     store = ctx.store
@@ -53,14 +52,8 @@ def cmd_list(args) -> int:
     records, now = [], time.time()
     index = store.read_index_jobs()
     for job_id in candidates:
-        try:
-            rec = store.read_live(job_id, index)
-        except BrokenRecord as exc:
-            err(f"qex: {exc}")
-            continue
-        except QexError:
-            continue  # a job directory still being made
-        if _listed(rec, args, states, cwd):
+        rec = _read_row(store, job_id, index)
+        if rec is not None and _listed(rec, args, states, cwd):
             records.append(rec)
     records.sort(key=lambda r: r.get("seq", 0))
     if args.json:
@@ -70,6 +63,19 @@ def cmd_list(args) -> int:
     for rec in records:
         out(list_row(rec, now))
     return 0
+
+
+def _read_row(store, job_id: str, index: dict) -> dict | None:
+    """A job's record as `qex list` shows it; None (a broken one named on stderr) when unreadable."""
+    from qex.store.state import BrokenRecord
+
+    try:
+        return store.read_live(job_id, index)
+    except BrokenRecord as exc:
+        err(f"qex: {exc}")
+    except QexError:
+        pass  # a job directory still being made, or cleaned meanwhile
+    return None
 
 
 def _listed(rec: dict, args, states, cwd) -> bool:
@@ -89,7 +95,6 @@ def _list_all(store, args, states, cwd) -> int:
 
     from qex.cli.render import LIST_HEADER, list_row
     from qex.store import history
-    from qex.store.state import BrokenRecord
 
     index = store.read_index_jobs()
     items, missed = history.listing(store, index, lambda exc: err(f"qex: {exc}"))
@@ -115,14 +120,8 @@ def _list_all(store, args, states, cwd) -> int:
                     except OSError:
                         continue  # cleaned meanwhile
         if rec is None:
-            try:
-                rec = store.read_live(job_id, index)
-            except BrokenRecord as exc:
-                err(f"qex: {exc}")
-                continue
-            except QexError:
-                continue  # a job directory still being made, or cleaned meanwhile
-        if not _listed(rec, args, states, cwd):
+            rec = _read_row(store, job_id, index)
+        if rec is None or not _listed(rec, args, states, cwd):
             continue
         if args.json:
             write(("[" if first else ", ") + json.dumps(rec, sort_keys=True))

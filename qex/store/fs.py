@@ -90,9 +90,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = Tru
         fd = _create_exclusive(tmp, mode)
         try:
             os.fchmod(fd, mode)  # the mode asked for, whatever the umask (a shared directory needs it)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, data)
             if _CRASH:
                 _hit("fs.after_write")
             if sync:
@@ -145,6 +143,13 @@ def _create_exclusive(tmp: str, mode: int) -> int:
     except FileExistsError:
         os.unlink(tmp)
         return os.open(tmp, flags, mode)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` (``os.write`` may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def write_json(path: str, obj, mode: int = 0o600, sync_dir: bool = True, sync: bool = True) -> None:

@@ -196,9 +196,7 @@ def _append_locked(store, lines: list[bytes]) -> None:
         try:
             if _CRASH:
                 _torn(fd, data)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            fs.write_all(fd, data)
         except OSError:
             os.ftruncate(fd, before)
     except OSError:

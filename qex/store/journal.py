@@ -48,9 +48,7 @@ def append(path: str, events: list[dict], mode: int = 0o600) -> int:
         try:
             if _CRASH:
                 _torn(fd, data)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            fs.write_all(fd, data)
             os.fsync(fd)
         except OSError:
             # Take back every byte of this append: a change is wholly written or absent.
