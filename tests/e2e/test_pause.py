@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from e2e_helpers import gated, open_gate
 
 CONFIG = '[budget]\ncpu = 8\nmem = "8GB"\n[defaults]\nmem = "10MB"\n'
 
@@ -18,15 +19,6 @@ CONFIG = '[budget]\ncpu = 8\nmem = "8GB"\n[defaults]\nmem = "10MB"\n'
 def qq(q):
     q.write_config(CONFIG)
     return q
-
-
-def gated(q, name: str, then: str = "exit 0") -> list[str]:
-    gate = q.gate(name)
-    return ["sh", "-c", f"while [ ! -e '{gate}' ]; do sleep 0.02; done; {then}"]
-
-
-def open_gate(q, name: str) -> None:
-    open(q.gate(name), "w").close()
 
 
 def stderr_line(proc, timeout: float = 10.0) -> str:
