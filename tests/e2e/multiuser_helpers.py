@@ -39,6 +39,22 @@ def library_path() -> str:
     return os.pathsep.join(dirs)
 
 
+def users_or_skip():
+    """For a fixture: ``yield from`` it to get the test users, created once and removed
+    afterwards; the test is skipped (with the reason) where they cannot be made."""
+    import pytest
+
+    u = Users()
+    why = u.create()
+    if why:
+        u.remove()
+        pytest.skip(why)
+    try:
+        yield u
+    finally:
+        u.remove()
+
+
 class Users:
     """One group and two users for a test session."""
 

@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from multiuser_helpers import Users, World, gated, open_gate, qex_pids, wait_for
+from multiuser_helpers import World, gated, open_gate, qex_pids, users_or_skip, wait_for
 
 CONFIG = '[budget]\ncpu = 4\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
 PEER_WORDS = "this job cannot fit while another user holds capacity"
@@ -20,13 +20,7 @@ def users():
     if os.getuid() != 0:
         yield None
         return
-    u = Users()
-    why = u.create()
-    if why:
-        u.remove()
-        pytest.skip(why)
-    yield u
-    u.remove()
+    yield from users_or_skip()
 
 
 @pytest.fixture

@@ -9,20 +9,14 @@ import threading
 import time
 
 import pytest
-from multiuser_helpers import Users, World, gated, held_cpu, open_gate, wait_for
+from multiuser_helpers import World, gated, held_cpu, open_gate, users_or_skip, wait_for
 
 CONFIG = '[budget]\ncpu = 3\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
 
 
 @pytest.fixture(scope="module")
 def users():
-    u = Users()
-    why = u.create()
-    if why:
-        u.remove()
-        pytest.skip(why)
-    yield u
-    u.remove()
+    yield from users_or_skip()
 
 
 @pytest.fixture
