@@ -221,16 +221,20 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         if rec["state"] in FINAL:
             txn.store._index_put(txn.idx, rec)
             continue
-        if launched is None and entry["state"] == "starting":
+        intent = _spawn_intent(ctx.store.path(job_id, "pid")) if launched is None else None
+        if launched is None and entry["state"] == "starting" and intent is None:
             _release_cgroup(ctx, job_id)
             txn.update(job_id, state="queued", assigned=[], forced=False,
                        blocked_reason="requeued: the qex process that was starting it died before it ran")
             continue
+        stopped = "the job's processes were stopped"
+        if intent is not None and not _has_cgroup(ctx, job_id):  # no pid, no cgroup: nothing to stop it by
+            stopped = "it may have started, and if it did it was not stopped (it had no memory cgroup)"
         _stop_orphan(launched)
-        _release_cgroup(ctx, job_id)
+        _release_cgroup(ctx, job_id)  # with only an intent, the job's cgroup is all that holds it
         attempt = rec.get("attempt", 1)
-        error = (f"its supervisor (pid {rec.get('supervisor_pid') or '?'}) was lost; "
-                 "the job's processes were stopped and the result is unknown")
+        error = (f"its supervisor (pid {rec.get('supervisor_pid') or intent or '?'}) was lost; "
+                 f"{stopped} and the result is unknown")
         attempts = list(rec.get("attempts") or []) + [{
             "number": attempt, "state": "failed", "claims": rec.get("claims"),
             "started_at": rec.get("started_at"), "ended_at": now, "error": error}]
@@ -247,6 +251,12 @@ def _release_cgroup(ctx: Context, job_id: str) -> None:
         cgroup.stop_and_remove(ctx.store.job_dir(job_id), job_id, kill=True)
     except OSError:
         pass
+
+
+def _has_cgroup(ctx: Context, job_id: str) -> bool:
+    from qex.supervisor import cgroup
+
+    return cgroup.recorded(ctx.store.job_dir(job_id), job_id) is not None
 
 
 def _sweep_cgroups(ctx: Context, txn: Txn) -> None:
@@ -273,6 +283,17 @@ def _read_pid_file(path: str) -> tuple[int, int | None] | None:
     try:
         parts = fs.read_bytes(path, 64).split()
         return int(parts[0]), (int(parts[1]) if len(parts) > 1 else None)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _spawn_intent(path: str) -> int | None:
+    """The pid of the supervisor that wrote ``- <its pid> <its start>`` in the job's pid
+    file just before it spawned the job (qex.supervisor.run._spawn): the job may have run.
+    None: no such line."""
+    try:
+        parts = fs.read_bytes(path, 64).split()
+        return int(parts[1]) if parts[0] == b"-" else None
     except (OSError, ValueError, IndexError):
         return None
 

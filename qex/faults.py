@@ -22,7 +22,8 @@ and imports this module only when it is set. The points (docs/reliability.md):
     history.after_append  the history lines of a commit appended, before index.json
     commit.before_index   every status.json written (and any rotation), before index.json
     commit.after_index    the commit done, the lock still held
-    supervisor.after_spawn   the job spawned, before its pid file and running record
+    supervisor.before_spawn  the pid file's intent line written, before the spawn
+    supervisor.after_spawn   the job spawned, before its pid line and running record
     supervisor.before_final  the job ended, before its final record
     supervisor.after_final   the final record and pass committed, before the next forks
     engine.before_fork    before each supervisor fork of a pass   (qex/engine.py)
@@ -34,7 +35,7 @@ import signal
 POINTS = ("fs.after_write", "fs.after_fsync", "fs.after_rename", "journal.torn",
           "commit.after_journal", "commit.after_status", "history.torn", "history.after_append",
           "commit.before_index", "commit.after_index",
-          "supervisor.after_spawn", "supervisor.before_final", "supervisor.after_final",
+          "supervisor.before_spawn", "supervisor.after_spawn", "supervisor.before_final", "supervisor.after_final",
           "engine.before_fork")
 
 

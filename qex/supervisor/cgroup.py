@@ -2,9 +2,10 @@
 
 Where the machine allows it, the supervisor makes ``qex-<job id>-<attempt>`` INSIDE the
 memory cgroup it runs in itself (never elsewhere: a job never leaves the
-limits of the container, slice or test cgroup its caller lives under), and the
-job joins it before ``exec`` (``join`` runs in the forked child; the
-supervisor is single-threaded, so ``preexec_fn`` is safe there).
+limits of the container, slice or test cgroup its caller lives under). The job
+is born inside it: the supervisor (single-threaded) moves itself in just
+before it spawns the job and back to its own cgroup right after (``join``,
+``leave``), so every page of the job is counted there.
 
 - cgroup v1, memory controller (needs the right to ``mkdir`` there: root, as on
   CI): peak from ``memory.max_usage_in_bytes``, OOM kills from the ``oom_kill``
@@ -100,8 +101,22 @@ def _unescape(text: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
 
 
+_HERE: list = []  # (pid, where): what here() found in this process
+
+
 def here() -> tuple[str, str] | None:
-    """(kind, directory) of this process's memory cgroup, or None."""
+    """(kind, directory) of this process's memory cgroup, or None. Read once per
+    process: a supervisor asks for every job, and its home cgroup does not change
+    (it visits the job's cgroup only for the spawn: ``JobCgroup.join``)."""
+    pid = os.getpid()
+    if _HERE and _HERE[0][0] == pid:
+        return _HERE[0][1]
+    where = _read_here()
+    _HERE[:] = [(pid, where)]
+    return where
+
+
+def _read_here() -> tuple[str, str] | None:
     try:
         with open("/proc/self/cgroup") as fh:
             proc_cgroup = fh.read()
@@ -133,14 +148,15 @@ class JobCgroup:
         return os.path.join(self.path, "cgroup.procs")
 
     def join(self) -> None:
-        """In the forked child, before exec: move this process in. Raises OSError
-        if it cannot: the child then never execs, and the supervisor starts the
-        job again without a cgroup (see ``qex.supervisor.run._start``)."""
-        fd = os.open(self.procs, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.write(fd, str(os.getpid()).encode())
-        finally:
-            os.close(fd)
+        """The supervisor, just before it spawns the job: move this process in, so
+        that the job is born inside. Raises OSError if it cannot: the job is then
+        started without a cgroup (``qex.supervisor.memory.Meter.enter``)."""
+        _move_here(self.procs)
+
+    def leave(self) -> None:
+        """The supervisor, right after the spawn: back to the cgroup it came from
+        (the job's parent: ``create`` makes it inside ours). Raises OSError."""
+        _move_here(os.path.join(os.path.dirname(self.path), "cgroup.procs"))
 
     def members(self) -> list[int]:
         try:
@@ -164,6 +180,15 @@ class JobCgroup:
 
     def remove(self) -> bool:
         return remove_dir(self.path)
+
+
+def _move_here(procs: str) -> None:
+    """Write this process's pid into a ``cgroup.procs`` (one write: the kernel moves it)."""
+    fd = os.open(procs, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, str(os.getpid()).encode())
+    finally:
+        os.close(fd)
 
 
 def read_counter(path: str, key: str) -> int | None:

@@ -32,6 +32,7 @@ class Meter:
         self.cg_kills0: int | None = None
         self.machine0: int | None = None
         self.job_dir = ""
+        self.inside = False  # this supervisor is in the job's cgroup (between enter and leave)
 
     def prepare(self, job_dir: str, job_id: str, attempt: int) -> None:
         """Before the spawn: make the cgroup (noted in the job directory), read the counters."""
@@ -47,22 +48,49 @@ class Meter:
                 self.cg_kills0 = self.cg.oom_kills()
         self.machine0 = cgroup.machine_oom_kills()
 
-    def join_fn(self):
-        """What the forked child runs before exec to join the cgroup (None: no cgroup)."""
-        return self.cg.join if self.cg is not None else None
+    def enter(self) -> None:
+        """Just before the spawn: move this supervisor into the job's cgroup, so that the
+        job is born there. If the kernel refuses, the job is measured without a cgroup."""
+        if self.cg is None:
+            return
+        try:
+            self.cg.join()
+        except OSError:
+            self.cannot_join()
+        else:
+            self.inside = True
+
+    def leave(self) -> None:
+        """Right after the spawn (or its failure): back to the supervisor's own cgroup. If
+        that fails, the supervisor's own pages would count as the job's: say so in
+        supervisor.log (``discard`` tries again before it removes the cgroup)."""
+        if not self.inside:
+            return
+        try:
+            self.cg.leave()
+        except OSError as exc:
+            print(f"qex: this supervisor (pid {os.getpid()}) cannot leave the job's memory cgroup "
+                  f"{self.cg.path} ({exc.strerror or exc}): its own memory counts as the job's "
+                  "until it can", flush=True)
+        else:
+            self.inside = False
 
     def cannot_join(self) -> None:
-        """The job's child could not join the cgroup (it never ran): measure without it."""
+        """The supervisor could not move into the cgroup for the spawn: measure without it."""
         if self.cg is not None:
             self.why_not = f"the job could not join {self.cg.path}"
             self.discard()
 
     def discard(self) -> None:
         """Remove the cgroup (a process the job left behind keeps it: the sweep removes it later)."""
+        if self.inside:
+            self.leave()
         if self.cg is not None:
-            if self.cg.remove():
+            # Still inside (said in supervisor.log): no rmdir can succeed; the note stays for the
+            # sweep, and the next job's spawn moves this supervisor home (its leave).
+            if not self.inside and self.cg.remove():
                 cgroup.forget(self.job_dir)
-            self.cg = None
+            self.cg, self.inside = None, False
 
     def end(self, rusage, wait_status: int, stopped_by_qex: bool) -> tuple[dict, str | None]:
         """After the job ended (wait4 done): (usage, OOM evidence). Removes the cgroup."""

@@ -9,6 +9,7 @@ supervisor continues in the same flat loop (``main_loop``).
 
 import os
 import signal
+import stat
 import time
 
 from qex import engine
@@ -27,6 +28,7 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NU
 def main_loop(ctx: Context, launch: Launch) -> None:
     """Supervise jobs until none is handed over; never returns."""
     code = 0
+    _no_inherited_fds()
     while launch is not None:
         try:
             launch = supervise(ctx, launch)
@@ -131,14 +133,14 @@ def _env_name(name: str) -> str:
 def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, interrupt: "Interrupt | None" = None):
     """Spawn the job and record it running (or failed to start).
 
-    The spawn is outside the state lock (forking and the child's cgroup join take
-    milliseconds the other supervisors would wait for): one hold checks that the
+    The spawn is outside the state lock (the spawn and the cgroup moves around it
+    take time the other supervisors would wait for): one hold checks that the
     job is still to start and not to be killed (skipped for a job this process's
     own pass admitted a moment ago: ``launch.fresh``), the spawn follows, and a
     second hold records it running. A `qex kill` in between is answered at once.
     A supervisor that dies between the two leaves a 'starting' job with a pid
-    file (the child writes it before it execs): the next pass stops it and
-    records it lost, never starts it twice.
+    file (its intent line is written before the spawn, see ``_spawn``): the next
+    pass stops it and records it lost, never starts it twice.
     """
     store = ctx.store
     meter = meter or Meter()
@@ -178,58 +180,195 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, inter
 
 def _spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
     """Spawn a 'starting' job in its process group (and memory cgroup) and write its pid
-    file. Returns (process, None), or (None, the outcome of a start that failed)."""
-    import subprocess
+    file. Returns (process, None), or (None, the outcome of a start that failed).
 
+    ``os.posix_spawn`` (glibc: clone with CLONE_VM|CLONE_VFORK, no copy of this
+    process's page tables, no Python code in the child). What a preexec_fn did in
+    the child the supervisor does around the spawn: it resolves the command with
+    the job's PATH and enters the job's cwd, moves itself into the job's memory
+    cgroup (the job is born there), and writes the pid file twice: an intent line
+    before the spawn (a supervisor that dies from there on leaves a job that may
+    have run: the next pass stops what is in its cgroup and records it lost, never
+    starts it again), the job's pid and start time right after.
+    """
     store = ctx.store
     pid_path = store.path(launch.job_id, "pid")
+    mode = 0o640 if store.shared else 0o600
     meter.prepare(store.job_dir(launch.job_id), launch.job_id, rec.get("attempt", 1))
-
-    def spawn(join):
-        return subprocess.Popen(
-            list(spec.command), cwd=spec.cwd, env=_job_env(spec, rec, ctx.config),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            close_fds=True, process_group=0,
-            preexec_fn=_preexec(spec.nice, join, pid_path))
+    env = _job_env(spec, rec, ctx.config)
+    home = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the job directory (supervise)
+    intent = False
     try:
         try:
-            proc = spawn(meter.join_fn())
-        except subprocess.SubprocessError:
-            if meter.join_fn() is None:
-                raise
-            meter.cannot_join()  # the child failed before exec: start it without a cgroup
-            proc = spawn(None)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, {"state": "failed", "error": f"cannot start {spec.command[0]!r}: "
-                                                  f"{getattr(exc, 'strerror', None) or exc}"}
+            os.chdir(spec.cwd)
+            path = _executable(spec.command[0], env)
+            try:
+                _write_pid_file(pid_path, "-", f"{os.getpid()} {_own_start()}", mode)
+            except OSError as exc:
+                raise OSError(f"cannot write its pid file {pid_path}: {exc.strerror or exc}") from None
+            intent = True
+            if _CRASH:
+                _hit("supervisor.before_spawn")
+            meter.enter()
+            try:
+                proc = _Child.spawn(path, spec.command, env) if not spec.nice else _popen(path, spec, env)
+            finally:
+                meter.leave()
+        finally:
+            _go_home(home)
+    except OSError as exc:
+        if intent:
+            _unlink_quietly(pid_path)  # it never ran: a pass may start it again
+        return None, {"state": "failed", "error": f"cannot start {spec.command[0]!r}: {exc.strerror or exc}"}
     if _CRASH:
         _hit("supervisor.after_spawn")
     from qex.machine import process_start_time
 
-    _write_pid_file(pid_path, proc.pid, process_start_time(proc.pid), 0o640 if store.shared else 0o600)
+    try:
+        _write_pid_file(pid_path, proc.pid, process_start_time(proc.pid), mode)
+    except OSError as exc:  # no evidence a later pass could stop it by: it must not run
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None, {"state": "failed", "error": f"cannot write its pid file {pid_path}: {exc.strerror or exc}"}
     return proc, None
 
 
-def _preexec(nice: int | None, join, pid_path: str | None = None):
-    """In the forked child before exec (the supervisor is single-threaded, so this is safe):
-    join the job's memory cgroup first, so that every page of the job is counted there;
-    then write the job's pid file, so that a pass that finds this supervisor dead stops
-    the job instead of starting it a second time."""
-    if not nice and join is None and pid_path is None:
-        return None
-    from qex.machine import process_start_time
+class _Child:
+    """The spawned job, as ``_watch``, ``_start`` and the hand-over use it (what they
+    used of a ``subprocess.Popen``): ``pid``, the read ends ``stdout``/``stderr``
+    (``fileno``, ``close``), ``wait()``, ``returncode``."""
 
-    def run():
-        if join is not None:
-            join()
-        if pid_path is not None:
-            _write_pid_file(pid_path, os.getpid(), process_start_time(os.getpid()))
-        if nice:
-            os.nice(nice)
-    return run
+    __slots__ = ("pid", "stdout", "stderr", "returncode")
+
+    def __init__(self, pid: int, stdout, stderr):
+        self.pid, self.stdout, self.stderr, self.returncode = pid, stdout, stderr, None
+
+    @classmethod
+    def spawn(cls, path: str, argv, env: dict) -> "_Child":
+        """stdin from /dev/null, stdout and stderr to pipes, its own process group,
+        SIGPIPE and SIGXFSZ back to their defaults (as subprocess's restore_signals;
+        every other disposition as the supervisor has it), an empty signal mask. Every
+        fd of this process is close-on-exec (``_no_inherited_fds``): the job gets 0-2."""
+        out_r, out_w = os.pipe()
+        try:
+            err_r, err_w = os.pipe()
+        except OSError:
+            os.close(out_r)
+            os.close(out_w)
+            raise
+        try:
+            pid = os.posix_spawn(path, list(argv), env, file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)],
+                setpgroup=0, setsigmask=(), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        return cls(pid, open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0))
+
+    def wait(self) -> int:
+        try:
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            return self.returncode
+        self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
 
 
-def _write_pid_file(path: str, pid: int, start: int | None, mode: int = 0o600) -> None:
+def _popen(path: str, spec, env: dict):
+    """A job with a nice: the one case posix_spawn cannot do exactly (it has no
+    niceness attribute, and the job must not run one instruction at the wrong one),
+    so subprocess forks and the child calls ``os.nice`` before it execs."""
+    import subprocess
+
+    nice = spec.nice
+    try:
+        return subprocess.Popen(
+            list(spec.command), executable=path, env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            close_fds=True, process_group=0, preexec_fn=lambda: os.nice(nice))
+    except subprocess.SubprocessError as exc:  # os.nice failed in the child: it never ran
+        raise OSError(f"cannot set its nice value {nice}: {exc}") from None
+
+
+def _executable(name: str, env: dict) -> str:
+    """``command[0]`` as subprocess finds it: a name with a ``/`` as it is, else the first
+    candidate on the job's PATH that is an executable file. Raises OSError as the exec
+    would: Permission denied if only a non-executable candidate exists, else No such
+    file or directory."""
+    if os.sep in name:
+        return name
+    denied = None
+    for folder in os.get_exec_path(env):
+        path = os.path.join(folder, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and os.access(path, os.X_OK):
+            return path
+        denied = denied or path
+    import errno
+
+    if denied is not None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), denied)
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+
+
+_OWN_START: list = []  # (pid, start time) of this supervisor, for the intent line
+
+
+def _own_start() -> str:
+    pid = os.getpid()
+    if not _OWN_START or _OWN_START[0][0] != pid:
+        from qex.machine import process_start_time
+
+        _OWN_START[:] = [(pid, process_start_time(pid))]
+    start = _OWN_START[0][1]
+    return "" if start is None else str(start)
+
+
+def _go_home(fd: int) -> None:
+    """Back into the job directory after the spawn (the supervisor's cwd, see supervise)."""
+    try:
+        os.fchdir(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _no_inherited_fds() -> None:
+    """Once per supervisor: every fd above 2 close-on-exec. What Python opens is already;
+    this is for what the process that ran ``qex submit`` was given (a script's fd 3..N),
+    which posix_spawn (it closes nothing) would otherwise pass on to every job."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    os.set_inheritable(fd, False)
+            except OSError:
+                pass  # the fd of the listing itself, closed by now
+
+
+def _write_pid_file(path: str, pid, start, mode: int = 0o600) -> None:
+    """``<pid> <start time>`` of the job, or the supervisor's intent ``- <its pid> <its start>``."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     try:
         if mode != 0o600:

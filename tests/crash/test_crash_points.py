@@ -5,6 +5,8 @@ import json
 import os
 import signal
 
+import pytest
+
 from crash import invariants as inv
 
 
@@ -48,6 +50,38 @@ def test_a_supervisor_that_dies_right_after_the_spawn_never_runs_its_job_twice(q
     q.wait_for(lambda: not q.processes(), what="no qex process")
     assert _runs(runs).get((job, 1), 0) <= 1
     assert not inv.job_processes([job])
+    assert not inv.check(inv.read_view(q.state), known=[job], quiescent=True, runs=_runs(runs))
+
+
+def test_a_supervisor_that_dies_just_before_the_spawn_leaves_a_job_that_is_never_started(q):
+    # Its pid file says a spawn may have happened (the intent line): the next pass cannot
+    # know that it did not, so the job is recorded lost, never started (at most once).
+    runs = os.path.join(q.root, "runs.log")
+    job = q.submit("--", "sh", "-c", f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}',
+                   env={"QEX_CRASH_AT": "supervisor.before_spawn:1"})
+    rec = q.wait_state(job, "failed", timeout=20)
+    assert rec["supervisor_lost"] and "supervisor" in rec["error"] and "lost" in rec["error"], rec
+    assert len(rec["attempts"]) == 1
+    q.wait_for(lambda: not q.processes(), what="no qex process")
+    assert _runs(runs) == {}
+    assert not inv.check(inv.read_view(q.state), known=[job], quiescent=True, runs=_runs(runs))
+
+
+def test_a_job_spawned_by_a_supervisor_that_died_before_its_pid_line_is_stopped_by_its_cgroup(q):
+    from qex.supervisor import cgroup
+
+    probe, why = cgroup.create("0193f7a2-0000-7000-8000-00000000dead", 1)
+    if probe is None:
+        pytest.skip(f"skipped: no memory cgroup can be made here ({why}): only the cgroup holds such a job")
+    probe.remove()
+    runs = os.path.join(q.root, "runs.log")
+    job = q.submit("--", "sh", "-c", f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}; exec sleep 60',
+                   env={"QEX_CRASH_AT": "supervisor.after_spawn:1"})
+    rec = q.wait_state(job, "failed", timeout=20)
+    assert rec["supervisor_lost"] and "processes were stopped" in rec["error"], rec
+    q.wait_for(lambda: not inv.job_processes([job]), timeout=5, what="the job to be stopped")
+    q.wait_for(lambda: not q.processes(), what="no qex process")
+    assert _runs(runs).get((job, 1), 0) <= 1
     assert not inv.check(inv.read_view(q.state), known=[job], quiescent=True, runs=_runs(runs))
 
 
