@@ -216,10 +216,11 @@ def _spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
                 meter.leave()
         finally:
             _go_home(home)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: what posix_spawn refuses to pass (a NUL, an env name with =)
         if intent:
             _unlink_quietly(pid_path)  # it never ran: a pass may start it again
-        return None, {"state": "failed", "error": f"cannot start {spec.command[0]!r}: {exc.strerror or exc}"}
+        return None, {"state": "failed", "error": f"cannot start {spec.command[0]!r}: "
+                                                  f"{getattr(exc, 'strerror', None) or exc}"}
     if _CRASH:
         _hit("supervisor.after_spawn")
     from qex.machine import process_start_time
