@@ -23,8 +23,8 @@ import sys
 import tempfile
 import time
 
-import qex.cli  # noqa: F401  (what a forked supervisor carries)
-from qex import engine  # noqa: F401
+import qex.cli.submit  # noqa: F401  (what a supervisor forked by `qex submit` carries)
+from qex import admit, config, engine, learn, submit  # noqa: F401
 from qex.machine import process_start_time
 from qex.supervisor import cgroup, run
 
