@@ -299,12 +299,19 @@ def load_config(path: str | None = None, env=os.environ) -> Config:
     from qex import config_cache
 
     path = config_path(env) if path is None else os.path.abspath(path)
-    body = config_cache.lookup(path, env)
+    known = _CACHED.get(path)
+    if known is not None and config_cache.key_of(path) == known[0]:
+        return known[1]  # a supervisor reloads it at each job's start and end: one stat
+    found: list = []
+    body = config_cache.lookup(path, env, found)
     if body is not None:
         try:
-            return _from_cache_body(path, body)
+            config = _from_cache_body(path, body)
         except (KeyError, TypeError, ValueError, AttributeError):
             pass  # a damaged entry: parse the file
+        else:
+            _CACHED[path] = (found[0], config)  # the cache only holds a file that was not changing
+            return config
     stat_out: list = []
     text = _read_text(path, stat_out)
     if text is None:
@@ -320,6 +327,7 @@ def load_config(path: str | None = None, env=os.environ) -> Config:
 
 
 _READ: dict[str, tuple[str, "Config"]] = {}  # path -> (text, the Config it gave) in this process
+_CACHED: dict[str, tuple[dict, "Config"]] = {}  # path -> (config_cache key, the Config of that entry)
 
 
 # -- reading the file ----------------------------------------------------------

@@ -62,11 +62,14 @@ def stat_key(st) -> list:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def lookup(path: str, env=os.environ) -> dict | None:
-    """The cached body for the config at ``path``, or None (then parse it)."""
+def lookup(path: str, env=os.environ, out: list | None = None) -> dict | None:
+    """The cached body for the config at ``path``, or None (then parse it).
+    ``out`` receives the key the body was found under."""
     key = key_of(path)
     if key is None:
         return None
+    if out is not None:
+        out.append(key)
     data = _read(directory(env))
     if data is None:
         return None

@@ -64,7 +64,7 @@ class Launch:
 
     def __init__(self, job_id: str, alive_fd: int, peer_fd: int = -1, peer_lock: str | None = None):
         self.job_id, self.alive_fd, self.peer_fd, self.peer_lock = job_id, alive_fd, peer_fd, peer_lock
-        self.fresh = False  # admitted by this process's own pass a moment ago (qex.supervisor.run._start)
+        self.fresh = False  # admitted by a pass just before (qex.supervisor.run._start reads it without the lock)
 
     def __repr__(self) -> str:
         return f"Launch({self.job_id!r}, alive_fd={self.alive_fd}, peer_fd={self.peer_fd})"
@@ -336,22 +336,41 @@ def admit_locked(ctx: Context, txn: Txn) -> list[Launch]:
     return launches
 
 
+# A queued job's admission view, kept while its index entry is the same object: a
+# process that keeps its committed index (Store._cache) builds only what changed, so
+# a pass behind a long queue does not rebuild a thousand views per job start. An
+# entry is never changed in place but for its reason words, which the view lacks.
+_QUEUED_MEMO: dict = {}
+
+
 def snapshot(ctx: Context, txn: Txn, now: float):
     from qex import admit as A
     from qex import peers, pause
 
     cpu_budget, mem_budget = ctx.budget()
     running, queued, dep_ids = [], [], set()
+    memo = _QUEUED_MEMO
+    if len(memo) > 2 * len(txn.idx.jobs) + 256:
+        memo.clear()  # jobs long gone
     for job_id, e in txn.idx.jobs.items():
-        claims = tuple(A.Claim(name, c, s) for name, (c, s) in sorted(e["pools"].items()))
-        if e["state"] in HOLDING:
+        state = e["state"]
+        if state == "queued":
+            known = memo.get(job_id)
+            if known is not None and known[0] is e:
+                q = known[1]
+            else:
+                claims = tuple(A.Claim(name, c, s) for name, (c, s) in sorted(e["pools"].items()))
+                q = A.Queued(job_id, e["seq"], e["priority"], e["cpu"], e["mem"], claims,
+                             tuple(e["needs"]), tuple(e["after"]), e["deadline"],
+                             e["passed_by"], e["name"], e.get("attempt", 1) > 1)
+                memo[job_id] = (e, q)
+            queued.append(q)
+            if q.needs or q.after:
+                dep_ids.update(q.needs, q.after)
+        elif state in HOLDING:
+            claims = tuple(A.Claim(name, c, s) for name, (c, s) in sorted(e["pools"].items()))
             assigned = tuple(A.DeviceUse(p, tuple(d), s) for p, d, s in e["assigned"])
             running.append(A.Running(job_id, e["cpu"], e["mem"], claims, assigned))
-        elif e["state"] == "queued":
-            queued.append(A.Queued(job_id, e["seq"], e["priority"], e["cpu"], e["mem"], claims,
-                                   tuple(e["needs"]), tuple(e["after"]), e["deadline"],
-                                   e["passed_by"], e["name"], e.get("attempt", 1) > 1))
-            dep_ids.update(e["needs"], e["after"])
     from qex import machine
 
     avail = machine.meminfo().get("MemAvailable")
@@ -385,7 +404,8 @@ def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
     for start in plan.start:
         entry = txn.idx.jobs[start.id]
         if entry["uid"] != ctx.uid:
-            _set_reason(txn, start.id, "admitted: its owner's qex starts it (capacity reserved)", "reserved", now)
+            _set_reasons(txn, [(start.id, "admitted: its owner's qex starts it (capacity reserved)", "reserved")],
+                         now)
             continue
         try:
             fd = hold(ctx.store.path(start.id, "alive.lock"))
@@ -402,8 +422,7 @@ def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
         txn.update(start.id, state="starting", assigned=assigned, forced=start.forced,
                    blocked_reason=None, blocked_holder=None, blocked_since=None, peer_lock=peer_lock)
         launches.append(Launch(start.id, fd, peer_fd, peer_lock))
-    for wait in plan.wait:
-        _set_reason(txn, wait.id, wait.reason, wait.holder, now)
+    _set_reasons(txn, [(wait.id, wait.reason, wait.holder) for wait in plan.wait], now)
     for skip in plan.skip:
         txn.update(skip.id, state="skipped", ended_at=now, error=skip.reason,
                    skipped_root=skip.root, blocked_reason=None, blocked_holder=None)
@@ -417,8 +436,8 @@ def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
     return launches
 
 
-def _set_reason(txn: Txn, job_id: str, reason: str, holder: str, now: float) -> None:
-    """Give a waiting job its reason.
+def _set_reasons(txn: Txn, waits, now: float) -> None:
+    """Give each waiting job (id, reason words, holder) its reason.
 
     A new kind of wait (another holder: capacity, a dependency, a pause, a peer...)
     is a change of the record, journaled like any other. New words for the same
@@ -427,17 +446,25 @@ def _set_reason(txn: Txn, job_id: str, reason: str, holder: str, now: float) -> 
     and journal the record of every waiting job. Readers take the words from
     the index (``live_reason``; ``Store.read_live``).
     """
-    entry = txn.idx.jobs.get(job_id)
-    if entry is None or (entry.get("reason") == reason and entry.get("holder") == holder):
-        return
-    if entry.get("holder") == holder and entry.get("reason") is not None and job_id not in txn.records:
-        entry["reason"] = reason
-        txn.idx.unsaved = True  # no event, no record: only the index file changes
-        return
-    rec = txn.record(job_id)
-    since = rec.get("blocked_since") if rec.get("blocked_reason") else None
-    txn.update(job_id, change="reason", blocked_reason=reason, blocked_holder=holder,
-               blocked_since=since or now)
+    jobs, records, words_only = txn.idx.jobs, txn.records, False
+    for job_id, reason, holder in waits:  # (a loop in one frame: behind a long queue it runs for every job)
+        entry = jobs.get(job_id)
+        if entry is None:
+            continue
+        old = entry.get("reason")
+        if entry.get("holder") == holder:
+            if old == reason:
+                continue
+            if old is not None and job_id not in records:
+                entry["reason"] = reason  # no event, no record: only the index file changes
+                words_only = True
+                continue
+        rec = txn.record(job_id)
+        since = rec.get("blocked_since") if rec.get("blocked_reason") else None
+        txn.update(job_id, change="reason", blocked_reason=reason, blocked_holder=holder,
+                   blocked_since=since or now)
+    if words_only:
+        txn.idx.unsaved = True
 
 
 # ---- forking supervisors ------------------------------------------------------
@@ -469,6 +496,7 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=()) -> Launc
                 for fd in close_in_child:
                     _close_quietly(fd)
                 detach_stdio(ctx.store.path(launch.job_id, "supervisor.log"))
+                launch.fresh = True  # admitted by the pass just before this fork (qex.supervisor.run._start)
                 return launch
             except BaseException:
                 os._exit(70)

@@ -17,7 +17,10 @@ the budget by the caller.
 The largest, not the average: a claim that is too small stops the job, one a
 little too large only costs some capacity.
 
-Written only under the state lock (the supervisor's final pass), atomically.
+Written atomically (fsync, rename) under its own lock, ``<state>/learn.lock``, by
+the supervisor after its final pass: not under the state lock, so that a drain
+of short jobs does not wait on one more fsync per job. A supervisor that dies
+between its final record and its lesson loses that one sample, nothing else.
 Reading is for the submit path: one small file, ``json`` only, no cattrs. A
 file that cannot be read gives no claim and a warning, never a crash and never
 a zero claim; a damaged file is moved aside (``learn.json.corrupt-<time>``)
@@ -131,9 +134,26 @@ def claim_for(state_dir: str, command, template, margin: float,
         return None, f"the learner store gave no claim ({type(exc).__name__}); this job claims the default memory"
 
 
+def teach(state_dir: str, command, template, kind: str, nbytes: int, name: str = "",
+          mode: int = 0o600) -> str | None:
+    """``teach_locked`` under ``learn.lock`` (``mode``: that of the state directory's files)."""
+    import fcntl
+
+    try:
+        fd = os.open(os.path.join(state_dir, "learn.lock"),
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        return f"learner: cannot open {os.path.join(state_dir, 'learn.lock')} ({exc.strerror}); not taught"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return teach_locked(state_dir, command, template, kind, nbytes, name)
+    finally:
+        os.close(fd)
+
+
 def teach_locked(state_dir: str, command, template, kind: str, nbytes: int, name: str = "",
                  now: float | None = None) -> str | None:
-    """Add one measurement (``kind`` "peak" or "floor"); the state lock must be held.
+    """Add one measurement (``kind`` "peak" or "floor"); ``learn.lock`` must be held.
 
     Returns a note for the supervisor's log when something was off, else None.
     """

@@ -41,9 +41,16 @@ def process_start_time(pid: int) -> int | None:
         return None
 
 
+_BOOT_ID: str | None = None
+
+
 def boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
+    """This boot's id (read once per process: it cannot change while the process lives)."""
+    global _BOOT_ID
+    if _BOOT_ID is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as fh:
+                _BOOT_ID = fh.read().strip()
+        except OSError:
+            return ""
+    return _BOOT_ID

@@ -114,13 +114,21 @@ def key(ctx) -> str:
     return key_for(ctx.uid, ctx.store.root)
 
 
+_KEYS: dict = {}
+
+
 def key_for(uid: int, root: str) -> str:
     """``u<uid>-<FNV-1a 64 of the real path, hex>``: stable across versions and
-    cheap (hashlib would cost every command milliseconds of start-up)."""
+    cheap (hashlib would cost every command milliseconds of start-up). Worked out
+    once per process (a supervisor's every pass names its record)."""
+    known = _KEYS.get((uid, root))
+    if known is not None:
+        return known
     h = 0xCBF29CE484222325
     for byte in os.path.realpath(root).encode():
         h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return f"u{uid}-{h:016x}"
+    _KEYS[(uid, root)] = name = f"u{uid}-{h:016x}"
+    return name
 
 
 # ---- the directory ---------------------------------------------------------------
@@ -701,14 +709,26 @@ def _open_admit_file(dfd: int) -> int | None:
 
 # ---- for the waker ------------------------------------------------------------------
 
-def dir_version(ctx):
-    """Changes whenever a record or lock file of the peer directory is added,
-    replaced or removed (a peer's job started or ended): one stat."""
+def dir_version(ctx, since=None):
+    """Changes whenever another queue's record or lock file in the peer directory
+    is added, replaced or removed (a peer's job started or ended). ``since``: the
+    version returned before; while the directory's own stat is unchanged, that is
+    the answer (one stat). This queue's own files are left out: its jobs' starts
+    and ends run passes of their own."""
+    path = directory(ctx)
     try:
-        st = os.stat(directory(ctx), follow_symlinks=False)
+        st = os.stat(path, follow_symlinks=False)
     except OSError:
         return None
-    return st.st_ino, st.st_mtime_ns
+    stamp = (st.st_ino, st.st_mtime_ns)
+    if since is not None and since[0] == stamp:
+        return since
+    mine = key(ctx) + "."
+    try:
+        names = sorted(n for n in os.listdir(path) if not n.startswith(mine) and n != ".admit.lock")
+    except OSError:
+        return stamp, None
+    return stamp, tuple(names)
 
 
 # ---- for qex info ------------------------------------------------------------------

@@ -21,6 +21,12 @@ from qex import engine
 from qex.store.lock import hold
 
 INTERVAL = float(os.environ.get("QEX_WAKER_INTERVAL", "1.0"))
+# The kinds of wait (``blocked_holder``) that only the end of a job of this state
+# directory clears: that job's supervisor runs a pass when it ends, so the waker
+# has nothing to add (a drain behind the user's own jobs). Any other kind (a peer,
+# memory outside qex, a pause, a reservation, a new job with no reason yet...) or a
+# running job whose supervisor is gone makes the waker pass.
+INSIDE = frozenset({"own", "front", "dependency", "device", "lock"})
 WATCH = 0.2  # how often a sleeping waker looks for a changed queue (two stats)
 
 
@@ -90,8 +96,11 @@ def _sleep_until(ctx, wake: float) -> None:
         if now >= wake:
             return
         time.sleep(min(wake - now, WATCH))
-        if peers.dir_version(ctx) != peer:
-            return  # another queue's job ended (or started): what waited for it may start now
+        seen_peer = peers.dir_version(ctx, peer)
+        if seen_peer is not peer:
+            if seen_peer is None or peer is None or seen_peer[1] != peer[1]:
+                return  # another queue's job ended (or started): what waited for it may start now
+            peer = seen_peer  # only this queue's own files changed
         seen = _stamp(ctx)
         if seen != stamp:
             stamp = seen
@@ -110,8 +119,6 @@ def _stamp(ctx) -> tuple:
 
 def _earliest_deadline(ctx, now: float) -> float | None:
     """The earliest deadline still to come of a queued job, read from the index without the lock."""
-    from qex.store import fs
-
     try:
         jobs = ctx.store.read_index_jobs()
         times = [e["deadline"] for e in jobs.values() if e.get("state") == "queued" and e.get("deadline")]
@@ -150,10 +157,10 @@ def _loop(ctx, fd: int, next_deadline: float | None = None) -> "engine.Launch | 
 
 
 def _needs_pass(ctx) -> bool | None:
-    """True: something of this user is queued, or a job of theirs lost its
-    supervisor; False: their jobs only run, all supervised; None: nothing left."""
+    """True: a job of this user waits on something only a pass notices (see
+    ``INSIDE``), or a job lost its supervisor; False: their jobs run, or wait on
+    jobs of this queue that run, all supervised; None: nothing of theirs left."""
     from qex.store import fs
-    from qex.store.lock import is_held
 
     if not os.path.exists(ctx.store.index_path):
         return True  # let a pass read (and if need be rebuild) the index
@@ -168,9 +175,22 @@ def _needs_pass(ctx) -> bool | None:
     mine = {j: e for j, e in jobs.items() if e.get("uid") == ctx.uid}
     if not mine:
         return None
-    if any(e.get("state") == "queued" for e in mine.values()):
+    queued = [e for e in mine.values() if e.get("state") == "queued"]
+    now = time.time()
+    if any(e.get("holder") not in INSIDE or (e.get("deadline") or now + 1) <= now for e in queued):
+        return True  # (a --max-queue-time reached expires the job)
+    # Every queued job of theirs waits on what a job of this queue holds, whose end
+    # runs a pass: none is needed unless a job's supervisor is gone.
+    holding = [(j, e) for j, e in jobs.items() if e.get("state") in ("starting", "running")]
+    if queued and not holding:
         return True
+    return any(_lost(ctx, j, e) for j, e in holding)
+
+
+def _lost(ctx, job_id: str, entry: dict) -> bool:
+    from qex.store.lock import is_held
+
     try:
-        return any(not is_held(ctx.store.path(j, "alive.lock")) for j in mine)
+        return not is_held(ctx.store.path(job_id, "alive.lock"))
     except OSError:
-        return True
+        return entry.get("uid") == ctx.uid  # another user's private file: assume alive, as a pass does

@@ -257,3 +257,35 @@ def test_an_empty_config_is_cached_as_the_defaults(q, tmp_path, text):
     q.write_config(text)
     hit = wait_cached(q, cache)
     assert hit["exists"] and hit["values"]["budget.cpu"]["source"] == "default"
+
+
+def _aged(path) -> None:
+    """Wait (bounded) until the file's change time is older than the cache's racy window."""
+    import time
+
+    ctime = os.stat(path).st_ctime_ns
+    deadline = time.monotonic() + 5
+    while time.time_ns() < ctime + 2 * config_cache.RACY_NS and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_process_keeps_the_config_it_read_until_the_file_changes(tmp_path):
+    """A supervisor reloads the config at each job's start and end: one stat while
+    the file is unchanged, the new values as soon as it changed (even in place,
+    same size, same mtime)."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    path = tmp_path / "qex.toml"
+    path.write_text('[logs]\nmax_bytes = "1MB"\n')
+    _aged(path)
+    load_config(str(path), env)  # parsed, and cached
+    first = load_config(str(path), env)  # from the cache file
+    assert load_config(str(path), env) is first  # kept in the process
+    assert first.logs_max_bytes == 1 << 20
+    path.write_text('[logs]\nmax_bytes = "22MB"\n')
+    _aged(path)
+    assert load_config(str(path), env).logs_max_bytes == 22 << 20
+    load_config(str(path), env)
+    old = os.stat(path).st_mtime_ns
+    path.write_text('[logs]\nmax_bytes = "33MB"\n')  # same size
+    os.utime(path, ns=(old, old))
+    assert load_config(str(path), env).logs_max_bytes == 33 << 20

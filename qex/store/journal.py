@@ -109,7 +109,7 @@ def read_from(path: str, offset: int) -> tuple[list[dict], int]:
     return events, offset + end
 
 
-def read_committed(path: str, offset: int) -> tuple[list[dict], int, int]:
+def read_committed(path: str, offset: int, info: dict | None = None) -> tuple[list[dict], int, int]:
     """Like ``read_from``, but only whole appends: the events up to the end of the
     last append whose every line was written, and the offset after it.
 
@@ -120,6 +120,7 @@ def read_committed(path: str, offset: int) -> tuple[list[dict], int, int]:
     An event without ``commit`` (an older qex) is an append of its own.
     Returns (events, offset, the highest seq of any whole line, cut or not: the
     next append must not reuse a seq that a reader may have seen).
+    ``info``, when given, receives the file's ``size`` and ``ino``.
     """
     from qex.errors import StoreError
     from qex.store import fs
@@ -132,7 +133,10 @@ def read_committed(path: str, offset: int) -> tuple[list[dict], int, int]:
         raise StoreError(f"the journal {path} cannot be read ({exc.strerror or exc}); move it away "
                          "(the records keep every job; only the event history is lost)") from None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        size = st.st_size
+        if info is not None:
+            info["size"], info["ino"] = size, st.st_ino
         if size <= offset:
             return [], min(offset, size), 0
         os.lseek(fd, offset, os.SEEK_SET)

@@ -17,12 +17,19 @@ import stat
 from qex.errors import StoreError
 
 
-class StateLock:
-    """The exclusive lock a pass holds on ``<state>/lock`` for milliseconds."""
+class Busy(Exception):
+    """``StateLock(wait=False)``: another process holds the lock."""
 
-    def __init__(self, path: str):
+
+class StateLock:
+    """The exclusive lock a pass holds on ``<state>/lock`` for milliseconds.
+    ``wait=False``: raise ``Busy`` instead of waiting for it."""
+
+    def __init__(self, path: str, on_hold=None, wait: bool = True):
         self.path = path
         self.fd: int | None = None
+        self.on_hold = on_hold  # called with the fd once held, and with None when let go
+        self.wait = wait
 
     def __enter__(self) -> "StateLock":
         try:
@@ -37,13 +44,21 @@ class StateLock:
             os.close(fd)
             raise StoreError(f"the queue lock {self.path} is not a regular file; remove it "
                              "(qex makes a new one)")
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise Busy(self.path) from None
         self.fd = fd
+        if self.on_hold is not None:
+            self.on_hold(fd)
         return self
 
     def __exit__(self, *exc) -> None:
         fd, self.fd = self.fd, None
         if fd is not None:
+            if self.on_hold is not None:
+                self.on_hold(None)
             os.close(fd)  # closing the last descriptor releases the lock
 
 

@@ -33,6 +33,13 @@ LAZY_EVENTS = 32     # when this many events are not in the file yet,
 LAZY_SECS = 1.0      # or when it was saved this long ago (readers replay the journal after it)
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 BULK = 16  # a commit of more jobs than this writes their records unsynced, then one syncfs
+_APPLIED_WIDTH = 128  # the line in the lock file (Store._applied_upto)
+
+
+def _boot_id() -> str:
+    from qex.machine import boot_id
+
+    return boot_id()
 
 
 class BrokenRecord(StoreError):
@@ -110,8 +117,45 @@ class Store:
     def path(self, job_id: str, name: str) -> str:
         return os.path.join(self.jobs, job_id, name)
 
-    def lock(self) -> StateLock:
-        return StateLock(os.path.join(self.root, "lock"))
+    _lock_fd: int | None = None  # the state lock's descriptor while this process holds it
+
+    def lock(self, wait: bool = True) -> StateLock:
+        """The state lock; ``wait=False``: ``qex.store.lock.Busy`` if another process holds it."""
+        return StateLock(os.path.join(self.root, "lock"), on_hold=self._held, wait=wait)
+
+    def _held(self, fd: int | None) -> None:
+        self._lock_fd = fd
+
+    # ---- how far the journal's effects are applied (lock held) -------------
+    # The lock file holds one line: "applied <boot id> <journal inode> <offset>":
+    # every event of that journal up to that byte has its status.json and its
+    # history line written. A commit moves it after its writes; a pass that
+    # dies before leaves it behind its events, and the next pass replays those
+    # in full. A process that dies loses nothing of the page cache, so within a
+    # boot the line is exact without an fsync; after a reboot (another boot id)
+    # nothing is taken from it, and every unapplied event is replayed in full.
+    def _applied_upto(self, journal_ino: int | None) -> int:
+        fd = self._lock_fd
+        if fd is None or journal_ino is None:
+            return -1
+        try:
+            word, boot, ino, end = os.pread(fd, _APPLIED_WIDTH, 0).split()[:4]
+            if word != b"applied" or boot.decode() != _boot_id() or int(ino) != journal_ino:
+                return -1
+            return int(end)
+        except (OSError, ValueError, UnicodeDecodeError):
+            return -1
+
+    def _mark_applied(self, end: int) -> None:
+        fd = self._lock_fd
+        if fd is None:
+            return
+        try:
+            ino = os.stat(self.journal_path).st_ino
+            line = f"applied {_boot_id()} {ino} {end}".encode().ljust(_APPLIED_WIDTH - 1) + b"\n"
+            os.pwrite(fd, line, 0)
+        except OSError:
+            pass  # without the line the next pass replays in full: slower, never wrong
 
     def ensure(self) -> None:
         fs.ensure_private_dir(self.root)
@@ -258,26 +302,38 @@ class Store:
         return idx
 
     def _replay_locked(self, idx: Index, save: bool = True) -> None:
-        events, end, highest = journal.read_committed(self.journal_path, idx.offset)
-        applied, replayed = False, []
+        """Apply the journal's events after the index to it. Events whose commit
+        completed (``_applied_upto``: the usual case, an index saved lazily) change
+        only the index; the others (a pass died after its append) also get each
+        job's last record written to status.json and its history line, once:
+        never an older form over a newer one."""
+        info: dict = {}
+        events, end, highest = journal.read_committed(self.journal_path, idx.offset, info)
+        full = bool(events) and self._applied_upto(info.get("ino")) < end
+        applied, last = False, {}
         for event in events:
             rec = _usable_event(event, idx.seq)
             if rec is None:
                 continue  # a damaged line, or one already applied
             if os.path.isdir(self.job_dir(rec["id"])):
-                self._write_status_locked(rec, unless_same=True)
                 self._index_put(idx, rec)
-                replayed.append(rec)
+                if full:
+                    last[rec["id"]] = rec
             idx.seq = event["seq"]
             applied = True
+        for rec in last.values():
+            self._write_status_locked(rec, unless_same=True)
         if end != idx.offset:
             idx.offset = end
             applied = True
         if highest > idx.seq:  # a cut append's seqs are never given again (a reader may have seen them)
             idx.seq = highest
             applied = True
-        journal.trim(self.journal_path, idx.offset)
-        history.note_replayed_locked(self, replayed)
+        if info.get("size", 0) > end:
+            journal.trim(self.journal_path, end)  # the torn tail of a cut append
+        if full:
+            history.note_replayed_locked(self, list(last.values()))
+            self._mark_applied(end)
         if applied:
             if save:
                 self.save_index_locked(idx)
@@ -395,6 +451,7 @@ class Store:
         if bulk:
             fs.syncfs(self.root)  # one flush for every record, before the index moves on
         history.note_final_locked(self, changes)  # the jobs it made final, for qex list (history.py)
+        self._mark_applied(idx.offset)  # every effect of this append is written
         if _CRASH:
             fs._hit("commit.before_index")
         if not save_index:

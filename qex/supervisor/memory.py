@@ -130,11 +130,13 @@ EVIDENCE_WORDS = {
 }
 
 
-def settle(ctx, current: dict, outcome: dict) -> dict | None:
+def settle(ctx, current: dict, outcome: dict, lessons: list | None = None) -> dict | None:
     """Decide the end of an attempt in the final pass (lock held).
 
     Mutates ``outcome`` (state, error, oom_evidence) and returns the fields of
-    an OOM retry (new claims and their source, the reason), or None.
+    an OOM retry (new claims and their source, the reason), or None. What the
+    learner should be taught goes into ``lessons`` (``teach`` them after the
+    pass, outside the state lock); without the list it is taught at once.
     """
     if current.get("kill_requested") and outcome.get("state") == "oom":
         outcome.update(state="killed", oom_evidence=None,
@@ -142,7 +144,12 @@ def settle(ctx, current: dict, outcome: dict) -> dict | None:
     retry = None
     if outcome.get("state") == "oom":
         retry = _answer_oom(ctx, current, outcome)
-    _teach(ctx, current, outcome)
+    lesson = _lesson(ctx, current, outcome)
+    if lesson is not None:
+        if lessons is None:
+            teach(ctx, lesson)
+        else:
+            lessons[:] = [lesson]  # the last try of the pass (it may be tried again on a full disk)
     return retry
 
 
@@ -182,11 +189,10 @@ def _join(first: str, rest: str | None) -> str:
     return f"{first}. {rest}" if rest else first
 
 
-def _teach(ctx, current: dict, outcome: dict) -> None:
+def _lesson(ctx, current: dict, outcome: dict) -> tuple | None:
+    """What this attempt teaches the learner: (command, template, kind, bytes, name), or None."""
     if not ctx.config.learn_enabled:
-        return
-    from qex import learn
-
+        return None
     state = outcome.get("state")
     usage = outcome.get("usage") or {}
     if state == "completed" and usage.get("max_rss"):
@@ -195,10 +201,17 @@ def _teach(ctx, current: dict, outcome: dict) -> None:
         claim = int((current.get("claims") or {}).get("mem") or 0)
         kind, nbytes = "floor", max(2 * claim, int(usage.get("max_rss") or 0))
     else:
-        return  # killed, timed out, failed: what it reached says nothing about what it needs
+        return None  # killed, timed out, failed: what it reached says nothing about what it needs
+    return current.get("command") or (), current.get("template"), kind, nbytes, current.get("name", "")
+
+
+def teach(ctx, lesson: tuple) -> None:
+    """Teach the learner one lesson (``_lesson``) under its own lock."""
+    from qex import learn
+
+    command, template, kind, nbytes, name = lesson
     try:
-        note = learn.teach_locked(ctx.store.root, current.get("command") or (), current.get("template"),
-                                  kind, nbytes, current.get("name", ""))
+        note = learn.teach(ctx.store.root, command, template, kind, nbytes, name, mode=ctx.store.file_mode)
     except Exception as exc:  # the learner never costs a job its record
         note = f"learner: not taught ({type(exc).__name__}: {exc})"
     if note:

@@ -20,6 +20,7 @@ from qex.supervisor.memory import Meter, settle
 
 KILL_GRACE = float(os.environ.get("QEX_KILL_GRACE", "5"))
 DRAIN_AFTER_EXIT = 2.0
+RUNNING_AFTER = 0.02  # the longest a spawned job waits for its 'running' record while the lock is busy
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "GOMAXPROCS", "JULIA_NUM_THREADS")
@@ -44,8 +45,9 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
     def fail(txn):
         rec = txn.record(launch.job_id)
         if rec["state"] in ("starting", "running"):
-            if rec.get("pid"):
-                _signal_group(rec["pid"], signal.SIGKILL)
+            pid = rec.get("pid") or (engine._read_pid_file(ctx.store.path(launch.job_id, "pid")) or (None,))[0]
+            if pid:
+                _signal_group(pid, signal.SIGKILL)  # a job spawned but not yet recorded has only its pid file
             now, error = time.time(), f"its supervisor failed: {type(exc).__name__}: {exc}"
             attempts = list(rec.get("attempts") or []) + [{
                 "number": rec.get("attempt", 1), "state": "failed", "claims": rec.get("claims"),
@@ -131,51 +133,85 @@ def _env_name(name: str) -> str:
 
 
 def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, interrupt: "Interrupt | None" = None):
-    """Spawn the job and record it running (or failed to start).
+    """Spawn the job; return (process, its record with pid and start time), or
+    (None, the outcome of a start that failed).
 
     The spawn is outside the state lock (the spawn and the cgroup moves around it
-    take time the other supervisors would wait for): one hold checks that the
-    job is still to start and not to be killed (skipped for a job this process's
-    own pass admitted a moment ago: ``launch.fresh``), the spawn follows, and a
-    second hold records it running. A `qex kill` in between is answered at once.
-    A supervisor that dies between the two leaves a 'starting' job with a pid
-    file (its intent line is written before the spawn, see ``_spawn``): the next
-    pass stops it and records it lost, never starts it twice.
+    take time the other supervisors would wait for). Before it, the record is
+    read to check that the job is still to start and not to be killed: without
+    the lock for a job a pass admitted just before (``launch.fresh``: the record
+    that pass wrote, and a kill since), under it otherwise. 'running'
+    is recorded right after it when the state lock is free. When another process
+    holds it (a drain of short jobs: the other supervisors' passes), the record
+    waits, at most ``RUNNING_AFTER``, and a job that ends by then gets 'running'
+    and its end in one commit (``_finish``): such a drain takes the lock once per
+    job, not twice. A `qex kill` asked meanwhile is answered when 'running' is
+    recorded. A supervisor that dies before that leaves a 'starting' job with a
+    pid file (its intent line is written before the spawn, see ``_spawn``): the
+    next pass stops it and records it lost, never starts it twice.
     """
     store = ctx.store
     meter = meter or Meter()
-    if launch.fresh:
+    rec = None
+    if launch.fresh:  # the record as the pass that admitted it left it (and a kill since): no lock
         launch.fresh = False
-        rec = store.read_status_dict(launch.job_id)
-    else:
+        try:
+            rec = store.read_status_dict(launch.job_id)
+        except Exception:
+            rec = None
+        if rec is not None and rec.get("state") != "starting":
+            rec = None  # not as expected: look again under the lock
+    if rec is None:
         with store.lock():
             txn = engine.Txn(store, store.load_index_locked(save_replayed=False))
             rec = txn.record(launch.job_id)
-            if rec["state"] != "starting":
-                return None, {**rec, "_abandon": True}
-            if rec.get("kill_requested"):
-                rec = {**rec, "_outcome": {"state": "killed", "error": "stopped by qex kill before it started",
-                                           "started_at": None, "ended_at": time.time()}}
-                txn.commit()
-                return None, rec
             txn.commit()
+        if rec["state"] != "starting":
+            return None, {**rec, "_abandon": True}
+    if rec.get("kill_requested"):
+        return None, {**rec, "_outcome": {"state": "killed", "error": "stopped by qex kill before it started",
+                                          "started_at": None, "ended_at": time.time()}}
     now = time.time()
     proc, failure = _spawn(ctx, launch, spec, rec, meter)
-    with store.lock():
+    if proc is None:
+        return None, {**rec, "_outcome": {**failure, "started_at": now}}
+    rec = {**rec, "pid": proc.pid, "supervisor_pid": os.getpid(), "started_at": now, "_unrecorded": True}
+    current = _record_running(ctx, launch, rec, interrupt, wait=False)
+    if current is None:
+        return proc, rec  # the lock is busy: _watch records it within RUNNING_AFTER, or _finish with the end
+    if current.get("_abandon"):
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None, current
+    return proc, current
+
+
+def _record_running(ctx: Context, launch: Launch, rec: dict, interrupt: "Interrupt | None" = None,
+                    wait: bool = True) -> dict | None:
+    """Record the spawned job 'running' (see ``_start``). Returns the record; one
+    with ``_abandon`` if the job is no longer this process's to run (the caller
+    stops it); None if ``wait=False`` and the lock is busy."""
+    from qex.store.lock import Busy
+
+    store = ctx.store
+    lock = store.lock(wait=wait)
+    try:
+        lock.__enter__()
+    except Busy:
+        return None
+    try:
         txn = engine.Txn(store, store.load_index_locked(save_replayed=False))
-        rec = txn.record(launch.job_id)
-        if proc is None:
-            txn.commit()
-            return None, {**rec, "_outcome": {**failure, "started_at": now}}
-        if rec["state"] != "starting":  # not this process's to run any more: never leave it running
-            _signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return None, {**rec, "_abandon": True}
-        rec = txn.update(launch.job_id, state="running", pid=proc.pid, supervisor_pid=os.getpid(), started_at=now)
-        if rec.get("kill_requested") and interrupt is not None:
-            interrupt.requested = "kill"  # asked while it was being spawned: _watch stops it at once
+        current = txn.record(launch.job_id)
+        if current["state"] != "starting":  # not this process's to run any more: never leave it running
+            return {**current, "_abandon": True}
+        current = txn.update(launch.job_id, state="running", pid=rec["pid"], supervisor_pid=rec["supervisor_pid"],
+                             started_at=rec["started_at"])
+        if current.get("kill_requested") and interrupt is not None:
+            interrupt.requested = "kill"  # asked while it was being spawned: the watch stops it at once
         txn.commit(save_index=LAZY)  # the journal has it; a pass soon saves the index
-    return proc, rec
+    finally:
+        lock.__exit__(None, None, None)
+    return current
 
 
 def _spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
@@ -393,7 +429,20 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
     started = rec.get("started_at") or time.time()
     timeout_at = started + rec["timeout"] if rec.get("timeout") else None
     handoff_at = time.time() + watch.GRACE if launch is not None else None
-    end = watch.loop(proc.pid, sinks, sinks, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, handoff_at)
+    mark_at = started + RUNNING_AFTER if rec.get("_unrecorded") and launch is not None else None
+    pipes, abandon = sinks, None
+    while True:
+        pause_at = min(t for t in (handoff_at, mark_at) if t is not None) if (handoff_at or mark_at) else None
+        end = watch.loop(proc.pid, sinks, pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, pause_at)
+        if not (end.handoff and mark_at is not None):
+            break
+        mark_at, pipes = None, end.open_pipes  # the job runs on: record it running, then watch on
+        current = _record_running(ctx, launch, rec, interrupt)
+        if current.get("_abandon"):
+            _signal_group(proc.pid, signal.SIGKILL)
+            handoff_at, abandon = None, current
+        else:
+            rec = current
     if end.handoff:
         from qex.supervisor import handoff
 
@@ -405,6 +454,10 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
         sink.close()
     proc.stdout.close()
     proc.stderr.close()
+    if abandon is not None:
+        if meter is not None:
+            meter.discard()
+        return abandon
     return _classify(rec, end.wait_status, end.rusage, end.stop_reason, interrupt, sinks, end.incomplete, meter)
 
 
@@ -491,7 +544,10 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
 
     def record_end(txn):
         current = txn.record(launch.job_id)
-        oom_retry = settle(ctx, current, outcome)  # a kill wins over OOM evidence; OOM retry; learner
+        if rec.get("_unrecorded") and current["state"] == "starting":  # ended before RUNNING_AFTER
+            current = txn.update(launch.job_id, state="running", pid=rec["pid"],
+                                 supervisor_pid=rec["supervisor_pid"], started_at=rec["started_at"])
+        oom_retry = settle(ctx, current, outcome, lessons)  # a kill wins over OOM evidence; OOM retry
         attempt = current.get("attempt", 1)
         entry = {"number": attempt, "state": outcome["state"], "claims": current.get("claims"),
                  "started_at": outcome.get("started_at", current.get("started_at")),
@@ -525,9 +581,14 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
 
                 dedupe.remember_locked(ctx.store, final)
 
+    lessons: list = []
     result = _until_recorded(ctx, record_end)
     if _CRASH:
         _hit("supervisor.after_final")
+    if lessons:
+        from qex.supervisor.memory import teach
+
+        teach(ctx, lessons[0])  # after the pass: the learner's fsync holds up no other pass
     # The first job this pass admitted is this process's next job: no fork, no new
     # process image to fault in (a drain of short jobs is mostly this hand-over).
     own_next = result.launches.pop(0) if result.launches else None
