@@ -348,7 +348,8 @@ def test_a_corrupted_learner_store_does_not_break_submission(q):
 
 def test_a_job_that_cannot_join_its_cgroup_runs_once_without_one(q):
     """The kernel refuses the join (simulated in the real qex process that starts the job):
-    the child fails before exec, and the supervisor starts the job again without a cgroup."""
+    the supervisor cannot move into the job's cgroup for the spawn, and starts the job
+    once, without a cgroup."""
     probe, why = cgroup.create("0193f7a2-0000-7000-8000-00000000beef", 1)
     if probe is None:
         pytest.skip(f"skipped: no memory cgroup can be made here ({why}), so there is no join to refuse")
