@@ -537,15 +537,25 @@ def detach_stdio(log_path: str | None, signals: bool = True) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
+_UNREAPED: list[int] = []
+
+
 def _wait_child(pid: int) -> None:
-    while True:
+    """The first child of a double fork (it forks and exits at once): reaped later,
+    not waited for. Waiting for it cost a submission a few milliseconds per fork
+    (a supervisor, a waker); a command exits before it would matter, and a
+    supervisor or a waker reaps its earlier ones at each new fork."""
+    still = []
+    for old in _UNREAPED:
         try:
-            os.waitpid(pid, 0)
-            return
-        except InterruptedError:
-            continue
+            done, _ = os.waitpid(old, os.WNOHANG)
         except ChildProcessError:
-            return
+            continue
+        except InterruptedError:
+            done = 0
+        if not done:
+            still.append(old)
+    _UNREAPED[:] = still + [pid]
 
 
 def _close_quietly(fd: int) -> None:
