@@ -91,3 +91,36 @@ def test_a_real_job_cgroup_is_made_inside_ours_and_removed():
     finally:
         assert cg.remove()
     assert not os.path.exists(cg.path)
+
+
+def _reap_all() -> list[int]:
+    codes = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return codes
+        codes.append(os.waitstatus_to_exitcode(status))
+
+
+def test_warm_moves_a_child_to_where_it_is_and_leaves_the_caller_where_it_was(monkeypatch):
+    """A submission warms the kernel's cgroup-move lock in a throwaway child
+    (qex.supervisor.cgroup.warm); the caller never moves."""
+    monkeypatch.delenv("QEX_CGROUP", raising=False)
+    where = cgroup.here()
+    if where is None or not os.access(os.path.join(where[1], "cgroup.procs"), os.W_OK):
+        pytest.skip("no memory cgroup this process may write to (needs root on cgroup v1, or a delegated v2)")
+    _reap_all()
+    with open("/proc/self/cgroup") as fh:
+        before = fh.read()
+    cgroup.warm()
+    assert _reap_all() == [0]  # one child, and it succeeded
+    with open("/proc/self/cgroup") as fh:
+        assert fh.read() == before
+
+
+def test_warm_does_nothing_when_cgroups_are_off(monkeypatch):
+    monkeypatch.setenv("QEX_CGROUP", "off")
+    _reap_all()
+    cgroup.warm()
+    assert _reap_all() == []

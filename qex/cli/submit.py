@@ -122,6 +122,9 @@ def _say_what_happened(ctx, job_id: str, hit) -> None:
 
 def cmd_submit(args) -> int:
     from qex import engine
+    from qex.supervisor.cgroup import warm
+
+    warm()  # the first cgroup move's wait runs beside this submission (qex.supervisor.cgroup.warm)
 
     if args.each_line is not None or args.max_jobs is not None:
         if args.each_line is None:

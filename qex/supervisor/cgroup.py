@@ -24,7 +24,6 @@ finds the job ended without its supervisor (reconcile) or removes its record
 """
 
 import os
-import signal
 import time
 
 PREFIX = "qex-"
@@ -225,6 +224,44 @@ def job_of(name: str) -> str | None:
     return job_id if sep and job_id and attempt.isdigit() else None
 
 
+def warm() -> None:
+    """Start the kernel's wait before the first cgroup move now, in a throwaway child.
+
+    The first move of a process between cgroups after a quiet while costs an RCU
+    grace period (the kernel's cgroup_threadgroup_rwsem leaves its fast mode):
+    10-30 ms measured here, then ~10 us for the moves that follow. The supervisor
+    moves into the job's cgroup for the spawn (``JobCgroup.join``), so that wait
+    used to sit between a submission and its job's first instruction. A
+    submission calls this first: a child of it moves itself to the cgroup it is
+    already in (a move that changes nothing, so it needs no right the job's own
+    move does not need) and exits, while the submission does its work; by the
+    time the supervisor moves, the wait is over or under way. The child closes
+    every descriptor first: a caller reading the submission's output to its end
+    never waits for it. Unreaped: a command exits before it would matter."""
+    if disabled():
+        return
+    where = here()
+    if where is None:
+        return
+    procs = os.path.join(where[1], "cgroup.procs")
+    if not os.access(procs, os.W_OK):
+        return
+    try:
+        pid = os.fork()
+    except OSError:
+        return
+    if pid == 0:
+        code = 1
+        try:
+            os.closerange(0, 1 << 16)
+            fd = os.open(procs, os.O_WRONLY | os.O_CLOEXEC)
+            os.write(fd, b"0")  # 0: the writer itself
+            code = 0
+        except BaseException:
+            pass
+        os._exit(code)
+
+
 def create(job_id: str, attempt: int = 1) -> tuple[JobCgroup | None, str]:
     """Make the cgroup of this attempt inside ours. Returns (cgroup, "") or (None, why not)."""
     if disabled():
@@ -354,7 +391,7 @@ def _kill_all(cg: JobCgroup) -> None:
             pass
     for pid in cg.members():
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, 9)  # SIGKILL (the signal module costs a submission its enum import)
         except OSError:
             pass
 
