@@ -20,6 +20,13 @@ def pytest_configure(config):
 
     config._qex_cache = tempfile.mkdtemp(prefix="qex-test-cache-")
     os.environ["XDG_CACHE_HOME"] = config._qex_cache
+    # A run started in the background of a shell (`pytest &`, nohup) ignores SIGINT and SIGQUIT,
+    # and every qex it starts would inherit that: the tests that interrupt `qex wait` or
+    # `qex run` with a signal need it delivered, as it is from a terminal.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def pytest_unconfigure(config):
