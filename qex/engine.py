@@ -500,7 +500,7 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=()) -> Launc
                 return launch
             except BaseException:
                 os._exit(70)
-        _wait_child(pid)
+        _reap_later(pid)
     for launch in launches:
         _close_quietly(launch.alive_fd)
         _close_quietly(launch.peer_fd)
@@ -540,7 +540,7 @@ def detach_stdio(log_path: str | None, signals: bool = True) -> None:
 _UNREAPED: list[int] = []
 
 
-def _wait_child(pid: int) -> None:
+def _reap_later(pid: int) -> None:
     """The first child of a double fork (it forks and exits at once): reaped later,
     not waited for. Waiting for it cost a submission a few milliseconds per fork
     (a supervisor, a waker); a command exits before it would matter, and a

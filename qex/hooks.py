@@ -151,7 +151,7 @@ def _fork_runner(ctx, job_ids: list[str], close_in_child=()) -> None:
             traceback.print_exc()
             code = 70
         os._exit(code)
-    engine._wait_child(pid)
+    engine._reap_later(pid)
 
 
 def _max_fd() -> int:

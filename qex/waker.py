@@ -64,7 +64,7 @@ def ensure(ctx, close_in_child=(), next_deadline: float | None = None) -> "engin
             os._exit(0)
         return launch
     os.close(fd)
-    engine._wait_child(pid)
+    engine._reap_later(pid)
     return None
 
 

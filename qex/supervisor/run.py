@@ -194,23 +194,19 @@ def _record_running(ctx: Context, launch: Launch, rec: dict, interrupt: "Interru
     from qex.store.lock import Busy
 
     store = ctx.store
-    lock = store.lock(wait=wait)
     try:
-        lock.__enter__()
+        with store.lock(wait=wait):  # (Busy comes only from taking it)
+            txn = engine.Txn(store, store.load_index_locked(save_replayed=False))
+            current = txn.record(launch.job_id)
+            if current["state"] != "starting":  # not this process's to run any more: never leave it running
+                return {**current, "_abandon": True}
+            current = txn.update(launch.job_id, state="running", pid=rec["pid"],
+                                 supervisor_pid=rec["supervisor_pid"], started_at=rec["started_at"])
+            if current.get("kill_requested") and interrupt is not None:
+                interrupt.requested = "kill"  # asked while it was being spawned: the watch stops it at once
+            txn.commit(save_index=LAZY)  # the journal has it; a pass soon saves the index
     except Busy:
         return None
-    try:
-        txn = engine.Txn(store, store.load_index_locked(save_replayed=False))
-        current = txn.record(launch.job_id)
-        if current["state"] != "starting":  # not this process's to run any more: never leave it running
-            return {**current, "_abandon": True}
-        current = txn.update(launch.job_id, state="running", pid=rec["pid"], supervisor_pid=rec["supervisor_pid"],
-                             started_at=rec["started_at"])
-        if current.get("kill_requested") and interrupt is not None:
-            interrupt.requested = "kill"  # asked while it was being spawned: the watch stops it at once
-        txn.commit(save_index=LAZY)  # the journal has it; a pass soon saves the index
-    finally:
-        lock.__exit__(None, None, None)
     return current
 
 
