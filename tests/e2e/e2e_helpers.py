@@ -121,3 +121,23 @@ def read_line(proc, timeout: float) -> str | None:
         if chunk == b"\n":
             return buf.decode()
     return None
+
+
+def submit_wait_with_refused_move(q, method: str, why: str) -> dict:
+    """``qex submit --wait -- sh -c 'echo ran'`` in a real qex process whose
+    ``cgroup.JobCgroup.<method>`` (join or leave) the kernel refuses with ``why``
+    (simulated there); returns the final record it printed."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from qex.supervisor import cgroup\n"
+            "def refuse(self):\n"
+            f"    raise PermissionError(13, {why!r})\n"
+            f"cgroup.JobCgroup.{method} = refuse\n"
+            "from qex.cli import main\n"
+            "main(sys.argv[1:])\n")
+    proc = subprocess.run([sys.executable, "-c", code, "submit", "--wait", "--", "sh", "-c", "echo ran"],
+                          capture_output=True, text=True, timeout=60, env=q.env, cwd=q.root)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)

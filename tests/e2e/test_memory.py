@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from e2e_helpers import submit_wait_with_refused_move
+
 from qex.supervisor import cgroup
 
 MiB = 1 << 20
@@ -354,17 +356,7 @@ def test_a_job_that_cannot_join_its_cgroup_runs_once_without_one(q):
     if probe is None:
         pytest.skip(f"skipped: no memory cgroup can be made here ({why}), so there is no join to refuse")
     probe.remove()
-    code = ("import sys\n"
-            "from qex.supervisor import cgroup\n"
-            "def refuse(self):\n"
-            "    raise PermissionError(13, 'refused')\n"
-            "cgroup.JobCgroup.join = refuse\n"
-            "from qex.cli import main\n"
-            "main(sys.argv[1:])\n")
-    proc = subprocess.run([PY, "-c", code, "submit", "--wait", "--", "sh", "-c", "echo ran"],
-                          capture_output=True, text=True, timeout=60, env=q.env, cwd=q.root)
-    assert proc.returncode == 0, proc.stderr
-    rec = json.loads(proc.stdout)
+    rec = submit_wait_with_refused_move(q, "join", "refused")
     assert rec["state"] == "completed"
     assert rec["usage"]["peak_from"] == "rusage" and rec["usage"]["oom_kills"] is None
     assert q.run("logs", rec["id"], "--stdout").stdout == "ran\n"

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from e2e_helpers import gated, open_gate
+from e2e_helpers import gated, open_gate, submit_wait_with_refused_move
 
 from qex.supervisor import cgroup
 
@@ -110,13 +110,19 @@ def test_the_command_is_found_on_the_jobs_path_like_subprocess_finds_it(q):
     assert q.record(rec["id"])["command"] == ["tool"]
 
 
-def test_a_command_gone_from_the_path_when_it_starts_says_so(q):
+def _tool(q) -> tuple[str, str]:
+    """(its directory, its path): an executable script ``mytool`` in a directory of its own."""
     bin_dir = os.path.join(q.root, "bin")
     os.mkdir(bin_dir)
     tool = os.path.join(bin_dir, "mytool")
     with open(tool, "w") as fh:
         fh.write("#!/bin/sh\necho ran\n")
     os.chmod(tool, 0o755)
+    return bin_dir, tool
+
+
+def test_a_command_gone_from_the_path_when_it_starts_says_so(q):
+    bin_dir, tool = _tool(q)
     _blocked(q)
     gone = q.submit("--", "mytool", env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
     os.unlink(tool)
@@ -127,12 +133,7 @@ def test_a_command_gone_from_the_path_when_it_starts_says_so(q):
 
 
 def test_a_command_no_longer_executable_when_it_starts_says_permission_denied(q):
-    bin_dir = os.path.join(q.root, "bin")
-    os.mkdir(bin_dir)
-    tool = os.path.join(bin_dir, "mytool")
-    with open(tool, "w") as fh:
-        fh.write("#!/bin/sh\necho ran\n")
-    os.chmod(tool, 0o755)
+    bin_dir, tool = _tool(q)
     _blocked(q)
     by_name = q.submit("--", "mytool", env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
     by_path = q.submit("--", tool)
@@ -190,17 +191,7 @@ def test_a_supervisor_that_cannot_leave_the_jobs_cgroup_says_so(q):
     if probe is None:
         pytest.skip(f"skipped: no memory cgroup can be made here ({why})")
     probe.remove()
-    code = ("import sys\n"
-            "from qex.supervisor import cgroup\n"
-            "def refuse(self):\n"
-            "    raise PermissionError(13, 'Permission denied')\n"
-            "cgroup.JobCgroup.leave = refuse\n"
-            "from qex.cli import main\n"
-            "main(sys.argv[1:])\n")
-    proc = subprocess.run([PY, "-c", code, "submit", "--wait", "--", "sh", "-c", "echo ran"],
-                          capture_output=True, text=True, timeout=60, env=q.env, cwd=q.root)
-    assert proc.returncode == 0, proc.stderr
-    rec = json.loads(proc.stdout)
+    rec = submit_wait_with_refused_move(q, "leave", "Permission denied")
     assert rec["state"] == "completed" and len(rec["attempts"]) == 1
     assert q.run("logs", rec["id"], "--stdout").stdout == "ran\n"
     with open(os.path.join(q.state, "jobs", rec["id"], "supervisor.log")) as fh:
