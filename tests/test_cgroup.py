@@ -103,20 +103,79 @@ def _reap_all() -> list[int]:
         codes.append(os.waitstatus_to_exitcode(status))
 
 
-def test_warm_moves_a_child_to_where_it_is_and_leaves_the_caller_where_it_was(monkeypatch):
-    """A submission warms the kernel's cgroup-move lock in a throwaway child
-    (qex.supervisor.cgroup.warm); the caller never moves."""
+JOIN_SPAWN_LEAVE = """
+import json, os, subprocess, sys
+from qex.supervisor import cgroup
+cg, why = cgroup.create(sys.argv[1], 1)
+if cg is None:
+    print(json.dumps({"skip": why})); sys.exit(0)
+def mine():
+    return [l for l in open("/proc/self/cgroup").read().splitlines() if cg.kind == "v2" or ":memory:" in l]
+home = mine()
+cg.join()
+inside = mine()
+child = subprocess.run(["cat", "/proc/self/cgroup"], capture_output=True, text=True).stdout
+cg.leave()
+back = mine()
+members = cg.members()
+removed = cg.remove()
+print(json.dumps({"name": os.path.basename(cg.path), "kind": cg.kind, "home": home, "inside": inside, "child": child,
+                  "back": back, "members": members, "removed": removed}))
+"""
+
+
+def test_join_moves_the_caller_in_its_child_is_born_inside_and_leave_brings_it_home():
+    """The supervisor's move for the spawn (JobCgroup.join / leave), in a real process:
+    on cgroup v1 it moves its one thread through ``tasks``, so it must still land the
+    process and the job it spawns in the job's cgroup, and come back whole."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "QEX_CGROUP"}
+    out = subprocess.run([sys.executable, "-c", JOIN_SPAWN_LEAVE, "0193f7a2-0000-7000-8000-00000000000j"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    if "skip" in got:
+        pytest.skip(f"no memory cgroup can be made here ({got['skip']})")
+    name = got["name"]
+    assert not any(name in line for line in got["home"])
+    assert any(line.endswith("/" + name) for line in got["inside"]), got["inside"]
+    mark = ":memory:" if got["kind"] == "v1" else "0::"
+    child_memory = [line for line in got["child"].splitlines() if mark in line]
+    assert child_memory and all(l.endswith("/" + name) for l in child_memory), got["child"]
+    assert got["back"] == got["home"]
+    assert got["members"] == []
+    assert got["removed"]
+
+
+def _warm_children(monkeypatch, kind: str | None) -> list[int]:
     monkeypatch.delenv("QEX_CGROUP", raising=False)
     where = cgroup.here()
     if where is None or not os.access(os.path.join(where[1], "cgroup.procs"), os.W_OK):
         pytest.skip("no memory cgroup this process may write to (needs root on cgroup v1, or a delegated v2)")
+    if kind is not None:
+        monkeypatch.setattr(cgroup, "here", lambda: (kind, where[1]))
     _reap_all()
     with open("/proc/self/cgroup") as fh:
         before = fh.read()
     cgroup.warm()
-    assert _reap_all() == [0]  # one child, and it succeeded
+    codes = _reap_all()
     with open("/proc/self/cgroup") as fh:
-        assert fh.read() == before
+        assert fh.read() == before  # the caller never moves
+    return codes
+
+
+def test_warm_on_cgroup_v2_moves_a_child_to_where_it_is(monkeypatch):
+    """Where a move takes the kernel's global lock (v2's cgroup.procs), a submission
+    warms it in a throwaway child (qex.supervisor.cgroup.warm)."""
+    assert _warm_children(monkeypatch, "v2") == [0]  # one child, and it succeeded
+
+
+def test_warm_on_cgroup_v1_forks_nothing(monkeypatch):
+    """On v1 the supervisor moves one thread, which takes no global lock: nothing to warm."""
+    assert _warm_children(monkeypatch, "v1") == []
 
 
 def test_warm_does_nothing_when_cgroups_are_off(monkeypatch):
