@@ -17,8 +17,8 @@ doubled (capped at the budget) while ``--oom-retries`` allows, and the learner
 is taught (a completed attempt's peak; an OOM attempt's floor).
 """
 
+import _signal as signal  # the C module (see qex.supervisor.run)
 import os
-import signal
 
 from qex.supervisor import cgroup
 

@@ -7,8 +7,8 @@ of what that pass admitted, and exits; a child that becomes the next job's
 supervisor continues in the same flat loop (``main_loop``).
 """
 
+import _signal as signal  # the C module: signal.py builds enums, ~2 ms of a starting supervisor
 import os
-import signal
 import stat
 import time
 
@@ -503,7 +503,9 @@ def _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplet
     if os.WIFEXITED(wait_status):
         outcome["exit_code"] = os.WEXITSTATUS(wait_status)
     elif os.WIFSIGNALED(wait_status):
-        outcome["signal"] = signal.Signals(os.WTERMSIG(wait_status)).name
+        from signal import Signals  # the name only: after the job, never before its first instruction
+
+        outcome["signal"] = Signals(os.WTERMSIG(wait_status)).name
     if stop_reason == "killed":
         outcome["state"] = "killed"
         outcome["error"] = ("stopped by qex kill" if interrupt.requested == "kill"

@@ -201,3 +201,23 @@ def test_a_supervisor_that_cannot_leave_the_jobs_cgroup_says_so(q):
     # The cgroup outlived its supervisor (it was in it); the next sweep or this test removes it.
     path = os.path.join(cgroup.here()[1], cgroup.name_of(rec["id"], 1))
     cgroup.remove_dir(path, wait=2.0)
+
+
+def test_a_starting_supervisor_leaves_the_signal_module_alone(q):
+    """signal.py builds enums at import: ~2-3 ms in a supervisor just forked, before the
+    job's first instruction. The submission and the supervisor use the C module
+    ``_signal``; only a job that a signal ended has its signal's name looked up."""
+    env = {**q.env, "PYTHONPROFILEIMPORTTIME": "1"}
+    sub = subprocess.run([PY, "-m", "qex", "submit", "--", "true"], capture_output=True, text=True,
+                         timeout=60, env=env, cwd=q.root)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip()
+    assert q.wait_state(job, "completed")["exit_code"] == 0
+
+    def imported(text):
+        return {line.rsplit("|", 1)[1].strip() for line in text.splitlines() if line.startswith("import time:")}
+
+    with open(os.path.join(q.state, "jobs", job, "supervisor.log")) as fh:
+        supervisor = imported(fh.read())
+    assert "qex.supervisor.run" in supervisor | imported(sub.stderr)  # the log is the supervisor's
+    assert "signal" not in imported(sub.stderr) and "signal" not in supervisor
