@@ -176,13 +176,14 @@ def _publish_locked(ctx: Context, idx: Index) -> None:
         pass
 
 
-def after_pass(ctx: Context, result: PassResult, close_in_child=()) -> Launch | None:
+def after_pass(ctx: Context, result: PassResult, close_in_child=(), leaving: bool = False) -> Launch | None:
     """Fork the supervisors of a pass and make sure a waker exists if work waits.
+    ``leaving``: the caller exits as soon as it has answered (see ``launch_all``).
 
     Returns a Launch only in a forked supervisor process (the caller must then
     become that supervisor and never return up its stack).
     """
-    child = launch_all(ctx, result.launches, close_in_child)
+    child = launch_all(ctx, result.launches, close_in_child, leaving)
     if child is not None:
         return child
     from qex.hooks import start_pending
@@ -469,8 +470,15 @@ def _set_reasons(txn: Txn, waits, now: float) -> None:
 
 # ---- forking supervisors ------------------------------------------------------
 
-def launch_all(ctx: Context, launches: list[Launch], close_in_child=()) -> Launch | None:
-    """Double-fork one supervisor per launch.
+def launch_all(ctx: Context, launches: list[Launch], close_in_child=(), leaving: bool = False) -> Launch | None:
+    """Fork one supervisor per launch, in a session of its own.
+
+    A double fork, so that no supervisor is the child of a process that lives on
+    (a supervisor that starts other jobs, a waker, a command that waits): its
+    end would leave a zombie there. ``leaving``: the caller exits as soon as it
+    has answered (``qex submit`` without ``--wait``), so its supervisors are
+    orphaned at once, as a double fork's are; a single fork then spares the
+    second fork's copy of the process, 1-2 ms before the job's first instruction.
 
     In the parent: returns None once every supervisor is forked, and closes
     the liveness descriptors (each child keeps its own). In a supervisor:
@@ -487,7 +495,7 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=()) -> Launc
         if pid == 0:
             try:
                 os.setsid()
-                if os.fork() != 0:
+                if not leaving and os.fork() != 0:
                     os._exit(0)
                 for other in launches:
                     if other is not launch:

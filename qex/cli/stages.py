@@ -62,7 +62,7 @@ def cmd_each_line(args) -> int:
     group_id, name, lines, built = fanout.prepare(ctx, args)
     _warn(built)
     ids, result = groups.submit(ctx, built, group_id, name, "each-line")
-    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    become_supervisor_if(ctx, engine.after_pass(ctx, result, leaving=True))  # (--wait is refused here)
     _report(group_id, name, [(b.record["name"], b.spec.id) for b in built], args)
     skipped = []
     if lines.empty:

@@ -137,7 +137,8 @@ def cmd_submit(args) -> int:
     ctx = context()
     wait_limit = _wait_limit(args)
     job_id, result, hit = _submit_one(args, ctx)
-    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    leaving = not (args.wait or args.follow)
+    become_supervisor_if(ctx, engine.after_pass(ctx, result, leaving=leaving))
     _say_what_happened(ctx, job_id, hit)
     if args.id_file:
         write_id_file(args.id_file, [job_id])

@@ -15,7 +15,6 @@ import time
 from qex import engine
 from qex.engine import Context, Launch
 from qex.store.state import LAZY
-from qex.supervisor.logs import Sink
 from qex.supervisor.memory import Meter, settle
 
 KILL_GRACE = float(os.environ.get("QEX_KILL_GRACE", "5"))
@@ -417,6 +416,7 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
     still runs after ``watch.GRACE`` is watched by a minimal process this one execs into
     (``qex.supervisor.handoff``: it comes back as ``resume``)."""
     from qex.supervisor import watch
+    from qex.supervisor.logs import Sink  # after the spawn: not on the way to the job's first instruction
 
     store = ctx.store
     limit, setting = _log_limit(ctx.config)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from e2e_helpers import gated, open_gate, submit_wait_with_refused_move
+from e2e_helpers import gated, open_gate, proc_stat, submit_wait_with_refused_move
 
 from qex.supervisor import cgroup
 
@@ -221,3 +221,39 @@ def test_a_starting_supervisor_leaves_the_signal_module_alone(q):
         supervisor = imported(fh.read())
     assert "qex.supervisor.run" in supervisor | imported(sub.stderr)  # the log is the supervisor's
     assert "signal" not in imported(sub.stderr) and "signal" not in supervisor
+
+
+def _session(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        raw = fh.read()
+    return int(raw[raw.rindex(b")") + 2:].split()[3])
+
+
+def test_a_submission_that_leaves_at_once_forks_its_supervisor_once(q):
+    """`qex submit` without --wait exits as soon as it has printed the id: its
+    supervisor, forked once, is orphaned at once (as a double fork's is) and leads
+    a session of its own (qex.engine.launch_all, leaving)."""
+    job = q.submit("--", *gated(q, "go"))
+    rec = q.wait_state(job, "running")
+    sup = rec["supervisor_pid"]
+    assert _session(sup) == sup  # its own setsid: no intermediate process
+    assert proc_stat(sup)[1] != os.getpid()
+    open_gate(q, "go")
+    assert q.wait_state(job, "completed")["exit_code"] == 0
+
+
+def test_a_submission_that_waits_is_never_its_supervisors_parent(q):
+    """`qex submit --wait` lives as long as its job: a supervisor forked by it directly
+    would be its child and leave a zombie there; it is double-forked instead."""
+    waiting = q.popen("submit", "--wait", "--", *gated(q, "go"))
+    try:
+        rec = q.wait_for(lambda: next((r for r in q.records() if r["state"] == "running"), None),
+                         what="the job to run")
+        sup = rec["supervisor_pid"]
+        assert proc_stat(sup)[1] != waiting.pid
+        assert _session(sup) != sup  # the first child of the double fork led the session, and is gone
+    finally:
+        open_gate(q, "go")
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, err
+    assert json.loads(out)["state"] == "completed"
