@@ -37,13 +37,18 @@ def _running(uid=UID):
     return {"state": "running", "uid": uid, "holder": None, "reason": None, "deadline": None}
 
 
-def test_jobs_waiting_behind_supervised_jobs_of_the_queue_need_no_pass(ctx):
-    _index(ctx, {"r": _running(), "a": _queued("own"), "b": _queued("front"), "c": _queued("dependency")})
+def _needs_pass_while_r_is_supervised(ctx):
+    """``_needs_pass`` while a live supervisor holds running job r's liveness lock."""
     fd = hold(ctx.store.path("r", "alive.lock"))
     try:
-        assert waker._needs_pass(ctx) is False
+        return waker._needs_pass(ctx)
     finally:
         os.close(fd)
+
+
+def test_jobs_waiting_behind_supervised_jobs_of_the_queue_need_no_pass(ctx):
+    _index(ctx, {"r": _running(), "a": _queued("own"), "b": _queued("front"), "c": _queued("dependency")})
+    assert _needs_pass_while_r_is_supervised(ctx) is False
 
 
 def test_a_lost_supervisor_needs_a_pass(ctx):
@@ -54,20 +59,12 @@ def test_a_lost_supervisor_needs_a_pass(ctx):
 @pytest.mark.parametrize("holder", ["peer", "outside", "pause", "reserved", "oversized", None])
 def test_a_wait_only_the_world_or_time_clears_needs_a_pass(ctx, holder):
     _index(ctx, {"r": _running(), "a": _queued("own"), "b": _queued(holder)})
-    fd = hold(ctx.store.path("r", "alive.lock"))
-    try:
-        assert waker._needs_pass(ctx) is True
-    finally:
-        os.close(fd)
+    assert _needs_pass_while_r_is_supervised(ctx) is True
 
 
 def test_a_queue_time_reached_needs_a_pass(ctx):
     _index(ctx, {"r": _running(), "a": _queued("own", deadline=time.time() - 1)})
-    fd = hold(ctx.store.path("r", "alive.lock"))
-    try:
-        assert waker._needs_pass(ctx) is True
-    finally:
-        os.close(fd)
+    assert _needs_pass_while_r_is_supervised(ctx) is True
 
 
 def test_waiting_on_the_queue_with_nothing_running_needs_a_pass(ctx):
