@@ -137,12 +137,12 @@ def cmd_submit(args) -> int:
     ctx = context()
     wait_limit = _wait_limit(args)
     job_id, result, hit = _submit_one(args, ctx)
-    leaving = not (args.wait or args.follow)
+    leaving = not (args.wait or args.follow)  # it answers with the id and exits
     become_supervisor_if(ctx, engine.after_pass(ctx, result, leaving=leaving))
     _say_what_happened(ctx, job_id, hit)
     if args.id_file:
         write_id_file(args.id_file, [job_id])
-    if not (args.wait or args.follow):
+    if leaving:
         if args.json:
             print_json({"id": job_id, "deduplicated": hit is not None})
         elif not args.quiet:
