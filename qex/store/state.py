@@ -29,8 +29,10 @@ from qex.store.records import ACTIVE
 
 INDEX_FORMAT = 1
 LAZY = "lazy"        # commit_locked(save_index=LAZY): save the index only every so often:
-LAZY_EVENTS = 32     # when this many events are not in the file yet,
+LAZY_EVENTS = 32     # when this many events are not in the file yet (or one per LAZY_ENTRIES of its jobs,
+LAZY_ENTRIES = 8     # if more: a save costs what the file holds, a reader's replay what it lacks),
 LAZY_SECS = 1.0      # or when it was saved this long ago (readers replay the journal after it)
+_MARK_BYTES = 128    # the first bytes of the journal that tell one journal file from another (Store._journal_mark)
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 BULK = 16  # a commit of more jobs than this writes their records unsynced, then one syncfs
 _APPLIED_WIDTH = 128  # the line in the lock file (Store._applied_upto)
@@ -270,12 +272,15 @@ class Store:
         return sorted(n for n in names if not n.startswith("."))
 
     # ---- the index and the commit (lock held) -----------------------------
-    # A process that commits keeps the index it committed, with the bytes of the
-    # file as it left it: its next pass takes that index when the file still
-    # holds those bytes (nobody saved it since), and replays the journal from
-    # where that index stands. A supervisor in a drain thus neither parses nor
-    # checks a large index per job, and saves it only now and then (LAZY_*).
-    _cache: tuple[bytes, Index] | None = None
+    # A process that commits keeps the index it committed, with the journal it
+    # is current against (``_journal_mark``). Its next pass takes that index
+    # while the journal is still that file, and replays the journal from where
+    # the index stands: the journal is the truth and the index file only a
+    # checkpoint of it, so the file another process saved since would parse to
+    # the same jobs (but for the reason words a pass recomputes anyway). A
+    # supervisor in a drain thus neither reads, parses nor checks a large index
+    # per job, and saves it only now and then (LAZY_*).
+    _cache: tuple[tuple[int, bytes], Index] | None = None
 
     def load_index_locked(self, save_replayed: bool = True) -> Index:
         """The active index, with the journal events it has not applied yet replayed
@@ -283,17 +288,18 @@ class Store:
         the index: ``commit_locked(save_index=False)``). ``save_replayed=False``:
         the caller's commit saves it (``Index.unsaved``)."""
         cached, self._cache = self._cache, None  # given back only by a commit that completes
+        if cached is not None:
+            mark, size = self._journal_mark()
+            if mark == cached[0] and cached[1].offset <= size:
+                self._replay_locked(cached[1], save_replayed)
+                return cached[1]
         try:
             raw = fs.read_bytes(self.index_path, 64 << 20)
-            if cached is not None and raw == cached[0]:
-                idx = cached[1]
-            else:
-                data = json.loads(raw)
-                check.index(data)  # a damaged index is rebuilt from the records and the journal
-                if data.get("format", INDEX_FORMAT) > INDEX_FORMAT:
-                    raise StoreError(f"{self.index_path} was written by a newer qex; upgrade qex")
-                idx = Index(data)
-            idx.file_bytes = raw
+            data = json.loads(raw)
+            check.index(data)  # a damaged index is rebuilt from the records and the journal
+            if data.get("format", INDEX_FORMAT) > INDEX_FORMAT:
+                raise StoreError(f"{self.index_path} was written by a newer qex; upgrade qex")
+            idx = Index(data)
         except FileNotFoundError:
             idx = self._rebuild_index_locked()
         except (OSError, ValueError, TypeError, AttributeError):
@@ -388,7 +394,6 @@ class Store:
         data = json.dumps(idx.dump(), separators=(",", ":")).encode() + b"\n"
         fs.write_atomic(self.index_path, data, mode=self.file_mode, sync_dir=False)
         idx.unsaved = False
-        idx.file_bytes = data
 
     def _write_status_locked(self, rec: dict, sync: bool = True, unless_same: bool = False) -> None:
         from qex.store.records import status_defaults
@@ -416,7 +421,8 @@ class Store:
         records its job running the rewrite of a large index.
         """
         if save_index == LAZY:
-            save_index = idx.seq + len(changes) - idx.saved_seq >= LAZY_EVENTS or time.time() - idx.saved_at >= LAZY_SECS
+            behind = max(LAZY_EVENTS, len(idx.jobs) // LAZY_ENTRIES)
+            save_index = idx.seq + len(changes) - idx.saved_seq >= behind or time.time() - idx.saved_at >= LAZY_SECS
         if not changes:
             if save_index and idx.unsaved:
                 self.save_index_locked(idx)
@@ -471,9 +477,27 @@ class Store:
         return events
 
     def _keep(self, idx: Index) -> None:
-        """Remember the index this process committed, with the bytes its file holds."""
-        raw = getattr(idx, "file_bytes", None)
-        self._cache = (raw, idx) if raw is not None else None
+        """Remember the index this process committed, with the journal it is current against."""
+        mark, size = self._journal_mark()
+        self._cache = (mark, idx) if mark is not None and idx.offset <= size else None
+
+    def _journal_mark(self) -> tuple[tuple[int, bytes] | None, int]:
+        """(the journal file's inode and first bytes, its size). A rotated journal is
+        another file: another inode, or (an inode reused two rotations later) other
+        first bytes, since every event has its own ``seq``. A journal too short to
+        tell gives no mark (no index is kept against it)."""
+        try:
+            fd = os.open(self.journal_path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None, 0
+        try:
+            st = os.fstat(fd)
+            head = os.pread(fd, _MARK_BYTES, 0)
+        except OSError:
+            return None, 0
+        finally:
+            os.close(fd)
+        return ((st.st_ino, head) if len(head) == _MARK_BYTES else None), st.st_size
 
     # ---- making a job directory (before its first event) ------------------
     def create_job_dir(self, spec: Spec, sync: bool = True) -> None:

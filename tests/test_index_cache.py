@@ -1,0 +1,138 @@
+"""The index a process keeps between its passes (Store._cache) and the lazy saves of
+the index file: a pass behind a long queue neither parses the file another process
+saved nor saves a large file for a few events, and always sees every job."""
+
+import json
+import os
+
+import pytest
+
+from qex import engine
+from qex.config import Config
+from qex.store import state
+from qex.store.state import LAZY, Store
+from qex.submit import Request, build
+
+GB = 1 << 30
+
+
+def view(root) -> engine.Context:
+    """One process's view of the state directory (its own Store, its own kept index)."""
+    store = Store(str(root))
+    store.ensure()
+    config = Config.default(os.path.join(str(root), "none.toml"))
+    return engine.Context(store=store, config=config, uid=os.getuid(), user="tester", cores=8, mem_total=16 * GB)
+
+
+def add_jobs(ctx, n: int = 1, save_index=True) -> list[str]:
+    """Queue n jobs in one commit, without a pass (nothing starts)."""
+    built = [build(ctx, Request(command=["true"], mem="10MB")) for _ in range(n)]
+    for b in built:
+        ctx.store.create_job_dir(b.spec)
+    ids = []
+    with ctx.store.lock():
+        txn = engine.Txn(ctx.store, ctx.store.load_index_locked(save_replayed=False))
+        for b in built:
+            rec = {**b.record, "seq": txn.idx.next_job}
+            txn.idx.next_job += 1
+            txn.put(rec, None)
+            ids.append(rec["id"])
+        txn.commit(save_index)
+    return ids
+
+
+def parses(monkeypatch) -> list:
+    """Count the index files parsed (each is checked once: ``check.index``)."""
+    calls = []
+    real = state.check.index
+    monkeypatch.setattr(state.check, "index", lambda data: (calls.append(1), real(data))[1])
+    return calls
+
+
+def load(ctx):
+    with ctx.store.lock():
+        return ctx.store.load_index_locked()
+
+
+def truth(root) -> dict:
+    """The jobs a process that keeps nothing finds (it parses the file and replays)."""
+    return load(view(root)).jobs
+
+
+def test_a_kept_index_takes_in_another_process_s_commits_without_parsing_its_saved_file(tmp_path, monkeypatch):
+    a, b = view(tmp_path), view(tmp_path)
+    mine = add_jobs(a)
+    theirs = add_jobs(b, 3)  # b saves the index file: it is no longer the one a left
+    counted = parses(monkeypatch)
+    idx = load(a)
+    assert counted == []
+    assert sorted(idx.jobs) == sorted(mine + theirs)
+    assert idx.jobs == truth(tmp_path)
+    assert len(counted) == 1  # (the fresh view did parse it)
+
+
+def test_a_kept_index_is_dropped_when_the_journal_was_rotated(tmp_path, monkeypatch):
+    monkeypatch.setenv("QEX_JOURNAL_MAX_BYTES", "4096")
+    a, b = view(tmp_path), view(tmp_path)
+    mine = add_jobs(a)
+    kept_mark = a.store._cache[0]
+    theirs, path = [], a.store.journal_path
+    for _ in range(50):  # each commit of a job's record is a few KB: a few rotate the journal
+        theirs += add_jobs(b)
+        if not os.path.exists(path) or os.stat(path).st_ino != kept_mark[0]:
+            break
+    else:
+        pytest.fail("the journal was never rotated")
+    theirs += add_jobs(b, 2)  # the new journal is long enough to have a mark of its own
+    counted = parses(monkeypatch)
+    idx = load(a)
+    assert len(counted) == 1  # the journal it was current against is gone: it reads the file
+    assert sorted(idx.jobs) == sorted(mine + theirs) and idx.jobs == truth(tmp_path)
+
+
+def test_a_kept_index_is_dropped_for_a_journal_with_its_inode_but_other_first_bytes(tmp_path, monkeypatch):
+    # Two rotations later the new journal may get the inode of the one the index was kept
+    # against: its first bytes (another seq) tell them apart.
+    a, b = view(tmp_path), view(tmp_path)
+    add_jobs(a)
+    (ino, head), idx_a = a.store._cache
+    os.rename(a.store.journal_path, a.store.journal_path + ".moved")
+    with open(a.store.journal_path, "wb") as fh:
+        fh.write(b"x" * len(head))
+    a.store._cache = ((os.stat(a.store.journal_path).st_ino, head), idx_a)
+    assert a.store._journal_mark()[0] != a.store._cache[0]
+    counted = parses(monkeypatch)
+    try:
+        load(a)
+    except Exception:
+        pass  # what a damaged journal does is another test's business: here, only what was read
+    assert len(counted) == 1
+
+
+def test_a_supervisor_s_pass_saves_a_large_index_less_often_but_a_reader_sees_every_event(tmp_path, monkeypatch):
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)  # only the count of events decides here
+    ctx = view(tmp_path)
+    ids = add_jobs(ctx, 400)  # saved: 400 jobs in the file
+    store = ctx.store
+    behind = max(state.LAZY_EVENTS, 400 // state.LAZY_ENTRIES)
+    assert behind > state.LAZY_EVENTS  # a large index: more events may wait than for a small one
+
+    def offset_in_file():
+        with open(store.index_path) as fh:
+            return json.load(fh)["offset"]
+
+    def lazy_reasons(n: int, start: int):
+        with store.lock():
+            idx = store.load_index_locked(save_replayed=False)
+            changes = []
+            for k, job_id in enumerate(ids[start:start + n]):
+                rec = {**store.read_status_dict(job_id), "blocked_reason": f"words {start + k}"}
+                changes.append((rec, "queued", "reason"))
+            store.commit_locked(idx, changes, save_index=LAZY)
+
+    saved = offset_in_file()
+    lazy_reasons(behind - 1, 0)
+    assert offset_in_file() == saved  # not saved yet: fewer events than one per LAZY_ENTRIES jobs
+    assert store.read_index_jobs()[ids[0]]["reason"] == "words 0"  # a reader replays what the file lacks
+    lazy_reasons(1, behind - 1)
+    assert offset_in_file() > saved
