@@ -93,9 +93,9 @@ def test_a_kept_index_is_dropped_when_the_journal_was_rotated(tmp_path, monkeypa
 def test_a_kept_index_is_dropped_for_a_journal_with_its_inode_but_other_first_bytes(tmp_path, monkeypatch):
     # Two rotations later the new journal may get the inode of the one the index was kept
     # against: its first bytes (another seq) tell them apart.
-    a, b = view(tmp_path), view(tmp_path)
+    a = view(tmp_path)
     add_jobs(a)
-    (ino, head), idx_a = a.store._cache
+    (_ino, head), idx_a = a.store._cache
     os.rename(a.store.journal_path, a.store.journal_path + ".moved")
     with open(a.store.journal_path, "wb") as fh:
         fh.write(b"x" * len(head))
