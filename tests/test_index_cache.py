@@ -136,3 +136,15 @@ def test_a_supervisor_s_pass_saves_a_large_index_less_often_but_a_reader_sees_ev
     assert store.read_index_jobs()[ids[0]]["reason"] == "words 0"  # a reader replays what the file lacks
     lazy_reasons(1, behind - 1)
     assert offset_in_file() > saved
+
+
+def test_a_kept_index_far_behind_the_journal_is_dropped_for_the_file(tmp_path, monkeypatch):
+    # A supervisor back from a long job reads the file rather than replay all that happened since.
+    monkeypatch.setattr(state, "KEPT_REPLAY_BYTES", 4096)
+    a, b = view(tmp_path), view(tmp_path)
+    mine = add_jobs(a)
+    theirs = add_jobs(b, 8)  # one append of eight records: more than 4 KB
+    counted = parses(monkeypatch)
+    idx = load(a)
+    assert len(counted) == 1
+    assert sorted(idx.jobs) == sorted(mine + theirs)

@@ -32,6 +32,8 @@ LAZY = "lazy"        # commit_locked(save_index=LAZY): save the index only every
 LAZY_EVENTS = 32     # when this many events are not in the file yet (or one per LAZY_ENTRIES of its jobs,
 LAZY_ENTRIES = 8     # if more: a save costs what the file holds, a reader's replay what it lacks),
 LAZY_SECS = 1.0      # or when it was saved this long ago (readers replay the journal after it)
+KEPT_REPLAY_BYTES = 1 << 20  # a kept index is taken while the journal grew less since (a long job's
+#                             supervisor reads the file rather than replay the day's journal)
 _MARK_BYTES = 128    # the first bytes of the journal that tell one journal file from another (Store._journal_mark)
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 BULK = 16  # a commit of more jobs than this writes their records unsynced, then one syncfs
@@ -290,7 +292,7 @@ class Store:
         cached, self._cache = self._cache, None  # given back only by a commit that completes
         if cached is not None:
             mark, size = self._journal_mark()
-            if mark == cached[0] and cached[1].offset <= size:
+            if mark == cached[0] and cached[1].offset <= size <= cached[1].offset + KEPT_REPLAY_BYTES:
                 self._replay_locked(cached[1], save_replayed)
                 return cached[1]
         try:
