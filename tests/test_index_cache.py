@@ -148,3 +148,81 @@ def test_a_kept_index_far_behind_the_journal_is_dropped_for_the_file(tmp_path, m
     idx = load(a)
     assert len(counted) == 1
     assert sorted(idx.jobs) == sorted(mine + theirs)
+
+
+def fsyncs(monkeypatch) -> list[str]:
+    """The paths this process fsyncs, in order."""
+    seen = []
+    real = os.fsync
+
+    def recording(fd):
+        try:
+            seen.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            seen.append("?")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    return seen
+
+
+def lazy_reason(ctx, job_id: str, words: str) -> None:
+    with ctx.store.lock():
+        idx = ctx.store.load_index_locked(save_replayed=False)
+        rec = {**ctx.store.read_status_dict(job_id), "blocked_reason": words}
+        ctx.store.commit_locked(idx, [(rec, "queued", "reason")], save_index=LAZY)
+
+
+def test_a_lazy_commit_leaves_its_records_unsynced_until_an_index_file_would_count_them(tmp_path, monkeypatch):
+    # Its events are in the fsynced journal, which every loader replays after the index
+    # file's offset: a record is needed on disk only once an index file says it is applied.
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    a, b = view(tmp_path), view(tmp_path)
+    job, other = add_jobs(a, 2)
+    status = a.store.path(job, "status.json")
+    synced = fsyncs(monkeypatch)
+    lazy_reason(a, job, "words of a lazy commit")
+    assert synced == [a.store.journal_path]  # the journal only: no status.json, no index
+    del synced[:]
+    lazy_reason(b, other, "words of another lazy commit")  # b replays a's event, saves no index
+    assert status not in synced
+    add_jobs(b)  # a commit that saves the index: a's record first, then the index file
+    index_tmp = [i for i, p in enumerate(synced) if os.path.basename(p).startswith(".index.json")]
+    assert index_tmp and status in synced[:index_tmp[0]]
+    assert b.store.path(other, "status.json") in synced[:index_tmp[0]]
+    assert a.store.read_status_dict(job)["blocked_reason"] == "words of a lazy commit"
+
+
+def test_an_index_rebuilt_after_a_lazy_commit_syncs_the_records_it_counts(tmp_path, monkeypatch):
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    a = view(tmp_path)
+    (job,) = add_jobs(a)
+    lazy_reason(a, job, "unsynced words")
+    os.unlink(a.store.index_path)  # damaged or lost: the next pass rebuilds it from records and journal
+    b = view(tmp_path)
+    synced = fsyncs(monkeypatch)
+    add_jobs(b)  # its pass rebuilds the index, and its commit saves it
+    index_tmp = [i for i, p in enumerate(synced) if os.path.basename(p).startswith(".index.json")]
+    assert index_tmp and a.store.path(job, "status.json") in synced[:index_tmp[0]]
+
+
+def test_a_record_this_user_cannot_open_is_flushed_by_one_syncfs_before_the_index(tmp_path, monkeypatch):
+    # A shared state directory: another user's lazy commit left its record unsynced, in a
+    # directory this user may not enter.
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    a, b = view(tmp_path), view(tmp_path)
+    job, other = add_jobs(a, 2)
+    lazy_reason(a, job, "another user's words")
+    refused = a.store.path(job, "status.json")
+    real_open, flushed = os.open, []
+
+    def open_as_another_user(path, flags, *rest, **kw):
+        if path == refused and not flags & os.O_WRONLY:
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *rest, **kw)
+
+    monkeypatch.setattr(os, "open", open_as_another_user)
+    monkeypatch.setattr(state.fs, "syncfs", lambda path: flushed.append(path))
+    add_jobs(b)  # replays a's event, then saves the index
+    assert flushed == [b.store.root]
+    assert b.store.read_index_jobs()[job]["reason"] == "another user's words"

@@ -62,6 +62,7 @@ class Index:
         self.next_job: int = int(data.get("next_job", 1))    # next job seq number
         self.jobs: dict[str, dict] = dict(data.get("jobs", {}))
         self.unsaved = False  # applied journal events the file does not have yet
+        self.unsynced: set[str] = set()  # jobs whose status.json may not be durable yet (save_index_locked)
         self.saved_at = float(data.get("saved_at", 0.0))  # when the file was written
         self.saved_seq = self.seq                          # the seq the file has
 
@@ -327,6 +328,8 @@ class Store:
                 self._index_put(idx, rec)
                 if full:
                     last[rec["id"]] = rec
+                else:
+                    idx.unsynced.add(rec["id"])  # its writer may have left its status.json unsynced
             idx.seq = event["seq"]
             applied = True
         for rec in last.values():
@@ -366,6 +369,7 @@ class Store:
             rec = _usable_event(event, -1)
             if rec is not None:
                 latest[rec["id"]] = rec
+        idx.unsynced.update(latest)  # a record equal to its last event may still be unsynced
         for job_id in self.job_ids():
             try:
                 rec = self.read_status_dict(job_id)
@@ -392,10 +396,40 @@ class Store:
         idx.next_job = max(idx.next_job, int(rec.get("seq", 0)) + 1)
 
     def save_index_locked(self, idx: Index) -> None:
+        """Write the index file, after making durable every status.json it takes as written."""
+        self._sync_statuses(idx)
         idx.saved_at, idx.saved_seq = time.time(), idx.seq
         data = json.dumps(idx.dump(), separators=(",", ":")).encode() + b"\n"
         fs.write_atomic(self.index_path, data, mode=self.file_mode, sync_dir=False)
         idx.unsaved = False
+
+    def _sync_statuses(self, idx: Index) -> None:
+        """fsync the status.json of each job in ``idx.unsynced``: an index file that a
+        power cut keeps must never say an event is applied while that event's record
+        was lost. A job directory removed since has nothing left to keep; another
+        user's record this user cannot open is flushed with everything else by one
+        ``syncfs`` (a shared state directory)."""
+        flush = False
+        for job_id in idx.unsynced:
+            path = self.path(job_id, "status.json")
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            except PermissionError:
+                flush = True
+                continue
+            except OSError as exc:
+                raise StoreError(fs._describe_write_failure(path, exc)) from None
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                raise StoreError(fs._describe_write_failure(path, exc)) from None
+            finally:
+                os.close(fd)
+        if flush:
+            fs.syncfs(self.root)
+        idx.unsynced.clear()
 
     def _write_status_locked(self, rec: dict, sync: bool = True, unless_same: bool = False) -> None:
         from qex.store.records import status_defaults
@@ -420,7 +454,12 @@ class Store:
         Returns the events written. ``save_index=False`` leaves the index file
         behind the journal: the next pass replays these events into it (the
         journal is the write-ahead log), which spares a supervisor that only
-        records its job running the rewrite of a large index.
+        records its job running the rewrite of a large index. Such a commit
+        also leaves its status.json files unsynced (``Index.unsynced``): until
+        an index file says their events are applied, a power cut that loses
+        one loses nothing, since every loader replays those events from the
+        fsynced journal (in full after a reboot: ``_applied_upto``), and
+        ``save_index_locked`` fsyncs them before it writes that file.
         """
         if save_index == LAZY:
             behind = max(LAZY_EVENTS, len(idx.jobs) // LAZY_ENTRIES)
@@ -451,12 +490,14 @@ class Store:
         last = {rec["id"]: rec for rec, _previous, _change in changes}
         bulk = len(last) > BULK
         for rec in last.values():  # each record once, in its last form
-            self._write_status_locked(rec, sync=not bulk)
+            self._write_status_locked(rec, sync=save_index and not bulk)
             if _CRASH:
                 fs._hit("commit.after_status")
         for rec, _previous, _change in changes:
             self._index_put(idx, rec)
-        if bulk:
+        if not save_index:
+            idx.unsynced.update(last)  # synced before an index file says they are applied
+        elif bulk:
             fs.syncfs(self.root)  # one flush for every record, before the index moves on
         history.note_final_locked(self, changes)  # the jobs it made final, for qex list (history.py)
         self._mark_applied(idx.offset)  # every effect of this append is written
