@@ -18,8 +18,10 @@ Functions whose name ends in ``_locked`` must be called with the state lock held
 
 from __future__ import annotations  # the record classes are declared on first use (qex.store.records)
 
+import errno
 import json
 import os
+import stat
 import time
 
 from qex.errors import NoSuchJob, QexError, StoreError
@@ -34,6 +36,7 @@ LAZY_ENTRIES = 8     # if more: a save costs what the file holds, a reader's rep
 LAZY_SECS = 1.0      # or when it was saved this long ago (readers replay the journal after it)
 KEPT_REPLAY_BYTES = 1 << 20  # a kept index is taken while the journal grew less since (a long job's
 #                             supervisor reads the file rather than replay the day's journal)
+_NOT_OURS = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.ENODEV)
 _MARK_BYTES = 128    # the first bytes of the journal that tell one journal file from another (Store._journal_mark)
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 BULK = 16  # a commit of more jobs than this writes their records unsynced, then one syncfs
@@ -413,16 +416,17 @@ class Store:
         for job_id in idx.unsynced:
             path = self.path(job_id, "status.json")
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
             except PermissionError:
                 flush = True
                 continue
             except OSError as exc:
+                if exc.errno in _NOT_OURS:
+                    continue  # removed, or a link or device planted in its place: no record of ours to keep
                 raise StoreError(fs._describe_write_failure(path, exc)) from None
             try:
-                os.fsync(fd)
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.fsync(fd)
             except OSError as exc:
                 raise StoreError(fs._describe_write_failure(path, exc)) from None
             finally:
