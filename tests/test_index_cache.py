@@ -226,3 +226,18 @@ def test_a_record_this_user_cannot_open_is_flushed_by_one_syncfs_before_the_inde
     add_jobs(b)  # replays a's event, then saves the index
     assert flushed == [b.store.root]
     assert b.store.read_index_jobs()[job]["reason"] == "another user's words"
+
+
+def test_more_unsynced_records_than_a_few_hundred_are_flushed_by_one_syncfs(tmp_path, monkeypatch):
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(state, "SYNC_EACH_MAX", 2)
+    a, b = view(tmp_path), view(tmp_path)
+    jobs = add_jobs(a, 3)
+    for job in jobs:
+        lazy_reason(a, job, "words")
+    flushed = []
+    monkeypatch.setattr(state.fs, "syncfs", lambda path: flushed.append(path))
+    synced = fsyncs(monkeypatch)
+    add_jobs(b)
+    assert flushed == [b.store.root]
+    assert not any(p.endswith("status.json") and os.path.basename(os.path.dirname(p)) in jobs for p in synced)

@@ -39,6 +39,7 @@ KEPT_REPLAY_BYTES = 1 << 20  # a kept index is taken while the journal grew less
 _NOT_OURS = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.ENODEV)
 _MARK_BYTES = 128    # the first bytes of the journal that tell one journal file from another (Store._journal_mark)
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
+SYNC_EACH_MAX = 256  # more unsynced records than this are flushed by one syncfs before an index save
 BULK = 16  # a commit of more jobs than this writes their records unsynced, then one syncfs
 _APPLIED_WIDTH = 128  # the line in the lock file (Store._applied_upto)
 
@@ -411,9 +412,9 @@ class Store:
         power cut keeps must never say an event is applied while that event's record
         was lost. A job directory removed since has nothing left to keep; another
         user's record this user cannot open is flushed with everything else by one
-        ``syncfs`` (a shared state directory)."""
-        flush = False
-        for job_id in idx.unsynced:
+        ``syncfs`` (a shared state directory), and so are more than ``SYNC_EACH_MAX``."""
+        flush = len(idx.unsynced) > SYNC_EACH_MAX  # (a mass skip: one flush rather than many fsyncs)
+        for job_id in () if flush else idx.unsynced:
             path = self.path(job_id, "status.json")
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
