@@ -145,21 +145,33 @@ class PassResult:
         self.queued_mine, self.running_mine, self.next_deadline = queued_mine, running_mine, next_deadline
 
 
-def run_pass(ctx: Context, mutate=None, save_index=True) -> PassResult:
+def run_pass(ctx: Context, mutate=None, save_index=True, early=None) -> PassResult:
     """One pass; ``mutate(txn)`` makes the command's own change in the same hold.
-    ``save_index``: see ``Store.commit_locked`` (a supervisor's pass saves it lazily)."""
-    with ctx.store.lock():
+    ``save_index``: see ``Store.commit_locked`` (a supervisor's pass saves it lazily).
+    ``early``: ``(close_in_child, leaving)`` as ``after_pass`` takes them: the
+    supervisors of what the pass admits are forked before its commit (``_fork_early``)."""
+    with ctx.store.lock() as held:
         idx = ctx.store.load_index_locked(save_replayed=False)  # the commit saves it
         txn = Txn(ctx.store, idx)
         value = mutate(txn) if mutate is not None else None
         from qex import peers
 
-        with peers.admission(ctx, any(e["state"] == "queued" for e in idx.jobs.values())):
+        with peers.admission(ctx, any(e["state"] == "queued" for e in idx.jobs.values())) as turn:
             launches = admit_locked(ctx, txn)
             from qex.hooks import mark_locked
 
             mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
-            txn.commit(save_index)
+            gate = -1
+            if early is not None and launches:
+                locks = (held.fd, -1 if turn.fd is None else turn.fd)
+                gate = _fork_early(ctx, launches, (*early[0], *locks), early[1])
+                launches = []
+            try:
+                txn.commit(save_index)
+                if gate >= 0:
+                    os.write(gate, b"g")  # committed: the supervisors forked above may start their jobs
+            finally:
+                _close_quietly(gate)  # without its byte (the commit failed): they leave, nothing started
             _publish_locked(ctx, idx)
     mine = [e["state"] for e in idx.jobs.values() if e["uid"] == ctx.uid]
     return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine), txn.next_deadline)
@@ -174,6 +186,40 @@ def _publish_locked(ctx: Context, idx: Index) -> None:
         peers.publish_locked(ctx, idx)
     except Exception:  # a hostile or broken peer directory must never stop this queue
         pass
+
+
+def _fork_early(ctx: Context, launches: list[Launch], close_in_child, leaving: bool) -> int:
+    """Fork the supervisors of a pass before its commit, under the lock; return the
+    write end of their gate.
+
+    A supervisor imports its code while the commit waits for its fsyncs, then
+    reads the gate: one byte once the commit is written, or nothing (end of
+    file) when the pass failed or died before. Only after the byte does it go on
+    to start its job; without it, it leaves, and its liveness lock with it (a job
+    the journal has as 'starting' is requeued by the next pass). Its copies of
+    the state and admission locks are in ``close_in_child``: it closes them at
+    once, so that it never holds them after the passing process lets them go.
+    """
+    read_end, gate = os.pipe2(os.O_CLOEXEC)
+    try:
+        child = launch_all(ctx, launches, (*close_in_child, gate), leaving)
+    except BaseException:
+        os.close(read_end)
+        os.close(gate)
+        raise
+    if child is None:
+        os.close(read_end)
+        return gate
+    try:
+        from qex.supervisor.run import main_loop
+
+        if os.read(read_end, 1) != b"g":
+            os._exit(0)
+        os.close(read_end)
+    except BaseException:
+        os._exit(70)
+    main_loop(ctx, child)  # never returns: it ends in os._exit
+    os._exit(70)
 
 
 def after_pass(ctx: Context, result: PassResult, close_in_child=(), leaving: bool = False) -> Launch | None:

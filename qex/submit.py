@@ -343,11 +343,11 @@ def _check_claim(config, pool, name: str, count: int, size) -> None:
 
 # ---- writing ------------------------------------------------------------------
 
-def submit_many(ctx, built: list[Built], on_locked=None):
+def submit_many(ctx, built: list[Built], on_locked=None, early=None):
     """Write every job in one lock hold, then the pass; returns (ids, PassResult).
 
     ``on_locked(txn, built)`` may replace the submission (dedupe) and returns
-    the ids to report, or None to go on.
+    the ids to report, or None to go on. ``early``: see ``engine.run_pass``.
     """
     from qex import engine
 
@@ -377,7 +377,7 @@ def submit_many(ctx, built: list[Built], on_locked=None):
         return ids
 
     try:
-        result = engine.run_pass(ctx, add)
+        result = engine.run_pass(ctx, add, early=early)
     except BaseException:
         _discard(ctx, built)
         raise

@@ -90,7 +90,7 @@ def _claim_text(name: str, value, path: str) -> str:
                     "{ count = N, size = \"8GB\" }")
 
 
-def _submit_one(args, ctx):
+def _submit_one(args, ctx, leaving: bool = False):
     from qex.submit import build, submit_many
 
     req = request_from_args(args, ctx)
@@ -102,7 +102,7 @@ def _submit_one(args, ctx):
         from qex.dedupe import checker_for
 
         checker = checker_for(ctx, req)
-    ids, result = submit_many(ctx, [built], on_locked=checker)
+    ids, result = submit_many(ctx, [built], on_locked=checker, early=((), leaving))
     return ids[0], result, (checker.hit if checker is not None else None)
 
 
@@ -136,8 +136,8 @@ def cmd_submit(args) -> int:
         raise SpecError("--wait and --follow cannot go together; pick one")
     ctx = context()
     wait_limit = _wait_limit(args)
-    job_id, result, hit = _submit_one(args, ctx)
     leaving = not (args.wait or args.follow)  # it answers with the id and exits
+    job_id, result, hit = _submit_one(args, ctx, leaving)
     become_supervisor_if(ctx, engine.after_pass(ctx, result, leaving=leaving))
     _say_what_happened(ctx, job_id, hit)
     if args.id_file:
