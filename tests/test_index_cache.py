@@ -4,6 +4,7 @@ saved nor saves a large file for a few events, and always sees every job."""
 
 import json
 import os
+import signal
 
 import pytest
 
@@ -241,3 +242,27 @@ def test_more_unsynced_records_than_a_few_hundred_are_flushed_by_one_syncfs(tmp_
     add_jobs(b)
     assert flushed == [b.store.root]
     assert not any(p.endswith("status.json") and os.path.basename(os.path.dirname(p)) in jobs for p in synced)
+
+
+def test_a_fifo_planted_at_the_journal_is_never_waited_on_by_a_kept_index(tmp_path):
+    # A supervisor keeps its index for days; a FIFO put where the journal was must not
+    # hang its next pass (an open for reading would wait for a writer forever).
+    a = view(tmp_path)
+    add_jobs(a)
+    assert a.store._cache is not None
+    os.rename(a.store.journal_path, a.store.journal_path + ".moved")
+    os.mkfifo(a.store.journal_path)
+
+    class Waited(Exception):  # (not an OSError: the code under test may catch those)
+        pass
+
+    def waited(*_):
+        raise Waited("the pass waited on a FIFO planted at the journal")
+
+    before = signal.signal(signal.SIGALRM, waited)
+    signal.alarm(5)
+    try:
+        assert a.store._journal_mark() == (None, 0)  # no mark, so no kept index
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)

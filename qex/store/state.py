@@ -533,13 +533,16 @@ class Store:
         """(the journal file's inode and first bytes, its size). A rotated journal is
         another file: another inode, or (an inode reused two rotations later) other
         first bytes, since every event has its own ``seq``. A journal too short to
-        tell gives no mark (no index is kept against it)."""
+        tell gives no mark (no index is kept against it), and so does anything but a
+        regular file (a link or FIFO planted there is never followed nor waited on)."""
         try:
-            fd = os.open(self.journal_path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self.journal_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return None, 0
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None, 0
             head = os.pread(fd, _MARK_BYTES, 0)
         except OSError:
             return None, 0
