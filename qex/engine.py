@@ -148,8 +148,8 @@ class PassResult:
 def run_pass(ctx: Context, mutate=None, save_index=True, early=None) -> PassResult:
     """One pass; ``mutate(txn)`` makes the command's own change in the same hold.
     ``save_index``: see ``Store.commit_locked`` (a supervisor's pass saves it lazily).
-    ``early``: ``(close_in_child, leaving)`` as ``after_pass`` takes them: the
-    supervisors of what the pass admits are forked before its commit (``_fork_early``)."""
+    ``early``: None, or ``leaving`` as ``after_pass`` takes it: the supervisors of
+    what the pass admits are then forked before its commit (``_fork_early``)."""
     with ctx.store.lock() as held:
         idx = ctx.store.load_index_locked(save_replayed=False)  # the commit saves it
         txn = Txn(ctx.store, idx)
@@ -163,8 +163,7 @@ def run_pass(ctx: Context, mutate=None, save_index=True, early=None) -> PassResu
             mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
             gate = -1
             if early is not None and launches:
-                locks = (held.fd, -1 if turn.fd is None else turn.fd)
-                gate = _fork_early(ctx, launches, (*early[0], *locks), early[1])
+                gate = _fork_early(ctx, launches, (held.fd, -1 if turn.fd is None else turn.fd), early)
                 launches = []
             try:
                 txn.commit(save_index)
@@ -188,7 +187,7 @@ def _publish_locked(ctx: Context, idx: Index) -> None:
         pass
 
 
-def _fork_early(ctx: Context, launches: list[Launch], close_in_child, leaving: bool) -> int:
+def _fork_early(ctx: Context, launches: list[Launch], locks: tuple[int, int], leaving: bool) -> int:
     """Fork the supervisors of a pass before its commit, under the lock; return the
     write end of their gate.
 
@@ -196,13 +195,13 @@ def _fork_early(ctx: Context, launches: list[Launch], close_in_child, leaving: b
     reads the gate: one byte once the commit is written, or nothing (end of
     file) when the pass failed or died before. Only after the byte does it go on
     to start its job; without it, it leaves, and its liveness lock with it (a job
-    the journal has as 'starting' is requeued by the next pass). Its copies of
-    the state and admission locks are in ``close_in_child``: it closes them at
-    once, so that it never holds them after the passing process lets them go.
+    the journal has as 'starting' is requeued by the next pass). It closes its
+    copies of the state and admission locks (``locks``) at once, so that it
+    never holds them after the passing process lets them go.
     """
     read_end, gate = os.pipe2(os.O_CLOEXEC)
     try:
-        child = launch_all(ctx, launches, (*close_in_child, gate), leaving)
+        child = launch_all(ctx, launches, (*locks, gate), leaving)
     except BaseException:
         os.close(read_end)
         os.close(gate)

@@ -102,7 +102,7 @@ def _submit_one(args, ctx, leaving: bool = False):
         from qex.dedupe import checker_for
 
         checker = checker_for(ctx, req)
-    ids, result = submit_many(ctx, [built], on_locked=checker, early=((), leaving))
+    ids, result = submit_many(ctx, [built], on_locked=checker, early=leaving)
     return ids[0], result, (checker.hit if checker is not None else None)
 
 
