@@ -168,7 +168,7 @@ def run_pass(ctx: Context, mutate=None, save_index=True, early=None) -> PassResu
             try:
                 txn.commit(save_index)
                 if gate >= 0:
-                    os.write(gate, b"g")  # committed: the supervisors forked above may start their jobs
+                    _open_gate(gate)
             finally:
                 _close_quietly(gate)  # without its byte (the commit failed): they leave, nothing started
             _publish_locked(ctx, idx)
@@ -210,6 +210,8 @@ def _fork_early(ctx: Context, launches: list[Launch], locks: tuple[int, int], le
         os.close(read_end)
         return gate
     try:
+        if _CRASH:
+            fs._hit("engine.early_gate")
         from qex.supervisor.run import main_loop
 
         if os.read(read_end, 1) != b"g":
@@ -219,6 +221,17 @@ def _fork_early(ctx: Context, launches: list[Launch], locks: tuple[int, int], le
         os._exit(70)
     main_loop(ctx, child)  # never returns: it ends in os._exit
     os._exit(70)
+
+
+def _open_gate(gate: int) -> None:
+    """Committed: the supervisors ``_fork_early`` forked may start their jobs. One that
+    died meanwhile (EPIPE when none is left to read) started nothing: its job, left
+    'starting' with no liveness lock, is requeued by the next pass (the waker's, at
+    the latest), and this command still answers with the id it committed."""
+    try:
+        os.write(gate, b"g")
+    except OSError:
+        pass
 
 
 def after_pass(ctx: Context, result: PassResult, close_in_child=(), leaving: bool = False) -> Launch | None:

@@ -27,6 +27,7 @@ and imports this module only when it is set. The points (docs/reliability.md):
     supervisor.before_final  the job ended, before its final record
     supervisor.after_final   the final record and pass committed, before the next forks
     engine.before_fork    before each supervisor fork of a pass   (qex/engine.py)
+    engine.early_gate     a supervisor forked before its pass's commit, first thing (before the gate)
 """
 
 import os
@@ -36,7 +37,7 @@ POINTS = ("fs.after_write", "fs.after_fsync", "fs.after_rename", "journal.torn",
           "commit.after_journal", "commit.after_status", "history.torn", "history.after_append",
           "commit.before_index", "commit.after_index",
           "supervisor.before_spawn", "supervisor.after_spawn", "supervisor.before_final", "supervisor.after_final",
-          "engine.before_fork")
+          "engine.before_fork", "engine.early_gate")
 
 
 def _parse(text: str) -> dict[str, int]:

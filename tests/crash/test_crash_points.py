@@ -51,6 +51,21 @@ def test_a_submission_whose_commit_dies_never_lets_its_early_supervisor_start_th
     assert not inv.check(inv.read_view(q.state), known=[later], quiescent=True, runs=_runs(runs))
 
 
+def test_a_submission_whose_early_supervisor_died_still_answers_and_its_job_runs_once(q):
+    # The supervisor forked before the commit dies before the commit's byte: the byte
+    # meets a pipe nobody reads (EPIPE). The command committed the job: it must print
+    # its id and exit 0 (it printed nothing), and the job must run once, later.
+    runs = os.path.join(q.root, "runs.log")
+    done = q.run("submit", "--", "sh", "-c", f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}',
+                 env={"QEX_CRASH_AT": "engine.early_gate:1"})
+    assert done.returncode == 0 and done.stdout.strip(), (done.returncode, done.stdout, done.stderr)
+    job = done.stdout.strip()
+    rec = q.wait_state(job, "completed", timeout=20)  # requeued by the waker's pass
+    assert _runs(runs) == {(job, 1): 1} and len(rec["attempts"]) == 1
+    q.wait_for(lambda: not q.processes(), what="no qex process")
+    assert not inv.check(inv.read_view(q.state), known=[job], quiescent=True, runs=_runs(runs))
+
+
 def test_a_torn_journal_append_is_cut_and_the_queue_goes_on(q):
     first = q.submit("--", "true")
     q.wait_state(first, "completed")
