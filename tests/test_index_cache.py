@@ -269,3 +269,75 @@ def test_a_fifo_planted_at_the_journal_is_never_waited_on_by_a_kept_index(tmp_pa
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, before)
+
+
+def index_saves(monkeypatch) -> list:
+    """Count the index files this process writes."""
+    saves = []
+    real = state.fs.write_atomic
+
+    def recording(path, *args, **kw):
+        if path.endswith("index.json"):
+            saves.append(path)
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(state.fs, "write_atomic", recording)
+    return saves
+
+
+def test_an_index_file_another_process_saved_spares_this_one_its_own_save_and_syncs(tmp_path, monkeypatch):
+    # Two supervisors of a drain: each counted the events since its own last save, so
+    # each saved a large index one pass after the other, and synced the same records.
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(state, "LAZY_EVENTS", 4)
+    a, b = view(tmp_path), view(tmp_path)
+    jobs = add_jobs(a, 4)
+    lazy_reason(b, jobs[0], "b keeps its index")  # b: 1 event behind its last save (none: the file's)
+    lazy_reason(a, jobs[1], "one")
+    lazy_reason(a, jobs[2], "two")
+    saves = index_saves(monkeypatch)
+    lazy_reason(a, jobs[3], "three")  # 4 events since a's save: it saves, syncing b's record too
+    assert len(saves) == 1
+    synced = fsyncs(monkeypatch)
+    lazy_reason(b, jobs[0], "b again")  # 4 events after b's last save: it would have saved
+    assert len(saves) == 1
+    assert not any(p.endswith("status.json") for p in synced)
+    assert b.store._cache[1].unsynced == {jobs[0]: b.store._cache[1].seq}  # only its own new record
+    assert truth(tmp_path)[jobs[0]]["reason"] == "b again"  # replayed by a reader of the file
+
+
+def save_as_another_process(path: str, data: dict) -> None:
+    """Write an index file as a save does: a new file renamed over the old one."""
+    with open(path + ".other", "w") as f:
+        json.dump(data, f, separators=(",", ":"))
+    os.replace(path + ".other", path)
+
+
+def look(ctx):
+    """A pass that changes nothing: it takes the kept index and keeps it again."""
+    with ctx.store.lock():
+        idx = ctx.store.load_index_locked(save_replayed=False)
+        ctx.store.commit_locked(idx, [], save_index=LAZY)
+        return idx
+
+
+def test_an_index_file_of_another_journal_teaches_a_kept_index_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    a = view(tmp_path)
+    (job,) = add_jobs(a)
+    lazy_reason(a, job, "unsynced words")
+    kept = a.store._cache[1]
+    with open(a.store.index_path) as f:
+        data = json.load(f)
+    data.update(stream="another-stream", seq=kept.seq)  # a file from another journal, with a seq that would do
+    save_as_another_process(a.store.index_path, data)
+    assert look(a) is kept
+    assert job in kept.unsynced
+    data.update(stream=kept.stream, seq=kept.seq + 5)  # a seq beyond what this journal has: not believed
+    save_as_another_process(a.store.index_path, data)
+    assert look(a) is kept
+    assert job in kept.unsynced
+    data.update(seq=kept.seq)  # this journal's file, at this seq: its saver synced the record
+    save_as_another_process(a.store.index_path, data)
+    assert look(a) is kept
+    assert job not in kept.unsynced and kept.saved_seq == kept.seq

@@ -37,6 +37,7 @@ LAZY_SECS = 1.0      # or when it was saved this long ago (readers replay the jo
 KEPT_REPLAY_BYTES = 1 << 20  # a kept index is taken while the journal grew less since (a long job's
 #                             supervisor reads the file rather than replay the day's journal)
 _NOT_OURS = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.ENODEV)
+_HEAD_BYTES = 512    # enough for the counters at the start of the index file (Store._saved_elsewhere)
 _MARK_BYTES = 128    # the first bytes of the journal that tell one journal file from another (Store._journal_mark)
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
 SYNC_EACH_MAX = 256  # more unsynced records than this are flushed by one syncfs before an index save
@@ -66,7 +67,9 @@ class Index:
         self.next_job: int = int(data.get("next_job", 1))    # next job seq number
         self.jobs: dict[str, dict] = dict(data.get("jobs", {}))
         self.unsaved = False  # applied journal events the file does not have yet
-        self.unsynced: set[str] = set()  # jobs whose status.json may not be durable yet (save_index_locked)
+        # jobs whose status.json may not be durable yet (save_index_locked), each with the
+        # seq of its latest such event: an index file saved at that seq or later has it synced
+        self.unsynced: dict[str, int] = {}
         self.saved_at = float(data.get("saved_at", 0.0))  # when the file was written
         self.saved_seq = self.seq                          # the seq the file has
 
@@ -299,6 +302,7 @@ class Store:
             mark, size = self._journal_mark()
             if mark == cached[0] and cached[1].offset <= size <= cached[1].offset + KEPT_REPLAY_BYTES:
                 self._replay_locked(cached[1], save_replayed)
+                self._saved_elsewhere(cached[1])
                 return cached[1]
         try:
             raw = fs.read_bytes(self.index_path, 64 << 20)
@@ -313,6 +317,45 @@ class Store:
             idx = self._rebuild_index_locked()
         self._replay_locked(idx, save_replayed)
         return idx
+
+    _index_seen: tuple | None = None  # (inode, mtime, size) of the index file last looked at
+
+    def _saved_elsewhere(self, idx: Index) -> None:
+        """Take from the index file that another process saved since this one kept
+        ``idx`` what that save made durable: the saver synced every record of the
+        events up to its seq (``save_index_locked``), so this process need neither
+        sync them nor save the file again for them. Two supervisors in a drain
+        otherwise each saved a large index, one pass after the other. Only the
+        file's first bytes are read, and only when it changed."""
+        try:
+            st = os.lstat(self.index_path)
+        except OSError:
+            return
+        seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if seen == self._index_seen or not stat.S_ISREG(st.st_mode):
+            return
+        self._index_seen = seen
+        try:
+            fd = os.open(self.index_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            head = os.pread(fd, _HEAD_BYTES, 0)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+        cut = head.find(b',"jobs":')  # Index.dump puts the counters first
+        try:
+            saved = json.loads(head[:cut] + b"}") if cut > 0 else None
+            seq, at = saved["seq"], float(saved["saved_at"])
+        except (ValueError, TypeError, KeyError):
+            return
+        if saved.get("stream") != idx.stream or type(seq) is not int or not idx.saved_seq < seq <= idx.seq:
+            return
+        idx.saved_seq, idx.saved_at = seq, max(idx.saved_at, at)
+        if idx.unsynced:
+            idx.unsynced = {job_id: s for job_id, s in idx.unsynced.items() if s > seq}
 
     def _replay_locked(self, idx: Index, save: bool = True) -> None:
         """Apply the journal's events after the index to it. Events whose commit
@@ -333,7 +376,7 @@ class Store:
                 if full:
                     last[rec["id"]] = rec
                 else:
-                    idx.unsynced.add(rec["id"])  # its writer may have left its status.json unsynced
+                    idx.unsynced[rec["id"]] = event["seq"]  # its writer may have left its status.json unsynced
             idx.seq = event["seq"]
             applied = True
         for rec in last.values():
@@ -373,7 +416,7 @@ class Store:
             rec = _usable_event(event, -1)
             if rec is not None:
                 latest[rec["id"]] = rec
-        idx.unsynced.update(latest)  # a record equal to its last event may still be unsynced
+        idx.unsynced.update(dict.fromkeys(latest, seq))  # a record equal to its last event may still be unsynced
         for job_id in self.job_ids():
             try:
                 rec = self.read_status_dict(job_id)
@@ -501,7 +544,7 @@ class Store:
         for rec, _previous, _change in changes:
             self._index_put(idx, rec)
         if not save_index:
-            idx.unsynced.update(last)  # synced before an index file says they are applied
+            idx.unsynced.update(dict.fromkeys(last, idx.seq))  # synced before an index file says they are applied
         elif bulk:
             fs.syncfs(self.root)  # one flush for every record, before the index moves on
         history.note_final_locked(self, changes)  # the jobs it made final, for qex list (history.py)
