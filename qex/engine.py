@@ -60,11 +60,12 @@ class Launch:
     """A job this process admitted and must start: its liveness lock is held.
     ``peer_fd``: this job's liveness lock in the peer directory (qex.peers)."""
 
-    __slots__ = ("job_id", "alive_fd", "peer_fd", "peer_lock", "fresh")
+    __slots__ = ("job_id", "alive_fd", "peer_fd", "peer_lock", "fresh", "follows")
 
     def __init__(self, job_id: str, alive_fd: int, peer_fd: int = -1, peer_lock: str | None = None):
         self.job_id, self.alive_fd, self.peer_fd, self.peer_lock = job_id, alive_fd, peer_fd, peer_lock
         self.fresh = False  # admitted by a pass just before (qex.supervisor.run._start reads it without the lock)
+        self.follows = False  # admitted by the pass of the supervisor whose job just ended, which starts it
 
     def __repr__(self) -> str:
         return f"Launch({self.job_id!r}, alive_fd={self.alive_fd}, peer_fd={self.peer_fd})"
@@ -78,6 +79,7 @@ class Txn:
         self.next_deadline: float | None = None  # the plan's earliest --max-queue-time deadline
         self.records: dict[str, dict] = {}
         self.changes: list[tuple[dict, str | None, str]] = []
+        self.windowed = False  # decided by the head of the queue: the index file is not saved (_admit_head)
 
     def record(self, job_id: str) -> dict:
         rec = self.records.get(job_id)
@@ -130,7 +132,7 @@ class Txn:
         return rec
 
     def commit(self, save_index: bool = True) -> list[dict]:
-        return self.store.commit_locked(self.idx, self.changes, save_index)
+        return self.store.commit_locked(self.idx, self.changes, False if self.windowed else save_index)
 
 
 
@@ -157,7 +159,11 @@ def run_pass(ctx: Context, mutate=None, save_index=True, early=None) -> PassResu
         from qex import peers
 
         with peers.admission(ctx, any(e["state"] == "queued" for e in idx.jobs.values())) as turn:
-            launches = admit_locked(ctx, txn)
+            from qex.store.state import LAZY
+
+            # A supervisor's pass may decide by the head of the queue, unless its
+            # commit is to save the index file (which must have every job's words).
+            launches = admit_locked(ctx, txn, window=save_index == LAZY and not idx.save_due())
             from qex.hooks import mark_locked
 
             mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
@@ -259,9 +265,15 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=(), leaving: boo
 def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
     """Jobs whose supervisor is gone: requeue what never ran, fail what did."""
     lost = False
-    for job_id, entry in list(txn.idx.jobs.items()):
-        if entry["state"] not in HOLDING:
-            continue
+    idx = txn.idx
+    if idx.view is not None:  # (kept by a supervisor: no walk of a long queue)
+        from qex import queueview
+
+        holding = sorted(queueview.view_of(idx, _queued_of).holding)
+    else:
+        holding = [job_id for job_id, entry in idx.jobs.items() if entry["state"] in HOLDING]
+    for job_id in holding:
+        entry = idx.jobs[job_id]
         alive = ctx.store.path(job_id, "alive.lock")
         try:
             if is_held(alive):
@@ -275,7 +287,7 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         try:
             rec = txn.record(job_id)
         except Exception:
-            txn.idx.jobs.pop(job_id, None)
+            txn.idx.drop(job_id)
             continue
         if rec["state"] in FINAL:
             txn.store._index_put(txn.idx, rec)
@@ -375,7 +387,10 @@ def _stop_orphan(launched) -> None:
 
 # ---- admission ---------------------------------------------------------------
 
-def admit_locked(ctx: Context, txn: Txn) -> list[Launch]:
+def admit_locked(ctx: Context, txn: Txn, window: bool = False) -> list[Launch]:
+    """Admit, and apply the plan. ``window``: the pass may decide by the head of
+    the queue (``_admit_head``), leaving the reason words of the jobs past it as
+    they are; its commit must then not save the index file (``Txn.windowed``)."""
     from qex import admit as A
 
     from qex import pause
@@ -387,7 +402,10 @@ def admit_locked(ctx: Context, txn: Txn) -> list[Launch]:
     for _ in range(8):  # an expiry or a skip settles its dependents in the same hold
         if not any(e["state"] == "queued" for e in txn.idx.jobs.values()):
             break
-        plan = A.admit(snapshot(ctx, txn, now))
+        plan = _admit_head(ctx, txn, now) if window else None
+        window = False  # (what an expiry or a skip settles is decided on the whole queue)
+        if plan is None:
+            plan = A.admit(snapshot(ctx, txn, now))
         launches += apply_plan(ctx, txn, plan, now)
         txn.next_deadline = plan.next_deadline
         if not (plan.expire or plan.skip):
@@ -402,7 +420,33 @@ def admit_locked(ctx: Context, txn: Txn) -> list[Launch]:
 _QUEUED_MEMO: dict = {}
 
 
-def snapshot(ctx: Context, txn: Txn, now: float):
+def _queued_of(job_id: str, e: dict):
+    """A queued job's admission view (kept while its entry is the same object)."""
+    known = _QUEUED_MEMO.get(job_id)
+    if known is not None and known[0] is e:
+        return known[1]
+    from qex import admit as A
+
+    claims = tuple(A.Claim(name, c, s) for name, (c, s) in sorted(e["pools"].items()))
+    q = A.Queued(job_id, e["seq"], e["priority"], e["cpu"], e["mem"], claims,
+                 tuple(e["needs"]), tuple(e["after"]), e["deadline"],
+                 e["passed_by"], e["name"], e.get("attempt", 1) > 1)
+    _QUEUED_MEMO[job_id] = (e, q)
+    return q
+
+
+def _running_of(job_id: str, e: dict):
+    from qex import admit as A
+
+    claims = tuple(A.Claim(name, c, s) for name, (c, s) in sorted(e["pools"].items()))
+    assigned = tuple(A.DeviceUse(p, tuple(d), s) for p, d, s in e["assigned"])
+    return A.Running(job_id, e["cpu"], e["mem"], claims, assigned)
+
+
+def snapshot(ctx: Context, txn: Txn, now: float, part=None):
+    """What ``admit`` decides on: every queued job of the index, or ``part``:
+    (the queued jobs to decide, the ids of the jobs starting or running) from
+    the queue's view (``_admit_head``)."""
     from qex import admit as A
     from qex import peers, pause
 
@@ -411,25 +455,24 @@ def snapshot(ctx: Context, txn: Txn, now: float):
     memo = _QUEUED_MEMO
     if len(memo) > 2 * len(txn.idx.jobs) + 256:
         memo.clear()  # jobs long gone
-    for job_id, e in txn.idx.jobs.items():
-        state = e["state"]
-        if state == "queued":
-            known = memo.get(job_id)
-            if known is not None and known[0] is e:
-                q = known[1]
-            else:
-                claims = tuple(A.Claim(name, c, s) for name, (c, s) in sorted(e["pools"].items()))
-                q = A.Queued(job_id, e["seq"], e["priority"], e["cpu"], e["mem"], claims,
-                             tuple(e["needs"]), tuple(e["after"]), e["deadline"],
-                             e["passed_by"], e["name"], e.get("attempt", 1) > 1)
-                memo[job_id] = (e, q)
-            queued.append(q)
+    if part is not None:
+        queued, holding = part
+        jobs = txn.idx.jobs
+        running = [_running_of(job_id, jobs[job_id]) for job_id in holding]
+        for q in queued:
             if q.needs or q.after:
                 dep_ids.update(q.needs, q.after)
-        elif state in HOLDING:
-            claims = tuple(A.Claim(name, c, s) for name, (c, s) in sorted(e["pools"].items()))
-            assigned = tuple(A.DeviceUse(p, tuple(d), s) for p, d, s in e["assigned"])
-            running.append(A.Running(job_id, e["cpu"], e["mem"], claims, assigned))
+    else:
+        for job_id, e in txn.idx.jobs.items():
+            state = e["state"]
+            if state == "queued":
+                known = memo.get(job_id)  # (``_queued_of`` inlined: this loop runs for every job)
+                q = known[1] if known is not None and known[0] is e else _queued_of(job_id, e)
+                queued.append(q)
+                if q.needs or q.after:
+                    dep_ids.update(q.needs, q.after)
+            elif state in HOLDING:
+                running.append(_running_of(job_id, e))
     from qex import machine
 
     avail = machine.meminfo().get("MemAvailable")
@@ -443,6 +486,39 @@ def snapshot(ctx: Context, txn: Txn, now: float):
         pools=tuple(A.PoolSpec(p.name, p.count, tuple(p.devices)) for p in ctx.config.pools),
         running=tuple(running), peers=tuple(peers.holdings(ctx)), queued=tuple(queued),
         deps=tuple(deps), pause=pause.current(ctx, now))
+
+
+HEAD = 16  # the queued jobs a windowed pass decides one by one
+
+
+def _admit_head(ctx: Context, txn: Txn, now: float):
+    """The plan of a pass decided by the head of a long queue (``qex.admit.window``),
+    or None (decide on the whole queue).
+
+    The head, and the first job of each shape past it, are admitted; when that
+    says every later job waits as the first of its shape does, and each of them
+    already names that holder (no event is due), the later jobs are left as they
+    are: only their reason words would change (other jobs hold the cores now),
+    and those are written by the next pass that saves the index file, which
+    decides on the whole queue (``run_pass``)."""
+    from qex import queueview
+    from qex.admit.window import admit_head
+
+    view = queueview.view_of(txn.idx, _queued_of)
+    part = view.head(HEAD)
+    if part is None:
+        return None
+    head, reps, tail = part
+    snap = snapshot(ctx, txn, now, (head + sorted(reps.values(), key=lambda q: (-q.priority, q.seq, q.id)),
+                                    sorted(view.holding)))
+    got = admit_head(snap, {sh: q.id for sh, q in reps.items()})
+    if got is None:
+        return None
+    plan, waits = got
+    if not view.tail_holds(head, tail, {sh: w.holder for sh, w in waits.items()}):
+        return None
+    txn.windowed = True
+    return plan
 
 
 def _dep(txn: Txn, job_id: str):
@@ -469,7 +545,7 @@ def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
         try:
             fd = hold(ctx.store.path(start.id, "alive.lock"))
         except FileNotFoundError:  # its directory was removed by hand: it is no job any more
-            txn.idx.jobs.pop(start.id, None)
+            txn.idx.drop(start.id)
             ctx.store.save_index_locked(txn.idx)
             continue
         if fd is None:

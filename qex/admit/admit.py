@@ -167,6 +167,12 @@ def _in_order(queued) -> list[Queued]:
 
 def admit(snap: Snapshot) -> Plan:
     """Decide, for every queued job, start / wait / skip / expire."""
+    return decide(snap)[0]
+
+
+def decide(snap: Snapshot) -> tuple[Plan, str | None]:
+    """``admit``, with the id of the front (the first job that waits for
+    capacity; None if none does)."""
     # A pass makes one decision object per job and no reference cycles: with a
     # long queue, the collections those allocations trigger were a third of
     # its time. Collection resumes (if it was on) when the pass returns.
@@ -179,7 +185,7 @@ def admit(snap: Snapshot) -> Plan:
             gc.enable()
 
 
-def _admit(snap: Snapshot) -> Plan:
+def _admit(snap: Snapshot) -> tuple[Plan, str | None]:
     ctx = _context(snap)
     m = ctx.m
     led = _initial(m, snap)
@@ -254,7 +260,8 @@ def _admit(snap: Snapshot) -> Plan:
         next_deadline = min((jobs[w.id].deadline for w in waits if jobs[w.id].deadline is not None), default=None)
     passed = ((front.id, front.passed),) if front and front.kind == OWN and front.passed else ()
     health = _health(ctx, front, len(starts), waits, first_wait, stuck)
-    return Plan(tuple(starts), tuple(waits), tuple(skips), tuple(expires), passed, health, next_deadline)
+    plan = Plan(tuple(starts), tuple(waits), tuple(skips), tuple(expires), passed, health, next_deadline)
+    return plan, (front.id if front is not None else None)
 
 
 def _initial(m: Machine, snap: Snapshot) -> Ledger:

@@ -72,6 +72,18 @@ class Index:
         self.unsynced: dict[str, int] = {}
         self.saved_at = float(data.get("saved_at", 0.0))  # when the file was written
         self.saved_seq = self.seq                          # the seq the file has
+        self.touched: set[str] = set()  # jobs whose entry was put or dropped since ``view`` last looked
+        self.view = None  # the engine's queue in admission order (qex.queueview), built on first use
+
+    def drop(self, job_id: str) -> None:
+        """Forget a job (its directory is gone)."""
+        self.jobs.pop(job_id, None)
+        self.touched.add(job_id)
+
+    def save_due(self, events: int = 0) -> bool:
+        """Whether a lazy commit of ``events`` more events saves the index file (LAZY_*)."""
+        behind = max(LAZY_EVENTS, len(self.jobs) // LAZY_ENTRIES)
+        return self.seq + events - self.saved_seq >= behind or time.time() - self.saved_at >= LAZY_SECS
 
     def dump(self) -> dict:
         return {"format": INDEX_FORMAT, "stream": self.stream, "seq": self.seq,
@@ -137,6 +149,10 @@ class Store:
 
     def _held(self, fd: int | None) -> None:
         self._lock_fd = fd
+        if fd is not None:
+            fs.free_later()
+        else:
+            fs.free_replaced()
 
     # ---- how far the journal's effects are applied (lock held) -------------
     # The lock file holds one line: "applied <boot id> <journal inode> <offset>":
@@ -436,6 +452,7 @@ class Store:
 
     @staticmethod
     def _index_put(idx: Index, rec: dict) -> None:
+        idx.touched.add(rec["id"])
         if rec.get("state") in ACTIVE:
             idx.jobs[rec["id"]] = entry_of(rec)
         else:
@@ -510,8 +527,7 @@ class Store:
         ``save_index_locked`` fsyncs them before it writes that file.
         """
         if save_index == LAZY:
-            behind = max(LAZY_EVENTS, len(idx.jobs) // LAZY_ENTRIES)
-            save_index = idx.seq + len(changes) - idx.saved_seq >= behind or time.time() - idx.saved_at >= LAZY_SECS
+            save_index = idx.save_due(len(changes))
         if not changes:
             if save_index and idx.unsaved:
                 self.save_index_locked(idx)
