@@ -97,10 +97,16 @@ def directory(ctx) -> str:
     return peer_dir(ctx.config)
 
 
+_REAL: dict[str, str] = {}
+
+
 def state_identity(root: str) -> tuple[str, str]:
     """(real path, "dev:ino") of a state directory: two spellings of one
-    directory give the same identity."""
-    real = os.path.realpath(root)
+    directory give the same identity. The real path is worked out once per
+    process (as ``key_for`` does): a supervisor's every pass asks twice."""
+    real = _REAL.get(root)
+    if real is None:
+        real = _REAL[root] = os.path.realpath(root)
     try:
         st = os.stat(real)
         ident = f"{st.st_dev}:{st.st_ino}"
@@ -492,6 +498,12 @@ def publish_locked(ctx, idx) -> str | None:
         os.close(fd)
 
 
+# The record this process last wrote or read, with what its file was then
+# ((dev, inode, mtime, size)): a supervisor's next pass takes it without
+# reading and parsing the file again, while the file is that one.
+_OWN: dict = {}
+
+
 def _own_record(dir_fd: int, name: str) -> dict | None:
     try:
         fd, st = _open_entry(dir_fd, name)
@@ -500,7 +512,13 @@ def _own_record(dir_fd: int, name: str) -> dict | None:
     try:
         if st.st_uid != os.getuid() or st.st_size > MAX_RECORD:
             return None
-        return json.loads(_read_fd(fd, MAX_RECORD))
+        seen = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+        known = _OWN.get(name)
+        if known is not None and known[0] == seen:
+            return known[1]
+        rec = json.loads(_read_fd(fd, MAX_RECORD))
+        _OWN[name] = (seen, rec)
+        return rec
     except ValueError:
         return None
     finally:
@@ -522,9 +540,12 @@ def _write(dir_fd: int, name: str, rec: dict) -> str | None:
         try:
             os.fchmod(fd, 0o644)
             fs.write_all(fd, data)
+            st = os.fstat(fd)
         finally:
             os.close(fd)
+        fs.replacing(name, dir_fd)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        _OWN[name] = ((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size), rec)
     except OSError as exc:
         _unlink_quietly(dir_fd, tmp)
         return (f"cannot publish this queue's record {name} in the peer directory ({exc.strerror}); "

@@ -28,7 +28,7 @@ class StateLock:
     def __init__(self, path: str, on_hold=None, wait: bool = True):
         self.path = path
         self.fd: int | None = None
-        self.on_hold = on_hold  # called with the fd once held, and with None when let go
+        self.on_hold = on_hold  # called with the fd once held, and with None once let go
         self.wait = wait
 
     def __enter__(self) -> "StateLock":
@@ -57,9 +57,9 @@ class StateLock:
     def __exit__(self, *exc) -> None:
         fd, self.fd = self.fd, None
         if fd is not None:
+            os.close(fd)  # closing the last descriptor releases the lock
             if self.on_hold is not None:
                 self.on_hold(None)
-            os.close(fd)  # closing the last descriptor releases the lock
 
 
 def hold(path: str, mode: int = 0o600) -> int | None:
