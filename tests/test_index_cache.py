@@ -341,3 +341,58 @@ def test_an_index_file_of_another_journal_teaches_a_kept_index_nothing(tmp_path,
     save_as_another_process(a.store.index_path, data)
     assert look(a) is kept
     assert job not in kept.unsynced and kept.saved_seq == kept.seq
+
+
+def fsyncs_with_lock(monkeypatch, lock_path: str) -> list[tuple[str, bool]]:
+    """The paths this process fsyncs, in order, each with whether the state lock was held then."""
+    import fcntl
+
+    seen = []
+    real = os.fsync
+
+    def recording(fd):
+        probe = os.open(lock_path, os.O_RDWR)
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = False
+        except BlockingIOError:
+            held = True
+        finally:
+            os.close(probe)  # (its flock, if it got one, goes with it)
+        seen.append((os.readlink(f"/proc/self/fd/{fd}"), held))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    return seen
+
+
+def test_a_lazy_commit_fsyncs_its_journal_append_once_the_lock_is_let_go(tmp_path, monkeypatch):
+    # The fsync is the pass's, made before it returns; the other supervisor's pass
+    # need not wait for it under the lock.
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    a = view(tmp_path)
+    (job,) = add_jobs(a)
+    synced = fsyncs_with_lock(monkeypatch, os.path.join(a.store.root, "lock"))
+    lazy_reason(a, job, "words")
+    assert synced == [(a.store.journal_path, False)]
+    del synced[:]
+    add_jobs(a)  # a commit that saves the index: its append is fsynced at once, under the lock
+    assert [held for path, held in synced if path == a.store.journal_path] == [True]
+
+
+def test_an_index_save_fsyncs_the_journal_it_counts_first(tmp_path, monkeypatch):
+    # Another process's lazy append may not be fsynced yet (it is, once that process
+    # lets the lock go): an index file must never count events a power cut could lose.
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    a, b = view(tmp_path), view(tmp_path)
+    (job,) = add_jobs(a)
+    real = os.fsync
+    monkeypatch.setattr(state.fs, "sync_at_release", lambda fd, path: os.close(fd))  # a's fsync never comes
+    lazy_reason(a, job, "words of a lazy commit")
+    monkeypatch.setattr(state.fs, "sync_at_release", lambda fd, path: (real(fd), os.close(fd)))
+    synced = fsyncs(monkeypatch)
+    with b.store.lock():
+        idx = b.store.load_index_locked(save_replayed=False)
+        b.store.save_index_locked(idx)
+    index_tmp = [i for i, p in enumerate(synced) if os.path.basename(p).startswith(".index.json")]
+    assert index_tmp and b.store.journal_path in synced[:index_tmp[0]]

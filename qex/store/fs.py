@@ -84,6 +84,9 @@ def fsync_dir(path: str) -> None:
 # inode) was half the time of a status.json write: ~50 us of each, and more for
 # a large index, twice or thrice in every pass of a drain.
 _REPLACED: list[int] | None = None
+# Journals appended to by a lazy commit: (fd, path), fsynced once the lock is
+# let go and before the pass returns (``sync_at_release``; docs/design.md).
+_UNSYNCED: list[tuple[int, str]] = []
 
 
 def free_later() -> None:
@@ -94,15 +97,41 @@ def free_later() -> None:
     _REPLACED = []
 
 
+def sync_at_release(fd: int, path: str) -> None:
+    """Take ``fd`` (the journal, just appended to): fsync it once the state lock is
+    let go (``free_replaced``), or now if no state lock is held."""
+    _UNSYNCED.append((fd, path))
+    if _REPLACED is None:
+        _sync_unsynced()
+
+
 def free_replaced() -> None:
-    """Let the kernel free the files replaced since ``free_later`` (the lock is let go)."""
+    """The lock is let go: fsync the journal appends left for now (``sync_at_release``),
+    then let the kernel free the files replaced since ``free_later``."""
     global _REPLACED
     replaced, _REPLACED = _REPLACED, None
-    for fd in replaced or ():
+    try:
+        _sync_unsynced()
+    finally:
+        for fd in replaced or ():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _sync_unsynced() -> None:
+    failure = None
+    while _UNSYNCED:
+        fd, path = _UNSYNCED.pop()
         try:
+            os.fsync(fd)
+        except OSError as exc:
+            failure = failure or (path, exc)
+        finally:
             os.close(fd)
-        except OSError:
-            pass
+    if failure is not None:
+        raise StoreError(_describe_write_failure(*failure))
 
 
 def replacing(path: str, dir_fd: int | None = None) -> None:

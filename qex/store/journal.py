@@ -28,11 +28,13 @@ def max_bytes() -> int:
         return DEFAULT_MAX_BYTES
 
 
-def append(path: str, events: list[dict], mode: int = 0o600) -> int:
+def append(path: str, events: list[dict], mode: int = 0o600, sync: bool = True) -> int:
     """Append ``events`` as lines and fsync; return the new size of the file.
 
     ``mode`` is applied to a journal this user owns (a shared state directory
     needs 0660 whatever the umask of the user who started the file).
+    ``sync=False`` (a lazy commit): the fsync is made once the state lock is
+    let go, before the pass returns (``fs.sync_at_release``).
     """
     data = b"".join(json.dumps(e, separators=(",", ":"), sort_keys=True).encode() + b"\n"
                     for e in events)
@@ -49,14 +51,21 @@ def append(path: str, events: list[dict], mode: int = 0o600) -> int:
             if _CRASH:
                 _torn(fd, data)
             fs.write_all(fd, data)
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         except OSError:
             # Take back every byte of this append: a change is wholly written or absent.
             os.ftruncate(fd, before)
             raise
-        return os.fstat(fd).st_size
-    finally:
+        size = os.fstat(fd).st_size
+    except BaseException:
         os.close(fd)
+        raise
+    if sync:
+        os.close(fd)
+    else:
+        fs.sync_at_release(fd, path)
+    return size
 
 
 def _torn(fd: int, data: bytes) -> None:

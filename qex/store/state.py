@@ -459,13 +459,29 @@ class Store:
             idx.jobs.pop(rec["id"], None)
         idx.next_job = max(idx.next_job, int(rec.get("seq", 0)) + 1)
 
-    def save_index_locked(self, idx: Index) -> None:
-        """Write the index file, after making durable every status.json it takes as written."""
+    def save_index_locked(self, idx: Index, journal_synced: bool = False) -> None:
+        """Write the index file, after making durable the journal it counts (a lazy
+        commit's append is fsynced only once its lock is let go, maybe by another
+        process still: ``fs.sync_at_release``) and every status.json it takes as written."""
+        if not journal_synced:
+            self._sync_journal()
         self._sync_statuses(idx)
         idx.saved_at, idx.saved_seq = time.time(), idx.seq
         data = json.dumps(idx.dump(), separators=(",", ":")).encode() + b"\n"
         fs.write_atomic(self.index_path, data, mode=self.file_mode, sync_dir=False)
         idx.unsaved = False
+
+    def _sync_journal(self) -> None:
+        try:
+            fd = fs.open_regular(self.journal_path, os.O_RDONLY)
+        except OSError:
+            return  # no journal yet (or not one of ours: the load said so)
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
+        finally:
+            os.close(fd)
 
     def _sync_statuses(self, idx: Index) -> None:
         """fsync the status.json of each job in ``idx.unsynced``: an index file that a
@@ -545,8 +561,8 @@ class Store:
             event["commit"] = idx.seq
         # Keep room for the records of running jobs: a new job needs more than an ending one.
         fs.ensure_room(self.root, fs.SUBMIT_ROOM if any(p is None for _, p, _ in changes) else fs.COMMIT_ROOM)
-        try:
-            idx.offset = journal.append(self.journal_path, events, self.file_mode)
+        try:  # a lazy commit's fsync is made once the lock is let go (fs.sync_at_release)
+            idx.offset = journal.append(self.journal_path, events, self.file_mode, sync=bool(save_index))
         except OSError as exc:
             raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
         if _CRASH:
@@ -571,7 +587,7 @@ class Store:
             idx.unsaved = True
             self._keep(idx)
             return events
-        self.save_index_locked(idx)
+        self.save_index_locked(idx, journal_synced=True)
         if idx.offset > journal.max_bytes():
             # Rotate only once the index says every event is applied: an index
             # that still points into the moved file would lose those events.
