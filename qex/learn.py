@@ -134,9 +134,9 @@ def claim_for(state_dir: str, command, template, margin: float,
         return None, f"the learner store gave no claim ({type(exc).__name__}); this job claims the default memory"
 
 
-def teach(state_dir: str, command, template, kind: str, nbytes: int, name: str = "",
-          mode: int = 0o600) -> str | None:
-    """``teach_locked`` under ``learn.lock`` (``mode``: that of the state directory's files)."""
+def teach(state_dir: str, lessons: list, mode: int = 0o600) -> str | None:
+    """``teach_locked`` under ``learn.lock`` (``mode``: that of the state directory's files).
+    ``lessons``: (command, template, kind, nbytes, name) each, taught in one write."""
     import fcntl
 
     try:
@@ -146,20 +146,22 @@ def teach(state_dir: str, command, template, kind: str, nbytes: int, name: str =
         return f"learner: cannot open {os.path.join(state_dir, 'learn.lock')} ({exc.strerror}); not taught"
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        return teach_locked(state_dir, command, template, kind, nbytes, name)
+        return teach_locked(state_dir, lessons)
     finally:
         os.close(fd)
 
 
-def teach_locked(state_dir: str, command, template, kind: str, nbytes: int, name: str = "",
-                 now: float | None = None) -> str | None:
-    """Add one measurement (``kind`` "peak" or "floor"); ``learn.lock`` must be held.
+def teach_locked(state_dir: str, lessons: list, now: float | None = None) -> str | None:
+    """Add measurements, (command, template, kind "peak" or "floor", nbytes, name)
+    each, in one write of the store; ``learn.lock`` must be held.
 
     Returns a note for the supervisor's log when something was off, else None.
     """
     from qex.store import fs
 
-    if kind not in ("peak", "floor") or not isinstance(nbytes, int) or nbytes <= 0:
+    lessons = [lesson for lesson in lessons
+               if lesson[2] in ("peak", "floor") and isinstance(lesson[3], int) and lesson[3] > 0]
+    if not lessons:
         return None
     now = time.time() if now is None else now
     path = path_of(state_dir)
@@ -176,10 +178,11 @@ def teach_locked(state_dir: str, command, template, kind: str, nbytes: int, name
     commands = store.get("commands")
     if not isinstance(commands, dict):
         commands = {}
-    key = key_of(command, template)
-    samples = _samples({"commands": commands}, key)
-    samples.append([kind, nbytes])
-    commands[key] = {"n": str(name)[:40], "at": int(now), "s": samples[-SAMPLES:]}
+    for command, template, kind, nbytes, name in lessons:
+        key = key_of(command, template)
+        samples = _samples({"commands": commands}, key)
+        samples.append([kind, nbytes])
+        commands[key] = {"n": str(name)[:40], "at": int(now), "s": samples[-SAMPLES:]}
     if len(commands) > MAX_COMMANDS:
         oldest = sorted(commands, key=lambda k: _when(commands[k]))[: len(commands) - MAX_COMMANDS]
         for k in oldest:

@@ -12,7 +12,7 @@ CMD = ["python", "train.py", "--epochs", "3"]
 
 
 def teach(state, kind, nbytes, command=CMD, template=None, now=None):
-    return learn.teach_locked(str(state), command, template, kind, nbytes, "train", now=now)
+    return learn.teach_locked(str(state), [(command, template, kind, nbytes, "train")], now=now)
 
 
 def test_nothing_known_gives_no_claim(tmp_path):

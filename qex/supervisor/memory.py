@@ -147,7 +147,7 @@ def settle(ctx, current: dict, outcome: dict, lessons: list | None = None) -> di
     lesson = _lesson(ctx, current, outcome)
     if lesson is not None:
         if lessons is None:
-            teach(ctx, lesson)
+            teach(ctx, [lesson])
         else:
             lessons[:] = [lesson]  # the last try of the pass (it may be tried again on a full disk)
     return retry
@@ -205,13 +205,12 @@ def _lesson(ctx, current: dict, outcome: dict) -> tuple | None:
     return current.get("command") or (), current.get("template"), kind, nbytes, current.get("name", "")
 
 
-def teach(ctx, lesson: tuple) -> None:
-    """Teach the learner one lesson (``_lesson``) under its own lock."""
+def teach(ctx, lessons: list) -> None:
+    """Teach the learner lessons (``_lesson``) under its own lock, in one write."""
     from qex import learn
 
-    command, template, kind, nbytes, name = lesson
     try:
-        note = learn.teach(ctx.store.root, command, template, kind, nbytes, name, mode=ctx.store.file_mode)
+        note = learn.teach(ctx.store.root, lessons, mode=ctx.store.file_mode)
     except Exception as exc:  # the learner never costs a job its record
         note = f"learner: not taught ({type(exc).__name__}: {exc})"
     if note:

@@ -241,3 +241,23 @@ def test_a_fan_out_killed_at_any_instant_is_wholly_queued_or_absent(qq, when):
         status = qq.run("status", name[:-5], "--quiet")
         assert status.returncode in (100, 127), (name, status.stdout, status.stderr)  # whole, or names no job
     qq.run("kill", gate)
+
+
+def test_a_drain_s_supervisor_teaches_the_learner_every_run_it_saw(q):
+    # One core: one supervisor runs the jobs one after the other, and writes what they
+    # taught now and then (not once per job); none is lost when it runs out of jobs.
+    q.write_config('[budget]\ncpu = 1\n[defaults]\nmem = "64MB"\n')
+    template = ["python3", "-c", "import sys; data = b'x' * (int(sys.argv[1]) << 20)", "{}"]
+    group, _ = fan_out(q, write(q, "sizes.txt", "20\n30\n40\n"), "--", *template)
+    assert q.run("wait", group).returncode == 0
+    from qex import learn
+
+    def samples():
+        try:
+            entry = learn.load(q.state).get("commands", {}).get(learn.key_of(None, template))
+        except learn.Unreadable:
+            return []
+        return entry["s"] if entry else []
+
+    q.wait_for(lambda: len(samples()) == 3, 10, "the three runs in the learner")
+    assert [kind for kind, _ in samples()] == ["peak"] * 3
