@@ -46,7 +46,8 @@ class Meter:
                 self.cg, self.why_not = None, f"cannot note the cgroup in {job_dir}: {exc}"
             else:
                 self.cg_kills0 = self.cg.oom_kills()
-        self.machine0 = cgroup.machine_oom_kills()
+        if self.cg is None:  # the machine's counter is the evidence only without a cgroup
+            self.machine0 = cgroup.machine_oom_kills()
 
     def enter(self) -> None:
         """Just before the spawn: move this supervisor into the job's cgroup, so that the
@@ -80,6 +81,7 @@ class Meter:
         if self.cg is not None:
             self.why_not = f"the job could not join {self.cg.path}"
             self.discard()
+            self.machine0 = cgroup.machine_oom_kills()  # (still before the spawn)
 
     def discard(self) -> None:
         """Remove the cgroup (a process the job left behind keeps it: the sweep removes it later)."""
@@ -109,15 +111,15 @@ class Meter:
             if now is not None and self.cg_kills0 is not None:
                 cg_kills = usage["oom_kills"] = now - self.cg_kills0
             self.discard()
-        machine = cgroup.machine_oom_kills()
         evidence = None
         clean_exit = os.WIFEXITED(wait_status) and os.WEXITSTATUS(wait_status) == 0
         if not stopped_by_qex and not clean_exit:
             if cg_kills is not None:
                 evidence = "cgroup" if cg_kills > 0 else None
-            elif (self.machine0 is not None and machine is not None and machine > self.machine0
-                  and os.WIFSIGNALED(wait_status) and os.WTERMSIG(wait_status) == signal.SIGKILL):
-                evidence = "machine-counter"
+            elif (self.machine0 is not None and os.WIFSIGNALED(wait_status)
+                  and os.WTERMSIG(wait_status) == signal.SIGKILL):
+                machine = cgroup.machine_oom_kills()
+                evidence = "machine-counter" if machine is not None and machine > self.machine0 else None
         return usage, evidence
 
 

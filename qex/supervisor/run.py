@@ -88,7 +88,8 @@ def supervise(ctx: Context, launch: Launch) -> Launch | None:
     store = ctx.store
     job_id = launch.job_id
     os.chdir(store.job_dir(job_id))
-    ctx.reload_config()
+    if not launch.follows:
+        ctx.reload_config()  # (a job that follows another: its _finish read it a moment ago)
     spec = store.read_spec(job_id, must_own=True)
     interrupt = Interrupt()
     meter = Meter()
