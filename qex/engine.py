@@ -502,6 +502,7 @@ def _admit_head(ctx: Context, txn: Txn, now: float):
     and those are written by the next pass that saves the index file, which
     decides on the whole queue (``run_pass``)."""
     from qex import queueview
+    from qex.admit import order_key
     from qex.admit.window import admit_head
 
     view = queueview.view_of(txn.idx, _queued_of)
@@ -509,8 +510,7 @@ def _admit_head(ctx: Context, txn: Txn, now: float):
     if part is None:
         return None
     head, reps, tail = part
-    snap = snapshot(ctx, txn, now, (head + sorted(reps.values(), key=lambda q: (-q.priority, q.seq, q.id)),
-                                    sorted(view.holding)))
+    snap = snapshot(ctx, txn, now, (head + sorted(reps.values(), key=order_key), sorted(view.holding)))
     got = admit_head(snap, {sh: q.id for sh, q in reps.items()})
     if got is None:
         return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from qex.admit import order_key
 from qex.admit.window import shape
 from qex.store.records import HOLDING
 
@@ -24,7 +25,7 @@ class QueueView:
     __slots__ = ("keys", "jobs", "info", "shapes", "held", "unshaped", "holding")
 
     def __init__(self):
-        self.keys: list[tuple] = []  # the queued jobs' order keys, ascending: (-priority, seq, id)
+        self.keys: list[tuple] = []  # the queued jobs' order keys (qex.admit.order_key), ascending
         self.jobs: list = []  # their admission views (qex.admit.Queued), in the same order
         self.info: dict[str, tuple] = {}  # job id -> (order key, shape, holder recorded in its entry)
         self.shapes: dict = {}  # shape -> queued jobs of that shape
@@ -32,8 +33,8 @@ class QueueView:
         self.unshaped: dict[str, tuple] = {}  # job id -> order key, of queued jobs without a shape
         self.holding: set[str] = set()  # the jobs starting or running
 
-    def update(self, job_id: str, entry: dict | None, view_of) -> None:
-        """Take in the entry of one job now (None: dropped); ``view_of(job_id, entry)``
+    def update(self, job_id: str, entry: dict | None, queued_of) -> None:
+        """Take in the entry of one job now (None: dropped); ``queued_of(job_id, entry)``
         gives a queued job's admission view."""
         old = self.info.pop(job_id, None)
         if old is not None:
@@ -53,8 +54,8 @@ class QueueView:
             self.holding.discard(job_id)
         if state != "queued":
             return
-        q = view_of(job_id, entry)
-        key = (-q.priority, q.seq, q.id)
+        q = queued_of(job_id, entry)
+        key = order_key(q)
         i = bisect_left(self.keys, key)
         self.keys.insert(i, key)
         self.jobs.insert(i, q)
@@ -110,7 +111,7 @@ def _count(counts: dict, key, n: int) -> None:
         del counts[key]
 
 
-def view_of(idx, view_of_entry) -> QueueView:
+def view_of(idx, queued_of) -> QueueView:
     """The index's view, brought up to date with the entries touched since it last looked."""
     view = idx.view
     if view is None:
@@ -120,6 +121,6 @@ def view_of(idx, view_of_entry) -> QueueView:
         touched = idx.touched
     jobs = idx.jobs
     for job_id in touched:
-        view.update(job_id, jobs.get(job_id), view_of_entry)
+        view.update(job_id, jobs.get(job_id), queued_of)
     idx.touched = set()
     return view
