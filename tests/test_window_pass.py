@@ -43,6 +43,15 @@ def queue(ctx, n: int, **request) -> list[str]:
     return ids
 
 
+def two_cores(tmp_path, monkeypatch):
+    """One process's view of a queue whose budget runs one job of one core at a time
+    (2 cores minus the reserve)."""
+    monkeypatch.setenv("QEX_PEER_DIR", str(tmp_path / "peers"))
+    ctx = view(tmp_path)
+    ctx.cores = 2
+    return ctx
+
+
 def run(ctx, end=None, save_index=LAZY) -> list[str]:
     """One pass (ending job ``end`` in it, as a supervisor's does); the ids it starts."""
     def mutate(txn):
@@ -65,9 +74,7 @@ def whole_admissions(monkeypatch) -> list:
 
 
 def test_a_supervisor_pass_behind_a_long_queue_decides_by_its_head(tmp_path, monkeypatch):
-    monkeypatch.setenv("QEX_PEER_DIR", str(tmp_path / "peers"))
-    ctx = view(tmp_path)
-    ctx.cores = 2  # a budget of 2 cores minus the reserve: one job of one core runs at a time
+    ctx = two_cores(tmp_path, monkeypatch)
     ids = queue(ctx, 30)
     first = run(ctx, save_index=True)  # a command's pass: the whole queue, the file saved
     assert first == ids[:1]
@@ -93,11 +100,9 @@ def test_a_supervisor_pass_behind_a_long_queue_decides_by_its_head(tmp_path, mon
 
 
 def test_the_pass_that_saves_the_index_decides_on_the_whole_queue(tmp_path, monkeypatch):
-    monkeypatch.setenv("QEX_PEER_DIR", str(tmp_path / "peers"))
     from qex.store import state
 
-    ctx = view(tmp_path)
-    ctx.cores = 2
+    ctx = two_cores(tmp_path, monkeypatch)
     ids = queue(ctx, 30)
     run(ctx, save_index=True)
     calls = whole_admissions(monkeypatch)
@@ -108,9 +113,7 @@ def test_the_pass_that_saves_the_index_decides_on_the_whole_queue(tmp_path, monk
 
 
 def test_a_job_with_a_dependency_past_the_head_makes_the_pass_decide_on_the_whole_queue(tmp_path, monkeypatch):
-    monkeypatch.setenv("QEX_PEER_DIR", str(tmp_path / "peers"))
-    ctx = view(tmp_path)
-    ctx.cores = 2
+    ctx = two_cores(tmp_path, monkeypatch)
     ids = queue(ctx, 12)
     queue(ctx, 1, after=[ids[0]])  # its verdict is its own: the head cannot speak for it
     run(ctx, save_index=True)
@@ -121,9 +124,7 @@ def test_a_job_with_a_dependency_past_the_head_makes_the_pass_decide_on_the_whol
 
 def test_the_head_decides_after_the_queue_changed_under_it(tmp_path, monkeypatch):
     # Jobs queued by another process, at a higher priority, land in the kept view in order.
-    monkeypatch.setenv("QEX_PEER_DIR", str(tmp_path / "peers"))
-    ctx = view(tmp_path)
-    ctx.cores = 2
+    ctx = two_cores(tmp_path, monkeypatch)
     ids = queue(ctx, 20)
     run(ctx, save_index=True)
     run(ctx, end=ids[0])
@@ -138,13 +139,11 @@ def test_the_head_decides_after_the_queue_changed_under_it(tmp_path, monkeypatch
 def test_a_pass_decided_by_the_head_leaves_the_save_to_the_next_pass(tmp_path, monkeypatch):
     # Its own events make a save due: the file would get the old words of the jobs
     # past the head. It is left to the next pass, which decides on the whole queue.
-    monkeypatch.setenv("QEX_PEER_DIR", str(tmp_path / "peers"))
     from qex.store import state
 
     monkeypatch.setattr(state, "LAZY_EVENTS", 2)
     monkeypatch.setattr(state, "LAZY_ENTRIES", 10**6)
-    ctx = view(tmp_path)
-    ctx.cores = 2
+    ctx = two_cores(tmp_path, monkeypatch)
     ids = queue(ctx, 30)
     run(ctx, save_index=True)
     saved = os.stat(ctx.store.index_path).st_mtime_ns
@@ -160,9 +159,7 @@ def test_a_pass_decided_by_the_head_leaves_the_save_to_the_next_pass(tmp_path, m
 def test_jobs_past_the_head_that_do_not_say_their_holder_yet_get_it_from_the_whole_queue(tmp_path, monkeypatch):
     # Queued without a pass (their record says no holder): the head's plan would leave
     # them so, so this pass decides on the whole queue and records each one's wait.
-    monkeypatch.setenv("QEX_PEER_DIR", str(tmp_path / "peers"))
-    ctx = view(tmp_path)
-    ctx.cores = 2
+    ctx = two_cores(tmp_path, monkeypatch)
     ids = queue(ctx, 30)
     calls = whole_admissions(monkeypatch)
     assert run(ctx) == ids[:1]
