@@ -29,6 +29,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 FLOOR = os.path.join(HERE, "floor_submit.py")
 RESULTS = os.path.join(HERE, "results")
+# A run removes its temporary tree (100,000 records with the history workload). On
+# an ext4 without a journal the kernel then skips the freed inodes for minutes when
+# it makes new ones, and every file a queue makes costs far more (bench/README.md):
+# a run waits until SETTLE_SECS have passed since the last run's removal.
+SETTLE_SECS = 300
+CLEANED_AT = os.path.join(tempfile.gettempdir(), "qex-bench-cleaned-at")
 
 FINAL = frozenset(("completed", "failed", "killed", "timeout", "oom", "expired", "cancelled", "skipped"))
 TAG_VAR = "QEX_BENCH_TAG"
@@ -451,13 +457,19 @@ class Bench:
         self.elapsed = time.time() - started
         self.targets = targets(self)
 
-    def cleanup(self):
+    def cleanup(self, mark: bool = True):
         left = tagged_pids(f"{self.run_tag}-", prefix=True)
         if left:
             log(f"ending {len(left)} process(es) this run left: {', '.join(f'{p} {comm_of(p)}' for p in left)}")
             kill_pids(left)
         log(f"removing {self.tmp}")
         shutil.rmtree(self.tmp, ignore_errors=True)
+        if mark:
+            try:
+                with open(CLEANED_AT, "w") as fh:
+                    fh.write(f"{time.time()}\n")
+            except OSError:
+                pass
 
     def result(self) -> dict:
         return {"meta": meta(self), "sizes": dataclasses.asdict(self.sizes), "rows": self.rows,
@@ -1325,6 +1337,26 @@ def parse_sets(pairs, sizes: Sizes) -> Sizes:
     return sizes
 
 
+def settle_wait(now: float, cleaned_at: float | None) -> float:
+    """Seconds to wait before measuring, after a run that removed its tree at ``cleaned_at``."""
+    if cleaned_at is None or cleaned_at > now:
+        return 0.0
+    return max(0.0, SETTLE_SECS - (now - cleaned_at))
+
+
+def settle() -> None:
+    try:
+        with open(CLEANED_AT) as fh:
+            cleaned_at = float(fh.read().strip())
+    except (OSError, ValueError):
+        cleaned_at = None
+    wait = settle_wait(time.time(), cleaned_at)
+    if wait > 0:
+        log(f"waiting {wait:.0f}s: the last run removed its files {SETTLE_SECS - wait:.0f}s ago, and new files "
+            "cost more for minutes after a mass removal (bench/README.md; --no-settle skips this)")
+        time.sleep(wait)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="bench/run.py", description="qex against tsp, nq and GNU parallel.")
     p.add_argument("--quick", action="store_true", help="small N: a few minutes less")
@@ -1333,6 +1365,8 @@ def parse_args(argv):
     p.add_argument("--no-peers", action="store_true", help="measure qex (and the Python floors) only")
     p.add_argument("--no-install", action="store_true", help="use the peers that are installed; install none")
     p.add_argument("--results-dir", default=RESULTS, help="where <timestamp>.json goes (default bench/results)")
+    p.add_argument("--no-settle", action="store_true",
+                   help="neither wait after a recent run's removal of its files, nor note this run's")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a size, e.g. --set submit_n=10 --set history=0,1000")
     args = p.parse_args(argv)
@@ -1354,6 +1388,8 @@ def main(argv=None) -> int:
 def execute(argv) -> dict:
     """Run the benchmark for this command line; print the table; return the raw results."""
     args, only, sizes = parse_args(argv)
+    if not args.no_settle:
+        settle()
     b = Bench(sizes, only, use_peers=not args.no_peers, install=not args.no_install,
               results_dir=args.results_dir, quick=args.quick)
     try:
@@ -1362,7 +1398,7 @@ def execute(argv) -> dict:
         print(table(b), flush=True)
         write_results(args, result)
     finally:
-        b.cleanup()  # after the table: removing 100,000 records can take minutes
+        b.cleanup(mark=not args.no_settle)  # after the table: removing 100,000 records can take minutes
     return result
 
 

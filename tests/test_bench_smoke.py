@@ -34,7 +34,7 @@ def test_the_harness_measures_qex_on_a_tiny_n(bench, tmp_path, monkeypatch, caps
 
     monkeypatch.setattr(bench, "ensure_peers", no_install)
     out = tmp_path / "raw.json"
-    argv = ["--no-peers", "--results-dir", str(tmp_path / "results"), "--json", str(out)]
+    argv = ["--no-peers", "--no-settle", "--results-dir", str(tmp_path / "results"), "--json", str(out)]
     for item in TINY:
         argv += ["--set", item]
     t0 = time.monotonic()
@@ -75,3 +75,10 @@ def test_the_harness_measures_qex_on_a_tiny_n(bench, tmp_path, monkeypatch, caps
     assert json.loads(out.read_text())["rows"]
     assert len(os.listdir(tmp_path / "results")) == 1
     assert took < 20, f"the smoke run took {took:.1f}s"
+
+
+def test_a_run_waits_for_the_file_system_after_the_last_run_s_removal(bench):
+    assert bench.settle_wait(1000.0, None) == 0.0
+    assert bench.settle_wait(1000.0, 1000.0 - 10) == bench.SETTLE_SECS - 10
+    assert bench.settle_wait(1000.0, 1000.0 - bench.SETTLE_SECS - 1) == 0.0
+    assert bench.settle_wait(1000.0, 2000.0) == 0.0  # a mark from the future (a clock set back): no wait
