@@ -280,7 +280,8 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
                 continue
         except OSError:
             continue  # cannot look (another user's private directory): assume alive
-        launched = _read_pid_file(ctx.store.path(job_id, "pid"))
+        pid_path = ctx.store.path(job_id, "pid")
+        launched = _read_pid_file(pid_path)
         if _runs_out_of_reach(ctx, entry, launched):
             continue  # another user's job still runs: only its owner's pass can stop it
         lost = True
@@ -292,14 +293,18 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         if rec["state"] in FINAL:
             txn.store._index_put(txn.idx, rec)
             continue
-        intent = _spawn_intent(ctx.store.path(job_id, "pid")) if launched is None else None
-        if launched is None and entry["state"] == "starting" and intent is None:
+        intent = _spawn_intent(pid_path) if launched is None else None
+        # A pid file that says neither (empty, or cut short): its supervisor was killed
+        # while it wrote it (each write truncates it first), around the spawn. The
+        # job may have run: it is never started again.
+        spawning = intent is not None or (launched is None and os.path.lexists(pid_path))
+        if launched is None and entry["state"] == "starting" and not spawning:
             _release_cgroup(ctx, job_id)
             txn.update(job_id, state="queued", assigned=[], forced=False,
                        blocked_reason="requeued: the qex process that was starting it died before it ran")
             continue
         stopped = "the job's processes were stopped"
-        if intent is not None and not _has_cgroup(ctx, job_id):  # no pid, no cgroup: nothing to stop it by
+        if spawning and not _has_cgroup(ctx, job_id):  # no pid, no cgroup: nothing to stop it by
             stopped = "it may have started, and if it did it was not stopped (it had no memory cgroup)"
         _stop_orphan(launched)
         _release_cgroup(ctx, job_id)  # with only an intent, the job's cgroup is all that holds it

@@ -1,0 +1,43 @@
+"""A lost supervisor's job is requeued only when it provably never ran: its pid file
+is missing. A pid file that says nothing (the supervisor was killed while it wrote
+it: each write truncates it first) means the job may have run: it is never started
+again. The random crash harness once ran a job twice before this was so."""
+
+import os
+
+import pytest
+
+from test_window_pass import HELD, queue, run, two_cores
+
+
+@pytest.fixture(autouse=True)
+def supervisors_live_on():
+    yield
+    while HELD:
+        os.close(HELD.pop())
+
+
+def lose_supervisor(ctx, job_id: str) -> None:
+    """The job's supervisor dies: its liveness lock goes (the test held it for it)."""
+    alive = [fd for fd in HELD if os.readlink(f"/proc/self/fd/{fd}") == ctx.store.path(job_id, "alive.lock")]
+    for fd in alive:
+        HELD.remove(fd)
+        os.close(fd)
+
+
+@pytest.mark.parametrize("pid_file", [None, b"", b"-"])
+def test_a_starting_job_of_a_lost_supervisor_is_requeued_only_without_a_pid_file(tmp_path, monkeypatch, pid_file):
+    ctx = two_cores(tmp_path, monkeypatch)
+    job, _ = queue(ctx, 2)
+    assert run(ctx, save_index=True) == [job]
+    lose_supervisor(ctx, job)
+    if pid_file is not None:
+        with open(ctx.store.path(job, "pid"), "wb") as fh:
+            fh.write(pid_file)
+    started = run(ctx, save_index=True)
+    rec = ctx.store.read_status_dict(job)
+    if pid_file is None:  # it never ran: queued again, and started again
+        assert started == [job] and rec["state"] == "starting"
+    else:  # it may have run: recorded lost, never started again
+        assert job not in started
+        assert rec["state"] == "failed" and rec["supervisor_lost"], rec
