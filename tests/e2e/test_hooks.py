@@ -122,6 +122,8 @@ def test_a_supervisor_killed_after_the_final_record_still_gets_its_hook_from_a_l
     q.wait_state(later, "completed")
     q.wait_for(lambda: len(runs(path)) == 2, what="both hooks")
     assert sorted(r[0] for r in runs(path)) == sorted([job, later])
+    # (the runner writes the verdict once the hook has exited, a moment after the hook's own line)
+    q.wait_for(lambda: ran(q, job), what="the verdict of the job's hook")
     assert ran(q, job)["verdict"].startswith("exited 0")
     assert not os.path.exists(marker)
 
