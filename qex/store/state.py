@@ -348,11 +348,11 @@ class Store:
         except OSError:
             return
         seen = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if seen == self._index_seen or not stat.S_ISREG(st.st_mode):
+        if seen == self._index_seen:
             return
         self._index_seen = seen
         try:
-            fd = os.open(self.index_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = fs.open_regular(self.index_path)
         except OSError:
             return
         try:
@@ -611,13 +611,11 @@ class Store:
         tell gives no mark (no index is kept against it), and so does anything but a
         regular file (a link or FIFO planted there is never followed nor waited on)."""
         try:
-            fd = os.open(self.journal_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = fs.open_regular(self.journal_path)
         except OSError:
             return None, 0
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return None, 0
             head = os.pread(fd, _MARK_BYTES, 0)
         except OSError:
             return None, 0

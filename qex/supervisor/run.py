@@ -605,7 +605,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     if child is not None:
         del _LESSONS[:]  # (the process it was forked from teaches them)
         return child  # a forked supervisor of another admitted job (the fds above are closed in it)
-    if own_next is None or len(_LESSONS) >= TEACH_EVERY or time.monotonic() >= _LESSONS_DUE[0]:
+    if own_next is None or len(_LESSONS) >= TEACH_EVERY or time.monotonic() >= _LESSONS_DUE:
         _teach(ctx)
     _close_and_end(launch, ctx)
     if own_next is not None:
@@ -622,13 +622,14 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
 # 5.3 ms job cycle of a drain. A supervisor killed meanwhile loses them: the
 # learner only suggests claims.
 _LESSONS: list = []
-_LESSONS_DUE = [0.0]
+_LESSONS_DUE = 0.0  # (monotonic) the next write, at the latest
 TEACH_EVERY = 64
 TEACH_SECS = 1.0
 
 
 def _teach(ctx: Context) -> None:
-    _LESSONS_DUE[0] = time.monotonic() + TEACH_SECS
+    global _LESSONS_DUE
+    _LESSONS_DUE = time.monotonic() + TEACH_SECS
     if _LESSONS:
         from qex.supervisor.memory import teach
 
