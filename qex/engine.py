@@ -80,6 +80,9 @@ class Txn:
         self.records: dict[str, dict] = {}
         self.changes: list[tuple[dict, str | None, str]] = []
         self.windowed = False  # decided by the head of the queue: the index file is not saved (_admit_head)
+        # (fd, name) of the peer lock of a supervisor whose job this hold ends: the first job of
+        # its user that this hold starts is that supervisor's next job and keeps it (apply_plan)
+        self.peer_reuse: tuple[int, str] | None = None
 
     def record(self, job_id: str) -> dict:
         rec = self.records.get(job_id)
@@ -177,20 +180,34 @@ def run_pass(ctx: Context, mutate=None, save_index=True, early=None) -> PassResu
                     _open_gate(gate)
             finally:
                 _close_quietly(gate)  # without its byte (the commit failed): they leave, nothing started
-            _publish_locked(ctx, idx)
-    mine = [e["state"] for e in idx.jobs.values() if e["uid"] == ctx.uid]
-    return PassResult(value, launches, "queued" in mine, any(s in HOLDING for s in mine), txn.next_deadline)
+            holding = _publish_locked(ctx, idx)
+    jobs, uid = idx.jobs, ctx.uid
+    if holding is not None:  # (a kept view: no walk of a long queue)
+        queued_mine = any(jobs[q.id]["uid"] == uid for q in idx.view.jobs)
+        running_mine = any(jobs[j]["uid"] == uid for j in holding)
+    else:
+        mine = [e["state"] for e in jobs.values() if e["uid"] == uid]
+        queued_mine, running_mine = "queued" in mine, any(s in HOLDING for s in mine)
+    return PassResult(value, launches, queued_mine, running_mine, txn.next_deadline)
 
 
-def _publish_locked(ctx: Context, idx: Index) -> None:
+def _publish_locked(ctx: Context, idx: Index):
     """Tell the other queues what this user's jobs hold now (qex.peers); a
-    failure never fails the pass (qex info says it)."""
+    failure never fails the pass (qex info says it). Returns the ids of the
+    index's starting and running jobs when the index has a queue view (a
+    supervisor's, kept across its passes), else None."""
     from qex import peers
 
+    holding = None
+    if idx.view is not None:
+        from qex import queueview
+
+        holding = sorted(queueview.view_of(idx, _queued_of).holding)
     try:
-        peers.publish_locked(ctx, idx)
+        peers.publish_locked(ctx, idx, holding)
     except Exception:  # a hostile or broken peer directory must never stop this queue
         pass
+    return holding
 
 
 def _fork_early(ctx: Context, launches: list[Launch], locks: tuple[int, int], leaving: bool) -> int:
@@ -555,9 +572,12 @@ def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
             continue
         if fd is None:
             continue
-        from qex import peers
+        if txn.peer_reuse is not None:  # the next job of the supervisor that runs this pass
+            (peer_fd, peer_lock), txn.peer_reuse = txn.peer_reuse, None
+        else:
+            from qex import peers
 
-        peer_fd, peer_lock = peers.hold_job_lock(ctx, start.id)
+            peer_fd, peer_lock = peers.hold_job_lock(ctx, start.id)
         assigned = [{"pool": a.pool, "devices": list(a.devices), "size": a.size} for a in start.assigned]
         txn.update(start.id, state="starting", assigned=assigned, forced=start.forced,
                    blocked_reason=None, blocked_holder=None, blocked_since=None, peer_lock=peer_lock)

@@ -11,8 +11,9 @@ counts it against the budget and the pools.
 a fresh lock file ``<key>.<job>.<random>.lock`` in the peer directory with
 ``O_EXCL`` and takes an exclusive ``flock`` on it at once (a racer that got
 there first makes us try another name); the job's supervisor inherits that
-descriptor and holds it for its whole life. The record names each job's lock
-file. A reader counts a job only while its lock file is a regular file owned
+descriptor and holds it for its whole life; a supervisor that goes on to the
+next job of its user hands that job its lock (``engine.apply_plan``). The
+record names each job's lock file, not the job. A reader counts a job only while its lock file is a regular file owned
 by the record's owner and cannot be locked (``LOCK_SH|LOCK_NB`` fails): when
 every qex process of that queue is gone, nothing holds the locks and the
 record stops counting by itself.
@@ -445,50 +446,77 @@ def _devices(uses, where: str) -> list[tuple[str, tuple[int, ...], int | None]]:
 
 # ---- publishing (the state lock is held) -------------------------------------------
 
-def own_jobs(ctx, idx) -> list[tuple[str, dict]]:
-    """This user's jobs of this state directory that hold capacity, in a fixed order."""
+def own_jobs(ctx, idx, holding=None) -> list[tuple[str, dict]]:
+    """This user's jobs of this state directory that hold capacity. ``holding``: the
+    ids of the index's starting and running jobs, when the caller knows them (a
+    supervisor's queue view: no walk of a long queue)."""
     from qex.store.records import HOLDING
 
-    return sorted(((j, e) for j, e in idx.jobs.items() if e["state"] in HOLDING and e.get("uid") == ctx.uid),
-                  key=lambda x: x[0])
+    jobs = idx.jobs
+    if holding is not None:
+        return [(j, jobs[j]) for j in holding if jobs[j].get("uid") == ctx.uid]
+    return [(j, e) for j, e in jobs.items() if e["state"] in HOLDING and e.get("uid") == ctx.uid]
 
 
 def record_of(ctx, jobs: list[tuple[str, dict]]) -> dict:
-    from qex import machine
-    from qex.version import VERSION
+    """The record of what ``jobs`` hold. A job entry names no job: what it holds
+    and the lock its supervisor holds, in the order of their locks, so that a
+    supervisor that goes on to its next job of the same claims (it keeps its
+    lock: ``engine.apply_plan``) leaves the record as it is, and nothing is
+    written (``publish_locked``)."""
+    return _record(ctx, _entries(ctx, jobs))
 
-    real, ident = state_identity(ctx.store.root)
+
+def _entries(ctx, jobs: list[tuple[str, dict]]) -> list[dict]:
     plain = {p.name for p in ctx.config.pools if p.count is not None}  # locks are never published
     entries = []
-    for job_id, e in jobs:
+    for _job_id, e in jobs:
         entries.append({
-            "id": job_id, "cpu": e["cpu"] / 1000, "mem": e["mem"],
+            "cpu": e["cpu"] / 1000, "mem": e["mem"],
             "pools": {name: cs[0] for name, cs in sorted(e.get("pools", {}).items()) if name in plain},
             "devices": [{"pool": p, "devices": list(d), "size": s} for p, d, s in e.get("assigned") or ()],
             "lock": e.get("peer_lock"),
         })
+    entries.sort(key=_entry_order)
+    return entries
+
+
+def _record(ctx, entries: list[dict]) -> dict:
+    from qex import machine
+    from qex.version import VERSION
+
+    real, ident = state_identity(ctx.store.root)
     return {"format": FORMAT, "kind": KIND, "qex": VERSION, "user": ctx.user, "uid": ctx.uid,
             "state_dir": real, "state_id": ident, "boot_id": machine.boot_id(), "host": os.uname().nodename,
             "cpu": sum(j["cpu"] for j in entries), "mem": sum(j["mem"] for j in entries), "jobs": entries}
 
 
-def publish_locked(ctx, idx) -> str | None:
+def _entry_order(entry: dict):
+    return entry["lock"] or "", entry["cpu"], entry["mem"], sorted(entry["pools"].items()), \
+        [(u["pool"], u["devices"], u["size"] or 0) for u in entry["devices"]]
+
+
+def publish_locked(ctx, idx, holding=None) -> str | None:
     """Make this queue's record say what its running jobs hold now (or remove it
     when they hold nothing). Call with the state lock held, after the commit.
-    Returns a problem sentence, or None. Writes nothing when nothing changed."""
-    jobs = own_jobs(ctx, idx)
+    Returns a problem sentence, or None. Writes nothing when nothing changed.
+    ``holding``: see ``own_jobs``."""
+    jobs = own_jobs(ctx, idx, holding)
+    name = key(ctx) + ".json"
+    entries = _entries(ctx, jobs) if jobs else None
+    if entries is not None and _unchanged(directory(ctx), name, entries):
+        return None
     fd, problem, _ = open_dir(directory(ctx), create=bool(jobs))
     if fd is None:
         return problem
     try:
-        name = key(ctx) + ".json"
         current = _own_record(fd, name)
         if not jobs:
             if current is not None:
                 _unlink_own(fd, name)
                 _sweep(fd, ctx, set())
             return None
-        rec = record_of(ctx, jobs)
+        rec = _record(ctx, entries)
         if current is not None and _same(current, rec):
             return None
         problem = _write(fd, name, rec)
@@ -502,6 +530,20 @@ def publish_locked(ctx, idx) -> str | None:
 # ((dev, inode, mtime, size)): a supervisor's next pass takes it without
 # reading and parsing the file again, while the file is that one.
 _OWN: dict = {}
+
+
+def _unchanged(path: str, name: str, entries: list[dict]) -> bool:
+    """Whether this queue's record is the file this process last wrote or read, and
+    says ``entries``: one ``lstat``, where a supervisor going on to its next job would
+    otherwise open the directory and the record to find nothing to write."""
+    known = _OWN.get(name)
+    if known is None or not isinstance(known[1], dict) or known[1].get("jobs") != entries:
+        return False
+    try:
+        st = os.lstat(os.path.join(path, name))
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size) == known[0] and st.st_uid == os.getuid()
 
 
 def _own_record(dir_fd: int, name: str) -> dict | None:

@@ -586,6 +586,11 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
                                       f"after attempt {attempt} failed")
         else:
             final = txn.update(launch.job_id, state=outcome["state"], attempts=attempts, **fields)
+            if launch.peer_fd >= 0 and launch.peer_lock:
+                # The next job this pass starts for this user is this process's next job
+                # (below): it keeps this supervisor's peer lock, and a queue that goes from
+                # one job to the next of the same claims rewrites nothing in the peer directory.
+                txn.peer_reuse = (launch.peer_fd, launch.peer_lock)
             if final.get("dedupe_key"):
                 from qex import dedupe
 
@@ -600,6 +605,8 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     # The first job this pass admitted is this process's next job: no fork, no new
     # process image to fault in (a drain of short jobs is mostly this hand-over).
     own_next = result.launches.pop(0) if result.launches else None
+    if own_next is not None and launch.peer_fd >= 0 and own_next.peer_fd == launch.peer_fd:
+        launch.peer_fd, launch.peer_lock = -1, None  # handed to own_next (apply_plan): not let go below
     keep = _own_fds(launch) + (_own_fds(own_next) if own_next is not None else ())
     child = engine.after_pass(ctx, result, close_in_child=keep)
     if child is not None:

@@ -12,6 +12,8 @@ must still write.
 import json
 import os
 
+from e2e_helpers import gated, open_gate
+
 CONFIG = '[budget]\ncpu = 2\n[defaults]\nmem = "64MB"\n'
 
 
@@ -119,3 +121,38 @@ def test_every_job_of_a_drain_is_recorded_running_with_its_pid_before_its_end(q)
         assert rec["pid"] == running["pid"] and rec["started_at"] == running["started_at"]
         assert rec["attempts"][-1]["started_at"] == rec["started_at"] <= rec["ended_at"]
 
+
+
+def _peer_files(q) -> tuple[list[str], os.stat_result | None]:
+    """(this queue's lock files, the stat of its record) in the peer directory."""
+    names = sorted(os.listdir(q.peers)) if os.path.isdir(q.peers) else []
+    locks = [n for n in names if n.endswith(".lock") and not n.startswith(".")]
+    records = [n for n in names if n.endswith(".json") and not n.startswith(".")]
+    return locks, (os.stat(os.path.join(q.peers, records[0])) if records else None)
+
+
+def test_a_supervisor_going_on_to_its_next_job_keeps_its_peer_lock_and_record(q):
+    """One core, three jobs in turn: the second and third are started by the first
+    one's supervisor at its end, which keeps its liveness lock in the peer directory for them.
+    Its record there holds the same claims throughout: it is written once, not once
+    per job (the jobs' ids are not in it), and gone with the last job."""
+    q.write_config('[budget]\ncpu = 1\n[defaults]\nmem = "64MB"\n')
+    ids = [q.submit("--cpu", "1", "--", *gated(q, str(i))) for i in range(3)]
+    seen = []
+    for i, job in enumerate(ids):
+        rec = q.wait_state(job, "running")
+        locks, record = _peer_files(q)
+        assert record is not None and len(locks) == 1, (locks, record)
+        assert rec["peer_lock"] == locks[0], (rec["peer_lock"], locks)
+        seen.append((rec["supervisor_pid"], locks[0], record.st_ino, record.st_mtime_ns))
+        with open(os.path.join(q.peers, _record_name(q))) as fh:
+            published = json.load(fh)
+        assert [j["lock"] for j in published["jobs"]] == locks and "id" not in published["jobs"][0], published
+        open_gate(q, str(i))
+    assert len(set(seen)) == 1, seen  # one supervisor, one lock, a record never rewritten
+    _quiet(q, ids)
+    assert _peer_files(q) == ([], None)
+
+
+def _record_name(q) -> str:
+    return next(n for n in os.listdir(q.peers) if n.endswith(".json") and not n.startswith("."))
