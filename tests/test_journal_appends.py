@@ -59,3 +59,48 @@ def test_replay_of_a_cut_append_queues_none_of_its_jobs_and_cuts_it(tmp_path):
         idx = store.load_index_locked()
     assert sorted(idx.jobs) == ids
     assert all(os.path.exists(store.path(j, "status.json")) for j in ids)
+
+
+def test_a_commit_encodes_each_record_once_as_the_plain_encoder_would(tmp_path):
+    """The journal line and status.json of each job are byte for byte what
+    journal.encode and fs.write_json make of them, for a record that has every
+    field and for one the defaults complete (its event carries it as it is)."""
+    from qex.store import fs
+    from qex.store.records import status_defaults
+
+    store = Store(str(tmp_path / "state"))
+    store.ensure()
+    full = {**status_defaults(), "id": "job-a", "seq": 1, "state": "queued", "name": "a\u00e9", "owner": "me",
+            "uid": 0, "command": ["echo", "\u2603"], "cwd": "/", "submitted_at": 1.5}
+    bare = {"id": "job-b", "seq": 2, "state": "queued", "command": ["true"], "cwd": "/", "owner": "me", "uid": 0}
+    for rec in (full, bare):
+        os.mkdir(store.job_dir(rec["id"]))
+    with store.lock():
+        idx = store.load_index_locked()
+        events = store.commit_locked(idx, [(full, None, "state"), (bare, None, "state"),
+                                           ({**full, "state": "starting"}, "queued", "state")])
+    with open(store.journal_path, "rb") as fh:
+        assert fh.read() == b"".join(journal.encode(e) for e in events)
+    other = tmp_path / "plain.json"
+    for rec in ({**full, "state": "starting"}, bare):
+        fs.write_json(str(other), {**status_defaults(), **rec}, sync_dir=False)
+        with open(store.path(rec["id"], "status.json"), "rb") as fh:
+            assert fh.read() == other.read_bytes()
+
+
+def test_an_event_line_with_its_record_encoded_apart_is_the_plain_line():
+    from hypothesis import given, strategies as st
+
+    values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+                          max_leaves=8)
+    keys = st.sampled_from(["change", "commit", "event", "id", "name", "previous", "seq", "state", "stream",
+                            "time", "jo", "joba", "a", "z"])
+
+    @given(st.dictionaries(keys, values, max_size=12), st.dictionaries(st.text(), values, max_size=4))
+    def check(event, job):
+        event = {**event, "job": job}
+        encoded = json.dumps(job, separators=(",", ":"), sort_keys=True).encode()
+        assert journal.encode_job_event(event, encoded) == journal.encode(event)
+
+    check()

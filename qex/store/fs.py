@@ -145,11 +145,21 @@ def replacing(path: str, dir_fd: int | None = None) -> None:
             pass  # nothing there yet, or nothing to keep
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = True, sync: bool = True) -> None:
+def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = True, sync: bool = True,
+                 exchange: bool = False) -> None:
     """Write ``data`` so that readers see the old file or the new one, never a part.
 
     ``sync=False`` leaves the fsync to the caller, who must ``syncfs`` before
     anything depends on the file being durable (a bulk write: one flush for all).
+    ``exchange`` (with ``sync=False``: a record a lazy commit rewrites, fsynced
+    later if at all, ``Store.save_index_locked``): the new file takes the old one's
+    place by ``renameat2(RENAME_EXCHANGE)``, and the old one, now at the temporary
+    name, is removed. A rename over an existing file makes ext4 (``auto_da_alloc``)
+    allocate and start writing the new file's blocks at once, and freeing the old
+    one then frees allocated blocks (a discard, where the file system is mounted
+    with ``discard``): ~0.2 of the ~0.3 ms of each such write here, under the state
+    lock, for a record that the next state of the job replaces a moment later,
+    never written out. An exchange is the same atomic swap for a reader.
     """
     directory, base = os.path.split(path)
     tmp = os.path.join(directory, f".{base}.{os.getpid()}.tmp")
@@ -166,8 +176,12 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = Tru
             os.close(fd)
         if _CRASH:
             _hit("fs.after_fsync")
-        replacing(path)
-        os.rename(tmp, path)
+        if exchange and not sync and _exchanged(tmp, path):
+            replacing(tmp)  # the old file, freed once the lock is let go
+            os.unlink(tmp)
+        else:
+            replacing(path)
+            os.rename(tmp, path)
         if _CRASH:
             _hit("fs.after_rename")
     except OSError as exc:
@@ -181,6 +195,32 @@ def _hit(point: str) -> None:
     from qex import faults
 
     faults.hit(point)
+
+
+_RENAMEAT2 = None  # libc's renameat2, False where there is none (then a plain rename)
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+
+
+def _exchanged(tmp: str, path: str) -> bool:
+    """Swap ``tmp`` and ``path`` atomically; False (nothing done) where the kernel,
+    the file system or libc cannot, or ``path`` is not a regular file (not there
+    yet, or a link or directory planted there: the rename replaces or refuses it)."""
+    global _RENAMEAT2
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    if _RENAMEAT2 is None:
+        try:
+            import ctypes
+
+            _RENAMEAT2 = ctypes.CDLL(None, use_errno=True).renameat2
+        except (OSError, AttributeError, ImportError):
+            _RENAMEAT2 = False
+    if _RENAMEAT2 is False:
+        return False
+    return _RENAMEAT2(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(path), _RENAME_EXCHANGE) == 0
 
 
 from qex.store.room import COMMIT_ROOM, LOG_ROOM, SUBMIT_ROOM  # noqa: E402,F401 (their home: qex.store.room)

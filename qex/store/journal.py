@@ -28,16 +28,37 @@ def max_bytes() -> int:
         return DEFAULT_MAX_BYTES
 
 
-def append(path: str, events: list[dict], mode: int = 0o600, sync: bool = True) -> int:
+def encode(event: dict) -> bytes:
+    """One event as its line: compact JSON, keys sorted."""
+    return json.dumps(event, separators=(",", ":"), sort_keys=True).encode() + b"\n"
+
+
+def encode_job_event(event: dict, job: bytes) -> bytes:
+    """``encode`` of a job event whose ``job`` (the record) is already ``job``, its
+    JSON as ``encode`` writes it: the record is encoded once per commit, for the
+    journal and for its status.json (``Store.commit_locked``). The event's other
+    keys sort before ``job`` (change, commit, event, id) or after it (name,
+    previous, seq, state, stream, time)."""
+    head, tail = {}, {}
+    for key, value in event.items():
+        if key != "job":
+            (head if key < "job" else tail)[key] = value
+    before = json.dumps(head, separators=(",", ":"), sort_keys=True)[:-1].encode()  # '{...' without its '}'
+    after = json.dumps(tail, separators=(",", ":"), sort_keys=True)[1:].encode()  # '...}' without its '{'
+    return b"".join((before, b"," if head else b"", b'"job":', job, b"," if tail else b"", after, b"\n"))
+
+
+def append(path: str, events: list[dict], mode: int = 0o600, sync: bool = True, data: bytes | None = None) -> int:
     """Append ``events`` as lines and fsync; return the new size of the file.
 
     ``mode`` is applied to a journal this user owns (a shared state directory
     needs 0660 whatever the umask of the user who started the file).
     ``sync=False`` (a lazy commit): the fsync is made once the state lock is
-    let go, before the pass returns (``fs.sync_at_release``).
+    let go, before the pass returns (``fs.sync_at_release``). ``data``: the
+    events' lines, encoded by the caller (``encode``, ``encode_job_event``).
     """
-    data = b"".join(json.dumps(e, separators=(",", ":"), sort_keys=True).encode() + b"\n"
-                    for e in events)
+    if data is None:
+        data = b"".join(encode(e) for e in events)
     from qex.store import fs
 
     fd = fs.open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)  # never a symlink or a FIFO

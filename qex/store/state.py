@@ -512,10 +512,18 @@ class Store:
             fs.syncfs(self.root)
         idx.unsynced.clear()
 
-    def _write_status_locked(self, rec: dict, sync: bool = True, unless_same: bool = False) -> None:
+    def _write_status_locked(self, rec: dict, sync: bool = True, unless_same: bool = False,
+                             data: bytes | None = None, lazy: bool = False) -> None:
+        """``data``: the file's bytes, as ``_encoded`` made them for this record (a commit).
+        ``lazy``: a lazy commit's (``commit_locked``), synced by a later index save."""
         from qex.store.records import status_defaults
 
         directory = self.job_dir(rec["id"])
+        if data is not None:
+            if os.path.isdir(directory):
+                fs.write_atomic(os.path.join(directory, "status.json"), data, mode=self.status_mode,
+                                sync_dir=False, sync=sync, exchange=lazy)
+            return
         if os.path.isdir(directory):
             path = os.path.join(directory, "status.json")
             data = {**status_defaults(), **rec}
@@ -559,18 +567,20 @@ class Store:
                            "previous": previous, "change": change, "job": rec})
         for event in events:  # the seq of the append's last event: replay takes whole appends only
             event["commit"] = idx.seq
+        last = {rec["id"]: rec for rec, _previous, _change in changes}
+        data, statuses = _encoded(events, last)
         # Keep room for the records of running jobs: a new job needs more than an ending one.
         fs.ensure_room(self.root, fs.SUBMIT_ROOM if any(p is None for _, p, _ in changes) else fs.COMMIT_ROOM)
         try:  # a lazy commit's fsync is made once the lock is let go (fs.sync_at_release)
-            idx.offset = journal.append(self.journal_path, events, self.file_mode, sync=bool(save_index))
+            idx.offset = journal.append(self.journal_path, events, self.file_mode, sync=bool(save_index), data=data)
         except OSError as exc:
             raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
         if _CRASH:
             fs._hit("commit.after_journal")
-        last = {rec["id"]: rec for rec, _previous, _change in changes}
         bulk = len(last) > BULK
         for rec in last.values():  # each record once, in its last form
-            self._write_status_locked(rec, sync=save_index and not bulk)
+            self._write_status_locked(rec, sync=save_index and not bulk, data=statuses[rec["id"]],
+                                      lazy=not save_index)
             if _CRASH:
                 fs._hit("commit.after_status")
         for rec, _previous, _change in changes:
@@ -674,6 +684,28 @@ def _usable_event(event, applied_seq: int) -> dict | None:
     if not job_id or "/" in job_id or job_id.startswith(".") or "\0" in job_id:
         return None
     return rec
+
+
+def _encoded(events: list[dict], last: dict[str, dict]) -> tuple[bytes, dict[str, bytes]]:
+    """(the journal lines of ``events``, {job id: its status.json}) with each record
+    encoded once: a record the defaults add nothing to (every record read back, and
+    every one qex makes) is the same JSON in its event and in its file.
+    ``last``: each job's last form in the commit, the one its file gets."""
+    from qex.store.records import status_defaults
+
+    defaults = status_defaults()
+    dumps = json.dumps
+    lines, statuses = [], {}
+    for event in events:
+        rec = event["job"]
+        full = {**defaults, **rec}
+        job = dumps(full, separators=(",", ":"), sort_keys=True).encode()
+        if last.get(rec["id"]) is rec:
+            statuses[rec["id"]] = job + b"\n"  # what fs.write_json writes for it
+        if len(full) != len(rec):
+            job = dumps(rec, separators=(",", ":"), sort_keys=True).encode()  # the event carries it as it is
+        lines.append(journal.encode_job_event(event, job))
+    return b"".join(lines), statuses
 
 
 def _coalesced(changes: list[tuple[dict, str | None, str]]) -> list[tuple[dict, str | None, str]]:
