@@ -69,6 +69,23 @@ def test_flat_keyed_counters(tmp_path):
     assert cgroup.read_counter(str(tmp_path / "missing"), "oom_kill") is None
 
 
+def test_the_pid_file_names_the_jobs_cgroup_on_either_line(tmp_path, monkeypatch):
+    job = "0193f7a2-1c2d-7e3f-8a9b-0c1d2e3f4a5b"
+    monkeypatch.setattr(cgroup, "mount_points", lambda: ["/sys/fs/cgroup/memory"])
+    path = f"/sys/fs/cgroup/memory/a b/qex-{job}-2"
+    for line in (f"- 4242 777{cgroup.note(cgroup.JobCgroup('v1', path))}\n",  # the intent, before the spawn
+                 f"4343 888 v1 {path}\n", f"4343 0 v1 {path}\n"):  # the job's line (0: no start time)
+        (tmp_path / "pid").write_text(line)
+        cg = cgroup.recorded(str(tmp_path), job)
+        assert cg is not None and (cg.kind, cg.path) == ("v1", path), line
+    for line in ("4343 888\n", "- 4242 777\n", f"4343 888 v1 /elsewhere/qex-{job}-2\n",
+                 f"4343 888 v3 {path}\n", "4343 888 v1 /sys/fs/cgroup/memory/qex-another-1\n"):
+        (tmp_path / "pid").write_text(line)
+        assert cgroup.recorded(str(tmp_path), job) is None, line
+    (tmp_path / "cgroup").write_text(f"v2 /sys/fs/cgroup/memory/qex-{job}-1\n")  # an older supervisor's note
+    assert cgroup.recorded(str(tmp_path), job).path == f"/sys/fs/cgroup/memory/qex-{job}-1"
+
+
 def test_a_note_that_names_a_foreign_path_is_never_used(tmp_path):
     job = "0193f7a2-1c2d-7e3f-8a9b-0c1d2e3f4a5b"
     (tmp_path / "cgroup").write_text(f"v1 /home/someone/qex-{job}-1\n")

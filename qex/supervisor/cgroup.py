@@ -18,9 +18,12 @@ before it spawns the job and back to its own cgroup right after (``join``,
 Anything else gives ``None``: the supervisor then measures with ``getrusage``
 and the machine's ``oom_kill`` counter. ``QEX_CGROUP=off`` forces that.
 
-The path of a job's cgroup is kept in ``jobs/<id>/cgroup`` so that whoever
-finds the job ended without its supervisor (reconcile) or removes its record
-(``qex clean``) can remove the cgroup too.
+The path of a job's cgroup is written in its ``jobs/<id>/pid`` file, on the
+supervisor's intent line before the spawn and on the job's pid line after it
+(``note``), so that whoever finds the job ended without its supervisor
+(reconcile) or removes its record (``qex clean``) can stop what is in it and
+remove it. (Supervisors before this kept it in a file ``jobs/<id>/cgroup`` of
+its own, made and removed per job; ``recorded`` still reads that.)
 """
 
 import os
@@ -295,10 +298,15 @@ def create(job_id: str, attempt: int = 1) -> tuple[JobCgroup | None, str]:
     except OSError as exc:
         return None, f"cannot make {path}: {exc.strerror}"
     cg = JobCgroup(kind, path)
-    if cg.oom_kills() is None and cg.peak() is None:
-        cg.remove()
-        return None, f"{path} has no memory accounting files"
+    if (kind, parent) not in _ACCOUNTED:  # the same for every cgroup made here: looked at once per process
+        if cg.oom_kills() is None and cg.peak() is None:
+            cg.remove()
+            return None, f"{path} has no memory accounting files"
+        _ACCOUNTED.add((kind, parent))
     return cg, ""
+
+
+_ACCOUNTED: set = set()  # (kind, parent) whose cgroups have been seen to have accounting files
 
 
 def describe() -> dict:
@@ -347,24 +355,26 @@ def remove_dir(path: str, wait: float = 0.0) -> bool:
 
 # ---- the job directory's note, reconcile and clean -------------------------------
 
-def remember(job_dir: str, cg: JobCgroup) -> None:
-    """Note the cgroup in the job directory (no fsync: a lost note only delays the sweep)."""
-    fd = os.open(os.path.join(job_dir, RECORD), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    try:
-        os.write(fd, f"{cg.kind} {cg.path}\n".encode())
-    finally:
-        os.close(fd)
+def note(cg: JobCgroup | None) -> str:
+    """What the job's pid file says of its cgroup, after its pids (``recorded`` reads it)."""
+    return "" if cg is None else f" {cg.kind} {cg.path}"
 
 
 def recorded(job_dir: str, job_id: str) -> JobCgroup | None:
-    """The cgroup the job's supervisor made, if its note is there and sane."""
+    """The cgroup the job's supervisor made, if its note is there and sane: on the
+    line of the job's pid file (``- <pid> <start> <kind> <path>`` or ``<pid> <start>
+    <kind> <path>``), or in the file ``cgroup`` an older supervisor wrote."""
     from qex.store import fs
 
     try:
         kind, _, path = fs.read_bytes(os.path.join(job_dir, RECORD), 4096).decode().strip().partition(" ")
     except (OSError, UnicodeDecodeError):
-        return None
+        try:
+            words = fs.read_bytes(os.path.join(job_dir, "pid"), 4096).decode().rstrip("\n").split(" ")
+        except (OSError, UnicodeDecodeError):
+            return None
+        rest = words[3:] if words[0] == "-" else words[2:]
+        kind, path = (rest[0], " ".join(rest[1:])) if len(rest) >= 2 else ("", "")
     if kind not in ("v1", "v2") or job_of(os.path.basename(path)) != job_id:
         return None
     if not any(path.startswith(point.rstrip("/") + "/") for point in mount_points()):

@@ -35,17 +35,11 @@ class Meter:
         self.inside = False  # this supervisor is in the job's cgroup (between enter and leave)
 
     def prepare(self, job_dir: str, job_id: str, attempt: int) -> None:
-        """Before the spawn: make the cgroup (noted in the job directory), read the counters."""
+        """Before the spawn: make the cgroup (the pid file names it: ``cgroup.note``), read the counters."""
         self.job_dir = job_dir
         self.cg, self.why_not = cgroup.create(job_id, attempt)
         if self.cg is not None:
-            try:
-                cgroup.remember(job_dir, self.cg)
-            except Exception as exc:  # without the note nobody could sweep it: do without
-                self.cg.remove()
-                self.cg, self.why_not = None, f"cannot note the cgroup in {job_dir}: {exc}"
-            else:
-                self.cg_kills0 = self.cg.oom_kills()
+            self.cg_kills0 = 0  # a cgroup made a moment ago, that nothing has run in yet
         if self.cg is None:  # the machine's counter is the evidence only without a cgroup
             self.machine0 = cgroup.machine_oom_kills()
 
@@ -90,8 +84,8 @@ class Meter:
         if self.cg is not None:
             # Still inside (said in supervisor.log): no rmdir can succeed; the note stays for the
             # sweep, and the next job's spawn moves this supervisor home (its leave).
-            if not self.inside and self.cg.remove():
-                cgroup.forget(self.job_dir)
+            if not self.inside:
+                self.cg.remove()
             self.cg, self.inside = None, False
 
     def end(self, rusage, wait_status: int, stopped_by_qex: bool) -> tuple[dict, str | None]:

@@ -15,6 +15,7 @@ import time
 from qex import engine
 from qex.engine import Context, Launch
 from qex.store.state import LAZY
+from qex.supervisor import cgroup
 from qex.supervisor.memory import Meter, settle
 
 KILL_GRACE = float(os.environ.get("QEX_KILL_GRACE", "5"))
@@ -243,14 +244,18 @@ def _spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
         try:
             os.chdir(spec.cwd)
             path = _executable(spec.command[0], env)
+            intent_line = f"{os.getpid()} {_own_start()}"
             try:
-                _write_pid_file(pid_path, "-", f"{os.getpid()} {_own_start()}", mode)
+                _write_pid_file(pid_path, "-", intent_line, mode, cgroup.note(meter.cg))
             except OSError as exc:
                 raise OSError(f"cannot write its pid file {pid_path}: {exc.strerror or exc}") from None
             intent = True
             if _CRASH:
                 _hit("supervisor.before_spawn")
+            noted = meter.cg
             meter.enter()
+            if noted is not None and meter.cg is None:  # it could not join: the job is born outside it
+                _write_pid_file(pid_path, "-", intent_line, mode)
             try:
                 proc = _Child.spawn(path, spec.command, env) if not spec.nice else _popen(path, spec, env)
             finally:
@@ -267,7 +272,7 @@ def _spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
     from qex.machine import process_start_time
 
     try:
-        _write_pid_file(pid_path, proc.pid, process_start_time(proc.pid), mode)
+        _write_pid_file(pid_path, proc.pid, process_start_time(proc.pid), mode, cgroup.note(meter.cg))
     except OSError as exc:  # no evidence a later pass could stop it by: it must not run
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -409,13 +414,15 @@ def _no_inherited_fds() -> None:
                 pass  # the fd of the listing itself, closed by now
 
 
-def _write_pid_file(path: str, pid, start, mode: int = 0o600) -> None:
-    """``<pid> <start time>`` of the job, or the supervisor's intent ``- <its pid> <its start>``."""
+def _write_pid_file(path: str, pid, start, mode: int = 0o600, note: str = "") -> None:
+    """``<pid> <start time>`` of the job, or the supervisor's intent ``- <its pid> <its start>``,
+    then the job's cgroup if it has one (``note``: ``cgroup.note``; ``cgroup.recorded``
+    reads it). A start time that cannot be read is ``0`` when a note follows it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     try:
         if mode != 0o600:
             os.fchmod(fd, mode)  # other users' passes read it (a shared directory)
-        os.write(fd, f"{pid} {start if start is not None else ''}\n".encode())
+        os.write(fd, f"{pid} {start if start is not None else ('0' if note else '')}{note}\n".encode())
     finally:
         os.close(fd)
 

@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-
+import pytest
 from e2e_helpers import FINAL, alive, gated, group_members, open_gate, read_line
 
 CONFIG = '[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'
@@ -161,3 +161,30 @@ def test_a_lost_supervisor_is_noticed_with_no_command_typed_even_when_nothing_is
     assert final["state"] == "failed" and final["supervisor_lost"] and "supervisor" in final["error"]
     assert not alive(rec["pid"])
     q.wait_for(lambda: not q.processes(), timeout=10, what="no qex process left")
+
+
+def test_a_lost_supervisors_job_is_stopped_through_its_cgroup_named_in_its_pid_file(q):
+    """A process the job moved out of its process group (setsid) is still in the
+    job's memory cgroup; the pass that finds the supervisor lost reads that cgroup
+    off the job's pid file (no other file names it) and stops what is in it."""
+    q.write_config(CONFIG)
+    escaped = os.path.join(q.root, "escaped.pid")
+    job = q.submit("--", "sh", "-c", f"setsid sh -c 'echo $$ > {escaped}; exec sleep 300' & "
+                                     f"while [ ! -e '{q.gate('never')}' ]; do sleep 0.05; done")
+    rec = q.wait_state(job, "running")
+    with open(os.path.join(q.state, "jobs", job, "pid")) as fh:
+        words = fh.read().split()
+    if len(words) < 4:
+        pytest.skip("skipped: no memory cgroup can be made for a job here (its pid file names none)")
+    assert words[:2] == [str(rec["pid"]), words[1]] and words[2] in ("v1", "v2") and job in words[3], words
+    assert not os.path.exists(os.path.join(q.state, "jobs", job, "cgroup"))
+    q.wait_for(lambda: os.path.exists(escaped) and open(escaped).read().strip(), what="the escaped process")
+    with open(escaped) as fh:
+        other = int(fh.read())
+    assert alive(other) and other not in group_members(rec["pid"])
+
+    os.kill(rec["supervisor_pid"], signal.SIGKILL)
+    failed = q.wait_state(job, FINAL, timeout=6)
+    assert failed["state"] == "failed" and failed["supervisor_lost"], failed
+    q.wait_for(lambda: not alive(other), timeout=5, what="the escaped process to be stopped")
+    assert not os.path.exists(words[3])
