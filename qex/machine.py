@@ -11,17 +11,33 @@ def cores() -> int:
 
 
 def meminfo() -> dict[str, int]:
-    """MemTotal and MemAvailable in bytes (empty if /proc is not there)."""
+    """MemTotal and MemAvailable in bytes (empty if /proc is not there).
+
+    One read of the file's first page (the two come first, and every pass asks)."""
     out = {}
-    try:
-        with open("/proc/meminfo", "rb") as fh:
-            for line in fh:
-                key, _, rest = line.partition(b":")
-                if key in (b"MemTotal", b"MemAvailable"):
-                    out[key.decode()] = int(rest.split()[0]) * 1024
-    except OSError:
-        pass
+    data = b"\n" + _read_proc("/proc/meminfo", 4096)
+    for key in ("MemTotal", "MemAvailable"):
+        at = data.find(b"\n" + key.encode() + b":")
+        if at >= 0:
+            try:
+                out[key] = int(data[at:at + 64].split(None, 2)[1]) * 1024
+            except (ValueError, IndexError):
+                pass
     return out
+
+
+def _read_proc(path: str, size: int) -> bytes:
+    """Up to ``size`` bytes of a /proc file, in one read (b"" if it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, size)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def mem_total() -> int:
@@ -30,10 +46,8 @@ def mem_total() -> int:
 
 def process_start_time(pid: int) -> int | None:
     """Clock ticks since boot at which ``pid`` started (field 22 of /proc/pid/stat)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
+    data = _read_proc(f"/proc/{pid}/stat", 4096)
+    if not data:
         return None
     try:
         return int(data[data.rindex(b")") + 2:].split()[19])
