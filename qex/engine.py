@@ -644,7 +644,13 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=(), leaving:
     returns its Launch, and the caller becomes the supervisor from a flat loop
     (never from inside this stack, which would grow with every job).
     """
-    for i, launch in enumerate(launches):
+    try:
+        if launches:
+            fs.settle()  # a supervisor starts its job on the strength of a durable commit (fs.defer_syncs)
+        forking = launches
+    except QexError:
+        forking = []  # not durable: their jobs, left 'starting' with no pid file, are requeued by the next pass
+    for i, launch in enumerate(forking):
         if _CRASH:
             fs._hit("engine.before_fork")
         try:

@@ -129,10 +129,12 @@ def _decide(ctx, job_id: str) -> str:
 
 def _fork_runner(ctx, job_ids: list[str], close_in_child=()) -> None:
     from qex import engine
+    from qex.store import fs
 
     try:
+        fs.settle()  # a hook runs for a final record that is durable (fs.defer_syncs)
         pid = os.fork()
-    except OSError:
+    except Exception:  # (OSError, or StoreError from the settle)
         return  # the markers stay: a later pass starts them
     if pid == 0:
         code = 0

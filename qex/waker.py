@@ -42,8 +42,11 @@ def ensure(ctx, close_in_child=(), next_deadline: float | None = None) -> "engin
     if fd is None:
         return None
     try:
+        from qex.store import fs
+
+        fs.settle()  # (a forked process has no thread of this one: fs.defer_syncs)
         pid = os.fork()
-    except OSError:
+    except Exception:  # (OSError, or StoreError from the settle: the next pass tries again)
         os.close(fd)
         return None
     if pid == 0:

@@ -107,31 +107,133 @@ def sync_at_release(fd: int, path: str) -> None:
 
 def free_replaced() -> None:
     """The lock is let go: fsync the journal appends left for now (``sync_at_release``),
-    then let the kernel free the files replaced since ``free_later``."""
+    then let the kernel free the files replaced since ``free_later``. In a process
+    that defers them (``defer_syncs``) a thread of its own does both, and ``settle``
+    waits for them."""
     global _REPLACED
     replaced, _REPLACED = _REPLACED, None
+    if _DEFER and (_UNSYNCED or replaced):
+        unsynced = _UNSYNCED[:]
+        del _UNSYNCED[:]
+        _syncer().submit(unsynced, replaced or [])
+        return
     try:
         _sync_unsynced()
     finally:
-        for fd in replaced or ():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        _close_all(replaced or ())
+
+
+def _close_all(fds) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _sync_unsynced() -> None:
+    failure = _fsync_all(_UNSYNCED)
+    del _UNSYNCED[:]
+    if failure is not None:
+        raise StoreError(_describe_write_failure(*failure))
+
+
+def _fsync_all(unsynced) -> tuple[str, OSError] | None:
+    """fsync and close each (fd, path); the first failure, or None."""
     failure = None
-    while _UNSYNCED:
-        fd, path = _UNSYNCED.pop()
+    for fd, path in reversed(unsynced):
         try:
             os.fsync(fd)
         except OSError as exc:
             failure = failure or (path, exc)
         finally:
             os.close(fd)
-    if failure is not None:
-        raise StoreError(_describe_write_failure(*failure))
+    return failure
+
+
+# ---- deferred syncs: a supervisor goes on while its commit is made durable ------
+#
+# A supervisor's pass at the end of its job commits the job's end and the start
+# of its next job; the journal's fsync after the lock is let go was ~1 ms of
+# waiting in each job's cycle here (the other supervisor's writes are in flight),
+# during which the supervisor could have prepared the next spawn. A supervisor
+# (``qex.supervisor.run.main_loop``) therefore ``defer_syncs``: the fsync and the
+# freeing of replaced files go to one thread of its own, in order, and
+# ``settle`` waits for them at every point where something may depend on the
+# commit being durable: before a job is spawned (a job must never run on a
+# start a power cut could lose), before a fork or an exec, before the process
+# exits. A failed fsync is raised there (StoreError), as it was at the release.
+
+_DEFER = False
+_SYNCER = None
+
+
+def defer_syncs(on: bool = True) -> None:
+    """From now on this process's journal fsyncs at a lock's release are made by a
+    thread of its own (``settle`` waits for them). A forked child starts without."""
+    global _DEFER
+    _DEFER = on
+
+
+def settle() -> None:
+    """Wait until every deferred fsync and free is done; StoreError if an fsync failed."""
+    if _SYNCER is not None:
+        _SYNCER.wait()
+
+
+class _Syncer:
+    """One thread that fsyncs and frees what ``free_replaced`` hands it, one batch at a time."""
+
+    def __init__(self):
+        import _thread  # (the C module: threading.py is not needed for one worker)
+
+        self.busy = _thread.allocate_lock()  # held while a batch is in flight
+        self.go = _thread.allocate_lock()    # released to hand the worker its batch
+        self.go.acquire()
+        self.batch: tuple[list, list] | None = None
+        self.failure: tuple[str, OSError] | None = None
+        _thread.start_new_thread(self._run, ())
+
+    def submit(self, unsynced: list, replaced: list) -> None:
+        self.busy.acquire()  # (the previous batch first: fsyncs stay in order)
+        self.batch = (unsynced, replaced)
+        self.go.release()
+
+    def wait(self) -> None:
+        with self.busy:
+            failure, self.failure = self.failure, None
+        if failure is not None:
+            raise StoreError(_describe_write_failure(*failure))
+
+    def _run(self) -> None:
+        while True:
+            self.go.acquire()
+            unsynced, replaced = self.batch
+            self.batch = None
+            try:
+                failure = _fsync_all(unsynced)
+                if failure is not None and self.failure is None:
+                    self.failure = failure
+                _close_all(replaced)
+            finally:
+                self.busy.release()
+
+
+def _syncer() -> "_Syncer":
+    global _SYNCER
+    if _SYNCER is None:
+        _SYNCER = _Syncer()
+    return _SYNCER
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has no syncer thread, and defers nothing until it says so. Its
+    parent settles before it forks (a batch in flight would be the parent's)."""
+    global _SYNCER, _DEFER
+    _SYNCER, _DEFER = None, False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def replacing(path: str, dir_fd: int | None = None) -> None:

@@ -30,6 +30,12 @@ def become_watcher(ctx, launch, pid: int, rec: dict, interrupt, meter, sinks: di
                    timeout_at: float | None, kill_grace: float, drain: float) -> None:
     """Exec into the minimal watcher. Returns only if the exec failed (the caller
     then goes on watching in this process)."""
+    from qex.store import fs
+
+    try:
+        fs.settle()  # (an exec ends the thread that makes this supervisor's last commit durable)
+    except Exception:
+        pass  # said nowhere better: the job goes on, and its end is recorded as usual
     cg = meter.cg if meter is not None else None
     passed = {
         "root": ctx.store.root,

@@ -14,6 +14,8 @@ import time
 
 from qex import engine
 from qex.engine import Context, Launch
+from qex.errors import StoreError
+from qex.store import fs
 from qex.store.state import LAZY
 from qex.supervisor import cgroup
 from qex.supervisor.memory import Meter, settle
@@ -30,6 +32,7 @@ def main_loop(ctx: Context, launch: Launch) -> None:
     """Supervise jobs until none is handed over; never returns."""
     code = 0
     _no_inherited_fds()
+    fs.defer_syncs()  # its commits' fsyncs overlap the next spawn's preparation; _spawn settles them
     while launch is not None:
         try:
             launch = supervise(ctx, launch)
@@ -41,6 +44,10 @@ def main_loop(ctx: Context, launch: Launch) -> None:
         _teach(ctx)
     except BaseException:
         pass
+    try:
+        fs.settle()  # its last commit (the end of its last job) is durable before it leaves
+    except BaseException:
+        _print_exc()
     os._exit(code)
 
 
@@ -244,6 +251,7 @@ def _spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
         try:
             os.chdir(spec.cwd)
             path = _executable(spec.command[0], env)
+            fs.settle()  # the commit that started it is durable before it can run (fs.defer_syncs)
             intent_line = f"{os.getpid()} {_own_start()}"
             try:
                 _write_pid_file(pid_path, "-", intent_line, mode, cgroup.note(meter.cg))
@@ -262,8 +270,8 @@ def _spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
                 meter.leave()
         finally:
             _go_home(home)
-    except (OSError, ValueError) as exc:  # ValueError: what posix_spawn refuses to pass (a NUL, an env name with =)
-        if intent:
+    except (OSError, ValueError, StoreError) as exc:  # ValueError: what posix_spawn refuses to pass (a NUL,
+        if intent:                                       # an env name with =); StoreError: a failed fsync
             _unlink_quietly(pid_path)  # it never ran: a pass may start it again
         return None, {"state": "failed", "error": f"cannot start {spec.command[0]!r}: "
                                                   f"{getattr(exc, 'strerror', None) or exc}"}

@@ -1,0 +1,96 @@
+"""A supervisor's commits are made durable by a thread of its own (qex.store.fs.defer_syncs):
+the lock's release does not wait for the journal's fsync, and ``settle`` does, before a
+job is spawned, a fork, an exec or the exit. A failed fsync is raised there."""
+
+import errno
+import os
+import threading
+
+import pytest
+
+from qex import engine
+from qex.errors import StoreError
+from qex.store import fs
+from qex.store.state import LAZY
+from qex.supervisor import run
+from qex.supervisor.memory import Meter
+from test_index_cache import add_jobs, lazy_reason, view
+
+
+@pytest.fixture
+def deferring():
+    fs.defer_syncs()
+    yield
+    try:
+        fs.settle()
+    finally:
+        fs.defer_syncs(False)
+
+
+def test_the_release_hands_the_fsync_to_the_thread_and_settle_waits_for_it(tmp_path, monkeypatch, deferring):
+    ctx = view(tmp_path)
+    (job,) = add_jobs(ctx)
+    go, seen, real = threading.Event(), [], os.fsync
+
+    def blocked(fd):
+        seen.append((os.readlink(f"/proc/self/fd/{fd}"), threading.get_ident()))
+        assert go.wait(30)
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", blocked)
+    lazy_reason(ctx, job, "words")  # a lazy commit: its append is fsynced at the release
+    assert fs._SYNCER is not None and fs._SYNCER.busy.locked(), "the fsync should still be in flight"
+    go.set()
+    fs.settle()
+    assert not fs._SYNCER.busy.locked()
+    assert [path for path, _ in seen] == [ctx.store.journal_path]
+    assert seen[0][1] != threading.get_ident(), "made by the syncer's thread"
+
+
+def test_a_failed_deferred_fsync_is_raised_by_settle(tmp_path, monkeypatch, deferring):
+    ctx = view(tmp_path)
+    (job,) = add_jobs(ctx)
+
+    def failing(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    lazy_reason(ctx, job, "words")
+    with pytest.raises(StoreError, match="journal.jsonl"):
+        fs.settle()
+    fs.settle()  # said once
+
+
+def test_a_forked_child_defers_nothing_and_has_no_syncer(tmp_path, deferring):
+    ctx = view(tmp_path)
+    (job,) = add_jobs(ctx)
+    lazy_reason(ctx, job, "words")  # the syncer exists
+    fs.settle()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if (fs._DEFER, fs._SYNCER) == (False, None) else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def test_a_supervisor_spawns_its_job_only_once_its_start_is_settled(tmp_path, monkeypatch, deferring):
+    ctx = view(tmp_path)
+    (job,) = add_jobs(ctx)
+    result = engine.run_pass(ctx, save_index=LAZY)  # admits it: 'starting'
+    (launch,) = result.launches
+    order = []
+    monkeypatch.setattr(fs, "settle", lambda: order.append("settle"))
+
+    def spawn(*args, **kw):
+        order.append("spawn")
+        raise OSError(errno.EAGAIN, "not in this test")
+
+    monkeypatch.setattr(run._Child, "spawn", staticmethod(spawn))
+    monkeypatch.chdir(ctx.store.job_dir(job))
+    rec, meter = ctx.store.read_status_dict(job), Meter()
+    try:
+        proc, failure = run._spawn(ctx, launch, ctx.store.read_spec(job), rec, meter)
+    finally:
+        meter.discard()
+        run._close_and_end(launch)
+    assert proc is None and "not in this test" in failure["error"]
+    assert order == ["settle", "spawn"]
