@@ -88,8 +88,9 @@ class Txn:
         rec = self.records.get(job_id)
         if rec is None:
             entry = self.idx.jobs.get(job_id)
+            kept = self.idx.records.get(job_id)  # this process's last commit wrote it, and nobody's since
             try:
-                rec = self.store.read_status_dict(job_id)
+                rec = dict(kept) if kept is not None else self.store.read_status_dict(job_id)
             except QexError:
                 if entry is None:
                     raise

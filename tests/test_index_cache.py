@@ -396,3 +396,33 @@ def test_an_index_save_fsyncs_the_journal_it_counts_first(tmp_path, monkeypatch)
         b.store.save_index_locked(idx)
     index_tmp = [i for i, p in enumerate(synced) if os.path.basename(p).startswith(".index.json")]
     assert index_tmp and b.store.journal_path in synced[:index_tmp[0]]
+
+
+def test_a_pass_takes_the_records_its_own_commit_wrote_and_reads_those_another_changed(tmp_path, monkeypatch):
+    """A process that keeps its index keeps the records it wrote (Index.records): its
+    next pass reads no status.json of theirs, unless another process's commit for that
+    job was replayed since; a read without the lock takes one only while nothing was
+    appended to the journal since (Store.cached_record)."""
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    a, b = view(tmp_path), view(tmp_path)
+    one, two = add_jobs(a, 2)
+    lazy_reason(a, one, "a's words")
+    lazy_reason(a, two, "a's words too")
+    reads = []
+    real = state.Store.read_status_dict
+    monkeypatch.setattr(state.Store, "read_status_dict", lambda self, job_id: (reads.append(job_id), real(self, job_id))[1])
+    assert a.store.cached_record(one)["blocked_reason"] == "a's words"
+    with a.store.lock():
+        txn = engine.Txn(a.store, a.store.load_index_locked(save_replayed=False))
+        assert txn.record(one)["blocked_reason"] == "a's words" and txn.record(two)["blocked_reason"] == "a's words too"
+        txn.commit(LAZY)  # (a pass always commits: the process keeps its index)
+    assert reads == []
+
+    lazy_reason(b, one, "b's words")  # another process changes one of them
+    assert a.store.cached_record(one) is None and a.store.cached_record(two) is None  # the journal grew
+    with a.store.lock():
+        txn = engine.Txn(a.store, a.store.load_index_locked(save_replayed=False))
+        assert txn.record(one)["blocked_reason"] == "b's words"
+        assert txn.record(two)["blocked_reason"] == "a's words too"
+        txn.commit(LAZY)
+    assert reads.count(one) == 2 and two not in reads  # b's read for its change, and a's after it

@@ -74,10 +74,15 @@ class Index:
         self.saved_seq = self.seq                          # the seq the file has
         self.touched: set[str] = set()  # jobs whose entry was put or dropped since ``view`` last looked
         self.view = None  # the engine's queue in admission order (qex.queueview), built on first use
+        # the status.json of each active job this process's commits wrote last, as written: a pass
+        # of the process that keeps this index reads it here, not from the file, unless an event of
+        # another process's commit for that job was replayed since (``Txn.record``, ``cached_record``)
+        self.records: dict[str, dict] = {}
 
     def drop(self, job_id: str) -> None:
         """Forget a job (its directory is gone)."""
         self.jobs.pop(job_id, None)
+        self.records.pop(job_id, None)
         self.touched.add(job_id)
 
     def save_due(self, events: int = 0) -> bool:
@@ -220,6 +225,23 @@ class Store:
         from qex.store.records import status_defaults
 
         return {**status_defaults(), **data}
+
+    def cached_record(self, job_id: str) -> dict | None:
+        """The record of ``job_id`` as this process's last commit wrote it, if nothing
+        was appended to the journal since (a read without the lock: the kept index's
+        ``records``); else None, and the caller reads the file."""
+        cached = self._cache
+        if cached is None:
+            return None
+        (ino, _head), idx = cached
+        rec = idx.records.get(job_id)
+        if rec is None:
+            return None
+        try:
+            st = os.stat(self.journal_path, follow_symlinks=False)
+        except OSError:
+            return None
+        return dict(rec) if (st.st_ino, st.st_size) == (ino, idx.offset) else None
 
     def read_live(self, job_id: str, index: dict | None = None) -> dict:
         """The record as a reader should see it: a queued job's reason is the one
@@ -387,6 +409,7 @@ class Store:
             rec = _usable_event(event, idx.seq)
             if rec is None:
                 continue  # a damaged line, or one already applied
+            idx.records.pop(rec["id"], None)  # another process's change of the job: its file is the record
             if os.path.isdir(self.job_dir(rec["id"])):
                 self._index_put(idx, rec)
                 if full:
@@ -515,15 +538,17 @@ class Store:
     def _write_status_locked(self, rec: dict, sync: bool = True, unless_same: bool = False,
                              data: bytes | None = None, lazy: bool = False) -> None:
         """``data``: the file's bytes, as ``_encoded`` made them for this record (a commit).
-        ``lazy``: a lazy commit's (``commit_locked``), synced by a later index save."""
+        ``lazy``: a lazy commit's (``commit_locked``), synced by a later index save.
+        Returns whether it wrote (with ``data``): no job directory, no record."""
         from qex.store.records import status_defaults
 
         directory = self.job_dir(rec["id"])
         if data is not None:
-            if os.path.isdir(directory):
-                fs.write_atomic(os.path.join(directory, "status.json"), data, mode=self.status_mode,
-                                sync_dir=False, sync=sync, exchange=lazy)
-            return
+            if not os.path.isdir(directory):
+                return False
+            fs.write_atomic(os.path.join(directory, "status.json"), data, mode=self.status_mode,
+                            sync_dir=False, sync=sync, exchange=lazy)
+            return True
         if os.path.isdir(directory):
             path = os.path.join(directory, "status.json")
             data = {**status_defaults(), **rec}
@@ -579,8 +604,12 @@ class Store:
             fs._hit("commit.after_journal")
         bulk = len(last) > BULK
         for rec in last.values():  # each record once, in its last form
-            self._write_status_locked(rec, sync=save_index and not bulk, data=statuses[rec["id"]],
-                                      lazy=not save_index)
+            data, written = statuses[rec["id"]]
+            if self._write_status_locked(rec, sync=save_index and not bulk, data=data, lazy=not save_index) \
+                    and written["state"] in ACTIVE:
+                idx.records[rec["id"]] = written
+            else:
+                idx.records.pop(rec["id"], None)
             if _CRASH:
                 fs._hit("commit.after_status")
         for rec, _previous, _change in changes:
@@ -686,10 +715,10 @@ def _usable_event(event, applied_seq: int) -> dict | None:
     return rec
 
 
-def _encoded(events: list[dict], last: dict[str, dict]) -> tuple[bytes, dict[str, bytes]]:
-    """(the journal lines of ``events``, {job id: its status.json}) with each record
-    encoded once: a record the defaults add nothing to (every record read back, and
-    every one qex makes) is the same JSON in its event and in its file.
+def _encoded(events: list[dict], last: dict[str, dict]) -> tuple[bytes, dict[str, tuple[bytes, dict]]]:
+    """(the journal lines of ``events``, {job id: (its status.json, that record)}) with
+    each record encoded once: a record the defaults add nothing to (every record read
+    back, and every one qex makes) is the same JSON in its event and in its file.
     ``last``: each job's last form in the commit, the one its file gets."""
     from qex.store.records import status_defaults
 
@@ -701,7 +730,7 @@ def _encoded(events: list[dict], last: dict[str, dict]) -> tuple[bytes, dict[str
         full = {**defaults, **rec}
         job = dumps(full, separators=(",", ":"), sort_keys=True).encode()
         if last.get(rec["id"]) is rec:
-            statuses[rec["id"]] = job + b"\n"  # what fs.write_json writes for it
+            statuses[rec["id"]] = (job + b"\n", full)  # what fs.write_json writes for it
         if len(full) != len(rec):
             job = dumps(rec, separators=(",", ":"), sort_keys=True).encode()  # the event carries it as it is
         lines.append(journal.encode_job_event(event, job))

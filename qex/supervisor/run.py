@@ -171,7 +171,7 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, inter
     if launch.fresh:  # the record as the pass that admitted it left it (and a kill since): no lock
         launch.fresh = False
         try:
-            rec = store.read_status_dict(launch.job_id)
+            rec = store.cached_record(launch.job_id) or store.read_status_dict(launch.job_id)
         except Exception:
             rec = None
         if rec is not None and rec.get("state") != "starting":
