@@ -209,14 +209,43 @@ def _user(uid: int) -> str:
 # ---- reading -------------------------------------------------------------------
 
 def holdings(ctx) -> list:
-    """What every live peer holds, as ``qex.admit.PeerHold`` (for the pass)."""
+    """What every live peer holds, as ``qex.admit.PeerHold`` (for the pass).
+
+    A pass in a queue that no other queue shares the peer directory with (its
+    own record and locks only) finds nothing every time: while the directory is
+    unchanged since a scan that found nothing, nothing is read again (one
+    ``lstat``). A scan that found a peer is made again, since a peer's jobs stop
+    counting when their locks are let go, which does not change the directory.
+    The directory's time is trusted only once it is older than the scan by more
+    than the clock's tick (a file made in the same tick as the scan, after it,
+    leaves the time as it was)."""
     from qex import admit as A
 
+    path = directory(ctx)
+    mine = (path, key(ctx))
+    try:
+        st = os.lstat(path)
+        seen = (st.st_dev, st.st_ino, st.st_mtime_ns)
+    except OSError:
+        seen = None
+    if seen is not None and _NOTHING.get(mine) == seen:
+        return []
+    now = time.time_ns()
+    found = scan(ctx)
+    if (seen is not None and not found.peers and not found.ignored and found.problem is None
+            and now - seen[2] > _TICK_NS):
+        _NOTHING[mine] = seen
+    else:
+        _NOTHING.pop(mine, None)
     out = []
-    for p in scan(ctx).peers:
+    for p in found.peers:
         uses = tuple(A.DeviceUse(pool, devs, size) for pool, devs, size in p.assigned)
         out.append(A.PeerHold(p.owner, p.cpu, p.mem, p.units, uses))
     return out
+
+
+_NOTHING: dict = {}  # (peer directory, own key) -> its (dev, inode, mtime) when a scan found nothing
+_TICK_NS = 20_000_000  # a file time is the kernel's coarse clock: a tick is at most 10 ms
 
 
 def scan(ctx) -> Scan:

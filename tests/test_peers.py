@@ -346,3 +346,36 @@ def test_a_hostile_holder_of_the_admission_lock_slows_a_pass_down_but_never_stop
     with peers.admission(a, True):
         with peers.admission(b, True) as second:  # gives up after ADMIT_WAIT
             assert second.fd is None
+
+
+def test_a_scan_that_found_nothing_is_not_made_again_while_the_directory_is_unchanged(tmp_path, peer_dir,
+                                                                                       monkeypatch):
+    a, b = make_ctx(tmp_path, "a"), make_ctx(tmp_path, "b")
+    a_fd, a_job = start_job(a, "aaaaaaaa-1")
+    publish(a, {"aaaaaaaa-1": a_job})  # only a's own record and lock: nothing for a to count
+    scans = []
+    real = peers.scan
+    monkeypatch.setattr(peers, "scan", lambda ctx: (scans.append(1), real(ctx))[1])
+    old = os.stat(peer_dir).st_mtime_ns - 10**9
+    os.utime(peer_dir, ns=(old, old))  # a directory time older than the clock's tick
+    assert peers.holdings(a) == [] and peers.holdings(a) == [] and len(scans) == 1
+    b_fd, b_job = start_job(b, "bbbbbbbb-1")
+    publish(b, {"bbbbbbbb-1": b_job})  # another queue's record: the directory changes
+    assert [h.cpu for h in peers.holdings(a)] == [1000] and len(scans) == 2
+    assert [h.cpu for h in peers.holdings(a)] == [1000] and len(scans) == 3  # a peer: looked at every time
+    os.close(b_fd)  # its supervisor is gone: its lock is let go, the directory stays as it was
+    assert peers.holdings(a) == [] and len(scans) == 4
+    os.close(a_fd)
+
+
+def test_a_directory_changed_within_the_clocks_tick_of_a_scan_is_scanned_again(tmp_path, peer_dir, monkeypatch):
+    a = make_ctx(tmp_path, "a")
+    fd, job = start_job(a, "aaaaaaaa-1")
+    publish(a, {"aaaaaaaa-1": job})
+    scans = []
+    real = peers.scan
+    monkeypatch.setattr(peers, "scan", lambda ctx: (scans.append(1), real(ctx))[1])
+    now = os.stat(peer_dir).st_mtime_ns + 10**9  # a time the next scan cannot be a tick past
+    os.utime(peer_dir, ns=(now, now))
+    assert peers.holdings(a) == [] and peers.holdings(a) == [] and len(scans) == 2
+    os.close(fd)
