@@ -172,10 +172,10 @@ def read_committed(path: str, offset: int, info: dict | None = None) -> tuple[li
         chunks, at = [], offset
         while True:  # (one pread for what a drain's pass replays: the other supervisor's last append)
             chunk = os.pread(fd, max(size - at, 1 << 16), at)
-            if not chunk:
-                break
             chunks.append(chunk)
             at += len(chunk)
+            if not chunk or at >= size:
+                break
     finally:
         os.close(fd)
     data = b"".join(chunks)
