@@ -152,8 +152,8 @@ def index(data) -> None:
     if not isinstance(data, dict):
         raise Damaged(f"it holds a JSON {_kind(data)}")
     _fields(data, {"format": int, "stream": _OPT_STR, "seq": int, "offset": int, "next_job": int,
-                   "jobs": dict}, "")
-    if any(data.get(k, 0) < 0 for k in ("seq", "offset", "next_job")):
+                   "synced": int, "jobs": dict}, "")
+    if any(data.get(k, 0) < 0 for k in ("seq", "offset", "next_job", "synced")):
         raise Damaged("a negative counter")
     for job_id, entry in (data.get("jobs") or {}).items():
         if _plain_entry(entry):

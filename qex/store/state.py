@@ -18,10 +18,8 @@ Functions whose name ends in ``_locked`` must be called with the state lock held
 
 from __future__ import annotations  # the record classes are declared on first use (qex.store.records)
 
-import errno
 import json
 import os
-import stat
 import time
 
 from qex.errors import NoSuchJob, QexError, StoreError
@@ -36,11 +34,9 @@ LAZY_ENTRIES = 8     # if more: a save costs what the file holds, a reader's rep
 LAZY_SECS = 1.0      # or when it was saved this long ago (readers replay the journal after it)
 KEPT_REPLAY_BYTES = 1 << 20  # a kept index is taken while the journal grew less since (a long job's
 #                             supervisor reads the file rather than replay the day's journal)
-_NOT_OURS = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.ENODEV)
 _HEAD_BYTES = 512    # enough for the counters at the start of the index file (Store._saved_elsewhere)
 _MARK_BYTES = 128    # the first bytes of the journal that tell one journal file from another (Store._journal_mark)
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
-SYNC_EACH_MAX = 256  # more unsynced records than this are flushed by one syncfs before an index save
 BULK = 16  # a commit of more jobs than this writes their records unsynced, then one syncfs
 _APPLIED_WIDTH = 128  # the line in the lock file (Store._applied_upto)
 
@@ -67,9 +63,11 @@ class Index:
         self.next_job: int = int(data.get("next_job", 1))    # next job seq number
         self.jobs: dict[str, dict] = dict(data.get("jobs", {}))
         self.unsaved = False  # applied journal events the file does not have yet
-        # jobs whose status.json may not be durable yet (save_index_locked), each with the
-        # seq of its latest such event: an index file saved at that seq or later has it synced
-        self.unsynced: dict[str, int] = {}
+        # The journal offset up to which every event's record is durable (its status.json
+        # fsynced, or flushed by a syncfs): after a reboot the first pass writes the
+        # records of the events past it again from the journal (``_repair_locked``). An
+        # index file of an earlier qex, which synced every record it counted, has none.
+        self.synced: int = min(int(data.get("synced", self.offset)), self.offset)
         self.saved_at = float(data.get("saved_at", 0.0))  # when the file was written
         self.saved_seq = self.seq                          # the seq the file has
         self.touched: set[str] = set()  # jobs whose entry was put or dropped since ``view`` last looked
@@ -92,7 +90,8 @@ class Index:
 
     def dump(self) -> dict:
         return {"format": INDEX_FORMAT, "stream": self.stream, "seq": self.seq,
-                "offset": self.offset, "next_job": self.next_job, "saved_at": self.saved_at, "jobs": self.jobs}
+                "offset": self.offset, "synced": self.synced, "next_job": self.next_job, "saved_at": self.saved_at,
+                "jobs": self.jobs}
 
 
 def entry_of(rec: dict) -> dict:
@@ -392,8 +391,9 @@ class Store:
         if saved.get("stream") != idx.stream or type(seq) is not int or not idx.saved_seq < seq <= idx.seq:
             return
         idx.saved_seq, idx.saved_at = seq, max(idx.saved_at, at)
-        if idx.unsynced:
-            idx.unsynced = {job_id: s for job_id, s in idx.unsynced.items() if s > seq}
+        synced = saved.get("synced")
+        if type(synced) is int and idx.synced < synced <= idx.offset:  # (the same journal file: the kept index's)
+            idx.synced = synced
 
     def _replay_locked(self, idx: Index, save: bool = True) -> None:
         """Apply the journal's events after the index to it. Events whose commit
@@ -401,6 +401,8 @@ class Store:
         only the index; the others (a pass died after its append) also get each
         job's last record written to status.json and its history line, once:
         never an older form over a newer one."""
+        if idx.synced < idx.offset and not self._applied_this_boot():
+            self._repair_locked(idx)
         info: dict = {}
         events, end, highest = journal.read_committed(self.journal_path, idx.offset, info)
         full = bool(events) and self._applied_upto(info.get("ino")) < end
@@ -411,11 +413,9 @@ class Store:
                 continue  # a damaged line, or one already applied
             idx.records.pop(rec["id"], None)  # another process's change of the job: its file is the record
             if os.path.isdir(self.job_dir(rec["id"])):
-                self._index_put(idx, rec)
+                self._index_put(idx, rec)  # (its writer may have left its status.json unsynced: idx.synced stays)
                 if full:
                     last[rec["id"]] = rec
-                else:
-                    idx.unsynced[rec["id"]] = event["seq"]  # its writer may have left its status.json unsynced
             idx.seq = event["seq"]
             applied = True
         for rec in last.values():
@@ -437,6 +437,39 @@ class Store:
             else:
                 idx.unsaved = True
 
+    def _applied_this_boot(self) -> bool:
+        """Whether the lock file's ``applied`` line was written since the machine last
+        started: its records were then written to the page cache, which only a
+        reboot loses (a process that dies loses none of it)."""
+        fd = self._lock_fd
+        if fd is None:
+            return True  # (no lock held: nothing is written here)
+        try:
+            word, boot = os.pread(fd, _APPLIED_WIDTH, 0).split()[:2]
+            return word == b"applied" and boot.decode() == _boot_id()
+        except (OSError, ValueError, UnicodeDecodeError):
+            return False
+
+    def _repair_locked(self, idx: Index) -> None:
+        """The first pass after a reboot: the records of the events past the synced
+        offset, up to the applied one, may not have reached the disk (a supervisor's
+        lazy commit writes them without an fsync, and an index save syncs none:
+        docs/design.md). Each job's last form among them is written again where its
+        status.json differs, with its history line, then one ``syncfs`` makes them
+        durable and the synced offset moves up to the applied one."""
+        events = journal.read_committed(self.journal_path, idx.synced)[0]
+        last = {}
+        for event in events:
+            rec = _usable_event(event, -1)
+            if rec is not None and event["seq"] <= idx.seq:  # (later events are the replay's, below)
+                last[rec["id"]] = rec
+        for rec in last.values():
+            self._write_status_locked(rec, sync=False, unless_same=True)
+        history.note_replayed_locked(self, list(last.values()))
+        fs.syncfs(self.root)
+        idx.synced = idx.offset
+        idx.unsaved = True
+
     def _rebuild_index_locked(self) -> Index:
         """Scan every record, then the journal over them: only when the index is missing or damaged.
 
@@ -449,13 +482,12 @@ class Store:
         history = events or journal.read_from(os.path.join(self.root, journal.ROTATED), 0)[0]
         seq = max([highest] + [e["seq"] for e in history if isinstance(e.get("seq"), int)])
         stream = next((e.get("stream") for e in history if isinstance(e.get("stream"), str)), None)
-        idx = Index({"seq": seq, "offset": end, "stream": stream})
-        latest = {}
+        idx = Index({"seq": seq, "offset": end, "stream": stream, "synced": 0})  # (a record equal to its last
+        latest = {}                                                          # event may still be unsynced)
         for event in events:
             rec = _usable_event(event, -1)
             if rec is not None:
                 latest[rec["id"]] = rec
-        idx.unsynced.update(dict.fromkeys(latest, seq))  # a record equal to its last event may still be unsynced
         for job_id in self.job_ids():
             try:
                 rec = self.read_status_dict(job_id)
@@ -485,10 +517,11 @@ class Store:
     def save_index_locked(self, idx: Index, journal_synced: bool = False) -> None:
         """Write the index file, after making durable the journal it counts (a lazy
         commit's append is fsynced only once its lock is let go, maybe by another
-        process still: ``fs.sync_at_release``) and every status.json it takes as written."""
+        process still: ``fs.sync_at_release``). It syncs no record: those of events
+        past ``idx.synced`` are written again from the journal after a reboot
+        (``_repair_locked``)."""
         if not journal_synced:
             self._sync_journal()
-        self._sync_statuses(idx)
         idx.saved_at, idx.saved_seq = time.time(), idx.seq
         data = json.dumps(idx.dump(), separators=(",", ":")).encode() + b"\n"
         fs.write_atomic(self.index_path, data, mode=self.file_mode, sync_dir=False)
@@ -505,35 +538,6 @@ class Store:
             raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
         finally:
             os.close(fd)
-
-    def _sync_statuses(self, idx: Index) -> None:
-        """fsync the status.json of each job in ``idx.unsynced``: an index file that a
-        power cut keeps must never say an event is applied while that event's record
-        was lost. A job directory removed since has nothing left to keep; another
-        user's record this user cannot open is flushed with everything else by one
-        ``syncfs`` (a shared state directory), and so are more than ``SYNC_EACH_MAX``."""
-        flush = len(idx.unsynced) > SYNC_EACH_MAX  # (a mass skip: one flush rather than many fsyncs)
-        for job_id in () if flush else idx.unsynced:
-            path = self.path(job_id, "status.json")
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            except PermissionError:
-                flush = True
-                continue
-            except OSError as exc:
-                if exc.errno in _NOT_OURS:
-                    continue  # removed, or a link or device planted in its place: no record of ours to keep
-                raise StoreError(fs._describe_write_failure(path, exc)) from None
-            try:
-                if stat.S_ISREG(os.fstat(fd).st_mode):
-                    os.fsync(fd)
-            except OSError as exc:
-                raise StoreError(fs._describe_write_failure(path, exc)) from None
-            finally:
-                os.close(fd)
-        if flush:
-            fs.syncfs(self.root)
-        idx.unsynced.clear()
 
     def _write_status_locked(self, rec: dict, sync: bool = True, unless_same: bool = False,
                              data: bytes | None = None, lazy: bool = False) -> None:
@@ -569,11 +573,11 @@ class Store:
         behind the journal: the next pass replays these events into it (the
         journal is the write-ahead log), which spares a supervisor that only
         records its job running the rewrite of a large index. Such a commit
-        also leaves its status.json files unsynced (``Index.unsynced``): until
-        an index file says their events are applied, a power cut that loses
-        one loses nothing, since every loader replays those events from the
-        fsynced journal (in full after a reboot: ``_applied_upto``), and
-        ``save_index_locked`` fsyncs them before it writes that file.
+        also leaves its status.json files unsynced, and ``Index.synced`` where it
+        was: a power cut that loses one loses nothing, since the first pass after
+        the reboot writes the records of the events past that offset again from
+        the fsynced journal (``_repair_locked``). A commit that syncs its records
+        moves the offset up to its end when nothing unsynced is behind it.
         """
         if save_index == LAZY:
             save_index = idx.save_due(len(changes))
@@ -596,6 +600,7 @@ class Store:
         data, statuses = _encoded(events, last)
         # Keep room for the records of running jobs: a new job needs more than an ending one.
         fs.ensure_room(self.root, fs.SUBMIT_ROOM if any(p is None for _, p, _ in changes) else fs.COMMIT_ROOM)
+        before = idx.offset
         try:  # a lazy commit's fsync is made once the lock is let go (fs.sync_at_release)
             idx.offset = journal.append(self.journal_path, events, self.file_mode, sync=bool(save_index), data=data)
         except OSError as exc:
@@ -614,10 +619,11 @@ class Store:
                 fs._hit("commit.after_status")
         for rec, _previous, _change in changes:
             self._index_put(idx, rec)
-        if not save_index:
-            idx.unsynced.update(dict.fromkeys(last, idx.seq))  # synced before an index file says they are applied
-        elif bulk:
-            fs.syncfs(self.root)  # one flush for every record, before the index moves on
+        if save_index:
+            if bulk:
+                fs.syncfs(self.root)  # one flush for every record, before the index moves on
+            if idx.synced == before:  # every record up to here is durable: so are this commit's
+                idx.synced = idx.offset
         history.note_final_locked(self, changes)  # the jobs it made final, for qex list (history.py)
         self._mark_applied(idx.offset)  # every effect of this append is written
         if _CRASH:
@@ -629,9 +635,12 @@ class Store:
         self.save_index_locked(idx, journal_synced=True)
         if idx.offset > journal.max_bytes():
             # Rotate only once the index says every event is applied: an index
-            # that still points into the moved file would lose those events.
+            # that still points into the moved file would lose those events. And
+            # every record of its events durable first: a repair after a reboot
+            # reads only the current file (_repair_locked).
+            fs.syncfs(self.root)
             journal.rotate(self.root)
-            idx.offset = 0
+            idx.offset = idx.synced = 0
             self.save_index_locked(idx)
         if _CRASH:
             fs._hit("commit.after_index")
