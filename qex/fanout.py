@@ -197,13 +197,13 @@ def prepare(ctx, args):
     group = group_name_for(source, base.name)
     group_id = new_id()
     width = max(3, len(str(len(lines.items))))
-    built = []
+    built, found = [], set()
     for position, (number, line) in enumerate(lines.items, 1):
         command = fill(template, line)
         req = base.evolve(command=command, name=job_name(command[0], position, width, line),
                          group=group_id, group_name=group, template=list(base.command), origin="each-line")
         try:
-            built.append(build(ctx, req))
+            built.append(build(ctx, req, found=found))
         except SpecError as exc:
             raise SpecError(f"--each-line line {number}: {exc}; no job was submitted") from None
     return group_id, group, lines, built

@@ -117,7 +117,15 @@ class Plain:
         return {n: _plain(getattr(self, n)) for n in self._fields}
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value):
+    kind = type(value)
+    if kind in _SCALARS:  # (most values: a fan-out turns a thousand environments into dicts)
+        return value
+    if kind is dict:
+        return {k: v if type(v) in _SCALARS else _plain(v) for k, v in value.items()}
     if isinstance(value, Plain):
         return value.asdict()
     if isinstance(value, (list, tuple)):

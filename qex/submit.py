@@ -56,8 +56,9 @@ class Built(Plain):
     warnings: list[str] = Factory(list)
 
 
-def build(ctx, req: Request, now: float | None = None) -> Built:
-    """Validate ``req`` and make its spec and first record; raises SpecError (121)."""
+def build(ctx, req: Request, now: float | None = None, found: set | None = None) -> Built:
+    """Validate ``req`` and make its spec and first record; raises SpecError (121).
+    ``found``: see ``_check_program`` (one set for the jobs of one submission)."""
     from qex.ids import new_id
 
     now = time.time() if now is None else now
@@ -68,7 +69,7 @@ def build(ctx, req: Request, now: float | None = None) -> Built:
     job_id = new_id()
     cwd = _cwd(req.cwd)
     env = _environment(req)
-    _check_program(req.command[0], cwd, env)
+    _check_program(req.command[0], cwd, env, found)
     claims, sources, warnings = resolve_claims(ctx, req)
     hints = sources.get("cpu") == "user" and sources.get("mem") == "user"
     name = units.check_name(req.name, "--name") if req.name else units.safe_name(os.path.basename(req.command[0]))
@@ -105,7 +106,9 @@ def _request_words(req: Request) -> dict:
 
 
 def _cwd(cwd: str | None) -> str:
-    path = os.path.abspath(cwd) if cwd else os.getcwd()
+    if not cwd:
+        return os.getcwd()  # (a directory, or it raises)
+    path = os.path.abspath(cwd)
     if not os.path.isdir(path):
         raise SpecError(f"--cwd: {units.safe_text(path)!s} is not a directory; give an existing directory")
     return path
@@ -140,7 +143,18 @@ def explicit_env_names(req: Request) -> set[str]:
     return set(req.job_env) | {item.partition("=")[0] for item in req.env}
 
 
-def _check_program(program: str, cwd: str, env: dict) -> None:
+def _check_program(program: str, cwd: str, env: dict, found: set | None = None) -> None:
+    """Refuse a program the job could not start. ``found``: the (program, cwd, PATH)
+    already found by this submission (a fan-out's jobs mostly run one program)."""
+    key = (program, cwd, env.get("PATH"))
+    if found is not None and key in found:
+        return
+    _find_program(program, cwd, env)
+    if found is not None:
+        found.add(key)
+
+
+def _find_program(program: str, cwd: str, env: dict) -> None:
     if "/" in program:
         path = program if os.path.isabs(program) else os.path.join(cwd, program)
         if not os.path.isfile(path) or not os.access(path, os.X_OK):
