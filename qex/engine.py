@@ -647,7 +647,7 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=(), leaving:
     """
     try:
         if launches:
-            fs.settle()  # a supervisor starts its job on the strength of a durable commit (fs.defer_syncs)
+            fs.settle(frees=True)  # a supervisor starts its job on the strength of a durable commit
         forking = launches
     except QexError:
         forking = []  # not durable: their jobs, left 'starting' with no pid file, are requeued by the next pass

@@ -45,12 +45,11 @@ def submit(ctx, built: list, group_id: str, name: str, kind: str):
 
     Returns (ids, PassResult). Nothing is left behind if it fails.
     """
-    from qex.store.state import BULK
     from qex.submit import submit_many
 
     def write_group(txn, jobs):
-        # In a bulk commit the one syncfs before the index makes this file durable too.
-        write_locked(ctx, group_id, name, [b.spec.id for b in jobs], kind, sync=len(jobs) <= BULK)
+        # Durable before its jobs' events: the journal does not hold it (records are repaired from it).
+        write_locked(ctx, group_id, name, [b.spec.id for b in jobs], kind, sync=True)
         return None  # go on: submit_many queues the jobs in this same hold
 
     try:

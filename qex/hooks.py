@@ -132,7 +132,7 @@ def _fork_runner(ctx, job_ids: list[str], close_in_child=()) -> None:
     from qex.store import fs
 
     try:
-        fs.settle()  # a hook runs for a final record that is durable (fs.defer_syncs)
+        fs.settle(frees=True)  # a hook runs for a final record that is durable (fs.defer_syncs)
         pid = os.fork()
     except Exception:  # (OSError, or StoreError from the settle)
         return  # the markers stay: a later pass starts them

@@ -44,7 +44,7 @@ def ensure(ctx, close_in_child=(), next_deadline: float | None = None) -> "engin
     try:
         from qex.store import fs
 
-        fs.settle()  # (a forked process has no thread of this one: fs.defer_syncs)
+        fs.settle(frees=True)  # (a forked process has no thread of this one: fs.defer_syncs)
         pid = os.fork()
     except Exception:  # (OSError, or StoreError from the settle: the next pass tries again)
         os.close(fd)

@@ -42,7 +42,7 @@ def test_the_release_hands_the_fsync_to_the_thread_and_settle_waits_for_it(tmp_p
     assert fs._SYNCER is not None and fs._SYNCER.busy.locked(), "the fsync should still be in flight"
     go.set()
     fs.settle()
-    assert not fs._SYNCER.busy.locked()
+    assert not fs._SYNCER.synced.locked()
     assert [path for path, _ in seen] == [ctx.store.journal_path]
     assert seen[0][1] != threading.get_ident(), "made by the syncer's thread"
 
@@ -94,3 +94,17 @@ def test_a_supervisor_spawns_its_job_only_once_its_start_is_settled(tmp_path, mo
         run._close_and_end(launch)
     assert proc is None and "not in this test" in failure["error"]
     assert order == ["settle", "spawn"]
+
+
+def test_settle_waits_for_the_fsyncs_and_only_a_fork_waits_for_the_frees_too(tmp_path, monkeypatch, deferring):
+    """Freeing a replaced file can wait for a discard of its blocks: a spawn need not."""
+    ctx = view(tmp_path)
+    (job,) = add_jobs(ctx)
+    go, real = threading.Event(), fs._close_all
+    monkeypatch.setattr(fs, "_close_all", lambda fds: (fds and go.wait(30), real(fds)))
+    lazy_reason(ctx, job, "words")  # its record replaces the old one: a free to make
+    fs.settle()  # returns with the free still to do
+    assert fs._SYNCER.busy.locked() and not fs._SYNCER.synced.locked()
+    go.set()
+    fs.settle(frees=True)
+    assert not fs._SYNCER.busy.locked()

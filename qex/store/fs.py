@@ -175,20 +175,25 @@ def defer_syncs(on: bool = True) -> None:
     _DEFER = on
 
 
-def settle() -> None:
-    """Wait until every deferred fsync and free is done; StoreError if an fsync failed."""
+def settle(frees: bool = False) -> None:
+    """Wait until every deferred fsync is done (``frees``: and every deferred free:
+    before a fork or an exec, which would copy or lose the descriptors it holds);
+    StoreError if an fsync failed."""
     if _SYNCER is not None:
-        _SYNCER.wait()
+        _SYNCER.wait(frees)
 
 
 class _Syncer:
-    """One thread that fsyncs and frees what ``free_replaced`` hands it, one batch at a time."""
+    """One thread that fsyncs and frees what ``free_replaced`` hands it, one batch at
+    a time: a batch's fsyncs, then its frees (freeing a replaced file can wait for a
+    discard of its blocks: no job waits for that)."""
 
     def __init__(self):
         import _thread  # (the C module: threading.py is not needed for one worker)
 
-        self.busy = _thread.allocate_lock()  # held while a batch is in flight
-        self.go = _thread.allocate_lock()    # released to hand the worker its batch
+        self.busy = _thread.allocate_lock()    # held while a batch is in flight
+        self.synced = _thread.allocate_lock()  # held while a batch's fsyncs are
+        self.go = _thread.allocate_lock()      # released to hand the worker its batch
         self.go.acquire()
         self.batch: tuple[list, list] | None = None
         self.failure: tuple[str, OSError] | None = None
@@ -196,11 +201,12 @@ class _Syncer:
 
     def submit(self, unsynced: list, replaced: list) -> None:
         self.busy.acquire()  # (the previous batch first: fsyncs stay in order)
+        self.synced.acquire()
         self.batch = (unsynced, replaced)
         self.go.release()
 
-    def wait(self) -> None:
-        with self.busy:
+    def wait(self, frees: bool = False) -> None:
+        with self.busy if frees else self.synced:
             failure, self.failure = self.failure, None
         if failure is not None:
             raise StoreError(_describe_write_failure(*failure))
@@ -211,9 +217,12 @@ class _Syncer:
             unsynced, replaced = self.batch
             self.batch = None
             try:
-                failure = _fsync_all(unsynced)
-                if failure is not None and self.failure is None:
-                    self.failure = failure
+                try:
+                    failure = _fsync_all(unsynced)
+                    if failure is not None and self.failure is None:
+                        self.failure = failure
+                finally:
+                    self.synced.release()
                 _close_all(replaced)
             finally:
                 self.busy.release()

@@ -37,7 +37,6 @@ KEPT_REPLAY_BYTES = 1 << 20  # a kept index is taken while the journal grew less
 _HEAD_BYTES = 512    # enough for the counters at the start of the index file (Store._saved_elsewhere)
 _MARK_BYTES = 128    # the first bytes of the journal that tell one journal file from another (Store._journal_mark)
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
-BULK = 16  # a commit of more jobs than this writes their records unsynced, then one syncfs
 _APPLIED_WIDTH = 128  # the line in the lock file (Store._applied_upto)
 
 
@@ -419,7 +418,7 @@ class Store:
             idx.seq = event["seq"]
             applied = True
         for rec in last.values():
-            self._write_status_locked(rec, unless_same=True)
+            self._write_status_locked(rec, unless_same=True)  # (unsynced: idx.synced stays, as for any record)
         if end != idx.offset:
             idx.offset = end
             applied = True
@@ -464,7 +463,7 @@ class Store:
             if rec is not None and event["seq"] <= idx.seq:  # (later events are the replay's, below)
                 last[rec["id"]] = rec
         for rec in last.values():
-            self._write_status_locked(rec, sync=False, unless_same=True)
+            self._write_status_locked(rec, unless_same=True)
         history.note_replayed_locked(self, list(last.values()))
         fs.syncfs(self.root)
         idx.synced = idx.offset
@@ -539,11 +538,14 @@ class Store:
         finally:
             os.close(fd)
 
-    def _write_status_locked(self, rec: dict, sync: bool = True, unless_same: bool = False,
-                             data: bytes | None = None, lazy: bool = False) -> None:
-        """``data``: the file's bytes, as ``_encoded`` made them for this record (a commit).
-        ``lazy``: a lazy commit's (``commit_locked``), synced by a later index save.
-        Returns whether it wrote (with ``data``): no job directory, no record."""
+    def _write_status_locked(self, rec: dict, unless_same: bool = False, data: bytes | None = None) -> bool:
+        """Write a job's status.json, never fsynced: the journal holds every record,
+        and the first pass after a reboot writes again those a power cut may have
+        lost (``Index.synced``, ``_repair_locked``). The file takes the old one's
+        place by an exchange (``fs.write_atomic``): a record the job's next state
+        replaces a moment later is then never written out. ``data``: the file's
+        bytes, as ``_encoded`` made them for this record (a commit). Returns
+        whether it wrote: no job directory, no record."""
         from qex.store.records import status_defaults
 
         directory = self.job_dir(rec["id"])
@@ -551,18 +553,21 @@ class Store:
             if not os.path.isdir(directory):
                 return False
             fs.write_atomic(os.path.join(directory, "status.json"), data, mode=self.status_mode,
-                            sync_dir=False, sync=sync, exchange=lazy)
+                            sync_dir=False, sync=False, exchange=True)
             return True
-        if os.path.isdir(directory):
-            path = os.path.join(directory, "status.json")
-            data = {**status_defaults(), **rec}
-            if unless_same:  # a replayed event whose record was written: no second write and fsync
-                try:
-                    if fs.read_json(path) == data:
-                        return
-                except (OSError, ValueError):
-                    pass
-            fs.write_json(path, data, mode=self.status_mode, sync_dir=False, sync=sync)
+        if not os.path.isdir(directory):
+            return False
+        path = os.path.join(directory, "status.json")
+        full = {**status_defaults(), **rec}
+        if unless_same:  # a replayed event whose record was written: no second write
+            try:
+                if fs.read_json(path) == full:
+                    return False
+            except (OSError, ValueError):
+                pass
+        data = json.dumps(full, separators=(",", ":"), sort_keys=True).encode() + b"\n"  # (as fs.write_json)
+        fs.write_atomic(path, data, mode=self.status_mode, sync_dir=False, sync=False, exchange=True)
+        return True
 
     def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]],
                       save_index: bool = True) -> list[dict]:
@@ -572,12 +577,11 @@ class Store:
         Returns the events written. ``save_index=False`` leaves the index file
         behind the journal: the next pass replays these events into it (the
         journal is the write-ahead log), which spares a supervisor that only
-        records its job running the rewrite of a large index. Such a commit
-        also leaves its status.json files unsynced, and ``Index.synced`` where it
-        was: a power cut that loses one loses nothing, since the first pass after
-        the reboot writes the records of the events past that offset again from
-        the fsynced journal (``_repair_locked``). A commit that syncs its records
-        moves the offset up to its end when nothing unsynced is behind it.
+        records its job running the rewrite of a large index. No commit fsyncs
+        its status.json files, and ``Index.synced`` stays where it was: a power
+        cut that loses one loses nothing, since the first pass after the reboot
+        writes the records of the events past that offset again from the fsynced
+        journal (``_repair_locked``).
         """
         if save_index == LAZY:
             save_index = idx.save_due(len(changes))
@@ -600,18 +604,15 @@ class Store:
         data, statuses = _encoded(events, last)
         # Keep room for the records of running jobs: a new job needs more than an ending one.
         fs.ensure_room(self.root, fs.SUBMIT_ROOM if any(p is None for _, p, _ in changes) else fs.COMMIT_ROOM)
-        before = idx.offset
         try:  # a lazy commit's fsync is made once the lock is let go (fs.sync_at_release)
             idx.offset = journal.append(self.journal_path, events, self.file_mode, sync=bool(save_index), data=data)
         except OSError as exc:
             raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
         if _CRASH:
             fs._hit("commit.after_journal")
-        bulk = len(last) > BULK
-        for rec in last.values():  # each record once, in its last form
+        for rec in last.values():  # each record once, in its last form; none fsynced (see above)
             data, written = statuses[rec["id"]]
-            if self._write_status_locked(rec, sync=save_index and not bulk, data=data, lazy=not save_index) \
-                    and written["state"] in ACTIVE:
+            if self._write_status_locked(rec, data=data) and written["state"] in ACTIVE:
                 idx.records[rec["id"]] = written
             else:
                 idx.records.pop(rec["id"], None)
@@ -619,11 +620,6 @@ class Store:
                 fs._hit("commit.after_status")
         for rec, _previous, _change in changes:
             self._index_put(idx, rec)
-        if save_index:
-            if bulk:
-                fs.syncfs(self.root)  # one flush for every record, before the index moves on
-            if idx.synced == before:  # every record up to here is durable: so are this commit's
-                idx.synced = idx.offset
         history.note_final_locked(self, changes)  # the jobs it made final, for qex list (history.py)
         self._mark_applied(idx.offset)  # every effect of this append is written
         if _CRASH:

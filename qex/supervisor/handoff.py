@@ -33,7 +33,7 @@ def become_watcher(ctx, launch, pid: int, rec: dict, interrupt, meter, sinks: di
     from qex.store import fs
 
     try:
-        fs.settle()  # (an exec ends the thread that makes this supervisor's last commit durable)
+        fs.settle(frees=True)  # (an exec ends the thread that makes this supervisor's last commit durable)
     except Exception:
         pass  # said nowhere better: the job goes on, and its end is recorded as usual
     cg = meter.cg if meter is not None else None
