@@ -104,3 +104,25 @@ def test_an_event_line_with_its_record_encoded_apart_is_the_plain_line():
         assert journal.encode_job_event(event, encoded) == journal.encode(event)
 
     check()
+
+
+def test_the_journal_has_its_blocks_ahead_of_its_appends_and_the_size_of_its_data(tmp_path, monkeypatch):
+    """fallocate(KEEP_SIZE): an append and its fsync write into blocks the file has
+    (no extent churn, no discard per fsync on ext4); readers go by the size."""
+    monkeypatch.setenv("QEX_JOURNAL_MAX_BYTES", str(1 << 20))
+    path = str(tmp_path / "journal.jsonl")
+    events = batch(1, 3)
+    end = journal.append(path, events)
+    probe = os.open(str(tmp_path / "probe"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.posix_fallocate(probe, 0, 1 << 20)
+    except OSError:
+        import pytest
+
+        pytest.skip("this file system allocates no blocks ahead (no fallocate)")
+    finally:
+        os.close(probe)
+    st = os.stat(path)
+    assert st.st_blocks * 512 >= 1 << 20
+    assert st.st_size == end == len(b"".join(journal.encode(e) for e in events))
+    assert journal.read_committed(path, 0)[0] == events
