@@ -511,7 +511,7 @@ def snapshot(ctx: Context, txn: Txn, now: float, part=None):
         deps=tuple(deps), pause=pause.current(ctx, now))
 
 
-HEAD = 16  # the queued jobs a windowed pass decides one by one
+HEAD = 4  # the queued jobs a windowed pass decides one by one (the drain's front and the few behind it)
 
 
 def _admit_head(ctx: Context, txn: Txn, now: float):

@@ -156,3 +156,22 @@ def test_a_supervisor_going_on_to_its_next_job_keeps_its_peer_lock_and_record(q)
 
 def _record_name(q) -> str:
     return next(n for n in os.listdir(q.peers) if n.endswith(".json") and not n.startswith("."))
+
+
+def test_a_job_a_supervisor_starts_after_its_last_gets_its_pid_line_when_recorded_running(q):
+    """The spawn writes the supervisor's intent line, which names the job's cgroup
+    (all a pass needs to stop a job whose supervisor is lost); the job's own pid
+    line comes with its 'running' record."""
+    q.write_config('[budget]\ncpu = 1\n[defaults]\nmem = "64MB"\n')
+    first = q.submit("--cpu", "1", "--", *gated(q, "first"))
+    second = q.submit("--cpu", "1", "--", *gated(q, "second"))
+    q.wait_state(first, "running")
+    open_gate(q, "first")
+    rec = q.wait_state(second, "running")
+    with open(os.path.join(q.state, "jobs", second, "pid")) as fh:
+        words = fh.read().split()
+    assert words[0] == str(rec["pid"]) and int(words[1]) > 0, words
+    with open(f"/proc/{rec['pid']}/stat") as fh:
+        assert int(fh.read().rsplit(")", 1)[1].split()[19]) == int(words[1])  # its start time
+    open_gate(q, "second")
+    _quiet(q, [first, second])
