@@ -669,7 +669,9 @@ class Store:
 
     # ---- making a job directory (before its first event) ------------------
     def create_job_dir(self, spec: Spec, sync: bool = True) -> None:
-        """Make jobs/<id>/ with its spec, under a hidden name renamed into view.
+        """Make jobs/<id>/ with its spec, under a hidden name renamed into view: the
+        rename makes the whole directory appear at once, so the spec in it is
+        written in place (no file of its own to rename; a fan-out makes a thousand).
 
         ``sync=False`` (a bulk submission) leaves the flush to one ``fs.syncfs``
         by the caller before the jobs are committed."""
@@ -679,7 +681,15 @@ class Store:
         tmp = os.path.join(self.jobs, f".new-{spec.id}")
         try:
             os.mkdir(tmp, 0o700)
-            fs.write_json(os.path.join(tmp, "spec.json"), spec_json(spec), mode=0o600, sync_dir=False, sync=sync)
+            data = json.dumps(spec_json(spec), separators=(",", ":"), sort_keys=True).encode() + b"\n"
+            fd = os.open(os.path.join(tmp, "spec.json"),
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fs.write_all(fd, data)
+                if sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             if self.shared:
