@@ -112,17 +112,18 @@ class Sink:
             if st.st_uid != os.getuid() or st.st_nlink != 1:
                 os.close(self.fd)
                 raise PermissionError(errno.EPERM, "it is not this user's log file (replaced by another user?)")
+            self.size = st.st_size
         except OSError as exc:
             self.fd = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
             self.failed = f"cannot open {path}: {exc.strerror or exc}"
-        self.size = os.fstat(self.fd).st_size
+            self.size = 0
         self.limit = None if limit is None else max(int(limit), MIN_LIMIT)
         self.bytes = 0
         self.lines = 0
         self.cut_fd: int | None = None
         self.state: CutState | None = None
         self.changed = False
-        previous = read_cut(path)
+        previous = read_cut(path) if self.size else None  # (a file never written was never cut)
         if previous:  # an earlier attempt cut this file: go on from where it stopped
             self.state = previous
             self.state.moving = self.state.final = False
