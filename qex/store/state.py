@@ -30,7 +30,7 @@ from qex.store.records import ACTIVE
 INDEX_FORMAT = 1
 LAZY = "lazy"        # commit_locked(save_index=LAZY): save the index only every so often:
 LAZY_EVENTS = 32     # when this many events are not in the file yet (or one per LAZY_ENTRIES of its jobs,
-LAZY_ENTRIES = 8     # if more: a save costs what the file holds, a reader's replay what it lacks),
+LAZY_ENTRIES = 4     # if more: a save costs what the file holds, a reader's replay what it lacks),
 LAZY_SECS = 1.0      # or when it was saved this long ago (readers replay the journal after it)
 KEPT_REPLAY_BYTES = 1 << 20  # a kept index is taken while the journal grew less since (a long job's
 #                             supervisor reads the file rather than replay the day's journal)
