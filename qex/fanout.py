@@ -180,7 +180,7 @@ def prepare(ctx, args):
     """
     from qex.cli.submit import request_from_args
     from qex.ids import new_id
-    from qex.submit import build
+    from qex.submit import build, build_like
 
     max_jobs = check_options(args)
     base = request_from_args(args, ctx)
@@ -200,10 +200,13 @@ def prepare(ctx, args):
     built, found = [], set()
     for position, (number, line) in enumerate(lines.items, 1):
         command = fill(template, line)
-        req = base.evolve(command=command, name=job_name(command[0], position, width, line),
-                         group=group_id, group_name=group, template=list(base.command), origin="each-line")
+        name = job_name(command[0], position, width, line)
         try:
-            built.append(build(ctx, req, found=found))
+            if built:  # the lines differ in their command and name only: the rest is the first's
+                built.append(build_like(built[0], command, name, found))
+            else:
+                built.append(build(ctx, base.evolve(command=command, name=name, group=group_id, group_name=group,
+                                                    template=list(base.command), origin="each-line"), found=found))
         except SpecError as exc:
             raise SpecError(f"--each-line line {number}: {exc}; no job was submitted") from None
     return group_id, group, lines, built

@@ -101,6 +101,26 @@ def build(ctx, req: Request, now: float | None = None, found: set | None = None)
     return Built(spec, record, warnings)
 
 
+def build_like(first: Built, command: list[str], name: str, found: set | None = None) -> Built:
+    """Another job of the submission that ``first`` belongs to, differing from it only
+    in its command and its name (a fan-out's next line): what ``build`` checks and
+    works out from everything else (claims, environment, times, counts) is the same,
+    and is taken from ``first``; the program is checked as ``build`` checks it."""
+    from qex.ids import new_id
+
+    base = first.spec
+    if not command or not all(isinstance(a, str) for a in command):
+        raise SpecError("the command must be a list of strings")
+    _check_program(command[0], base.cwd, base.env, found)
+    name = units.check_name(name, "--name")
+    job_id = new_id()
+    spec = NewSpec(id=job_id, command=tuple(command), cwd=base.cwd, env=base.env, nice=base.nice,
+                   hints=base.hints, request={**base.request, "command": list(command), "name": name})
+    record = {k: (v.copy() if type(v) in (list, dict) else v) for k, v in first.record.items()}
+    record.update(id=job_id, name=name, command=list(command))
+    return Built(spec, record, first.warnings)
+
+
 def _request_words(req: Request) -> dict:
     return {k: v for k, v in req.asdict().items() if v not in (None, [], {})}
 

@@ -81,3 +81,36 @@ def test_a_cycle_is_refused_and_shown(n):
     with pytest.raises(SpecError, match="circle") as info:
         pipeline.check(stages(deps), "p.toml")
     assert " -> " in str(info.value)
+
+
+def test_a_fan_out_line_built_like_the_first_is_what_build_would_make_of_it(tmp_path, monkeypatch):
+    """``build_like`` takes from the first line what does not depend on the command:
+    its record and spec are ``build``'s, but for the job's own id and submission time."""
+    import os
+
+    from qex import engine
+    from qex.config import Config
+    from qex.store.state import Store
+    from qex.submit import Request, build, build_like
+
+    store = Store(str(tmp_path / "state"))
+    store.ensure()
+    ctx = engine.Context(store=store, config=Config.default(str(tmp_path / "none.toml")), uid=os.getuid(),
+                         user="tester", cores=8, mem_total=16 << 30)
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    base = Request(command=["echo", "{}"], cpu="2", mem="1GB", tags=["t"], timeout="1h", retries=2,
+                   env=["K=V"], group="g-1", group_name="g", template=["echo", "{}"], origin="each-line")
+    first = build(ctx, base.evolve(command=["echo", "a"], name="echo-1-a"))
+    found = set()
+    for command, name in ((["echo", "b c"], "echo-2-b_c"), ([str(script), "x"], "run.sh-3-x"), (["true"], "true-4")):
+        like = build_like(first, command, name, found)
+        plain = build(ctx, base.evolve(command=command, name=name))
+        assert {**like.record, "id": "", "submitted_at": 0} == {**plain.record, "id": "", "submitted_at": 0}
+        assert like.spec.evolve(id="") == plain.spec.evolve(id="")
+        assert like.spec.id == like.record["id"] != first.spec.id
+    with pytest.raises(SpecError, match="not on the job's PATH"):
+        build_like(first, ["no-such-program-qex"], "x", found)
+    with pytest.raises(SpecError, match="--name"):
+        build_like(first, ["echo"], "bad name!", found)
