@@ -135,8 +135,8 @@ class Txn:
         self.put(rec, old["state"], change)
         return rec
 
-    def commit(self, save_index: bool = True) -> list[dict]:
-        return self.store.commit_locked(self.idx, self.changes, False if self.windowed else save_index)
+    def commit(self, save_index: bool = True, applied=None) -> list[dict]:
+        return self.store.commit_locked(self.idx, self.changes, False if self.windowed else save_index, applied)
 
 
 
@@ -176,8 +176,9 @@ def run_pass(ctx: Context, mutate=None, save_index=True, early=None) -> PassResu
                 gate = _fork_early(ctx, launches, (held.fd, -1 if turn.fd is None else turn.fd), early)
                 launches = []
             try:
-                txn.commit(save_index)
-                if gate >= 0:
+                opened = []  # the gate opens once the commit is durable, before the index file is saved
+                txn.commit(save_index, applied=(lambda: opened.append(_open_gate(gate))) if gate >= 0 else None)
+                if gate >= 0 and not opened:
                     _open_gate(gate)
             finally:
                 _close_quietly(gate)  # without its byte (the commit failed): they leave, nothing started

@@ -570,7 +570,7 @@ class Store:
         return True
 
     def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]],
-                      save_index: bool = True) -> list[dict]:
+                      save_index: bool = True, applied=None) -> list[dict]:
         """Apply changes: (new record dict, previous state, change kind).
 
         Journal first (fsynced), then each status.json, then the index.
@@ -622,6 +622,8 @@ class Store:
             self._index_put(idx, rec)
         history.note_final_locked(self, changes)  # the jobs it made final, for qex list (history.py)
         self._mark_applied(idx.offset)  # every effect of this append is written
+        if applied is not None:
+            applied()  # (a submission's early supervisor may start its job: the index file is only a checkpoint)
         if _CRASH:
             fs._hit("commit.before_index")
         if not save_index:
