@@ -83,6 +83,7 @@ class Txn:
         # (fd, name) of the peer lock of a supervisor whose job this hold ends: the first job of
         # its user that this hold starts is that supervisor's next job and keeps it (apply_plan)
         self.peer_reuse: tuple[int, str] | None = None
+        self.settle_first = False  # the commit waits for this process's background fsyncs (a job's spec)
 
     def record(self, job_id: str) -> dict:
         rec = self.records.get(job_id)
@@ -136,6 +137,8 @@ class Txn:
         return rec
 
     def commit(self, save_index: bool = True, applied=None) -> list[dict]:
+        if self.settle_first:
+            fs.settle()  # what the journal will point at is durable first (Store.create_job_dir(later=True))
         return self.store.commit_locked(self.idx, self.changes, False if self.windowed else save_index, applied)
 
 

@@ -387,8 +387,8 @@ def submit_many(ctx, built: list[Built], on_locked=None, early=None):
 
     bulk = len(built) > 1
     try:
-        for b in built:
-            ctx.store.create_job_dir(b.spec, sync=not bulk)
+        for b in built:  # (one job: its fsyncs overlap the pass's admission; the commit settles them)
+            ctx.store.create_job_dir(b.spec, sync=not bulk, later=not bulk)
         if bulk:
             from qex.store import fs
 
@@ -398,6 +398,7 @@ def submit_many(ctx, built: list[Built], on_locked=None, early=None):
         raise
 
     def add(txn):
+        txn.settle_first = not bulk
         if on_locked is not None:
             answer = on_locked(txn, built)
             if answer is not None:

@@ -108,3 +108,37 @@ def test_settle_waits_for_the_fsyncs_and_only_a_fork_waits_for_the_frees_too(tmp
     go.set()
     fs.settle(frees=True)
     assert not fs._SYNCER.busy.locked()
+
+
+def test_a_submission_makes_its_spec_durable_beside_its_pass_and_before_its_first_event(tmp_path, monkeypatch):
+    """The spec's and the job directory's fsyncs run in the syncer thread while the
+    pass admits; the commit settles them before the journal names the job."""
+    from qex.submit import Request, build, submit_many
+    from qex.store import journal
+
+    ctx = view(tmp_path)
+    order, real_fsync, real_append, appended = [], os.fsync, journal.append, threading.Event()
+
+    def fsync(fd):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.endswith("spec.json"):
+            appended.wait(0.5)  # a commit that did not wait for it would append meanwhile
+        order.append(("fsync", path, threading.get_ident()))
+        return real_fsync(fd)
+
+    def append(path, events, *a, **kw):
+        order.append(("append", path, threading.get_ident()))
+        appended.set()
+        return real_append(path, events, *a, **kw)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(journal, "append", append)
+    built = build(ctx, Request(command=["true"], mem="10MB"))
+    ids, result = submit_many(ctx, [built])
+    for launch in result.launches:
+        run._close_and_end(launch)
+    spec = ctx.store.path(ids[0], "spec.json")
+    first_append = next(i for i, o in enumerate(order) if o[0] == "append")
+    synced = {path: who for kind, path, who in order[:first_append] if kind == "fsync"}
+    assert spec in synced and ctx.store.jobs in synced, order
+    assert synced[spec] != threading.get_ident(), "made by the syncer's thread"

@@ -175,6 +175,12 @@ def defer_syncs(on: bool = True) -> None:
     _DEFER = on
 
 
+def sync_in_background(items: list[tuple[int, str]]) -> None:
+    """fsync and close each (fd, path) in this process's syncer thread; ``settle``
+    waits for them (a submission makes its job's spec durable while its pass admits)."""
+    _syncer().submit(items, [])
+
+
 def settle(frees: bool = False) -> None:
     """Wait until every deferred fsync is done (``frees``: and every deferred free:
     before a fork or an exec, which would copy or lose the descriptors it holds);

@@ -670,17 +670,20 @@ class Store:
         return ((st.st_ino, head) if len(head) == _MARK_BYTES else None), st.st_size
 
     # ---- making a job directory (before its first event) ------------------
-    def create_job_dir(self, spec: Spec, sync: bool = True) -> None:
+    def create_job_dir(self, spec: Spec, sync: bool = True, later: bool = False) -> None:
         """Make jobs/<id>/ with its spec, under a hidden name renamed into view: the
         rename makes the whole directory appear at once, so the spec in it is
         written in place (no file of its own to rename; a fan-out makes a thousand).
 
         ``sync=False`` (a bulk submission) leaves the flush to one ``fs.syncfs``
-        by the caller before the jobs are committed."""
+        by the caller before the jobs are committed. ``later``: the spec's and the
+        directory's fsyncs go to this process's syncer thread (``fs.sync_in_background``),
+        and the caller settles them before the job's first event (``Txn.settle_first``)."""
         from qex.store.records import spec_json
 
         final = self.job_dir(spec.id)
         tmp = os.path.join(self.jobs, f".new-{spec.id}")
+        fd = -1
         try:
             os.mkdir(tmp, 0o700)
             data = json.dumps(spec_json(spec), separators=(",", ":"), sort_keys=True).encode() + b"\n"
@@ -688,10 +691,12 @@ class Store:
                          os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
                 fs.write_all(fd, data)
-                if sync:
+                if sync and not later:
                     os.fsync(fd)
             finally:
-                os.close(fd)
+                if not later:
+                    os.close(fd)
+                    fd = -1
             for name in ("stdout.log", "stderr.log"):
                 os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             if self.shared:
@@ -699,9 +704,15 @@ class Store:
 
                 shared.open_job_dir(tmp)
             os.rename(tmp, final)
-            if sync:
+            if later:
+                dir_fd = os.open(self.jobs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                fs.sync_in_background([(fd, os.path.join(final, "spec.json")), (dir_fd, self.jobs)])
+                fd = -1  # (the syncer's now: it closes both)
+            elif sync:
                 fs.fsync_dir(self.jobs)
         except OSError as exc:
+            if fd >= 0:
+                os.close(fd)
             _remove_tree(tmp)
             raise StoreError(fs._describe_write_failure(final, exc)) from None
         except StoreError:
