@@ -60,12 +60,14 @@ class Launch:
     """A job this process admitted and must start: its liveness lock is held.
     ``peer_fd``: this job's liveness lock in the peer directory (qex.peers)."""
 
-    __slots__ = ("job_id", "alive_fd", "peer_fd", "peer_lock", "fresh", "follows")
+    __slots__ = ("job_id", "alive_fd", "peer_fd", "peer_lock", "fresh", "follows", "attempt", "spec", "meter")
 
     def __init__(self, job_id: str, alive_fd: int, peer_fd: int = -1, peer_lock: str | None = None):
         self.job_id, self.alive_fd, self.peer_fd, self.peer_lock = job_id, alive_fd, peer_fd, peer_lock
         self.fresh = False  # admitted by a pass just before (qex.supervisor.run._start reads it without the lock)
         self.follows = False  # admitted by the pass of the supervisor whose job just ended, which starts it
+        self.attempt = 1  # the attempt the pass starts
+        self.spec = self.meter = None  # read and made before the commit's byte (qex.supervisor.run.prepare_early)
 
     def __repr__(self) -> str:
         return f"Launch({self.job_id!r}, alive_fd={self.alive_fd}, peer_fd={self.peer_fd})"
@@ -240,9 +242,12 @@ def _fork_early(ctx: Context, launches: list[Launch], locks: tuple[int, int], le
     try:
         if _CRASH:
             fs._hit("engine.early_gate")
-        from qex.supervisor.run import main_loop
+        from qex.supervisor.run import main_loop, prepare_early
 
+        prepare_early(ctx, child)  # while the commit waits for its fsyncs
         if os.read(read_end, 1) != b"g":
+            if child.meter is not None:
+                child.meter.discard()  # (the cgroup it made for a job that never starts)
             os._exit(0)
         os.close(read_end)
     except BaseException:
@@ -584,9 +589,11 @@ def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
 
             peer_fd, peer_lock = peers.hold_job_lock(ctx, start.id)
         assigned = [{"pool": a.pool, "devices": list(a.devices), "size": a.size} for a in start.assigned]
-        txn.update(start.id, state="starting", assigned=assigned, forced=start.forced,
-                   blocked_reason=None, blocked_holder=None, blocked_since=None, peer_lock=peer_lock)
-        launches.append(Launch(start.id, fd, peer_fd, peer_lock))
+        started = txn.update(start.id, state="starting", assigned=assigned, forced=start.forced,
+                             blocked_reason=None, blocked_holder=None, blocked_since=None, peer_lock=peer_lock)
+        launch = Launch(start.id, fd, peer_fd, peer_lock)
+        launch.attempt = started.get("attempt", 1)
+        launches.append(launch)
     _set_reasons(txn, [(wait.id, wait.reason, wait.holder) for wait in plan.wait], now)
     for skip in plan.skip:
         txn.update(skip.id, state="skipped", ended_at=now, error=skip.reason,

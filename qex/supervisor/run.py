@@ -92,15 +92,32 @@ class Interrupt:
         os.close(self.w)
 
 
+def prepare_early(ctx: Context, launch: Launch) -> None:
+    """What a submission's early supervisor does before its commit's byte comes
+    (``engine._fork_early``): it reads the job's spec and makes its memory cgroup,
+    which the commit's fsyncs leave time for (a commit that never comes leaves
+    nothing behind: the caller removes the cgroup). A failure leaves it to
+    ``supervise``, as for any supervisor."""
+    try:
+        launch.spec = ctx.store.read_spec(launch.job_id, must_own=True)
+        meter = Meter()
+        meter.prepare(ctx.store.job_dir(launch.job_id), launch.job_id, launch.attempt)
+        launch.meter = meter
+    except Exception:
+        launch.spec = launch.meter = None
+
+
 def supervise(ctx: Context, launch: Launch) -> Launch | None:
     store = ctx.store
     job_id = launch.job_id
     os.chdir(store.job_dir(job_id))
-    if not launch.follows:
-        ctx.reload_config()  # (a job that follows another: its _finish read it a moment ago)
-    spec = store.read_spec(job_id, must_own=True)
+    spec, meter = launch.spec, launch.meter
+    launch.spec = launch.meter = None
+    if not launch.follows and spec is None:
+        ctx.reload_config()  # (a job that follows another, or an early supervisor: read a moment ago)
+    spec = spec if spec is not None else store.read_spec(job_id, must_own=True)
     interrupt = Interrupt()
-    meter = Meter()
+    meter = meter if meter is not None else Meter()
     proc, rec = _start(ctx, launch, spec, meter, interrupt)
     if proc is None:
         meter.discard()
@@ -244,7 +261,8 @@ def _spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
     store = ctx.store
     pid_path = store.path(launch.job_id, "pid")
     mode = 0o640 if store.shared else 0o600
-    meter.prepare(store.job_dir(launch.job_id), launch.job_id, rec.get("attempt", 1))
+    if not meter.job_dir:  # (an early supervisor made it before the commit's byte: prepare_early)
+        meter.prepare(store.job_dir(launch.job_id), launch.job_id, rec.get("attempt", 1))
     env = _job_env(spec, rec, ctx.config)
     home = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the job directory (supervise)
     intent = False

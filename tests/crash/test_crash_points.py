@@ -40,6 +40,10 @@ def test_a_submission_whose_commit_dies_never_lets_its_early_supervisor_start_th
     (job,) = {e["id"] for e in journal if e["state"] == "starting"}
     q.wait_for(lambda: not q.processes(), what="the early supervisor to leave")
     assert _runs(runs) == {}
+    from qex.supervisor import cgroup
+
+    where = cgroup.here()  # (the supervisor made the job's cgroup before the byte: it removed it)
+    assert where is None or not [n for n in os.listdir(where[1]) if cgroup.job_of(n) == job]
     later = q.submit("--", *mark)
     rec = q.wait_state(job, "completed")
     q.wait_state(later, "completed")
