@@ -661,6 +661,7 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=(), leaving:
     try:
         if launches:
             fs.settle(frees=True)  # a supervisor starts its job on the strength of a durable commit
+            import qex.supervisor.run  # noqa: F401 (imported once here, not in each just-forked child: _fork_early)
         forking = launches
     except QexError:
         forking = []  # not durable: their jobs, left 'starting' with no pid file, are requeued by the next pass
