@@ -27,17 +27,28 @@ def test_a_first_pass_that_dies_after_its_journal_append_loses_no_job(q):
     assert not inv.check(inv.read_view(q.state), known=[later], quiescent=True)
 
 
+def _submission_dying_at(q, point: str):
+    """A `qex submit` SIGKILLed at crash point ``point``: (its runs log, its command, its job)."""
+    runs = os.path.join(q.root, "runs.log")
+    mark = ("sh", "-c", f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}')
+    died = q.run("submit", "--", *mark, env={"QEX_CRASH_AT": f"{point}:1"})
+    assert died.returncode == -signal.SIGKILL and not died.stdout
+    journal = [json.loads(line) for line in open(os.path.join(q.state, "journal.jsonl"))]
+    (job,) = {e["id"] for e in journal if e["state"] == "starting"}
+    return runs, mark, job
+
+
+def _requeued(q, job: str) -> bool:
+    return any("requeued" in (e["job"].get("blocked_reason") or "") for e in
+               map(json.loads, open(os.path.join(q.state, "journal.jsonl"))) if e["id"] == job)
+
+
 def test_a_submission_whose_commit_dies_never_lets_its_early_supervisor_start_the_job(q):
     # `qex submit` forks the job's supervisor before its commit (engine._fork_early): the
     # supervisor starts the job only on the commit's byte. Here the pass dies after the
     # journal has the job 'starting', before its record: that supervisor must leave
     # without running it, and the next pass requeues the job and runs it once.
-    runs = os.path.join(q.root, "runs.log")
-    mark = ("sh", "-c", f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}')
-    died = q.run("submit", "--", *mark, env={"QEX_CRASH_AT": "commit.after_journal:1"})
-    assert died.returncode == -signal.SIGKILL and not died.stdout
-    journal = [json.loads(line) for line in open(os.path.join(q.state, "journal.jsonl"))]
-    (job,) = {e["id"] for e in journal if e["state"] == "starting"}
+    runs, mark, job = _submission_dying_at(q, "commit.after_journal")
     q.wait_for(lambda: not q.processes(), what="the early supervisor to leave")
     assert _runs(runs) == {}
     from qex.supervisor import cgroup
@@ -48,8 +59,7 @@ def test_a_submission_whose_commit_dies_never_lets_its_early_supervisor_start_th
     rec = q.wait_state(job, "completed")
     q.wait_state(later, "completed")
     assert _runs(runs) == {(job, 1): 1, (later, 1): 1} and len(rec["attempts"]) == 1
-    assert any("requeued" in (e["job"].get("blocked_reason") or "") for e in
-               map(json.loads, open(os.path.join(q.state, "journal.jsonl"))) if e["id"] == job)
+    assert _requeued(q, job)
     q.wait_for(lambda: not q.processes(), what="no qex process")
     assert not inv.check(inv.read_view(q.state), known=[later], quiescent=True, runs=_runs(runs))
 
@@ -60,20 +70,14 @@ def test_a_submission_that_dies_after_its_commit_is_applied_has_its_job_run_once
     # file has queued its job, which its early supervisor runs, once. (That supervisor
     # inherits the crash point and dies at its own first commit: the next pass records
     # it lost; the job is never run again.)
-    runs = os.path.join(q.root, "runs.log")
-    mark = ("sh", "-c", f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}')
-    died = q.run("submit", "--", *mark, env={"QEX_CRASH_AT": "commit.before_index:1"})
-    assert died.returncode == -signal.SIGKILL and not died.stdout
-    journal = [json.loads(line) for line in open(os.path.join(q.state, "journal.jsonl"))]
-    (job,) = {e["id"] for e in journal if e["state"] == "starting"}
+    runs, mark, job = _submission_dying_at(q, "commit.before_index")
     q.wait_for(lambda: _runs(runs) == {(job, 1): 1}, what="its early supervisor to run the job")
     q.wait_for(lambda: not q.processes(), what="that supervisor to be gone")
     later = q.submit("--", *mark)
     rec = q.wait_state(job, ("completed", "failed"))
     q.wait_state(later, "completed")
     assert _runs(runs) == {(job, 1): 1, (later, 1): 1} and len(rec["attempts"]) == 1
-    assert not any("requeued" in (e["job"].get("blocked_reason") or "") for e in
-                   map(json.loads, open(os.path.join(q.state, "journal.jsonl"))) if e["id"] == job)
+    assert not _requeued(q, job)
     q.wait_for(lambda: not q.processes(), what="no qex process")
     assert not inv.check(inv.read_view(q.state), known=[later], quiescent=True, runs=_runs(runs))
 
