@@ -37,6 +37,10 @@ class Context:
 
         store = Store(paths.state_dir())
         store.ensure()
+        try:
+            store.repair_after_reboot()  # (a reader without the lock reads repaired records too)
+        except QexError:
+            pass  # a command that only reads still answers; the next pass that can write repairs
         return cls(store=store, config=config or load_config(), uid=os.getuid(),
                    user=paths.user_name(), cores=machine.cores(), mem_total=machine.mem_total())
 
@@ -311,7 +315,7 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
             continue  # cannot look (another user's private directory): assume alive
         pid_path = ctx.store.path(job_id, "pid")
         launched = _read_pid_file(pid_path)
-        if _runs_out_of_reach(ctx, entry, launched):
+        if _runs_out_of_reach(ctx, job_id, entry, launched):
             continue  # another user's job still runs: only its owner's pass can stop it
         lost = True
         try:
@@ -374,10 +378,17 @@ def _sweep_cgroups(ctx: Context, txn: Txn) -> None:
         pass
 
 
-def _runs_out_of_reach(ctx: Context, entry: dict, launched) -> bool:
-    """Another user's job (a shared directory) whose processes provably still run."""
-    if ctx.uid == 0 or entry.get("uid") in (None, ctx.uid) or launched is None:
+def _runs_out_of_reach(ctx: Context, job_id: str, entry: dict, launched) -> bool:
+    """Another user's job (a shared directory) whose processes provably still run: its
+    pid line names it, or its cgroup (named on the intent line of a job in one, before
+    its pid line is written) still has members."""
+    if ctx.uid == 0 or entry.get("uid") in (None, ctx.uid):
         return False
+    if launched is None:
+        from qex.supervisor import cgroup
+
+        cg = cgroup.recorded(ctx.store.job_dir(job_id), job_id)
+        return cg is not None and bool(cg.members())
     from qex.machine import process_start_time
 
     pid, start = launched

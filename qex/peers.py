@@ -218,7 +218,8 @@ def holdings(ctx) -> list:
     counting when their locks are let go, which does not change the directory.
     The directory's time is trusted only once it is older than the scan by more
     than the clock's tick (a file made in the same tick as the scan, after it,
-    leaves the time as it was)."""
+    leaves the time as it was), or by two seconds where the file system keeps
+    whole seconds."""
     from qex import admit as A
 
     path = directory(ctx)
@@ -232,8 +233,9 @@ def holdings(ctx) -> list:
         return []
     now = time.time_ns()
     found = scan(ctx)
+    tick = _TICK_NS if seen is None or seen[2] % 1_000_000_000 else _COARSE_NS  # (whole seconds: NFS, old ext4)
     if (seen is not None and not found.peers and not found.ignored and found.problem is None
-            and now - seen[2] > _TICK_NS):
+            and now - seen[2] > tick):
         _NOTHING[mine] = seen
     else:
         _NOTHING.pop(mine, None)
@@ -246,6 +248,7 @@ def holdings(ctx) -> list:
 
 _NOTHING: dict = {}  # (peer directory, own key) -> its (dev, inode, mtime) when a scan found nothing
 _TICK_NS = 20_000_000  # a file time is the kernel's coarse clock: a tick is at most 10 ms
+_COARSE_NS = 2_000_000_000  # a file system that keeps whole seconds
 
 
 def scan(ctx) -> Scan:

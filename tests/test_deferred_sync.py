@@ -58,7 +58,9 @@ def test_a_failed_deferred_fsync_is_raised_by_settle(tmp_path, monkeypatch, defe
     lazy_reason(ctx, job, "words")
     with pytest.raises(StoreError, match="journal.jsonl"):
         fs.settle()
-    fs.settle()  # said once
+    with pytest.raises(StoreError, match="journal.jsonl"):  # and again: nothing after it is durable either
+        fs.settle()
+    fs._SYNCER.failure = None  # (for the fixture's settle)
 
 
 def test_a_forked_child_defers_nothing_and_has_no_syncer(tmp_path, deferring):
@@ -142,3 +144,18 @@ def test_a_submission_makes_its_spec_durable_beside_its_pass_and_before_its_firs
     synced = {path: who for kind, path, who in order[:first_append] if kind == "fsync"}
     assert spec in synced and ctx.store.jobs in synced, order
     assert synced[spec] != threading.get_ident(), "made by the syncer's thread"
+
+
+def test_the_syncer_thread_blocks_every_signal_so_a_kill_reaches_the_main_thread(tmp_path, deferring):
+    """A qex kill's SIGUSR1, blocked in the main thread across the exec into the watcher,
+    must stay pending for it: the worker thread never takes a signal."""
+    import _signal
+
+    ctx = view(tmp_path)
+    (job,) = add_jobs(ctx)
+    lazy_reason(ctx, job, "words")
+    fs.settle()
+    with open(f"/proc/self/task/{fs._SYNCER.tid}/status") as fh:
+        blocked = int(next(line for line in fh if line.startswith("SigBlk:")).split()[1], 16)
+    for sig in (_signal.SIGUSR1, _signal.SIGTERM, _signal.SIGINT, _signal.SIGCHLD):
+        assert blocked & (1 << (sig - 1)), sig

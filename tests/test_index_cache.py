@@ -452,3 +452,36 @@ def test_a_pass_takes_the_records_its_own_commit_wrote_and_reads_those_another_c
         assert txn.record(two)["blocked_reason"] == "a's words too"
         txn.commit(LAZY)
     assert reads.count(one) == 2 and two not in reads  # b's read for its change, and a's after it
+
+
+def test_an_index_whose_journal_was_replaced_counts_nothing_of_the_new_one_synced(tmp_path, monkeypatch):
+    """A rotation killed between the move of the journal and the second index save
+    leaves an index that points past the end of the new journal: its synced offset
+    must not carry over into the new file."""
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    a = view(tmp_path)
+    add_jobs(a, 3)
+    data = saved_index(a)
+    data.update(synced=data["offset"])  # everything of the old file was durable
+    save_as_another_process(a.store.index_path, data)
+    os.rename(a.store.journal_path, a.store.journal_path + ".1")  # the move, and nothing after
+    b = view(tmp_path)
+    add_jobs(b)
+    saved = saved_index(b)
+    assert saved["synced"] == 0 < saved["offset"]
+
+
+def test_the_first_command_after_a_reboot_repairs_even_when_it_only_reads(tmp_path, monkeypatch):
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    a = view(tmp_path)
+    (job,) = add_jobs(a)
+    lazy_reason(a, job, "the journal's words")
+    add_jobs(a)  # saves the index past the lazy event
+    with open(a.store.path(job, "status.json"), "w"):
+        pass  # a power cut kept the name, not the content
+    reboot(a)
+    assert a.store.rebooted_since_applied()
+    monkeypatch.setenv("QEX_STATE_DIR", a.store.root)
+    ctx = engine.Context.load(config=a.config)  # what every command does first
+    assert ctx.store.read_status_dict(job)["blocked_reason"] == "the journal's words"
+    assert not ctx.store.rebooted_since_applied()

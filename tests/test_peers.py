@@ -379,3 +379,23 @@ def test_a_directory_changed_within_the_clocks_tick_of_a_scan_is_scanned_again(t
     os.utime(peer_dir, ns=(now, now))
     assert peers.holdings(a) == [] and peers.holdings(a) == [] and len(scans) == 2
     os.close(fd)
+
+
+def test_a_directory_with_whole_second_times_is_trusted_only_two_seconds_on(tmp_path, peer_dir, monkeypatch):
+    """On a file system that keeps whole seconds (NFS, small ext4 inodes), a peer record
+    made later in the second of a scan leaves the directory's time as it was."""
+    a = make_ctx(tmp_path, "a")
+    fd, job = start_job(a, "aaaaaaaa-1")
+    publish(a, {"aaaaaaaa-1": job})
+    scans = []
+    real = peers.scan
+    monkeypatch.setattr(peers, "scan", lambda ctx: (scans.append(1), real(ctx))[1])
+    import time
+
+    second = (time.time_ns() // 10**9 - 1) * 10**9  # a whole second, one ago
+    os.utime(peer_dir, ns=(second, second))
+    assert peers.holdings(a) == [] and peers.holdings(a) == [] and len(scans) == 2
+    older = second - 2 * 10**9
+    os.utime(peer_dir, ns=(older, older))
+    assert peers.holdings(a) == [] and peers.holdings(a) == [] and len(scans) == 3
+    os.close(fd)

@@ -41,3 +41,30 @@ def test_a_starting_job_of_a_lost_supervisor_is_requeued_only_without_a_pid_file
     else:  # it may have run: recorded lost, never started again
         assert job not in started
         assert rec["state"] == "failed" and rec["supervisor_lost"], rec
+
+
+def test_another_users_job_with_only_its_intent_line_is_out_of_reach_while_its_cgroup_has_members(tmp_path,
+                                                                                                monkeypatch):
+    """A supervisor lost within its job's first 20 ms leaves the intent line only (the
+    pid line comes with 'running'): in a shared directory, another user's pass must
+    leave that job alone while the cgroup its intent line names still holds processes."""
+    from qex import engine
+    from qex.supervisor import cgroup
+
+    class Cg:
+        def __init__(self, members):
+            self._members = members
+
+        def members(self):
+            return self._members
+
+    ctx = engine.Context.__new__(engine.Context)
+    ctx.uid = 4242  # not root, and not the job's owner
+    ctx.store = type("S", (), {"job_dir": staticmethod(lambda job_id: str(tmp_path))})()
+    entry = {"uid": 1000}
+    monkeypatch.setattr(cgroup, "recorded", lambda job_dir, job_id: Cg([31337]))
+    assert engine._runs_out_of_reach(ctx, "job-1", entry, None)
+    monkeypatch.setattr(cgroup, "recorded", lambda job_dir, job_id: Cg([]))
+    assert not engine._runs_out_of_reach(ctx, "job-1", entry, None)
+    monkeypatch.setattr(cgroup, "recorded", lambda job_dir, job_id: None)
+    assert not engine._runs_out_of_reach(ctx, "job-1", entry, None)

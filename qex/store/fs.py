@@ -203,6 +203,7 @@ class _Syncer:
         self.go.acquire()
         self.batch: tuple[list, list] | None = None
         self.failure: tuple[str, OSError] | None = None
+        self.tid: int | None = None  # the worker's thread id (/proc/self/task/TID)
         _thread.start_new_thread(self._run, ())
 
     def submit(self, unsynced: list, replaced: list) -> None:
@@ -213,11 +214,19 @@ class _Syncer:
 
     def wait(self, frees: bool = False) -> None:
         with self.busy if frees else self.synced:
-            failure, self.failure = self.failure, None
+            failure = self.failure  # (it stays: nothing this process commits from here on is durable)
         if failure is not None:
             raise StoreError(_describe_write_failure(*failure))
 
     def _run(self) -> None:
+        import _signal
+
+        # Every signal for this process goes to its main thread, whose handlers answer it
+        # (a qex kill's SIGUSR1, blocked there across the watcher's exec, must stay pending).
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
+        import _thread
+
+        self.tid = _thread.get_native_id()
         while True:
             self.go.acquire()
             unsynced, replaced = self.batch

@@ -420,6 +420,8 @@ class Store:
         for rec in last.values():
             self._write_status_locked(rec, unless_same=True)  # (unsynced: idx.synced stays, as for any record)
         if end != idx.offset:
+            if end < idx.offset:
+                idx.synced = 0  # another journal file than the one the index counted in: nothing of it is known durable
             idx.offset = end
             applied = True
         if highest > idx.seq:  # a cut append's seqs are never given again (a reader may have seen them)
@@ -441,13 +443,40 @@ class Store:
         started: its records were then written to the page cache, which only a
         reboot loses (a process that dies loses none of it)."""
         fd = self._lock_fd
-        if fd is None:
-            return True  # (no lock held: nothing is written here)
+        if fd is None or not _boot_id():
+            return True  # (no lock held: nothing is written here; no boot id: no reboot can be told)
         try:
             word, boot = os.pread(fd, _APPLIED_WIDTH, 0).split()[:2]
             return word == b"applied" and boot.decode() == _boot_id()
         except (OSError, ValueError, UnicodeDecodeError):
             return False
+
+    def rebooted_since_applied(self) -> bool:
+        """Without the lock: whether the lock file's ``applied`` line was written before
+        the machine last started (a reader then asks for the repair: ``repair_after_reboot``)."""
+        if not _boot_id():
+            return False
+        try:
+            fd = os.open(os.path.join(self.root, "lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return False  # no lock file: nothing was ever applied here
+        try:
+            words = os.pread(fd, _APPLIED_WIDTH, 0).split()[:2]
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return len(words) == 2 and words[0] == b"applied" and words[1].decode(errors="replace") != _boot_id()
+
+    def repair_after_reboot(self) -> None:
+        """The first command after a reboot, even one that reads without the lock, has the
+        records the power cut may have lost written again from the journal first
+        (``_repair_locked``, in the load of the index)."""
+        if not self.rebooted_since_applied():
+            return
+        with self.lock():
+            idx = self.load_index_locked(save_replayed=False)
+            self.commit_locked(idx, [], save_index=True)
 
     def _repair_locked(self, idx: Index) -> None:
         """The first pass after a reboot: the records of the events past the synced
@@ -468,6 +497,7 @@ class Store:
         fs.syncfs(self.root)
         idx.synced = idx.offset
         idx.unsaved = True
+        self._mark_applied(idx.offset)  # (this boot's, from here on: no second repair)
 
     def _rebuild_index_locked(self) -> Index:
         """Scan every record, then the journal over them: only when the index is missing or damaged.

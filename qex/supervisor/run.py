@@ -59,6 +59,7 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
             pid = rec.get("pid") or (engine._read_pid_file(ctx.store.path(launch.job_id, "pid")) or (None,))[0]
             if pid:
                 _signal_group(pid, signal.SIGKILL)  # a job spawned but not yet recorded has only its pid file
+            engine._release_cgroup(ctx, launch.job_id)  # (one in its cgroup may have only the intent line yet)
             now, error = time.time(), f"its supervisor failed: {type(exc).__name__}: {exc}"
             attempts = list(rec.get("attempts") or []) + [{
                 "number": rec.get("attempt", 1), "state": "failed", "claims": rec.get("claims"),
