@@ -24,10 +24,9 @@ template command (``template``), the key the learner measures them under.
 import os
 import stat
 
-import attrs
-
 from qex import units
 from qex.errors import SpecError
+from qex.plain import Plain
 
 MAX_INPUT = 64 << 20
 DEFAULT_MAX_JOBS = 1000
@@ -36,8 +35,7 @@ ONE_JOB = (("dedupe_key", "--dedupe-key"), ("dedupe_window", "--dedupe-window"),
 HOLE = None  # the place of {} in a parsed argument
 
 
-@attrs.frozen
-class Lines:
+class Lines(Plain, frozen=True):
     """The usable lines of an input: (line number, text), and what gave no job."""
 
     items: tuple[tuple[int, str], ...]

@@ -261,3 +261,20 @@ def test_a_drain_s_supervisor_teaches_the_learner_every_run_it_saw(q):
 
     q.wait_for(lambda: len(samples()) == 3, 10, "the three runs in the learner")
     assert [kind for kind, _ in samples()] == ["peak"] * 3
+
+
+def test_a_fan_out_imports_no_attrs_or_cattrs(qq):
+    """A fan-out pays for its lines, not for attrs (~15-35 ms to import): its path declares records with Plain."""
+    import subprocess
+    import sys
+
+    path = write(qq, "inputs.txt", "a\nb\n")
+    code = ("import sys; from qex.cli import run; code = run(['submit', '--each-line', %r, '--', 'echo', '{}']); "
+            "sys.stderr.write(repr(sorted(m for m in ('attr', 'attrs', 'cattrs') if m in sys.modules)) + '\\n')"
+            % path)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=qq.env, cwd=qq.root,
+                          timeout=60)
+    assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
+    group = proc.stdout.strip()
+    assert qq.run("wait", group).returncode == 0
+    assert sorted(logged(qq, r["id"]) for r in group_members(qq, group)) == ["a\n", "b\n"]
