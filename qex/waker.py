@@ -7,7 +7,8 @@ It holds ``waker-<uid>.lock`` (a second one cannot start), sleeps to the next
 index or the pauses changed, which may bring that time forward, or the peer
 directory changed, which ends the sleep —, runs a
 pass, forks what it admitted, and exits as soon as nothing of its user is
-queued or running. It covers what only time or the outside world can clear:
+queued or running, or its lock file is gone or replaced (the state directory
+was removed). It covers what only time or the outside world can clear:
 another user's claim, memory used outside qex, a pause with an end, a
 queue-time deadline, and a supervisor that died. While its user's jobs only
 run (none queued), it does not run passes: it checks their liveness locks
@@ -136,6 +137,8 @@ def _loop(ctx, fd: int, next_deadline: float | None = None) -> "engine.Launch | 
 
     while True:
         _sleep_until(ctx, wake_time(ctx, next_deadline, time.time()))
+        if not _still_found(ctx, fd):
+            return None  # its state directory was removed or replaced: nothing here is its to wake
         need = _needs_pass(ctx)
         if need is None:
             return None
@@ -157,6 +160,20 @@ def _loop(ctx, fd: int, next_deadline: float | None = None) -> "engine.Launch | 
         start_pending(ctx, close_in_child=(fd,))
         if not (result.queued_mine or result.running_mine):
             return None
+
+
+def _still_found(ctx, fd: int) -> bool:
+    """Whether the lock this waker holds is still the file at its path. Once
+    someone removes (or replaces) the state directory, no command can find this
+    waker any more and every pass would fail: it must end, not loop."""
+    try:
+        seen = os.stat(lock_path(ctx))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # (a path it cannot stat just now: the pass says what is wrong)
+    held = os.fstat(fd)
+    return (seen.st_dev, seen.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _needs_pass(ctx) -> bool | None:

@@ -214,3 +214,44 @@ def test_in_a_state_dir_of_another_user_a_queue_pause_is_refused_but_a_lock_paus
     assert proc.returncode == 0, proc.stderr
     with open(pause_file(qq, "lock-scratch.json")) as fh:
         assert json.load(fh)["uid"] == nobody.pw_uid
+
+
+def _holders(path: str) -> list[int]:
+    """The processes with ``path`` open (a waker holds its lock file)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
+                    found.append(int(pid))
+                    break
+            except OSError:
+                continue
+    return found
+
+
+def test_a_waker_whose_state_directory_is_removed_ends(qq):
+    """rm -rf of a state dir (a reset) must not leave a waker passing at nothing forever."""
+    import shutil
+
+    from e2e_helpers import alive
+
+    qq.run("pause", "queue", check=0)
+    job = qq.submit("--", "true")
+    lock = os.path.join(qq.state, f"waker-{os.getuid()}.lock")
+    end = time.monotonic() + 10
+    while not (wakers := _holders(lock)) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert len(wakers) == 1, "a paused queue with a job queued keeps its waker"
+    assert alive(wakers[0]) and qq.record(job)["state"] == "queued"
+    shutil.rmtree(qq.state)
+    end = time.monotonic() + 10
+    while alive(wakers[0]) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not alive(wakers[0]), "the waker of a removed state directory is still running"
+    # the same path made afresh is a new queue, with its own waker when it needs one
+    assert qq.wait_state(qq.submit("--", "true"), ("completed", "failed"))["state"] == "completed"
