@@ -75,3 +75,62 @@ def test_waiting_on_the_queue_with_nothing_running_needs_a_pass(ctx):
 def test_nothing_of_this_user_left_ends_the_waker(ctx):
     _index(ctx, {"x": _queued("own", uid=UID + 1)})
     assert waker._needs_pass(ctx) is None
+
+
+class _Clock:
+    """time.time and time.sleep of the waker, on a clock the test moves."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def time(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+@pytest.fixture
+def sleeping(ctx, monkeypatch):
+    """The waker's sleep with a fake clock, a queue whose changes the test decides
+    (``changes(now)``: whether its files changed since the last look), and a record
+    of when it read the deadlines."""
+    from qex import peers
+
+    clock, reads, world = _Clock(), [], {"changes": lambda now: False, "stamp": 0}
+    monkeypatch.setattr(waker, "time", clock)
+    monkeypatch.setattr(peers, "dir_version", lambda ctx, since=None: since)
+
+    def stamp(ctx):
+        if world["changes"](clock.now):
+            world["stamp"] += 1
+        return world["stamp"]
+
+    monkeypatch.setattr(waker, "_stamp", stamp)
+    monkeypatch.setattr(waker, "_earliest_deadline", lambda ctx, now: reads.append(now) or world.get("deadline"))
+    monkeypatch.setattr(waker, "wake_time", lambda ctx, deadline, now: min(now + 30.0, (deadline or 1e18) + 0.005))
+    return clock, reads, world
+
+
+def test_a_queue_changed_once_has_its_deadlines_read_once_it_rests(sleeping):
+    clock, reads, world = sleeping
+    world["changes"] = lambda now: 1000.0 < now <= 1000.2  # one submission, seen at the first look
+    world["deadline"] = 1002.0
+    waker._sleep_until(None, 1030.0)
+    assert len(reads) == 1 and reads[0] == pytest.approx(1000.4), "read at the first look that saw no new change"
+    assert clock.now == pytest.approx(1002.005), "the deadline it found ended the sleep"
+
+
+def test_a_queue_that_keeps_changing_has_its_deadlines_read_once_per_look_not_per_watch(sleeping):
+    clock, reads, world = sleeping
+    world["changes"] = lambda now: True  # a drain: its supervisors change the files at every look
+    waker._sleep_until(None, 1005.0)
+    assert clock.now == pytest.approx(1005.0)
+    assert 4 <= len(reads) <= 5, reads  # 25 looks in 5 s; one read per LOOK (1 s) of changes
+    assert all(b - a >= waker.LOOK - 1e-9 for a, b in zip(reads, reads[1:])), reads
+
+
+def test_an_unchanged_queue_has_its_deadlines_never_read(sleeping):
+    clock, reads, _ = sleeping
+    waker._sleep_until(None, 1003.0)
+    assert reads == [] and clock.now == pytest.approx(1003.0)
