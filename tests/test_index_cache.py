@@ -471,6 +471,67 @@ def test_an_index_whose_journal_was_replaced_counts_nothing_of_the_new_one_synce
     assert saved["synced"] == 0 < saved["offset"]
 
 
+def journal_seqs(ctx) -> list[int]:
+    with open(ctx.store.journal_path) as fh:
+        return [json.loads(line)["seq"] for line in fh]
+
+
+def rotation_killed_before_its_second_save(ctx, keep_ino: bool = True) -> int:
+    """The journal moved aside and the index file left pointing into it, as a pass
+    leaves them when it dies between the move and its second save; returns that offset."""
+    data = saved_index(ctx)
+    if not keep_ino:
+        data.pop("journal_ino", None)  # an index file of an earlier qex
+    save_as_another_process(ctx.store.index_path, data)
+    os.rename(ctx.store.journal_path, os.path.join(ctx.store.root, state.journal.ROTATED))
+    return data["offset"]
+
+
+@pytest.mark.parametrize("keep_ino", [True, False], ids=["index-names-its-journal", "index-of-an-earlier-qex"])
+def test_lazy_commits_into_the_journal_after_a_killed_rotation_are_replayed_by_the_next_process(
+        tmp_path, monkeypatch, keep_ino):
+    """The CI crash rounds found it: a supervisor's lazy commit went into the new journal
+    while the index file still counted in the moved one; the next process, whose offset
+    lay past the new file's end, took the new file as applied, lost that event (a job
+    'starting' in the index, 'failed' on disk) and gave its seq again."""
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    a = view(tmp_path)
+    ids = add_jobs(a, 3)
+    rotation_killed_before_its_second_save(a, keep_ino)
+    b = view(tmp_path)
+    lazy_reason(b, ids[0], "words one")  # not saved: the index file still counts in the moved journal
+    assert saved_index(b)["offset"] > os.path.getsize(b.store.journal_path)
+    c = view(tmp_path)
+    assert load(c).jobs[ids[0]]["reason"] == "words one"
+    lazy_reason(c, ids[1], "words two")
+    seqs = journal_seqs(c)
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
+
+
+def test_a_new_journal_longer_than_the_moved_one_is_read_from_its_start(tmp_path, monkeypatch):
+    """Past the old offset, the new file would be read from the middle of a line: the
+    index names the inode of the journal it counts in."""
+    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(state, "LAZY_EVENTS", 10_000)
+    a = view(tmp_path)
+    ids = add_jobs(a, 3)
+    old = rotation_killed_before_its_second_save(a)
+    b = view(tmp_path)
+    lazy_reason(b, ids[2], "first words")  # at the new file's start, before the old offset
+    n = 0
+    while not os.path.exists(b.store.journal_path) or os.path.getsize(b.store.journal_path) <= old + 4096:
+        n += 1
+        lazy_reason(b, ids[n % 2], f"words {n}")
+    assert saved_index(b)["offset"] == old  # no save since the move
+    c = view(tmp_path)
+    jobs = load(c).jobs
+    assert jobs[ids[2]]["reason"] == "first words"
+    assert {jobs[ids[n % 2]]["reason"], jobs[ids[(n - 1) % 2]]["reason"]} == {f"words {n}", f"words {n - 1}"}
+    lazy_reason(c, ids[0], "last words")
+    seqs = journal_seqs(c)
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
+
+
 def test_the_first_command_after_a_reboot_repairs_even_when_it_only_reads(tmp_path, monkeypatch):
     monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
     a = view(tmp_path)

@@ -151,8 +151,8 @@ def index(data) -> None:
     """Raise Damaged unless ``data`` is an active index whose entries a pass can use."""
     if not isinstance(data, dict):
         raise Damaged(f"it holds a JSON {_kind(data)}")
-    _fields(data, {"format": int, "stream": _OPT_STR, "seq": int, "offset": int, "next_job": int,
-                   "synced": int, "jobs": dict}, "")
+    _fields(data, {"format": int, "stream": _OPT_STR, "seq": int, "offset": int, "journal_ino": _OPT_INT,
+                   "next_job": int, "synced": int, "jobs": dict}, "")
     if any(data.get(k, 0) < 0 for k in ("seq", "offset", "next_job", "synced")):
         raise Damaged("a negative counter")
     for job_id, entry in (data.get("jobs") or {}).items():

@@ -48,8 +48,10 @@ def encode_job_event(event: dict, job: bytes) -> bytes:
     return b"".join((before, b"," if head else b"", b'"job":', job, b"," if tail else b"", after, b"\n"))
 
 
-def append(path: str, events: list[dict], mode: int = 0o600, sync: bool = True, data: bytes | None = None) -> int:
-    """Append ``events`` as lines and fsync; return the new size of the file.
+def append(path: str, events: list[dict], mode: int = 0o600, sync: bool = True, data: bytes | None = None,
+           info: dict | None = None) -> int:
+    """Append ``events`` as lines and fsync; return the new size of the file
+    (``info``, when given, receives its ``ino``).
 
     ``mode`` is applied to a journal this user owns (a shared state directory
     needs 0660 whatever the umask of the user who started the file).
@@ -69,6 +71,8 @@ def append(path: str, events: list[dict], mode: int = 0o600, sync: bool = True, 
                 os.fchmod(fd, mode)
         st = os.fstat(fd)
         before = st.st_size
+        if info is not None:
+            info["ino"] = st.st_ino
         if st.st_blocks * 512 < before + len(data):
             _reserve(fd, before + len(data))
         try:
@@ -174,7 +178,8 @@ def read_from(path: str, offset: int) -> tuple[list[dict], int]:
     return events, offset + end
 
 
-def read_committed(path: str, offset: int, info: dict | None = None) -> tuple[list[dict], int, int]:
+def read_committed(path: str, offset: int, info: dict | None = None,
+                   ino: int | None = None) -> tuple[list[dict], int, int]:
     """Like ``read_from``, but only whole appends: the events up to the end of the
     last append whose every line was written, and the offset after it.
 
@@ -186,6 +191,12 @@ def read_committed(path: str, offset: int, info: dict | None = None) -> tuple[li
     Returns (events, offset, the highest seq of any whole line, cut or not: the
     next append must not reuse a seq that a reader may have seen).
     ``info``, when given, receives the file's ``size`` and ``ino``.
+
+    ``offset`` counts in the file of inode ``ino`` (None: not known). A journal of
+    another inode, or shorter than ``offset``, is another file (the one counted in
+    was rotated since, by a pass that died before it saved the index): it is read
+    from its start, and ``info["other"]`` says so. Skipping it would lose its events,
+    and the seqs of those events would be given again.
     """
     from qex.errors import StoreError
     from qex.store import fs
@@ -202,6 +213,10 @@ def read_committed(path: str, offset: int, info: dict | None = None) -> tuple[li
         size = st.st_size
         if info is not None:
             info["size"], info["ino"] = size, st.st_ino
+        if offset and (size < offset or (ino is not None and st.st_ino != ino)):
+            offset = 0
+            if info is not None:
+                info["other"] = True
         if size <= offset:
             return [], min(offset, size), 0
         chunks, at = [], offset

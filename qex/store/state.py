@@ -59,6 +59,10 @@ class Index:
         self.stream: str = data.get("stream") or journal.new_stream()
         self.seq: int = int(data.get("seq", 0))              # last journal seq applied
         self.offset: int = int(data.get("offset", 0))        # journal bytes applied
+        # the inode of the journal file ``offset`` counts in (None: an index of an earlier qex,
+        # or of no journal yet): a pass that reads another file reads it whole (read_committed)
+        ino = data.get("journal_ino")
+        self.journal_ino: int | None = ino if type(ino) is int else None
         self.next_job: int = int(data.get("next_job", 1))    # next job seq number
         self.jobs: dict[str, dict] = dict(data.get("jobs", {}))
         self.unsaved = False  # applied journal events the file does not have yet
@@ -89,8 +93,8 @@ class Index:
 
     def dump(self) -> dict:
         return {"format": INDEX_FORMAT, "stream": self.stream, "seq": self.seq,
-                "offset": self.offset, "synced": self.synced, "next_job": self.next_job, "saved_at": self.saved_at,
-                "jobs": self.jobs}
+                "offset": self.offset, "journal_ino": self.journal_ino, "synced": self.synced,
+                "next_job": self.next_job, "saved_at": self.saved_at, "jobs": self.jobs}
 
 
 def entry_of(rec: dict) -> dict:
@@ -268,7 +272,8 @@ class Store:
         if offset < 0 or seq < 0:
             return jobs  # a damaged index: the next pass rebuilds it
         try:
-            events = journal.read_committed(self.journal_path, offset)[0]
+            ino = data.get("journal_ino")
+            events = journal.read_committed(self.journal_path, offset, None, ino if type(ino) is int else None)[0]
         except (StoreError, OSError):
             return jobs
         idx = Index({"jobs": jobs, "seq": seq})
@@ -391,7 +396,8 @@ class Store:
             return
         idx.saved_seq, idx.saved_at = seq, max(idx.saved_at, at)
         synced = saved.get("synced")
-        if type(synced) is int and idx.synced < synced <= idx.offset:  # (the same journal file: the kept index's)
+        if (type(synced) is int and idx.synced < synced <= idx.offset
+                and saved.get("journal_ino", idx.journal_ino) == idx.journal_ino):  # (the kept index's journal file)
             idx.synced = synced
 
     def _replay_locked(self, idx: Index, save: bool = True) -> None:
@@ -403,9 +409,12 @@ class Store:
         if idx.synced < idx.offset and not self._applied_this_boot():
             self._repair_locked(idx)
         info: dict = {}
-        events, end, highest = journal.read_committed(self.journal_path, idx.offset, info)
+        events, end, highest = journal.read_committed(self.journal_path, idx.offset, info, idx.journal_ino)
         full = bool(events) and self._applied_upto(info.get("ino")) < end
         applied, last = False, {}
+        if info.get("ino", idx.journal_ino) != idx.journal_ino:
+            idx.journal_ino = info["ino"]
+            applied = True
         for event in events:
             rec = _usable_event(event, idx.seq)
             if rec is None:
@@ -419,8 +428,8 @@ class Store:
             applied = True
         for rec in last.values():
             self._write_status_locked(rec, unless_same=True)  # (unsynced: idx.synced stays, as for any record)
-        if end != idx.offset:
-            if end < idx.offset:
+        if end != idx.offset or info.get("other"):
+            if end < idx.offset or info.get("other"):
                 idx.synced = 0  # another journal file than the one the index counted in: nothing of it is known durable
             idx.offset = end
             applied = True
@@ -485,7 +494,7 @@ class Store:
         docs/design.md). Each job's last form among them is written again where its
         status.json differs, with its history line, then one ``syncfs`` makes them
         durable and the synced offset moves up to the applied one."""
-        events = journal.read_committed(self.journal_path, idx.synced)[0]
+        events = journal.read_committed(self.journal_path, idx.synced, None, idx.journal_ino)[0]
         last = {}
         for event in events:
             rec = _usable_event(event, -1)
@@ -634,10 +643,13 @@ class Store:
         data, statuses = _encoded(events, last)
         # Keep room for the records of running jobs: a new job needs more than an ending one.
         fs.ensure_room(self.root, fs.SUBMIT_ROOM if any(p is None for _, p, _ in changes) else fs.COMMIT_ROOM)
+        appended: dict = {}
         try:  # a lazy commit's fsync is made once the lock is let go (fs.sync_at_release)
-            idx.offset = journal.append(self.journal_path, events, self.file_mode, sync=bool(save_index), data=data)
+            idx.offset = journal.append(self.journal_path, events, self.file_mode, sync=bool(save_index), data=data,
+                                        info=appended)
         except OSError as exc:
             raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
+        idx.journal_ino = appended.get("ino", idx.journal_ino)
         if _CRASH:
             fs._hit("commit.after_journal")
         for rec in last.values():  # each record once, in its last form; none fsynced (see above)
@@ -669,6 +681,7 @@ class Store:
             fs.syncfs(self.root)
             journal.rotate(self.root)
             idx.offset = idx.synced = 0
+            idx.journal_ino = None  # (the next append makes the new file)
             self.save_index_locked(idx)
         if _CRASH:
             fs._hit("commit.after_index")
