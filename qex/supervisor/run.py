@@ -171,8 +171,10 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, inter
     read to check that the job is still to start and not to be killed: without
     the lock for a job a pass admitted just before (``launch.fresh``: the record
     that pass wrote, and a kill since), under it otherwise. 'running'
-    is recorded right after it when the state lock is free. When another process
-    holds it, or when this supervisor's own pass at the end of its previous job
+    is recorded right after it, waiting for the state lock if another process
+    holds it (a submission's early supervisor gets its byte while the submission
+    still saves the index): a script that sees its job's first output finds the
+    job running. When this supervisor's own pass at the end of its previous job
     admitted this one (``launch.follows``: a drain, where the other supervisors'
     passes wait for the lock), the record waits, at most ``RUNNING_AFTER``, and a
     job that ends by then gets 'running' and its end in one commit (``_finish``):
@@ -212,9 +214,7 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, inter
     if launch.follows:
         return proc, rec  # a drain: 'running' waits for RUNNING_AFTER, or rides on the end (see above)
     _pid_line_now(proc)
-    current = _record_running(ctx, launch, rec, interrupt, wait=False)
-    if current is None:
-        return proc, rec  # the lock is busy: _watch records it within RUNNING_AFTER, or _finish with the end
+    current = _record_running(ctx, launch, rec, interrupt)
     if current.get("_abandon"):
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -222,27 +222,21 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, inter
     return proc, current
 
 
-def _record_running(ctx: Context, launch: Launch, rec: dict, interrupt: "Interrupt | None" = None,
-                    wait: bool = True) -> dict | None:
+def _record_running(ctx: Context, launch: Launch, rec: dict, interrupt: "Interrupt | None" = None) -> dict:
     """Record the spawned job 'running' (see ``_start``). Returns the record; one
     with ``_abandon`` if the job is no longer this process's to run (the caller
-    stops it); None if ``wait=False`` and the lock is busy."""
-    from qex.store.lock import Busy
-
+    stops it)."""
     store = ctx.store
-    try:
-        with store.lock(wait=wait):  # (Busy comes only from taking it)
-            txn = engine.Txn(store, store.load_index_locked(save_replayed=False))
-            current = txn.record(launch.job_id)
-            if current["state"] != "starting":  # not this process's to run any more: never leave it running
-                return {**current, "_abandon": True}
-            current = txn.update(launch.job_id, state="running", pid=rec["pid"],
-                                 supervisor_pid=rec["supervisor_pid"], started_at=rec["started_at"])
-            if current.get("kill_requested") and interrupt is not None:
-                interrupt.requested = "kill"  # asked while it was being spawned: the watch stops it at once
-            txn.commit(save_index=LAZY)  # the journal has it; a pass soon saves the index
-    except Busy:
-        return None
+    with store.lock():
+        txn = engine.Txn(store, store.load_index_locked(save_replayed=False))
+        current = txn.record(launch.job_id)
+        if current["state"] != "starting":  # not this process's to run any more: never leave it running
+            return {**current, "_abandon": True}
+        current = txn.update(launch.job_id, state="running", pid=rec["pid"],
+                             supervisor_pid=rec["supervisor_pid"], started_at=rec["started_at"])
+        if current.get("kill_requested") and interrupt is not None:
+            interrupt.requested = "kill"  # asked while it was being spawned: the watch stops it at once
+        txn.commit(save_index=LAZY)  # the journal has it; a pass soon saves the index
     return current
 
 
