@@ -43,8 +43,7 @@ def test_a_peer_job_makes_a_job_wait_in_words_the_job_behind_starts_and_it_start
 
     one = b.submit("--cpu", "1", "--", *gated(world.gate("b")))
     assert b.record(one)["state"] in ("starting", "running")  # at once: admitted by its own submission's pass
-    behind = b.wait_state(one, "running", timeout=5)
-    assert behind["started_at"] - behind["submitted_at"] < 1.0
+    b.wait_state(one, "running", timeout=5)  # while the peer still holds its 3 cores (its gate is shut)
     assert b.record(two)["state"] == "queued" and b.record(two)["passed_by"] == 0  # a peer front is never "passed"
 
     info = b.run("info", check=0).stdout
