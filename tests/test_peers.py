@@ -368,13 +368,20 @@ def test_a_scan_that_found_nothing_is_not_made_again_while_the_directory_is_unch
     os.close(a_fd)
 
 
-def test_a_directory_changed_within_the_clocks_tick_of_a_scan_is_scanned_again(tmp_path, peer_dir, monkeypatch):
+def queue_with_a_published_job(tmp_path, monkeypatch):
+    """Queue a, whose one job is in its peer record; returns (ctx, the job's lock fd, the
+    list that gets one item per scan of the peer directory)."""
     a = make_ctx(tmp_path, "a")
     fd, job = start_job(a, "aaaaaaaa-1")
     publish(a, {"aaaaaaaa-1": job})
     scans = []
     real = peers.scan
     monkeypatch.setattr(peers, "scan", lambda ctx: (scans.append(1), real(ctx))[1])
+    return a, fd, scans
+
+
+def test_a_directory_changed_within_the_clocks_tick_of_a_scan_is_scanned_again(tmp_path, peer_dir, monkeypatch):
+    a, fd, scans = queue_with_a_published_job(tmp_path, monkeypatch)
     now = os.stat(peer_dir).st_mtime_ns + 10**9  # a time the next scan cannot be a tick past
     os.utime(peer_dir, ns=(now, now))
     assert peers.holdings(a) == [] and peers.holdings(a) == [] and len(scans) == 2
@@ -384,12 +391,7 @@ def test_a_directory_changed_within_the_clocks_tick_of_a_scan_is_scanned_again(t
 def test_a_directory_with_whole_second_times_is_trusted_only_two_seconds_on(tmp_path, peer_dir, monkeypatch):
     """On a file system that keeps whole seconds (NFS, small ext4 inodes), a peer record
     made later in the second of a scan leaves the directory's time as it was."""
-    a = make_ctx(tmp_path, "a")
-    fd, job = start_job(a, "aaaaaaaa-1")
-    publish(a, {"aaaaaaaa-1": job})
-    scans = []
-    real = peers.scan
-    monkeypatch.setattr(peers, "scan", lambda ctx: (scans.append(1), real(ctx))[1])
+    a, fd, scans = queue_with_a_published_job(tmp_path, monkeypatch)
     import time
 
     second = (time.time_ns() // 10**9 - 1) * 10**9  # a whole second, one ago
