@@ -185,10 +185,8 @@ def run_pass(ctx: Context, mutate=None, save_index=True, early=None) -> PassResu
                 gate = _fork_early(ctx, launches, (held.fd, -1 if turn.fd is None else turn.fd), early)
                 launches = []
             try:
-                opened = []  # the gate opens once the commit is durable, before the index file is saved
-                txn.commit(save_index, applied=(lambda: opened.append(_open_gate(gate))) if gate >= 0 else None)
-                if gate >= 0 and not opened:
-                    _open_gate(gate)
+                # the gate opens once the commit is durable, before the index file is saved
+                txn.commit(save_index, applied=(lambda: _open_gate(gate)) if gate >= 0 else None)
             finally:
                 _close_quietly(gate)  # without its byte (the commit failed): they leave, nothing started
             holding = _publish_locked(ctx, idx)

@@ -386,9 +386,13 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def json_bytes(obj) -> bytes:
+    """The bytes of a JSON file qex writes: compact, keys sorted, one line."""
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode() + b"\n"
+
+
 def write_json(path: str, obj, mode: int = 0o600, sync_dir: bool = True, sync: bool = True) -> None:
-    data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode() + b"\n"
-    write_atomic(path, data, mode, sync_dir, sync)
+    write_atomic(path, json_bytes(obj), mode, sync_dir, sync)
 
 
 def syncfs(path: str) -> None:

@@ -61,8 +61,7 @@ class Index:
         self.offset: int = int(data.get("offset", 0))        # journal bytes applied
         # the inode of the journal file ``offset`` counts in (None: an index of an earlier qex,
         # or of no journal yet): a pass that reads another file reads it whole (read_committed)
-        ino = data.get("journal_ino")
-        self.journal_ino: int | None = ino if type(ino) is int else None
+        self.journal_ino: int | None = _journal_ino(data)
         self.next_job: int = int(data.get("next_job", 1))    # next job seq number
         self.jobs: dict[str, dict] = dict(data.get("jobs", {}))
         self.unsaved = False  # applied journal events the file does not have yet
@@ -95,6 +94,12 @@ class Index:
         return {"format": INDEX_FORMAT, "stream": self.stream, "seq": self.seq,
                 "offset": self.offset, "journal_ino": self.journal_ino, "synced": self.synced,
                 "next_job": self.next_job, "saved_at": self.saved_at, "jobs": self.jobs}
+
+
+def _journal_ino(data: dict) -> int | None:
+    """The journal inode an index file's offset counts in (None: not said)."""
+    ino = data.get("journal_ino")
+    return ino if type(ino) is int else None
 
 
 def entry_of(rec: dict) -> dict:
@@ -272,8 +277,7 @@ class Store:
         if offset < 0 or seq < 0:
             return jobs  # a damaged index: the next pass rebuilds it
         try:
-            ino = data.get("journal_ino")
-            events = journal.read_committed(self.journal_path, offset, None, ino if type(ino) is int else None)[0]
+            events = journal.read_committed(self.journal_path, offset, None, _journal_ino(data))[0]
         except (StoreError, OSError):
             return jobs
         idx = Index({"jobs": jobs, "seq": seq})
@@ -604,7 +608,7 @@ class Store:
                     return False
             except (OSError, ValueError):
                 pass
-        data = json.dumps(full, separators=(",", ":"), sort_keys=True).encode() + b"\n"  # (as fs.write_json)
+        data = fs.json_bytes(full)
         fs.write_atomic(path, data, mode=self.status_mode, sync_dir=False, sync=False, exchange=True)
         return True
 
@@ -620,11 +624,14 @@ class Store:
         its status.json files, and ``Index.synced`` stays where it was: a power
         cut that loses one loses nothing, since the first pass after the reboot
         writes the records of the events past that offset again from the fsynced
-        journal (``_repair_locked``).
+        journal (``_repair_locked``). ``applied()``, when given, is called once
+        every effect of the commit is written, before the index file is saved.
         """
         if save_index == LAZY:
             save_index = idx.save_due(len(changes))
         if not changes:
+            if applied is not None:
+                applied()  # (nothing to write: applied already)
             if save_index and idx.unsaved:
                 self.save_index_locked(idx)
             self._keep(idx)
@@ -729,7 +736,7 @@ class Store:
         fd = -1
         try:
             os.mkdir(tmp, 0o700)
-            data = json.dumps(spec_json(spec), separators=(",", ":"), sort_keys=True).encode() + b"\n"
+            data = fs.json_bytes(spec_json(spec))
             fd = os.open(os.path.join(tmp, "spec.json"),
                          os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
@@ -801,7 +808,7 @@ def _encoded(events: list[dict], last: dict[str, dict]) -> tuple[bytes, dict[str
         full = {**defaults, **rec}
         job = dumps(full, separators=(",", ":"), sort_keys=True).encode()
         if last.get(rec["id"]) is rec:
-            statuses[rec["id"]] = (job + b"\n", full)  # what fs.write_json writes for it
+            statuses[rec["id"]] = (job + b"\n", full)  # what fs.json_bytes makes of it
         if len(full) != len(rec):
             job = dumps(rec, separators=(",", ":"), sort_keys=True).encode()  # the event carries it as it is
         lines.append(journal.encode_job_event(event, job))
