@@ -1,6 +1,7 @@
-"""A supervisor's commits are made durable by a thread of its own (qex.store.fs.defer_syncs):
-the lock's release does not wait for the journal's fsync, and ``settle`` does, before a
-job is spawned, a fork, an exec or the exit. A failed fsync is raised there."""
+"""A supervisor's commits are made durable late (qex.store.fs.defer_syncs): the lock's
+release does not make the journal's fsync, ``settle`` does, in the supervisor's own thread,
+before a job is spawned, a fork, an exec or the exit. A failed fsync is raised there. The
+files a pass replaced are freed after the spawn."""
 
 import errno
 import os
@@ -27,24 +28,22 @@ def deferring():
         fs.defer_syncs(False)
 
 
-def test_the_release_hands_the_fsync_to_the_thread_and_settle_waits_for_it(tmp_path, monkeypatch, deferring):
+def test_the_release_leaves_the_fsync_to_settle_which_makes_it_in_this_thread(tmp_path, monkeypatch, deferring):
     ctx = view(tmp_path)
     (job,) = add_jobs(ctx)
-    go, seen, real = threading.Event(), [], os.fsync
+    seen, real = [], os.fsync
 
-    def blocked(fd):
+    def fsync(fd):
         seen.append((os.readlink(f"/proc/self/fd/{fd}"), threading.get_ident()))
-        assert go.wait(30)
         return real(fd)
 
-    monkeypatch.setattr(os, "fsync", blocked)
-    lazy_reason(ctx, job, "words")  # a lazy commit: its append is fsynced at the release
-    assert fs._SYNCER is not None and fs._SYNCER.busy.locked(), "the fsync should still be in flight"
-    go.set()
+    monkeypatch.setattr(os, "fsync", fsync)
+    lazy_reason(ctx, job, "words")  # a lazy commit: its append is fsynced after the release
+    assert seen == [], "the release should leave the fsync to settle"
     fs.settle()
-    assert not fs._SYNCER.synced.locked()
-    assert [path for path, _ in seen] == [ctx.store.journal_path]
-    assert seen[0][1] != threading.get_ident(), "made by the syncer's thread"
+    assert seen == [(ctx.store.journal_path, threading.get_ident())]
+    fs.settle()
+    assert len(seen) == 1, "made once"
 
 
 def test_a_failed_deferred_fsync_is_raised_by_settle(tmp_path, monkeypatch, deferring):
@@ -60,7 +59,7 @@ def test_a_failed_deferred_fsync_is_raised_by_settle(tmp_path, monkeypatch, defe
         fs.settle()
     with pytest.raises(StoreError, match="journal.jsonl"):  # and again: nothing after it is durable either
         fs.settle()
-    fs._SYNCER.failure = None  # (for the fixture's settle)
+    fs._SYNC_FAILURE = None  # (for the fixture's settle)
 
 
 def test_a_forked_child_defers_nothing_and_has_no_syncer(tmp_path, deferring):
@@ -70,7 +69,7 @@ def test_a_forked_child_defers_nothing_and_has_no_syncer(tmp_path, deferring):
     fs.settle()
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if (fs._DEFER, fs._SYNCER) == (False, None) else 1)
+        os._exit(0 if (fs._DEFER, fs._SYNCER, fs._DEFERRED_SYNCS, fs._DEFERRED_FREES) == (False, None, [], []) else 1)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
@@ -98,18 +97,46 @@ def test_a_supervisor_spawns_its_job_only_once_its_start_is_settled(tmp_path, mo
     assert order == ["settle", "spawn"]
 
 
-def test_settle_waits_for_the_fsyncs_and_only_a_fork_waits_for_the_frees_too(tmp_path, monkeypatch, deferring):
+def test_settle_makes_the_fsyncs_and_only_a_fork_or_the_spawn_frees_the_replaced_files(tmp_path, monkeypatch,
+                                                                                       deferring):
     """Freeing a replaced file can wait for a discard of its blocks: a spawn need not."""
     ctx = view(tmp_path)
     (job,) = add_jobs(ctx)
-    go, real = threading.Event(), fs._close_all
-    monkeypatch.setattr(fs, "_close_all", lambda fds: (fds and go.wait(30), real(fds)))
+    freed, real = [], fs._close_all
+    monkeypatch.setattr(fs, "_close_all", lambda fds: (freed.extend(fds), real(fds)))
     lazy_reason(ctx, job, "words")  # its record replaces the old one: a free to make
-    fs.settle()  # returns with the free still to do
-    assert fs._SYNCER.busy.locked() and not fs._SYNCER.synced.locked()
-    go.set()
+    fs.settle()
+    assert freed == [] and fs._DEFERRED_FREES and not fs._DEFERRED_SYNCS
     fs.settle(frees=True)
-    assert not fs._SYNCER.busy.locked()
+    assert freed and not fs._DEFERRED_FREES
+
+
+def test_a_spawn_frees_its_passs_replaced_files_after_the_job_is_spawned(tmp_path, monkeypatch, deferring):
+    ctx = view(tmp_path)
+    (job,) = add_jobs(ctx)
+    result = engine.run_pass(ctx, save_index=LAZY)  # admits it: 'starting'; its old record replaced
+    (launch,) = result.launches
+    at_spawn, real = [], run._Child.spawn
+
+    def spawn(*args, **kw):
+        at_spawn.append((list(fs._DEFERRED_SYNCS), list(fs._DEFERRED_FREES)))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(run._Child, "spawn", staticmethod(spawn))
+    monkeypatch.chdir(ctx.store.job_dir(job))
+    rec, meter = ctx.store.read_status_dict(job), Meter()
+    try:
+        proc, failure = run._spawn(ctx, launch, ctx.store.read_spec(job), rec, meter)
+        assert failure is None
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    finally:
+        meter.discard()
+        run._close_and_end(launch)
+    ((syncs, frees),) = at_spawn
+    assert syncs == [] and frees, "durable before it runs; the frees wait for the spawn"
+    assert fs._DEFERRED_FREES == [], "freed once it is spawned"
 
 
 def test_a_submission_makes_its_spec_durable_beside_its_pass_and_before_its_first_event(tmp_path, monkeypatch):
@@ -151,9 +178,8 @@ def test_the_syncer_thread_blocks_every_signal_so_a_kill_reaches_the_main_thread
     must stay pending for it: the worker thread never takes a signal."""
     import _signal
 
-    ctx = view(tmp_path)
-    (job,) = add_jobs(ctx)
-    lazy_reason(ctx, job, "words")
+    fd = os.open(str(tmp_path), os.O_RDONLY)
+    fs.sync_in_background([(fd, str(tmp_path))])  # the thread exists
     fs.settle()
     with open(f"/proc/self/task/{fs._SYNCER.tid}/status") as fh:
         blocked = int(next(line for line in fh if line.startswith("SigBlk:")).split()[1], 16)

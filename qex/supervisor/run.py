@@ -32,7 +32,7 @@ def main_loop(ctx: Context, launch: Launch) -> None:
     """Supervise jobs until none is handed over; never returns."""
     code = 0
     _no_inherited_fds()
-    fs.defer_syncs()  # its commits' fsyncs overlap the next spawn's preparation; _spawn settles them
+    fs.defer_syncs()  # its commits' fsyncs wait for the next spawn's preparation; _spawn settles them
     while launch is not None:
         try:
             launch = supervise(ctx, launch)
@@ -237,6 +237,10 @@ def _record_running(ctx: Context, launch: Launch, rec: dict, interrupt: "Interru
         if current.get("kill_requested") and interrupt is not None:
             interrupt.requested = "kill"  # asked while it was being spawned: the watch stops it at once
         txn.commit(save_index=LAZY)  # the journal has it; a pass soon saves the index
+    try:
+        fs.settle()  # no spawn follows to make it durable (fs.defer_syncs): now, while the job runs
+    except StoreError:
+        pass  # (kept: the next settle, before this process spawns, forks or leaves, raises it again)
     return current
 
 
@@ -299,6 +303,7 @@ def _spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
             _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
             return None, {"state": "failed", "error": f"cannot write its pid file {pid_path}: {exc.strerror or exc}"}
+    fs.free_deferred()  # (the files its pass replaced: the job runs meanwhile)
     return proc, None
 
 
