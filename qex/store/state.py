@@ -7,8 +7,8 @@ Layout::
                               starting or running job, so a pass reads one file
     <state>/journal.jsonl     the event journal = the pass's write-ahead log
     <state>/history.jsonl     a line per finished job, for qex list (history.py)
-    <state>/jobs/<id>/        status.json, spec.json (0600), stdout.log,
-                              stderr.log, alive.lock, pid
+    <state>/jobs/<id>/        status.json, spec.json (0600); from its start:
+                              stdout.log, stderr.log, supervisor.log, alive.lock, pid
     <state>/groups/<id>.json  the members of a group
     <state>/pause/            pause files
     <state>/waker-<uid>.lock  held by the one waker of a user
@@ -724,6 +724,8 @@ class Store:
         """Make jobs/<id>/ with its spec, under a hidden name renamed into view: the
         rename makes the whole directory appear at once, so the spec in it is
         written in place (no file of its own to rename; a fan-out makes a thousand).
+        Its logs are made by its supervisor when it starts (a queued job's are read
+        as empty): two files fewer for each job of a fan-out before any can start.
 
         ``sync=False`` (a bulk submission) leaves the flush to one ``fs.syncfs``
         by the caller before the jobs are committed. ``later``: the spec's and the
@@ -747,8 +749,6 @@ class Store:
                 if not later:
                     os.close(fd)
                     fd = -1
-            for name in ("stdout.log", "stderr.log"):
-                os.close(os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             if self.shared:
                 from qex import shared
 

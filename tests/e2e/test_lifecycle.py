@@ -165,6 +165,21 @@ def test_logs_tail_grep_and_stream_selection(qq):
     assert "out" not in only_err.stdout + only_err.stderr
 
 
+def test_a_queued_job_has_no_logs_yet_and_they_read_as_empty_then_fill_when_it_runs(q):
+    q.write_config(SMALL)
+    holder = q.submit("--cpu", "1", "--", *gated(q, "a"))
+    q.wait_state(holder, "running")
+    waiting = q.submit("--cpu", "1", "--", "sh", "-c", "echo out; echo err >&2")
+    assert q.record(waiting)["state"] == "queued"
+    job_dir = os.path.join(q.state, "jobs", waiting)
+    assert not {"stdout.log", "stderr.log"} & set(os.listdir(job_dir)), "its supervisor makes them"
+    empty = q.run("logs", waiting)
+    assert (empty.returncode, empty.stdout, empty.stderr) == (0, "", "")
+    open_gate(q, "a")
+    q.wait_state(waiting, "completed")
+    assert (log(q, waiting), log(q, waiting, "stderr.log")) == ("out\n", "err\n")
+
+
 def test_list_filters_by_state_and_tag(qq):
     ended = qq.run("submit", "--wait", "--tag", "alpha", "--", "true", check=0)
     ended = json.loads(ended.stdout)["id"]
