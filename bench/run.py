@@ -32,8 +32,11 @@ RESULTS = os.path.join(HERE, "results")
 # A run removes its temporary tree (100,000 records with the history workload). On
 # an ext4 without a journal the kernel then skips the freed inodes for minutes when
 # it makes new ones, and every file a queue makes costs far more (bench/README.md):
-# a run waits until SETTLE_SECS have passed since the last run's removal.
-SETTLE_SECS = 300
+# a run waits until SETTLE_SECS have passed since the last run's removal. The kernel
+# skips an inode freed less than 60 s ago, and less than 360 s ago while its block
+# of the inode table is still dirty (fs/ext4/ialloc.c, recently_deleted:
+# RECENTCY_MIN 60 + RECENTCY_DIRTY 300), which the new files of a drain keep it.
+SETTLE_SECS = 420
 CLEANED_AT = os.path.join(tempfile.gettempdir(), "qex-bench-cleaned-at")
 
 FINAL = frozenset(("completed", "failed", "killed", "timeout", "oom", "expired", "cancelled", "skipped"))
