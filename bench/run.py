@@ -56,7 +56,7 @@ class Sizes:
     submit_n: int = 30
     first_n: int = 20
     drain_n: int = 1000
-    drain_rounds: int = 3           # interleaved rounds of every tool's drain
+    drain_rounds: int = 5           # interleaved rounds of every tool's drain
     history: tuple = (0, 10_000, 100_000)
     history_submit_n: int = 30
     list_n: int = 5
