@@ -101,6 +101,7 @@ def prepare_early(ctx: Context, launch: Launch) -> None:
     ``supervise``, as for any supervisor."""
     try:
         launch.spec = ctx.store.read_spec(launch.job_id, must_own=True)
+        make_logs(ctx.store, launch.job_id)
         meter = Meter()
         meter.prepare(ctx.store.job_dir(launch.job_id), launch.job_id, launch.attempt)
         launch.meter = meter
@@ -214,12 +215,25 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, inter
     if launch.follows:
         return proc, rec  # a drain: 'running' waits for RUNNING_AFTER, or rides on the end (see above)
     _pid_line_now(proc)
+    make_logs(store, launch.job_id)  # (the job runs meanwhile; an early supervisor made them before its byte)
     current = _record_running(ctx, launch, rec, interrupt)
     if current.get("_abandon"):
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
         return None, current
     return proc, current
+
+
+def make_logs(store, job_id: str) -> None:
+    """The job's stdout.log and stderr.log, empty, before its record says 'running' (a
+    script that sees it running opens them); a job's logs are made when it starts, not
+    when it is queued. The watch's ``Sink`` opens them again, and says what went wrong
+    (a link or a FIFO planted there) in the record: here it is left to it."""
+    for name in ("stdout.log", "stderr.log"):
+        try:
+            os.close(fs.open_regular(store.path(job_id, name), os.O_WRONLY | os.O_CREAT))
+        except OSError:
+            pass
 
 
 def _record_running(ctx: Context, launch: Launch, rec: dict, interrupt: "Interrupt | None" = None) -> dict:
