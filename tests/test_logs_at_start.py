@@ -40,14 +40,3 @@ def test_the_logs_exist_before_the_job_is_recorded_running(tmp_path, monkeypatch
     assert proc is None and current["_abandon"]
     assert seen == [set(LOGS)]
 
-
-def test_an_early_supervisor_makes_them_while_the_submission_commits(tmp_path):
-    ctx = view(tmp_path)
-    (job,) = add_jobs(ctx)
-    launch = engine.Launch(job, alive_fd=-1)
-    run.prepare_early(ctx, launch)
-    try:
-        assert logs_of(ctx, job) == set(LOGS)
-    finally:
-        if launch.meter is not None:
-            launch.meter.discard()

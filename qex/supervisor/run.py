@@ -101,7 +101,6 @@ def prepare_early(ctx: Context, launch: Launch) -> None:
     ``supervise``, as for any supervisor."""
     try:
         launch.spec = ctx.store.read_spec(launch.job_id, must_own=True)
-        make_logs(ctx.store, launch.job_id)
         meter = Meter()
         meter.prepare(ctx.store.job_dir(launch.job_id), launch.job_id, launch.attempt)
         launch.meter = meter
@@ -215,7 +214,7 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, inter
     if launch.follows:
         return proc, rec  # a drain: 'running' waits for RUNNING_AFTER, or rides on the end (see above)
     _pid_line_now(proc)
-    make_logs(store, launch.job_id)  # (the job runs meanwhile; an early supervisor made them before its byte)
+    make_logs(store, launch.job_id)  # (after the spawn: never on the way to the job's first instruction)
     current = _record_running(ctx, launch, rec, interrupt)
     if current.get("_abandon"):
         _signal_group(proc.pid, signal.SIGKILL)
