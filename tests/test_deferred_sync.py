@@ -59,6 +59,12 @@ def test_a_failed_deferred_fsync_is_raised_by_settle(tmp_path, monkeypatch, defe
         fs.settle()
     with pytest.raises(StoreError, match="journal.jsonl"):  # and again: nothing after it is durable either
         fs.settle()
+    lazy_reason(ctx, job, "more words")  # a commit after the failure: its append is still closed
+    held = fs._DEFERRED_SYNCS[0][0]
+    with pytest.raises(StoreError, match="journal.jsonl"):
+        fs.settle()
+    with pytest.raises(OSError):
+        os.fstat(held)
     fs._SYNC_FAILURE = None  # (for the fixture's settle)
 
 
