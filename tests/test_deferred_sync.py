@@ -191,3 +191,63 @@ def test_the_syncer_thread_blocks_every_signal_so_a_kill_reaches_the_main_thread
         blocked = int(next(line for line in fh if line.startswith("SigBlk:")).split()[1], 16)
     for sig in (_signal.SIGUSR1, _signal.SIGTERM, _signal.SIGINT, _signal.SIGCHLD):
         assert blocked & (1 << (sig - 1)), sig
+
+
+def test_a_deferred_append_has_its_write_started_at_the_release_and_its_fsync_made_by_settle(
+        tmp_path, monkeypatch, deferring):
+    ctx = view(tmp_path)
+    (job,) = add_jobs(ctx)
+    started, synced, real = [], [], os.fsync
+
+    def start(fd, offset, nbytes, flags):
+        started.append((os.readlink(f"/proc/self/fd/{fd}"), offset, nbytes, flags))
+        return 0
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(fs, "_SYNC_FILE_RANGE", start)
+    monkeypatch.setattr(os, "fsync", fsync)
+    lazy_reason(ctx, job, "words")
+    assert started == [(ctx.store.journal_path, 0, 0, 2)], "the release should start the journal's write"
+    assert synced == [], "and leave its fsync to settle"
+    fs.settle()
+    assert synced == [ctx.store.journal_path], "the fsync still makes it durable"
+
+
+def test_the_write_start_is_looked_up_once_this_process_has_deferred_an_fsync_of_its_own(
+        tmp_path, monkeypatch, deferring):
+    ctx = view(tmp_path)
+    (job,) = add_jobs(ctx)
+    looked = []
+    monkeypatch.setattr(fs, "_SYNC_FILE_RANGE", None)
+    monkeypatch.setattr(fs, "_DEFERRED_ANY", False)
+    monkeypatch.setattr(fs, "_load_sync_file_range", lambda: looked.append(1) or (lambda *a: 0))
+    fs.free_deferred()  # a spawn before any commit of its own (a supervisor of one job): no ctypes
+    assert (looked, fs._SYNC_FILE_RANGE) == ([], None)
+    lazy_reason(ctx, job, "words")
+    fs.settle()
+    fs.free_deferred()  # the spawn of its next job
+    assert looked == [1] and callable(fs._SYNC_FILE_RANGE)
+    fs.free_deferred()
+    assert looked == [1], "looked up once"
+
+
+def test_the_write_start_is_the_c_librarys_and_without_it_the_fsync_does_all(tmp_path, monkeypatch, deferring):
+    call = fs._load_sync_file_range()
+    assert call, "glibc has sync_file_range"
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b"x" * 100)
+        assert call(fd, 0, 0, 2) == 0
+    finally:
+        os.close(fd)
+    ctx = view(tmp_path)
+    (job,) = add_jobs(ctx)
+    synced, real = [], os.fsync
+    monkeypatch.setattr(fs, "_SYNC_FILE_RANGE", False)  # (no ctypes, or a libc without it)
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    lazy_reason(ctx, job, "words")
+    fs.settle()
+    assert len(synced) == 1

@@ -109,9 +109,13 @@ def free_replaced() -> None:
     """The lock is let go: fsync the journal appends left for now (``sync_at_release``),
     then let the kernel free the files replaced since ``free_later``. A process that
     defers them (``defer_syncs``) leaves both to ``settle`` and ``free_deferred``."""
-    global _REPLACED
+    global _REPLACED, _DEFERRED_ANY
     replaced, _REPLACED = _REPLACED, None
     if _DEFER:
+        _DEFERRED_ANY = _DEFERRED_ANY or bool(_UNSYNCED)
+        if _SYNC_FILE_RANGE:
+            for fd, _path in _UNSYNCED:
+                _SYNC_FILE_RANGE(fd, 0, 0, 2)
         _DEFERRED_SYNCS.extend(_UNSYNCED)
         del _UNSYNCED[:]
         _DEFERRED_FREES.extend(replaced or ())
@@ -208,11 +212,41 @@ def settle(frees: bool = False) -> None:
 
 
 def free_deferred() -> None:
-    """Let the kernel free the files replaced under the lock (``defer_syncs``)."""
+    """Let the kernel free the files replaced under the lock (``defer_syncs``), once a
+    job is spawned; and, once this process has deferred a journal fsync of its own,
+    look up the call that starts the next ones' writes early (the note below)."""
+    global _SYNC_FILE_RANGE
     if _DEFERRED_FREES:
         frees = _DEFERRED_FREES[:]
         del _DEFERRED_FREES[:]
         _close_all(frees)
+    if _SYNC_FILE_RANGE is None and _DEFERRED_ANY:
+        _SYNC_FILE_RANGE = _load_sync_file_range()
+
+
+# A deferred journal fsync is made right before the next spawn (``settle``), ~0.5 ms
+# after its append. The append itself has the kernel start writing the journal's
+# new bytes at once (``sync_file_range`` with ``SYNC_FILE_RANGE_WRITE``: it starts
+# the write and does not wait for it): the fsync then mostly waits for a write
+# already under way. Measured here, an fsync made 0.5 ms after its append waited
+# 0.12 ms instead of 0.21, and the fsyncs of a drain took half the CPU. It makes
+# nothing durable by itself; the fsync still does, and decides. The call is looked
+# up (ctypes, ~2 ms) after the spawn of a supervisor's second job, while that job
+# runs: a supervisor of one job never pays it, and no first instruction waits for it.
+_SYNC_FILE_RANGE = None  # libc's sync_file_range (None: not looked up yet; False: not to be had)
+_DEFERRED_ANY = False  # this process has deferred a journal fsync of its own
+
+
+def _load_sync_file_range():
+    try:
+        import ctypes
+
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+        call.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
+        call.restype = ctypes.c_int
+        return call
+    except (ImportError, OSError, AttributeError):
+        return False
 
 
 class _Syncer:
