@@ -467,13 +467,11 @@ class Bench:
             log(f"ending {len(left)} process(es) this run left: {', '.join(f'{p} {comm_of(p)}' for p in left)}")
             kill_pids(left)
         log(f"removing {self.tmp}")
+        if mark:
+            mark_removal(f"{REMOVING} {os.getpid()}")  # (a run started meanwhile waits for it: settle)
         shutil.rmtree(self.tmp, ignore_errors=True)
         if mark:
-            try:
-                with open(CLEANED_AT, "w") as fh:
-                    fh.write(f"{time.time()}\n")
-            except OSError:
-                pass
+            mark_removal(time.time())
 
     def result(self) -> dict:
         return {"meta": meta(self), "sizes": dataclasses.asdict(self.sizes), "rows": self.rows,
@@ -770,20 +768,41 @@ def w_drain(b: Bench):
         else:
             absent[label] = missing(b, binary)
     got: dict[str, list] = {label: [] for label, _ in tools}
+    busy: dict[str, list] = {label: [] for label, _ in tools}
     for r in range(rounds):
         for label, run in tools:
+            # No drain pays for the writes of an earlier one: a tool that fsyncs (qex) would
+            # otherwise wait behind the kernel's writeback of the files the last round made.
+            os.sync()
+            busy0 = disk_busy_ms(b.tmp)
             got[label].append(run())
+            busy1 = disk_busy_ms(b.tmp)
+            busy[label].append(None if busy0 is None or busy1 is None else busy1 - busy0)
         log(f"drain round {r + 1}/{rounds}: " + ", ".join(f"{k} {v[-1][0]:.2f}s" for k, v in got.items()))
     for label, samples in got.items():
         secs = [s for s, _ in samples]
         jps = n / median(secs)
-        note, extra = samples[0][1], {}
+        note, extra = samples[0][1], {"disk_busy_ms": busy[label]}
         if label == "qex":
             how, submitted = note[0], [sub for _, (_, sub) in samples]
-            note, extra = f"{how}; submitting took {median(submitted):.2f}s (median)", {"submit_secs": submitted}
-        b.row(W, M, label, secs, note=f"{note}; {jps:.0f} jobs/s (median)", jobs_per_sec=jps, **extra)
+            note = f"{how}; submitting took {median(submitted):.2f}s (median)"
+            extra["submit_secs"] = submitted
+        known = [ms for ms in busy[label] if ms is not None]
+        disk = f"; disk busy {median(known):.0f} ms (median)" if known else ""
+        b.row(W, M, label, secs, note=f"{note}; {jps:.0f} jobs/s (median){disk}", jobs_per_sec=jps, **extra)
     for label, why in absent.items():
         b.na(W, M, label, why)
+
+
+def disk_busy_ms(path: str) -> int | None:
+    """How long (ms) the block device under ``path`` has been busy since boot (the
+    kernel's io_ticks), or None where it cannot be read (tmpfs, no sysfs)."""
+    try:
+        st = os.stat(path)
+        with open(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/stat") as fh:
+            return int(fh.read().split()[9])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def drain_qex(b: Bench, n: int) -> tuple[float, tuple]:
@@ -1359,6 +1378,18 @@ def parse_sets(pairs, sizes: Sizes) -> Sizes:
     return sizes
 
 
+REMOVING = "removing"  # what CLEANED_AT says while a run removes its tree
+
+
+def mark_removal(when) -> None:
+    """Note in CLEANED_AT that a removal started (``REMOVING``) or when it ended."""
+    try:
+        with open(CLEANED_AT, "w") as fh:
+            fh.write(f"{when}\n")
+    except OSError:
+        pass
+
+
 def settle_wait(now: float, cleaned_at: float | None) -> float:
     """Seconds to wait before measuring, after a run that removed its tree at ``cleaned_at``."""
     if cleaned_at is None or cleaned_at > now:
@@ -1366,12 +1397,37 @@ def settle_wait(now: float, cleaned_at: float | None) -> float:
     return max(0.0, SETTLE_SECS - (now - cleaned_at))
 
 
-def settle() -> None:
+def read_cleaned_at() -> float | str | None:
     try:
         with open(CLEANED_AT) as fh:
-            cleaned_at = float(fh.read().strip())
-    except (OSError, ValueError):
-        cleaned_at = None
+            text = fh.read().strip()
+    except OSError:
+        return None
+    word, _, pid = text.partition(" ")
+    if word == REMOVING:  # still removing, unless that run is gone (killed while it removed)
+        try:
+            os.kill(int(pid), 0)
+        except (ValueError, ProcessLookupError):
+            return None
+        except PermissionError:
+            pass
+        return REMOVING
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def settle() -> None:
+    """Wait out the last run's removal: until it has ended (a run still removing its
+    tree frees inodes now), then SETTLE_SECS after its end."""
+    cleaned_at, said = read_cleaned_at(), False
+    while cleaned_at == REMOVING:
+        if not said:
+            log("waiting: another run is still removing its files (bench/README.md; --no-settle skips this)")
+            said = True
+        time.sleep(5)
+        cleaned_at = read_cleaned_at()
     wait = settle_wait(time.time(), cleaned_at)
     if wait > 0:
         log(f"waiting {wait:.0f}s: the last run removed its files {SETTLE_SECS - wait:.0f}s ago, and new files "

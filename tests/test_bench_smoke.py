@@ -85,3 +85,28 @@ def test_a_run_waits_for_the_file_system_after_the_last_run_s_removal(bench):
     assert bench.settle_wait(1000.0, 1000.0 - 10) == bench.SETTLE_SECS - 10
     assert bench.settle_wait(1000.0, 1000.0 - bench.SETTLE_SECS - 1) == 0.0
     assert bench.settle_wait(1000.0, 2000.0) == 0.0  # a mark from the future (a clock set back): no wait
+
+
+def test_a_run_waits_for_a_removal_still_under_way_unless_its_run_is_gone(bench, tmp_path, monkeypatch):
+    mark = tmp_path / "cleaned-at"
+    monkeypatch.setattr(bench, "CLEANED_AT", str(mark))
+    bench.mark_removal(f"{bench.REMOVING} {os.getpid()}")  # this process: alive
+    assert bench.read_cleaned_at() == bench.REMOVING
+    child = os.fork()
+    if child == 0:
+        os._exit(0)
+    os.waitpid(child, 0)
+    bench.mark_removal(f"{bench.REMOVING} {child}")  # a run killed while it removed: no wait for ever
+    assert bench.read_cleaned_at() is None
+    bench.mark_removal(1234.5)
+    assert bench.read_cleaned_at() == 1234.5
+    mark.unlink()
+    assert bench.read_cleaned_at() is None
+
+
+def test_the_disk_s_busy_time_is_read_for_a_path_on_a_block_device_and_none_elsewhere(bench):
+    st = os.stat(RUN_PY)
+    on_device = os.path.exists(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/stat")
+    busy = bench.disk_busy_ms(RUN_PY)
+    assert (type(busy) is int and busy >= 0) if on_device else busy is None
+    assert bench.disk_busy_ms("/proc") is None  # (no block device under it)
