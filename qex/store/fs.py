@@ -231,22 +231,29 @@ def free_deferred() -> None:
 # already under way. Measured here, an fsync made 0.5 ms after its append waited
 # 0.12 ms instead of 0.21, and the fsyncs of a drain took half the CPU. It makes
 # nothing durable by itself; the fsync still does, and decides. The call is looked
-# up (ctypes, ~2 ms) after the spawn of a supervisor's second job, while that job
-# runs: a supervisor of one job never pays it, and no first instruction waits for it.
+# up (ctypes) after the spawn of a supervisor's second job, while that job runs: a
+# supervisor of one job never looks it up, and no first instruction waits for it.
 _SYNC_FILE_RANGE = None  # libc's sync_file_range (None: not looked up yet; False: not to be had)
 _DEFERRED_ANY = False  # this process has deferred a journal fsync of its own
 
 
 def _load_sync_file_range():
+    import ctypes  # (loaded already: a commit's exchange of a status file uses it)
+
+    return _libc_call("sync_file_range", [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint])
+
+
+def _libc_call(name: str, argtypes=None):
+    """The C library's function ``name`` (through ctypes: calls the os module lacks), or False."""
     try:
         import ctypes
 
-        call = ctypes.CDLL(None, use_errno=True).sync_file_range
-        call.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
-        call.restype = ctypes.c_int
-        return call
-    except (ImportError, OSError, AttributeError):
+        call = getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (OSError, AttributeError, ImportError):
         return False
+    if argtypes is not None:
+        call.argtypes = argtypes
+    return call
 
 
 class _Syncer:
@@ -391,12 +398,7 @@ def _exchanged(tmp: str, path: str) -> bool:
     except OSError:
         return False
     if _RENAMEAT2 is None:
-        try:
-            import ctypes
-
-            _RENAMEAT2 = ctypes.CDLL(None, use_errno=True).renameat2
-        except (OSError, AttributeError, ImportError):
-            _RENAMEAT2 = False
+        _RENAMEAT2 = _libc_call("renameat2")
     if _RENAMEAT2 is False:
         return False
     return _RENAMEAT2(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(path), _RENAME_EXCHANGE) == 0
