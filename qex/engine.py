@@ -89,7 +89,7 @@ class Txn:
         # (fd, name) of the peer lock of a supervisor whose job this hold ends: the first job of
         # its user that this hold starts is that supervisor's next job and keeps it (apply_plan)
         self.peer_reuse: tuple[int, str] | None = None
-        self.settle_first = False  # the commit waits for this process's background fsyncs (a job's spec)
+        self.settle_first = False  # the commit waits for this process's background syncs (specs, job dirs)
 
     def record(self, job_id: str) -> dict:
         rec = self.records.get(job_id)
@@ -144,7 +144,7 @@ class Txn:
 
     def commit(self, save_index: bool = True, applied=None) -> list[dict]:
         if self.settle_first:
-            fs.settle()  # what the journal will point at is durable first (Store.create_job_dir(later=True))
+            fs.settle()  # what the journal will point at is durable first (qex.submit.submit_many)
         return self.store.commit_locked(self.idx, self.changes, False if self.windowed else save_index, applied)
 
 

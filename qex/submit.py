@@ -392,13 +392,13 @@ def submit_many(ctx, built: list[Built], on_locked=None, early=None):
         if bulk:
             from qex.store import fs
 
-            fs.syncfs(ctx.store.jobs)  # one flush for every job directory
+            fs.syncfs_in_background(ctx.store.jobs)  # one flush for every job directory, beside the pass
     except BaseException:
         _discard(ctx, built)
         raise
 
     def add(txn):
-        txn.settle_first = not bulk
+        txn.settle_first = True  # (the flush of the job directories, or one job's fsyncs: durable first)
         if on_locked is not None:
             answer = on_locked(txn, built)
             if answer is not None:

@@ -251,3 +251,51 @@ def test_the_write_start_is_the_c_librarys_and_without_it_the_fsync_does_all(tmp
     lazy_reason(ctx, job, "words")
     fs.settle()
     assert len(synced) == 1
+
+
+def test_a_bulk_submission_flushes_its_directories_beside_its_pass_and_before_its_first_event(
+        tmp_path, monkeypatch):
+    """A fan-out's one syncfs runs in the syncer thread while its pass takes the lock and
+    admits; the commit waits for it before the journal names any of its jobs."""
+    from qex.submit import Request, build, build_like, submit_many
+    from qex.store import journal
+
+    ctx = view(tmp_path)
+    order, real_syncfs, real_append, appended = [], fs._syncfs, journal.append, threading.Event()
+
+    def syncfs(fd):
+        appended.wait(0.5)  # a commit that did not wait for it would append meanwhile
+        order.append(("syncfs", os.readlink(f"/proc/self/fd/{fd}"), threading.get_ident()))
+        return real_syncfs(fd)
+
+    def append(path, events, *a, **kw):
+        order.append(("append", path, threading.get_ident()))
+        appended.set()
+        return real_append(path, events, *a, **kw)
+
+    monkeypatch.setattr(fs, "_syncfs", syncfs)
+    monkeypatch.setattr(journal, "append", append)
+    first = build(ctx, Request(command=["true", "0"], mem="10MB"))
+    built = [first] + [build_like(first, ["true", str(i)], f"true-{i}") for i in range(1, 4)]
+    ids, result = submit_many(ctx, built)
+    for launch in result.launches:
+        run._close_and_end(launch)
+    assert len(ids) == 4
+    kinds = [o[0] for o in order]
+    assert kinds.index("syncfs") < kinds.index("append"), order
+    (_, path, who), = [o for o in order if o[0] == "syncfs"]
+    assert path == ctx.store.jobs and who != threading.get_ident(), "the syncer's thread flushed the jobs"
+
+
+def test_a_failed_flush_of_a_bulk_submission_queues_none_of_its_jobs(tmp_path, monkeypatch):
+    from qex.submit import Request, build, build_like, submit_many
+
+    ctx = view(tmp_path)
+    monkeypatch.setattr(fs, "_syncfs", lambda fd: -1)
+    first = build(ctx, Request(command=["true", "0"], mem="10MB"))
+    built = [first] + [build_like(first, ["true", str(i)], f"true-{i}") for i in range(1, 3)]
+    with pytest.raises(StoreError, match="jobs"):
+        submit_many(ctx, built)
+    fs._SYNCER.failure = None  # (sticky for this process, as after any failed fsync)
+    assert [n for n in os.listdir(ctx.store.jobs) if not n.startswith(".")] == []
+    assert not any(e["state"] == "queued" for e in ctx.store.load_index_locked().jobs.values())

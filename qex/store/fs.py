@@ -141,6 +141,18 @@ def _sync_unsynced() -> None:
         raise StoreError(_describe_write_failure(*failure))
 
 
+def _syncfs_all(items) -> tuple[str, OSError] | None:
+    """``syncfs`` the file system of each (fd, path) and close the fd; the first failure, or None."""
+    failure = None
+    for fd, path in items:
+        try:
+            if _syncfs(fd) != 0:
+                failure = failure or (path, OSError(ctypes_errno(), "syncfs failed", path))
+        finally:
+            os.close(fd)
+    return failure
+
+
 def _fsync_all(unsynced) -> tuple[str, OSError] | None:
     """fsync and close each (fd, path); the first failure, or None."""
     failure = None
@@ -191,6 +203,18 @@ def sync_in_background(items: list[tuple[int, str]]) -> None:
     """fsync and close each (fd, path) in a thread of this process's own; ``settle``
     waits for them (a submission makes its job's spec durable while its pass admits)."""
     _syncer().submit(items)
+
+
+def syncfs_in_background(path: str) -> None:
+    """``syncfs`` (see there) of the file system of ``path`` in the same thread, after
+    what it was handed before; ``settle`` waits for it. A bulk submission flushes its
+    job directories while its pass takes the lock, loads the index and admits: a
+    fan-out of 1000 lines spent ~55 ms in the flush, then ~70 ms admitting."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise StoreError(_describe_write_failure(path, exc)) from None
+    _syncer().submit([(fd, path)], whole_fs=True)
 
 
 def settle(frees: bool = False) -> None:
@@ -268,13 +292,14 @@ class _Syncer:
         self.go = _thread.allocate_lock()    # released to hand the worker its batch
         self.go.acquire()
         self.batch: list | None = None
+        self.whole_fs = False  # the batch is of file systems to flush (syncfs), not files
         self.failure: tuple[str, OSError] | None = None
         self.tid: int | None = None  # the worker's thread id (/proc/self/task/TID)
         _thread.start_new_thread(self._run, ())
 
-    def submit(self, items: list) -> None:
+    def submit(self, items: list, whole_fs: bool = False) -> None:
         self.busy.acquire()  # (the previous batch first: fsyncs stay in order)
-        self.batch = items
+        self.batch, self.whole_fs = items, whole_fs
         self.go.release()
 
     def wait(self) -> None:
@@ -295,7 +320,7 @@ class _Syncer:
             self.go.acquire()
             items, self.batch = self.batch, None
             try:
-                failure = _fsync_all(items)
+                failure = (_syncfs_all if self.whole_fs else _fsync_all)(items)
                 if failure is not None and self.failure is None:
                     self.failure = failure
             finally:
@@ -470,13 +495,7 @@ def syncfs(path: str) -> None:
 def _syncfs(fd: int) -> int:
     global _SYNCFS
     if _SYNCFS is None:
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            _SYNCFS = libc.syncfs
-        except (OSError, AttributeError):
-            _SYNCFS = False
+        _SYNCFS = _libc_call("syncfs")
     if _SYNCFS is False:
         os.sync()
         return 0

@@ -727,8 +727,8 @@ class Store:
         Its logs are made by its supervisor when it starts (a queued job's are read
         as empty): two files fewer for each job of a fan-out before any can start.
 
-        ``sync=False`` (a bulk submission) leaves the flush to one ``fs.syncfs``
-        by the caller before the jobs are committed. ``later``: the spec's and the
+        ``sync=False`` (a bulk submission) leaves the flush to the caller: one
+        ``fs.syncfs_in_background``, settled before the jobs are committed. ``later``: the spec's and the
         directory's fsyncs go to this process's syncer thread (``fs.sync_in_background``),
         and the caller settles them before the job's first event (``Txn.settle_first``)."""
         from qex.store.records import spec_json
