@@ -1408,7 +1408,7 @@ def read_cleaned_at() -> float | str | None:
         try:
             os.kill(int(pid), 0)
         except (ValueError, ProcessLookupError):
-            return None
+            return _marked_at()  # (it ended then or later: the wait counts from its start)
         except PermissionError:
             pass
         return REMOVING
@@ -1418,16 +1418,28 @@ def read_cleaned_at() -> float | str | None:
         return None
 
 
+def _marked_at() -> float | None:
+    try:
+        return os.stat(CLEANED_AT).st_mtime
+    except OSError:
+        return None
+
+
+REMOVAL_LIMIT = 1800.0  # the longest a run waits for another's removal (a pid reused meanwhile)
+
+
 def settle() -> None:
     """Wait out the last run's removal: until it has ended (a run still removing its
     tree frees inodes now), then SETTLE_SECS after its end."""
-    cleaned_at, said = read_cleaned_at(), False
-    while cleaned_at == REMOVING:
+    cleaned_at, said, deadline = read_cleaned_at(), False, time.monotonic() + REMOVAL_LIMIT
+    while cleaned_at == REMOVING and time.monotonic() < deadline:
         if not said:
             log("waiting: another run is still removing its files (bench/README.md; --no-settle skips this)")
             said = True
         time.sleep(5)
         cleaned_at = read_cleaned_at()
+    if cleaned_at == REMOVING:
+        cleaned_at = _marked_at()
     wait = settle_wait(time.time(), cleaned_at)
     if wait > 0:
         log(f"waiting {wait:.0f}s: the last run removed its files {SETTLE_SECS - wait:.0f}s ago, and new files "

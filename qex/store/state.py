@@ -728,9 +728,10 @@ class Store:
         as empty): two files fewer for each job of a fan-out before any can start.
 
         ``sync=False`` (a bulk submission) leaves the flush to the caller: one
-        ``fs.syncfs_in_background``, settled before the jobs are committed. ``later``: the spec's and the
-        directory's fsyncs go to this process's syncer thread (``fs.sync_in_background``),
-        and the caller settles them before the job's first event (``Txn.settle_first``)."""
+        ``fs.syncfs_in_background``, settled before the jobs are committed. ``later``:
+        the spec's and the directory's fsyncs go to this process's syncer thread
+        (``fs.sync_in_background``), and the caller settles them before the job's
+        first event (``Txn.settle_first``)."""
         from qex.store.records import spec_json
 
         final = self.job_dir(spec.id)
