@@ -171,8 +171,10 @@ def test_a_supervisor_that_dies_between_two_forks_strands_no_job(q):
     # fork 1: the submission forks the holder's supervisor, which keeps the count; its final
     # pass admits the three waiting jobs, starts the first itself (its next job, no fork),
     # forks the second (hit 2) and dies before its next fork (hit 3)
+    # (QEX_WATCH_GRACE: its supervisor never execs into the watcher, whose exec would reset
+    # the count: on a loaded host the holder ran past the 0.5 s grace, and the point never fired)
     holder = q.submit("--cpu", "4", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done",
-                      env={"QEX_CRASH_AT": "engine.before_fork:3"})
+                      env={"QEX_CRASH_AT": "engine.before_fork:3", "QEX_WATCH_GRACE": "60"})
     waiting = [q.submit("--cpu", "1", "--", "sleep", "0.2") for _ in range(3)]
     q.wait_state(holder, "running")
     open(gate, "w").close()
