@@ -145,14 +145,29 @@ def test_a_spawn_frees_its_passs_replaced_files_after_the_job_is_spawned(tmp_pat
     assert fs._DEFERRED_FREES == [], "freed once it is spawned"
 
 
+def _record_appends(monkeypatch, order: list) -> threading.Event:
+    """Each journal append goes into ``order`` as ("append", path, thread); the event is set at the first."""
+    from qex.store import journal
+
+    real, appended = journal.append, threading.Event()
+
+    def append(path, events, *a, **kw):
+        order.append(("append", path, threading.get_ident()))
+        appended.set()
+        return real(path, events, *a, **kw)
+
+    monkeypatch.setattr(journal, "append", append)
+    return appended
+
+
 def test_a_submission_makes_its_spec_durable_beside_its_pass_and_before_its_first_event(tmp_path, monkeypatch):
     """The spec's and the job directory's fsyncs run in the syncer thread while the
     pass admits; the commit settles them before the journal names the job."""
     from qex.submit import Request, build, submit_many
-    from qex.store import journal
 
     ctx = view(tmp_path)
-    order, real_fsync, real_append, appended = [], os.fsync, journal.append, threading.Event()
+    order, real_fsync = [], os.fsync
+    appended = _record_appends(monkeypatch, order)
 
     def fsync(fd):
         path = os.readlink(f"/proc/self/fd/{fd}")
@@ -161,13 +176,7 @@ def test_a_submission_makes_its_spec_durable_beside_its_pass_and_before_its_firs
         order.append(("fsync", path, threading.get_ident()))
         return real_fsync(fd)
 
-    def append(path, events, *a, **kw):
-        order.append(("append", path, threading.get_ident()))
-        appended.set()
-        return real_append(path, events, *a, **kw)
-
     monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(journal, "append", append)
     built = build(ctx, Request(command=["true"], mem="10MB"))
     ids, result = submit_many(ctx, [built])
     for launch in result.launches:
@@ -216,26 +225,23 @@ def test_a_deferred_append_has_its_write_started_at_the_release_and_its_fsync_ma
     assert synced == [ctx.store.journal_path], "the fsync still makes it durable"
 
 
-def test_the_write_start_is_looked_up_once_this_process_has_deferred_an_fsync_of_its_own(
+def test_the_write_start_is_looked_up_once_at_the_first_release_that_defers_an_append(
         tmp_path, monkeypatch, deferring):
     ctx = view(tmp_path)
     (job,) = add_jobs(ctx)
-    looked = []
+    looked, real = [], fs._libc_call
     monkeypatch.setattr(fs, "_SYNC_FILE_RANGE", None)
-    monkeypatch.setattr(fs, "_DEFERRED_ANY", False)
-    monkeypatch.setattr(fs, "_load_sync_file_range", lambda: looked.append(1) or (lambda *a: 0))
-    fs.free_deferred()  # a spawn before any commit of its own (a supervisor of one job): no ctypes
-    assert (looked, fs._SYNC_FILE_RANGE) == ([], None)
+    monkeypatch.setattr(fs, "_libc_call", lambda name, *a: looked.append(name) or real(name, *a))
+    with ctx.store.lock():
+        pass  # a release with no append of its own (a supervisor before its first commit): no lookup
+    assert "sync_file_range" not in looked and fs._SYNC_FILE_RANGE is None
     lazy_reason(ctx, job, "words")
-    fs.settle()
-    fs.free_deferred()  # the spawn of its next job
-    assert looked == [1] and callable(fs._SYNC_FILE_RANGE)
-    fs.free_deferred()
-    assert looked == [1], "looked up once"
+    lazy_reason(ctx, job, "more words")
+    assert looked.count("sync_file_range") == 1 and fs._SYNC_FILE_RANGE
 
 
 def test_the_write_start_is_the_c_librarys_and_without_it_the_fsync_does_all(tmp_path, monkeypatch, deferring):
-    call = fs._load_sync_file_range()
+    call = fs._sync_file_range()
     assert call, "glibc has sync_file_range"
     fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
@@ -257,27 +263,19 @@ def test_a_bulk_submission_flushes_its_directories_beside_its_pass_and_before_it
         tmp_path, monkeypatch):
     """A fan-out's one syncfs runs in the syncer thread while its pass takes the lock and
     admits; the commit waits for it before the journal names any of its jobs."""
-    from qex.submit import Request, build, build_like, submit_many
-    from qex.store import journal
+    from qex.submit import submit_many
 
     ctx = view(tmp_path)
-    order, real_syncfs, real_append, appended = [], fs._syncfs, journal.append, threading.Event()
+    order, real_syncfs = [], fs._syncfs
+    appended = _record_appends(monkeypatch, order)
 
     def syncfs(fd):
         appended.wait(0.5)  # a commit that did not wait for it would append meanwhile
         order.append(("syncfs", os.readlink(f"/proc/self/fd/{fd}"), threading.get_ident()))
         return real_syncfs(fd)
 
-    def append(path, events, *a, **kw):
-        order.append(("append", path, threading.get_ident()))
-        appended.set()
-        return real_append(path, events, *a, **kw)
-
     monkeypatch.setattr(fs, "_syncfs", syncfs)
-    monkeypatch.setattr(journal, "append", append)
-    first = build(ctx, Request(command=["true", "0"], mem="10MB"))
-    built = [first] + [build_like(first, ["true", str(i)], f"true-{i}") for i in range(1, 4)]
-    ids, result = submit_many(ctx, built)
+    ids, result = submit_many(ctx, _fan_out(ctx, 4))
     for launch in result.launches:
         run._close_and_end(launch)
     assert len(ids) == 4
@@ -287,15 +285,21 @@ def test_a_bulk_submission_flushes_its_directories_beside_its_pass_and_before_it
     assert path == ctx.store.jobs and who != threading.get_ident(), "the syncer's thread flushed the jobs"
 
 
+def _fan_out(ctx, n: int) -> list:
+    """The built jobs of an n-line fan-out of `true`."""
+    from qex.submit import Request, build, build_like
+
+    first = build(ctx, Request(command=["true", "0"], mem="10MB"))
+    return [first] + [build_like(first, ["true", str(i)], f"true-{i}") for i in range(1, n)]
+
+
 def test_a_failed_flush_of_a_bulk_submission_queues_none_of_its_jobs(tmp_path, monkeypatch):
-    from qex.submit import Request, build, build_like, submit_many
+    from qex.submit import submit_many
 
     ctx = view(tmp_path)
     monkeypatch.setattr(fs, "_syncfs", lambda fd: -1)
-    first = build(ctx, Request(command=["true", "0"], mem="10MB"))
-    built = [first] + [build_like(first, ["true", str(i)], f"true-{i}") for i in range(1, 3)]
     with pytest.raises(StoreError, match="jobs"):
-        submit_many(ctx, built)
+        submit_many(ctx, _fan_out(ctx, 3))
     fs._SYNCER.failure = None  # (sticky for this process, as after any failed fsync)
     assert [n for n in os.listdir(ctx.store.jobs) if not n.startswith(".")] == []
     assert not any(e["state"] == "queued" for e in ctx.store.load_index_locked().jobs.values())

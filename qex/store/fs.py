@@ -109,13 +109,10 @@ def free_replaced() -> None:
     """The lock is let go: fsync the journal appends left for now (``sync_at_release``),
     then let the kernel free the files replaced since ``free_later``. A process that
     defers them (``defer_syncs``) leaves both to ``settle`` and ``free_deferred``."""
-    global _REPLACED, _DEFERRED_ANY
+    global _REPLACED
     replaced, _REPLACED = _REPLACED, None
     if _DEFER:
-        _DEFERRED_ANY = _DEFERRED_ANY or bool(_UNSYNCED)
-        if _SYNC_FILE_RANGE:
-            for fd, _path in _UNSYNCED:
-                _SYNC_FILE_RANGE(fd, 0, 0, 2)
+        _start_writes(_UNSYNCED)
         _DEFERRED_SYNCS.extend(_UNSYNCED)
         del _UNSYNCED[:]
         _DEFERRED_FREES.extend(replaced or ())
@@ -141,24 +138,13 @@ def _sync_unsynced() -> None:
         raise StoreError(_describe_write_failure(*failure))
 
 
-def _syncfs_all(items) -> tuple[str, OSError] | None:
-    """``syncfs`` the file system of each (fd, path) and close the fd; the first failure, or None."""
+def _fsync_all(unsynced, sync=None) -> tuple[str, OSError] | None:
+    """fsync (or ``sync``: ``syncfs_fd``) and close each (fd, path); the first failure, or None."""
     failure = None
-    for fd, path in items:
-        try:
-            if _syncfs(fd) != 0:
-                failure = failure or (path, OSError(ctypes_errno(), "syncfs failed", path))
-        finally:
-            os.close(fd)
-    return failure
-
-
-def _fsync_all(unsynced) -> tuple[str, OSError] | None:
-    """fsync and close each (fd, path); the first failure, or None."""
-    failure = None
+    sync = sync or os.fsync
     for fd, path in reversed(unsynced):
         try:
-            os.fsync(fd)
+            sync(fd)
         except OSError as exc:
             failure = failure or (path, exc)
         finally:
@@ -236,33 +222,39 @@ def settle(frees: bool = False) -> None:
 
 
 def free_deferred() -> None:
-    """Let the kernel free the files replaced under the lock (``defer_syncs``), once a
-    job is spawned; and, once this process has deferred a journal fsync of its own,
-    look up the call that starts the next ones' writes early (the note below)."""
-    global _SYNC_FILE_RANGE
+    """Let the kernel free the files replaced under the lock (``defer_syncs``)."""
     if _DEFERRED_FREES:
         frees = _DEFERRED_FREES[:]
         del _DEFERRED_FREES[:]
         _close_all(frees)
-    if _SYNC_FILE_RANGE is None and _DEFERRED_ANY:
-        _SYNC_FILE_RANGE = _load_sync_file_range()
 
 
 # A deferred journal fsync is made right before the next spawn (``settle``), ~0.5 ms
 # after the lock is let go. The release has the kernel start writing the journal's
 # new bytes at once (``sync_file_range`` with ``SYNC_FILE_RANGE_WRITE``: it starts
-# the write and does not wait for it; ``free_replaced``): the fsync then mostly
-# waits for a write already under way. Not under the lock: there it cost the hold
-# ~0.07 ms, and a congested disk can make the call itself wait. Measured here, an fsync made 0.5 ms after its append waited
-# 0.12 ms instead of 0.21, and the fsyncs of a drain took half the CPU. It makes
-# nothing durable by itself; the fsync still does, and decides. The call is looked
-# up (ctypes) after the spawn of a supervisor's second job, while that job runs: a
-# supervisor of one job never looks it up, and no first instruction waits for it.
+# the write and does not wait for it): the fsync then mostly waits for a write
+# already under way. Measured here, an fsync made 0.5 ms after its append waited
+# 0.12 ms instead of 0.21, and the fsyncs of a drain took half the CPU. Not under
+# the lock: there it cost the hold ~0.07 ms, and a congested disk can make the
+# call itself wait. It makes nothing durable by itself; the fsync still does, and
+# decides. The call is looked up (ctypes) at the first release that defers an
+# append: after a supervisor's first job has started, never before.
 _SYNC_FILE_RANGE = None  # libc's sync_file_range (None: not looked up yet; False: not to be had)
-_DEFERRED_ANY = False  # this process has deferred a journal fsync of its own
 
 
-def _load_sync_file_range():
+def _start_writes(unsynced) -> None:
+    """Start the write of each deferred append (the note above)."""
+    global _SYNC_FILE_RANGE
+    if not unsynced:
+        return
+    if _SYNC_FILE_RANGE is None:
+        _SYNC_FILE_RANGE = _sync_file_range()
+    if _SYNC_FILE_RANGE:
+        for fd, _path in unsynced:
+            _SYNC_FILE_RANGE(fd, 0, 0, 2)
+
+
+def _sync_file_range():
     import ctypes  # (loaded already: a commit's exchange of a status file uses it)
 
     return _libc_call("sync_file_range", [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint])
@@ -321,7 +313,7 @@ class _Syncer:
             self.go.acquire()
             items, self.batch = self.batch, None
             try:
-                failure = (_syncfs_all if self.whole_fs else _fsync_all)(items)
+                failure = _fsync_all(items, syncfs_fd if self.whole_fs else None)
                 if failure is not None and self.failure is None:
                     self.failure = failure
             finally:
@@ -485,12 +477,17 @@ def syncfs(path: str) -> None:
     """
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        if _syncfs(fd) != 0:
-            raise OSError(ctypes_errno(), "syncfs failed", path)
+        syncfs_fd(fd)
     except OSError as exc:
         raise StoreError(_describe_write_failure(path, exc)) from None
     finally:
         os.close(fd)
+
+
+def syncfs_fd(fd: int) -> None:
+    """``syncfs`` of the file system of ``fd``; OSError if it failed."""
+    if _syncfs(fd) != 0:
+        raise OSError(ctypes_errno(), "syncfs failed")
 
 
 def _syncfs(fd: int) -> int:
