@@ -24,9 +24,14 @@ import tempfile
 import time
 
 import qex.cli.submit  # noqa: F401  (what a supervisor forked by `qex submit` carries)
-from qex import admit, config, engine, learn, submit  # noqa: F401
-from qex.machine import process_start_time
-from qex.supervisor import cgroup, run
+from qex import admit  # noqa: F401
+from qex.config import file as config
+from qex.queue import engine
+from qex.jobs import learn
+from qex.jobs import submit
+from qex.base.machine import process_start_time
+from qex.supervisor import run
+from qex.linux import cgroup
 
 
 def _drain(proc) -> None:

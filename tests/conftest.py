@@ -14,7 +14,7 @@ QEX = [sys.executable, "-m", "qex"]
 
 
 def pytest_configure(config):
-    """The tests' parsed-config cache (qex.config_cache) lives in a private
+    """The tests' parsed-config cache (qex.config.cache) lives in a private
     directory, never in the ~/.cache of whoever runs them."""
     import tempfile
 
@@ -155,7 +155,7 @@ def q(tmp_path):
 
 def remove_job_cgroups(state_dir: str) -> None:
     """A supervisor killed above leaves its job's memory cgroup: stop what is in it and remove it."""
-    from qex.supervisor import cgroup
+    from qex.linux import cgroup
 
     jobs = os.path.join(state_dir, "jobs")
     for name in os.listdir(jobs) if os.path.isdir(jobs) else ():

@@ -1,4 +1,4 @@
-"""Where a job's memory cgroup goes (qex/supervisor/cgroup.py): the parsing is
+"""Where a job's memory cgroup goes (qex/linux/cgroup.py): the parsing is
 pure and tested on the shapes real machines show; one test makes a real cgroup
 where this machine allows it."""
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from qex.supervisor import cgroup
+from qex.linux import cgroup
 
 # This CI machine: cgroup v1 memory controller, the process in a nested cgroup,
 # a cgroup2 hierarchy mounted beside it with no memory controller (hybrid).
@@ -122,7 +122,7 @@ def _reap_all() -> list[int]:
 
 JOIN_SPAWN_LEAVE = """
 import json, os, subprocess, sys
-from qex.supervisor import cgroup
+from qex.linux import cgroup
 cg, why = cgroup.create(sys.argv[1], 1)
 if cg is None:
     print(json.dumps({"skip": why})); sys.exit(0)
@@ -186,7 +186,7 @@ def _warm_children(monkeypatch, kind: str | None) -> list[int]:
 
 def test_warm_on_cgroup_v2_moves_a_child_to_where_it_is(monkeypatch):
     """Where a move takes the kernel's global lock (v2's cgroup.procs), a submission
-    warms it in a throwaway child (qex.supervisor.cgroup.warm)."""
+    warms it in a throwaway child (qex.linux.cgroup.warm)."""
     assert _warm_children(monkeypatch, "v2") == [0]  # one child, and it succeeded
 
 

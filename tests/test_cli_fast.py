@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from qex.cli import fastpath, parser
-from qex.errors import QexError
+from qex.base.errors import QexError
 
 LINES = [
     ["submit", "true"],

@@ -1,4 +1,4 @@
-"""The config file (qex/config.py), read from real files in tmp_path."""
+"""The config file (qex/config/file.py), read from real files in tmp_path."""
 
 import os
 import signal
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from qex.config import (
+from qex.config.file import (
     DEFAULT_HOOK_STATES,
     Config,
     Percent,
@@ -15,7 +15,7 @@ from qex.config import (
     load_config,
     peer_dir,
 )
-from qex.errors import ConfigError
+from qex.base.errors import ConfigError
 
 GiB, MiB = 1024**3, 1024**2
 

@@ -1,4 +1,4 @@
-"""The parsed-config cache (qex.config_cache): a hit gives what parsing gives,
+"""The parsed-config cache (qex.config.cache): a hit gives what parsing gives,
 any change to the file is seen, a cache qex did not write for this user is
 never believed, and a submission on a hit imports no TOML parser."""
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from qex import config_cache
-from qex.config import Config, _cache_body, _from_cache_body, _Reader, _parse_toml, load_config
+from qex.config import cache as config_cache
+from qex.config.file import Config, _cache_body, _from_cache_body, _Reader, _parse_toml, load_config
 
 RICH = """
 [budget]
@@ -247,7 +247,7 @@ def test_a_parse_on_a_miss_imports_tomlkit_still(q, tmp_path):
     proc = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True, timeout=60,
                           env={**q.env, "XDG_CACHE_HOME": str(tmp_path / "cache")}, cwd=q.root)
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("IMPORTS "))
-    assert json.loads(line[len("IMPORTS "):]).get("tomlkit") == "config.py"
+    assert json.loads(line[len("IMPORTS "):]).get("tomlkit") == "config/file.py"
     q.wait_state(proc.stdout.strip(), "completed")
 
 

@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from qex import engine
-from qex.errors import StoreError
+from qex.queue import engine
+from qex.base.errors import StoreError
 from qex.store import fs
 from qex.store.state import LAZY
 from qex.supervisor import run
@@ -163,7 +163,7 @@ def _record_appends(monkeypatch, order: list) -> threading.Event:
 def test_a_submission_makes_its_spec_durable_beside_its_pass_and_before_its_first_event(tmp_path, monkeypatch):
     """The spec's and the job directory's fsyncs run in the syncer thread while the
     pass admits; the commit settles them before the journal names the job."""
-    from qex.submit import Request, build, submit_many
+    from qex.jobs.submit import Request, build, submit_many
 
     ctx = view(tmp_path)
     order, real_fsync = [], os.fsync
@@ -263,7 +263,7 @@ def test_a_bulk_submission_flushes_its_directories_beside_its_pass_and_before_it
         tmp_path, monkeypatch):
     """A fan-out's one syncfs runs in the syncer thread while its pass takes the lock and
     admits; the commit waits for it before the journal names any of its jobs."""
-    from qex.submit import submit_many
+    from qex.jobs.submit import submit_many
 
     ctx = view(tmp_path)
     order, real_syncfs = [], fs._syncfs
@@ -287,14 +287,14 @@ def test_a_bulk_submission_flushes_its_directories_beside_its_pass_and_before_it
 
 def _fan_out(ctx, n: int) -> list:
     """The built jobs of an n-line fan-out of `true`."""
-    from qex.submit import Request, build, build_like
+    from qex.jobs.submit import Request, build, build_like
 
     first = build(ctx, Request(command=["true", "0"], mem="10MB"))
     return [first] + [build_like(first, ["true", str(i)], f"true-{i}") for i in range(1, n)]
 
 
 def test_a_failed_flush_of_a_bulk_submission_queues_none_of_its_jobs(tmp_path, monkeypatch):
-    from qex.submit import submit_many
+    from qex.jobs.submit import submit_many
 
     ctx = view(tmp_path)
     monkeypatch.setattr(fs, "_syncfs", lambda fd: -1)

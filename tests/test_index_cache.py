@@ -8,11 +8,11 @@ import signal
 
 import pytest
 
-from qex import engine
-from qex.config import Config
+from qex.queue import engine
+from qex.config.file import Config
 from qex.store import state
 from qex.store.state import LAZY, Store
-from qex.submit import Request, build
+from qex.jobs.submit import Request, build
 
 GB = 1 << 30
 

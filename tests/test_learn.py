@@ -1,11 +1,11 @@
-"""The learner (qex/learn.py) on real files in tmp_path."""
+"""The learner (qex/jobs/learn.py) on real files in tmp_path."""
 
 import json
 import os
 
 import pytest
 
-from qex import learn
+from qex.jobs import learn
 
 MiB = 1 << 20
 CMD = ["python", "train.py", "--epochs", "3"]
@@ -120,7 +120,7 @@ def test_reading_the_store_stays_cheap_for_the_submit_path(tmp_path):
     import sys
 
     teach(tmp_path, "peak", 100 * MiB)
-    code = ("import sys; from qex import learn; "
+    code = ("import sys; from qex.jobs import learn; "
             f"found, _ = learn.claim_for({str(tmp_path)!r}, ['python', 'train.py', '--epochs', '3'], None, 0.2); "
             "assert found, found; "
             "print(sorted(m for m in ('_hashlib', 'hashlib', 'cattrs', 'attrs', 'tomlkit') if m in sys.modules))")

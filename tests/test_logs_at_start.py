@@ -3,7 +3,7 @@ record says 'running' (a script that sees it running opens them), not when it is
 
 import os
 
-from qex import engine
+from qex.queue import engine
 from qex.store.state import LAZY
 from qex.supervisor import run
 from qex.supervisor.memory import Meter

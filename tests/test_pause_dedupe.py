@@ -8,11 +8,14 @@ import time
 
 import pytest
 
-from qex import dedupe, engine, pause, waker
-from qex.config import Config
-from qex.errors import PermissionRefused
+from qex.jobs import dedupe
+from qex.queue import engine
+from qex.queue import pause
+from qex.queue import waker
+from qex.config.file import Config
+from qex.base.errors import PermissionRefused
 from qex.store.state import Store
-from qex.submit import Request, build, submit_many
+from qex.jobs.submit import Request, build, submit_many
 
 GB = 1 << 30
 
@@ -81,7 +84,7 @@ def test_a_timed_pause_ends_at_its_time_not_at_the_pass_that_notices(tmp_path):
 
 
 def test_pause_words_hold_no_changing_number_and_survive_safe_text(tmp_path):
-    from qex.units import safe_text
+    from qex.base.units import safe_text
 
     ctx = make_ctx(tmp_path)
     now = time.time()

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qex import peers
+from qex.users import peers
 from qex.admit import DeviceUse, PeerHold
-from qex.config import Config, PoolDef
-from qex.engine import Context
-from qex.paths import user_name
+from qex.config.file import Config, PoolDef
+from qex.queue.engine import Context
+from qex.base.paths import user_name
 from qex.store.state import Index, Store
 
 GB = 1 << 30
@@ -317,7 +317,7 @@ def test_what_a_record_says_is_what_the_reader_counts(tmp_path_factory, jobs):
 def test_a_pass_waits_for_another_queues_admission_and_then_sees_its_record(tmp_path, peer_dir):
     """A's pass holds the admission lock between reading the peers and
     publishing; B's pass, meanwhile, waits, then counts A's new job."""
-    from qex.submit import Request, build, submit_many
+    from qex.jobs.submit import Request, build, submit_many
 
     a, b = make_ctx(tmp_path, "a"), make_ctx(tmp_path, "b")
     for ctx in (a, b):

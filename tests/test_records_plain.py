@@ -1,6 +1,6 @@
 """The plain forms of the submit path agree with the one declaration of the
 records (the attrs classes of qex.store.records), and the small plain records
-(qex.plain) behave as the attrs classes they replaced."""
+(qex.base.plain) behave as the attrs classes they replaced."""
 
 import json
 import random
@@ -9,8 +9,8 @@ from fractions import Fraction
 import attrs
 import pytest
 
-from qex.config import Percent
-from qex.plain import Factory, Plain
+from qex.config.file import Percent
+from qex.base.plain import Factory, Plain
 from qex.store import records
 
 

@@ -1,14 +1,14 @@
-"""qex.shared in-process: what makes a directory shared, what init refuses."""
+"""qex.users.shared in-process: what makes a directory shared, what init refuses."""
 
 import os
 import stat
 
 import pytest
 
-from qex import shared
-from qex.config import Config
-from qex.engine import Context
-from qex.errors import QexError
+from qex.users import shared
+from qex.config.file import Config
+from qex.queue.engine import Context
+from qex.base.errors import QexError
 from qex.store.state import Store
 
 

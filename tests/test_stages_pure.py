@@ -4,9 +4,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qex import fanout, pipeline, units
-from qex.errors import SpecError
-from qex.jobfile import JobFile
+from qex.jobs import fanout
+from qex.jobs import pipeline
+from qex.base import units
+from qex.base.errors import SpecError
+from qex.jobs.jobfile import JobFile
 
 LINE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\0"), min_size=1)
 PLAIN = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="{}"), max_size=8)
@@ -88,10 +90,10 @@ def test_a_fan_out_line_built_like_the_first_is_what_build_would_make_of_it(tmp_
     its record and spec are ``build``'s, but for the job's own id and submission time."""
     import os
 
-    from qex import engine
-    from qex.config import Config
+    from qex.queue import engine
+    from qex.config.file import Config
     from qex.store.state import Store
-    from qex.submit import Request, build, build_like
+    from qex.jobs.submit import Request, build, build_like
 
     store = Store(str(tmp_path / "state"))
     store.ensure()

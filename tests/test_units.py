@@ -1,11 +1,11 @@
-"""Sizes, durations, cores and names (qex/units.py)."""
+"""Sizes, durations, cores and names (qex/base/units.py)."""
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qex.errors import SpecError
-from qex.units import (
+from qex.base.errors import SpecError
+from qex.base.units import (
     check_name,
     format_cores,
     format_duration,

@@ -1,4 +1,4 @@
-"""When the waker runs a pass (qex.waker._needs_pass): only when a pass could do
+"""When the waker runs a pass (qex.queue.waker._needs_pass): only when a pass could do
 something that no supervisor's end will do anyway."""
 
 import json
@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from qex import waker
+from qex.queue import waker
 from qex.store.lock import hold
 from qex.store.state import Store
 
@@ -95,7 +95,7 @@ def sleeping(ctx, monkeypatch):
     """The waker's sleep with a fake clock, a queue whose changes the test decides
     (``changes(now)``: whether its files changed since the last look), and a record
     of when it read the deadlines."""
-    from qex import peers
+    from qex.users import peers
 
     clock, reads, world = _Clock(), [], {"changes": lambda now: False, "stamp": 0}
     monkeypatch.setattr(waker, "time", clock)

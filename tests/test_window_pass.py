@@ -8,9 +8,9 @@ import os
 import pytest
 
 from qex import admit as A
-from qex import engine
+from qex.queue import engine
 from qex.store.state import LAZY
-from qex.submit import Request, build
+from qex.jobs.submit import Request, build
 from test_index_cache import view
 
 HEAD = 4

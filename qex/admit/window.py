@@ -1,4 +1,4 @@
-"""The admission of a long queue by its head (``qex.engine``'s windowed pass).
+"""The admission of a long queue by its head (``qex.queue.engine``'s windowed pass).
 
 A pass behind a thousand queued jobs gave each of them a verdict and reason
 words, though after the first few they are all the same: the verdict of a job

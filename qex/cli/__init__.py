@@ -26,7 +26,7 @@ def _leave(code: int) -> None:
 
 
 def run(argv: list[str]) -> int:
-    from qex.errors import QexError
+    from qex.base.errors import QexError
 
     try:
         return _dispatch(argv)
@@ -47,7 +47,7 @@ JOB_COMMANDS = ("submit", "run", "pipeline", "rerun", "wait")
 
 
 def _exit_code(argv: list[str], exc) -> int:
-    from qex.errors import ConfigError
+    from qex.base.errors import ConfigError
 
     code = exc.exit_code
     if code not in (1, 121) or not argv:
@@ -77,7 +77,7 @@ def _dispatch(argv: list[str]) -> int:
         argv = ["version"]
     name = argv[0]
     if name not in parser.COMMANDS:
-        from qex.errors import UsageError
+        from qex.base.errors import UsageError
 
         raise UsageError(f"unknown command {name!r}; the commands are: {', '.join(parser.COMMANDS)}")
     built = parser.build(only=name)

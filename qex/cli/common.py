@@ -20,14 +20,14 @@ def print_json(obj) -> None:
 
 
 def context():
-    from qex.engine import Context
+    from qex.queue.engine import Context
 
     return Context.load()
 
 
 def write_id_file(path: str, lines: list[str]) -> None:
     """Write and fsync the id file before any wait begins."""
-    from qex.errors import RefusedError
+    from qex.base.errors import RefusedError
 
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)

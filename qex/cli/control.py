@@ -1,12 +1,12 @@
 """qex kill, cancel, clean."""
 
 from qex.cli.common import context, err, out
-from qex.errors import SpecError
+from qex.base.errors import SpecError
 
 
 def cmd_kill(args) -> int:
-    from qex.control import kill_jobs
-    from qex.resolve import resolve
+    from qex.control.actions import kill_jobs
+    from qex.jobs.resolve import resolve
 
     ctx = context()
     targets = [resolve(ctx.store, w) for w in args.ids]
@@ -36,7 +36,7 @@ def cmd_kill(args) -> int:
 
 
 def cmd_cancel(args) -> int:
-    from qex.control import cancel_jobs
+    from qex.control.actions import cancel_jobs
 
     ctx = context()
     job_ids, in_group = _targets(ctx, args.ids)
@@ -60,7 +60,7 @@ def cmd_cancel(args) -> int:
 
 def _targets(ctx, words: list[str]) -> tuple[list[str], set[str]]:
     """The jobs named by ``words`` in order, once each, and those that came from a group."""
-    from qex.resolve import resolve
+    from qex.jobs.resolve import resolve
 
     job_ids, in_group = [], set()
     for t in (resolve(ctx.store, w) for w in words):
@@ -75,8 +75,8 @@ def _targets(ctx, words: list[str]) -> tuple[list[str], set[str]]:
 def cmd_clean(args) -> int:
     import time
 
-    from qex.control import clean_jobs
-    from qex.resolve import resolve_jobs
+    from qex.control.actions import clean_jobs
+    from qex.jobs.resolve import resolve_jobs
     from qex.store.records import FINAL
 
     ctx = context()
@@ -87,14 +87,14 @@ def cmd_clean(args) -> int:
         job_ids = resolve_jobs(ctx.store, args.ids)
     else:
         job_ids = _select(ctx, args, FINAL, time.time())
-    from qex import groups
+    from qex.jobs import groups
 
     touched = groups.of_jobs(ctx.store, job_ids) if args.ids else None
     removed, refused = clean_jobs(ctx, job_ids)
     if removed or args.auto or args.all:
         groups.prune(ctx, touched)  # a group file goes with its last record (--all/--auto: any left over)
     if args.auto or args.all:
-        from qex.control import sweep_unfinished_dirs
+        from qex.control.actions import sweep_unfinished_dirs
 
         swept = sweep_unfinished_dirs(ctx)
         if swept:
@@ -107,7 +107,7 @@ def cmd_clean(args) -> int:
 
 
 def _select(ctx, args, final_states, now: float) -> list[str]:
-    from qex.units import parse_duration
+    from qex.base.units import parse_duration
 
     older = parse_duration(args.older_than, "--older-than") if args.older_than is not None else None
     if args.auto:

@@ -5,11 +5,11 @@ import select
 import sys
 import time
 
-from qex.errors import UsageError
+from qex.base.errors import UsageError
 
 
 def _options(args):
-    from qex.events import BadSince, parse_since
+    from qex.store.events import BadSince, parse_since
 
     try:
         since = parse_since(args.since)
@@ -20,15 +20,15 @@ def _options(args):
         raise UsageError(f"--count: {args.count} is negative; give the number of job lines to print, or 0")
     limit = None
     if args.timeout is not None:
-        from qex.units import parse_duration
+        from qex.base.units import parse_duration
 
         limit = parse_duration(args.timeout, "--timeout")
     return since, limit
 
 
 def cmd_events(args) -> int:
-    from qex import paths
-    from qex.events import Reader, Watch, render
+    from qex.base import paths
+    from qex.store.events import Reader, Watch, render
     from qex.store import fs
 
     since, limit = _options(args)

@@ -1,7 +1,7 @@
 """qex help TOPIC and qex completions SHELL (generated from the parser)."""
 
 from qex.cli.common import out
-from qex.errors import UsageError
+from qex.base.errors import UsageError
 
 TOPICS = {
     "agents": """\

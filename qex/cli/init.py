@@ -4,7 +4,7 @@ from qex.cli.common import err, out
 
 
 def cmd_init(args) -> int:
-    from qex.shared import init_shared
+    from qex.users.shared import init_shared
 
     done = init_shared(args.shared, args.group)
     verb = "made" if done["created"] else "set up"

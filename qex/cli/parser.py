@@ -33,7 +33,7 @@ class Parser(argparse.ArgumentParser):
     """argparse that exits 2 with one line, not a usage dump, on a bad command line."""
 
     def error(self, message):
-        from qex.errors import UsageError
+        from qex.base.errors import UsageError
 
         raise UsageError(f"{message} (see {self.prog} --help)")
 
@@ -98,7 +98,7 @@ def add_job_options(p) -> None:
 
 def _int(option):
     def parse(text):
-        from qex.errors import SpecError
+        from qex.base.errors import SpecError
 
         try:
             return int(text)

@@ -1,4 +1,4 @@
-"""qex pause and qex resume: parse, call ``qex.pause`` under the lock, print.
+"""qex pause and qex resume: parse, call ``qex.queue.pause`` under the lock, print.
 
 The pause list (``qex pause`` alone) goes to stdout; what a command did goes
 to stderr.
@@ -8,7 +8,7 @@ import os
 import time
 
 from qex.cli.common import become_supervisor_if, context, err, out, print_json
-from qex.errors import UsageError
+from qex.base.errors import UsageError
 
 DRAIN_POLL, NUDGE_EVERY = 0.1, 1.0
 MAX_REASON = 500
@@ -24,7 +24,8 @@ def cmd_pause(args) -> int:
     kind, name = _target(args.what, args.name, "pause")
     secs = _for(args.duration)
     reason = _reason(args.reason)
-    from qex import engine, pause
+    from qex.queue import engine
+    from qex.queue import pause
 
     if kind == "queue":
         pause.check_may_pause_queue(ctx)
@@ -45,7 +46,8 @@ def cmd_pause(args) -> int:
 
 
 def cmd_resume(args) -> int:
-    from qex import engine, pause
+    from qex.queue import engine
+    from qex.queue import pause
 
     ctx = context()
     kind, name = _target(args.what or "queue", args.name, "resume")
@@ -59,7 +61,7 @@ def cmd_resume(args) -> int:
         err(f"qex: {what} is not paused; nothing to resume"
             + (f" (paused: {'; '.join(others)})" if others else " (nothing is paused)"))
         return 1
-    from qex.units import format_duration, safe_text
+    from qex.base.units import format_duration, safe_text
 
     took = f" for {format_duration(now - p.since)}" if p.since else ""
     by = "" if p.broken else f" by {safe_text(p.user)}"
@@ -71,8 +73,8 @@ def cmd_resume(args) -> int:
 # ---- reading the command line --------------------------------------------------
 
 def _target(what: str, name, verb: str) -> tuple[str, str | None]:
-    from qex.pause import valid_name
-    from qex.units import safe_text
+    from qex.queue.pause import valid_name
+    from qex.base.units import safe_text
 
     if what == "queue":
         if name is not None:
@@ -91,8 +93,8 @@ def _target(what: str, name, verb: str) -> tuple[str, str | None]:
 def _for(text) -> float | None:
     if text is None:
         return None
-    from qex.errors import SpecError
-    from qex.units import parse_duration, safe_text
+    from qex.base.errors import SpecError
+    from qex.base.units import parse_duration, safe_text
 
     try:
         secs = parse_duration(text, "--for")
@@ -119,7 +121,7 @@ def _index_jobs(ctx) -> dict:
 
 
 def _show(ctx, as_json: bool) -> int:
-    from qex import pause
+    from qex.queue import pause
 
     now = time.time()
     items = pause.listing(ctx.store, _index_jobs(ctx), now)
@@ -134,8 +136,8 @@ def _show(ctx, as_json: bool) -> int:
 
 
 def _tell_paused(ctx, p, made: bool, jobs: dict) -> None:
-    from qex import pause
-    from qex.units import format_duration, safe_text
+    from qex.queue import pause
+    from qex.base.units import format_duration, safe_text
 
     now = time.time()
     if not made:
@@ -162,7 +164,7 @@ def _tell_paused(ctx, p, made: bool, jobs: dict) -> None:
 
 
 def _busy(jobs: dict, p) -> list[str]:
-    from qex import pause
+    from qex.queue import pause
 
     if p.kind == "lock":
         return pause.holders(jobs, p.name)
@@ -204,7 +206,7 @@ def _drain(ctx, p) -> int:
 
 
 def _still(ctx, p) -> bool:
-    from qex import pause
+    from qex.queue import pause
 
     now = time.time()
     return any(q.path == p.path and q.id == p.id for q in pause.in_force(ctx.store, now))
@@ -216,7 +218,7 @@ def _interrupt(signum, frame):
 
 def _nudge(ctx, busy: list[str]) -> None:
     """A job whose supervisor died holds nothing: a pass notices (no waker runs without queued work)."""
-    from qex import engine
+    from qex.queue import engine
     from qex.store.lock import is_held
 
     if any(not is_held(ctx.store.path(j, "alive.lock")) for j in busy):

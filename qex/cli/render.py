@@ -2,8 +2,8 @@
 
 import time
 
-from qex import outcome
-from qex.units import format_cores, format_duration, format_size, safe_text
+from qex.base import outcome
+from qex.base.units import format_cores, format_duration, format_size, safe_text
 
 
 def plain(text: str, limit: int = 400) -> str:

@@ -5,11 +5,11 @@ import sys
 import time
 
 from qex.cli.common import context, err, out, print_json
-from qex.errors import QexError, SpecError
+from qex.base.errors import QexError, SpecError
 
 
 def cmd_version(args) -> int:
-    from qex.version import VERSION
+    from qex.base.version import VERSION
 
     out(f"qex {VERSION}")
     return 0
@@ -35,7 +35,7 @@ def cmd_list(args) -> int:
     states = _wanted_states(args)
     members = None
     if args.group:
-        from qex.resolve import resolve
+        from qex.jobs.resolve import resolve
 
         target = resolve(store, args.group)
         if not target.is_group:
@@ -138,19 +138,19 @@ def _list_all(store, args, states, cwd) -> int:
 
 
 def cmd_logs(args) -> int:
-    from qex.resolve import resolve
+    from qex.jobs.resolve import resolve
 
     ctx = context()
     target = resolve(ctx.store, args.id)
     if target.is_group:
-        from qex.errors import UsageError
-        from qex.groups import stage_names
+        from qex.base.errors import UsageError
+        from qex.jobs.groups import stage_names
 
         raise UsageError(f"{args.id} is a group; logs reads one job: give one of its jobs "
                          f"({stage_names(ctx.store, target.members)})")
     job_id = target.job
     rec = ctx.store.read_status_dict(job_id)
-    from qex.control import check_owner
+    from qex.control.actions import check_owner
 
     check_owner(ctx, rec, "read the logs of")
     if args.hook:
@@ -195,7 +195,7 @@ def _grep(args):
 
 def _hook_log(ctx, rec: dict, args) -> int:
     """qex logs ID --hook: the hook's output on stdout, the verdict on stderr."""
-    from qex.hook_runner import describe
+    from qex.hooks.runner import describe
 
     if args.follow:
         raise SpecError("--hook reads the stop hook's output once; drop --follow")
@@ -231,22 +231,22 @@ def _print_log(path: str, stream, tail, pattern) -> None:
 
 
 def cmd_info(args) -> int:
-    from qex.info import gather
+    from qex.queue.info import gather
 
     ctx = context()
     info = gather(ctx)
     if args.json:
         print_json(info)
         return 0
-    from qex.info import render
+    from qex.queue.info import render
 
     out(render(info))
     return 0
 
 
 def cmd_config(args) -> int:
-    from qex import machine
-    from qex.config import load_config
+    from qex.base import machine
+    from qex.config.file import load_config
 
     config = load_config()
     cores, mem = machine.cores(), machine.mem_total()
@@ -263,7 +263,7 @@ def cmd_config(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from qex.schema import schema_for
+    from qex.cli.schema import schema_for
 
     print_json(schema_for(args.kind))
     return 0

@@ -19,7 +19,8 @@ def _report(group_id: str, group_name: str, jobs: list[tuple[str, str]], args) -
 
 
 def cmd_pipeline(args) -> int:
-    from qex import engine, pipeline
+    from qex.queue import engine
+    from qex.jobs import pipeline
 
     ctx = context()
     group_id, name, jobs, result, built = pipeline.submit(ctx, args.file)
@@ -32,14 +33,15 @@ def cmd_pipeline(args) -> int:
 
 
 def cmd_rerun(args) -> int:
-    from qex import engine, rerun
-    from qex.errors import SpecError
-    from qex.resolve import resolve
+    from qex.queue import engine
+    from qex.control import rerun
+    from qex.base.errors import SpecError
+    from qex.jobs.resolve import resolve
 
     ctx = context()
     target = resolve(ctx.store, args.id)
     if target.is_group:
-        from qex.groups import stage_names
+        from qex.jobs.groups import stage_names
 
         raise SpecError(f"{args.id} is a group; rerun takes one job: give one of its jobs "
                         f"({stage_names(ctx.store, target.members)}), or submit the pipeline again")
@@ -56,7 +58,9 @@ def cmd_rerun(args) -> int:
 
 def cmd_each_line(args) -> int:
     """qex submit --each-line: validate every line, then queue every job in one lock hold."""
-    from qex import engine, fanout, groups
+    from qex.queue import engine
+    from qex.jobs import fanout
+    from qex.jobs import groups
 
     ctx = context()
     group_id, name, lines, built = fanout.prepare(ctx, args)

@@ -3,12 +3,12 @@
 import os
 
 from qex.cli.common import become_supervisor_if, command_after_dashes, context, err, out, print_json, write_id_file
-from qex.errors import SpecError
+from qex.base.errors import SpecError
 
 
 def request_from_args(args, ctx):
     """A Request from the command line, on top of a job file when --job is given."""
-    from qex.submit import Request
+    from qex.jobs.submit import Request
 
     req = Request(command=command_after_dashes(args.argv))
     if args.job:
@@ -31,7 +31,7 @@ def request_from_args(args, ctx):
     req.needs += _split_ids(args.needs)
     req.after += _split_ids(args.after)
     if req.needs or req.after:
-        from qex.resolve import resolve_dependencies
+        from qex.jobs.resolve import resolve_dependencies
 
         req.needs = resolve_dependencies(ctx, req.needs, "--needs")
         req.after = resolve_dependencies(ctx, req.after, "--after")
@@ -43,13 +43,13 @@ def _split_ids(values: list[str]) -> list[str]:
 
 
 def _apply_job_file(req, path: str) -> None:
-    from qex import jobfile
+    from qex.jobs import jobfile
 
     apply_job(req, jobfile.load(path), path)
 
 
 def apply_job(req, job, path: str) -> None:
-    """What a job file (or a pipeline stage, qex.pipeline) says, put into ``req``."""
+    """What a job file (or a pipeline stage, qex.jobs.pipeline) says, put into ``req``."""
     command = job.command
     if isinstance(command, str):
         import shlex
@@ -91,7 +91,7 @@ def _claim_text(name: str, value, path: str) -> str:
 
 
 def _submit_one(args, ctx, leaving: bool = False):
-    from qex.submit import build, submit_many
+    from qex.jobs.submit import build, submit_many
 
     req = request_from_args(args, ctx)
     built = build(ctx, req)
@@ -99,7 +99,7 @@ def _submit_one(args, ctx, leaving: bool = False):
         err(f"qex: warning: {warning}")
     checker = None
     if req.dedupe_key is not None:
-        from qex.dedupe import checker_for
+        from qex.jobs.dedupe import checker_for
 
         checker = checker_for(ctx, req)
     ids, result = submit_many(ctx, [built], on_locked=checker, early=leaving)
@@ -109,11 +109,11 @@ def _submit_one(args, ctx, leaving: bool = False):
 def _say_what_happened(ctx, job_id: str, hit) -> None:
     """On stderr: the job that holds the key, or the pause the new job waits for."""
     if hit is not None:
-        from qex.dedupe import describe
+        from qex.jobs.dedupe import describe
 
         err(f"qex: {describe(hit)}")
         return
-    from qex.pause import submission_note
+    from qex.queue.pause import submission_note
 
     note = submission_note(ctx, job_id)
     if note:
@@ -121,10 +121,10 @@ def _say_what_happened(ctx, job_id: str, hit) -> None:
 
 
 def cmd_submit(args) -> int:
-    from qex import engine
-    from qex.supervisor.cgroup import warm
+    from qex.queue import engine
+    from qex.linux.cgroup import warm
 
-    warm()  # the first cgroup move's wait runs beside this submission (qex.supervisor.cgroup.warm)
+    warm()  # the first cgroup move's wait runs beside this submission (qex.linux.cgroup.warm)
 
     if args.each_line is not None or args.max_jobs is not None:
         if args.each_line is None:
@@ -159,13 +159,13 @@ def cmd_submit(args) -> int:
 def _wait_limit(args):
     if getattr(args, "wait_timeout", None) is None:
         return None
-    from qex.units import parse_duration
+    from qex.base.units import parse_duration
 
     return parse_duration(args.wait_timeout, "--wait-timeout")
 
 
 def cmd_run(args) -> int:
-    from qex import engine
+    from qex.queue import engine
     from qex.cli import wait as waiting
 
     if args.each_line is not None:
@@ -191,7 +191,7 @@ def cmd_run(args) -> int:
 def _follow_holder(ctx, job_id: str) -> int:
     import signal
 
-    from qex import outcome
+    from qex.base import outcome
     from qex.cli import wait as waiting
 
     old = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -224,7 +224,7 @@ class _Stopper:
             err("qex: stopped waiting; the job is being stopped")
             os._exit(125)
         err("qex: stopping the job (Ctrl-C again to stop waiting)")
-        from qex.control import kill_jobs
+        from qex.control.actions import kill_jobs
 
         try:
             kill_jobs(self.ctx, [self.job_id], wait=False)

@@ -4,7 +4,7 @@ import signal
 import sys
 import time
 
-from qex import outcome
+from qex.base import outcome
 from qex.cli.common import become_supervisor_if, context, err, out, print_json
 from qex.store.records import FINAL
 
@@ -67,7 +67,8 @@ def await_final(ctx, job_ids: list[str], limit: float | None, first: bool = Fals
 
 def _nudge(ctx, pending: list[str]) -> None:
     """A running job whose supervisor died, or queued work with no waker: run a pass."""
-    from qex import engine, waker
+    from qex.queue import engine
+    from qex.queue import waker
     from qex.store.lock import is_held
 
     need = False
@@ -151,13 +152,13 @@ def _limit(args):
     text = getattr(args, "timeout", None)
     if text is None:
         return None
-    from qex.units import parse_duration
+    from qex.base.units import parse_duration
 
     return parse_duration(text, "--timeout")
 
 
 def cmd_wait(args) -> int:
-    from qex.resolve import resolve_jobs
+    from qex.jobs.resolve import resolve_jobs
 
     ctx = context()
     job_ids = resolve_jobs(ctx.store, args.ids)
@@ -189,7 +190,7 @@ def cmd_wait(args) -> int:
 def _wait_notes():
     """What `qex wait` says on stderr as records change: an attempt that ended out
     of memory, and a job that waits for a pause (the queue, or a lock a person holds)."""
-    from qex.pause import WaitNotes
+    from qex.queue.pause import WaitNotes
 
     attempts, pauses = AttemptNotes(), WaitNotes(err)
 
@@ -200,13 +201,13 @@ def _wait_notes():
 
 
 def cmd_status(args) -> int:
-    from qex.resolve import resolve
+    from qex.jobs.resolve import resolve
 
     ctx = context()
     target = resolve(ctx.store, args.id)
     if args.follow:
         if target.is_group:
-            from qex.errors import SpecError
+            from qex.base.errors import SpecError
 
             raise SpecError(f"--follow reads one job; {args.id} is a group of {len(target.members)}")
         return follow(ctx, target.job, _limit(args))
@@ -220,7 +221,7 @@ def cmd_status(args) -> int:
     index = ctx.store.read_index_jobs()
     records = [ctx.store.read_live(j, index) for j in target.members]
     if args.show_env:
-        from qex.control import check_owner
+        from qex.control.actions import check_owner
 
         for rec in records:  # refuse before printing anything
             check_owner(ctx, rec, "read the environment of")
@@ -244,7 +245,7 @@ def cmd_status(args) -> int:
 
 
 def _show_env(ctx, rec: dict) -> None:
-    from qex.control import check_owner
+    from qex.control.actions import check_owner
 
     check_owner(ctx, rec, "read the environment of")
     spec = ctx.store.read_spec(rec["id"])

@@ -10,9 +10,9 @@ import json
 import os
 import stat
 
-from qex.errors import StoreError
+from qex.base.errors import StoreError
 
-_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -396,7 +396,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = Tru
 
 
 def _hit(point: str) -> None:
-    from qex import faults
+    from qex.base import faults
 
     faults.hit(point)
 
@@ -552,7 +552,7 @@ def check_state_dir(path: str) -> None:
     if shared:
         return
     if st.st_uid != os.getuid():
-        from qex.paths import user_name
+        from qex.base.paths import user_name
 
         raise StoreError(f"the state directory {path} belongs to {user_name(st.st_uid)}, not to you "
                          f"({user_name()}); set QEX_STATE_DIR to a directory of your own "

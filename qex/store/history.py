@@ -35,7 +35,7 @@ from qex.store.records import FINAL
 
 HISTORY = "history.jsonl"
 ERROR_CHARS = 240  # a list row shows at most 160 characters of the error
-_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 _LINE = rb'^\{"seq":(\d+),"id":"([0-9A-Za-z_.-]+)",'  # how line_of starts a line
 
 
@@ -204,7 +204,7 @@ def _append_locked(store, lines: list[bytes]) -> None:
     finally:
         os.close(fd)
     if _CRASH:
-        from qex import faults
+        from qex.base import faults
 
         faults.hit("history.after_append")
 
@@ -226,7 +226,7 @@ def _whole_end(fd: int, size: int) -> int:
 
 def _torn(fd: int, data: bytes) -> None:
     """Crash point history.torn: write part of the append, then die."""
-    from qex import faults
+    from qex.base import faults
 
     if faults.due("history.torn"):
         os.write(fd, data[: max(1, len(data) // 2)])
@@ -281,7 +281,7 @@ def listing(store, active: dict, on_broken) -> tuple[list[tuple], list[dict]]:
     a record only for a job that neither the history nor the active index names (a job
     being submitted right now, or one the history missed).
     """
-    from qex.errors import QexError
+    from qex.base.errors import QexError
     from qex.store.state import BrokenRecord
 
     try:

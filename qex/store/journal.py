@@ -13,7 +13,7 @@ import os
 JOURNAL = "journal.jsonl"
 ROTATED = "journal.1.jsonl"
 DEFAULT_MAX_BYTES = 8 << 20
-_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 
 
 def new_stream() -> str:
@@ -130,7 +130,7 @@ RESERVE_PAST = 2 << 20  # reserved past the rotation size: the append that cross
 
 def _torn(fd: int, data: bytes) -> None:
     """Crash point journal.torn: write half of the append, then die."""
-    from qex import faults
+    from qex.base import faults
 
     if faults.due("journal.torn"):
         os.write(fd, data[: len(data) // 2])
@@ -143,7 +143,7 @@ def read_from(path: str, offset: int) -> tuple[list[dict], int]:
     A last line without its newline is a write that died half-way: it is not
     an event and is left out (the next append truncates nothing; see ``trim``).
     """
-    from qex.errors import StoreError
+    from qex.base.errors import StoreError
     from qex.store import fs
 
     try:
@@ -198,7 +198,7 @@ def read_committed(path: str, offset: int, info: dict | None = None,
     from its start, and ``info["other"]`` says so. Skipping it would lose its events,
     and the seqs of those events would be given again.
     """
-    from qex.errors import StoreError
+    from qex.base.errors import StoreError
     from qex.store import fs
 
     try:

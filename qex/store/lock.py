@@ -14,7 +14,7 @@ import fcntl
 import os
 import stat
 
-from qex.errors import StoreError
+from qex.base.errors import StoreError
 
 
 class Busy(Exception):

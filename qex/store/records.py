@@ -14,7 +14,7 @@ the submit path needs only the plain forms below, ``status_defaults()`` and
 ``NewSpec``, which tests/test_records_plain.py checks against the classes.
 """
 
-from qex.plain import Factory, Plain
+from qex.base.plain import Factory, Plain
 
 FORMAT = 1
 
@@ -147,7 +147,7 @@ def _declare() -> None:
         oom_evidence: str | None = None
         template: tuple[str, ...] | None = None   # a fan-out job: its command with {} (the learner's key)
         rerun_of: str | None = None               # qex rerun: the job this one repeats
-        peer_lock: str | None = None    # this job's liveness file in the peer directory (qex.peers)
+        peer_lock: str | None = None    # this job's liveness file in the peer directory (qex.users.peers)
 
         @property
         def final(self) -> bool:
@@ -198,7 +198,7 @@ def status_defaults() -> dict:
 
 class NewSpec(Plain):
     """The spec of a job being submitted: ``Spec``'s fields, as a plain record
-    (``qex.submit`` makes one per job without attrs). ``as_json()`` is what
+    (``qex.jobs.submit`` makes one per job without attrs). ``as_json()`` is what
     ``Store.create_job_dir`` writes to spec.json; a test checks that it equals
     ``attrs.asdict`` of the same ``Spec``."""
 

@@ -22,7 +22,7 @@ import json
 import os
 import time
 
-from qex.errors import NoSuchJob, QexError, StoreError
+from qex.base.errors import NoSuchJob, QexError, StoreError
 from qex.store import check, fs, history, journal
 from qex.store.lock import StateLock
 from qex.store.records import ACTIVE
@@ -36,12 +36,12 @@ KEPT_REPLAY_BYTES = 1 << 20  # a kept index is taken while the journal grew less
 #                             supervisor reads the file rather than replay the day's journal)
 _HEAD_BYTES = 512    # enough for the counters at the start of the index file (Store._saved_elsewhere)
 _MARK_BYTES = 128    # the first bytes of the journal that tell one journal file from another (Store._journal_mark)
-_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 _APPLIED_WIDTH = 128  # the line in the lock file (Store._applied_upto)
 
 
 def _boot_id() -> str:
-    from qex.machine import boot_id
+    from qex.base.machine import boot_id
 
     return boot_id()
 
@@ -73,7 +73,7 @@ class Index:
         self.saved_at = float(data.get("saved_at", 0.0))  # when the file was written
         self.saved_seq = self.seq                          # the seq the file has
         self.touched: set[str] = set()  # jobs whose entry was put or dropped since ``view`` last looked
-        self.view = None  # the engine's queue in admission order (qex.queueview), built on first use
+        self.view = None  # the engine's queue in admission order (qex.queue.queueview), built on first use
         # the status.json of each active job this process's commits wrote last, as written: a pass
         # of the process that keeps this index reads it here, not from the file, unless an event of
         # another process's commit for that job was replayed since (``Txn.record``, ``cached_record``)
@@ -135,7 +135,7 @@ def live_reason(rec: dict, entry: dict) -> dict:
 
 
 class Store:
-    # A shared state directory (qex init --shared; see qex.shared) gives the
+    # A shared state directory (qex init --shared; see qex.users.shared) gives the
     # group what other users' passes need; ``ensure`` finds out which it is.
     shared = False
     owner_uid: int | None = None
@@ -201,7 +201,7 @@ class Store:
         fs.ensure_private_dir(self.root)
         fs.check_state_dir(self.root)
         fs.ensure_private_dir(self.jobs)
-        from qex import shared
+        from qex.users import shared
 
         shared.learn(self)
 
@@ -751,7 +751,7 @@ class Store:
                     os.close(fd)
                     fd = -1
             if self.shared:
-                from qex import shared
+                from qex.users import shared
 
                 shared.open_job_dir(tmp)
             os.rename(tmp, final)

@@ -80,7 +80,7 @@ def finish() -> None:
     passed = marshal.loads(passed)
     interrupt.requested = ended["requested"]
     signal.pthread_sigmask(signal.SIG_UNBLOCK, watch.STOP_SIGNALS)
-    from qex.engine import Launch
+    from qex.queue.engine import Launch
 
     launch = Launch(*passed["launch"])
     ctx = _context(passed["root"])
@@ -110,10 +110,11 @@ class _Rusage:
 
 
 def _context(root: str):
-    from qex import machine, paths
-    from qex.config import Config, load_config
-    from qex.engine import Context
-    from qex.errors import QexError
+    from qex.base import machine
+    from qex.base import paths
+    from qex.config.file import Config, load_config
+    from qex.queue.engine import Context
+    from qex.base.errors import QexError
     from qex.store.state import Store
 
     store = Store(root)
@@ -128,7 +129,7 @@ def _context(root: str):
 
 
 def _meter(state: dict | None):
-    from qex.supervisor import cgroup
+    from qex.linux import cgroup
     from qex.supervisor.memory import Meter
 
     meter = Meter()

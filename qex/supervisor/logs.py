@@ -249,7 +249,7 @@ class Sink:
         return (b"" if head_nl else b"\n") + text.encode()
 
     def _final_marker(self) -> bytes:
-        from qex.units import format_size
+        from qex.base.units import format_size
 
         s = self.state
         what = self.label or "the output"

@@ -1,7 +1,7 @@
 """Memory in the supervisor: measure each attempt, attribute an OOM kill, answer it.
 
 ``Meter`` measures one attempt: a per-job memory cgroup where the machine
-allows it (``qex.supervisor.cgroup``), else ``getrusage`` and the machine's
+allows it (``qex.linux.cgroup``), else ``getrusage`` and the machine's
 ``oom_kill`` counter. The evidence it reports is never more than it has:
 
 - ``cgroup``: the kernel counted an OOM kill in the job's own cgroup during
@@ -20,7 +20,7 @@ is taught (a completed attempt's peak; an OOM attempt's floor).
 import _signal as signal  # the C module (see qex.supervisor.run)
 import os
 
-from qex.supervisor import cgroup
+from qex.linux import cgroup
 
 
 class Meter:
@@ -150,7 +150,7 @@ def settle(ctx, current: dict, outcome: dict, lessons: list | None = None) -> di
 
 
 def _answer_oom(ctx, current: dict, outcome: dict) -> dict | None:
-    from qex.units import format_size
+    from qex.base.units import format_size
 
     claims = current.get("claims") or {}
     claim = int(claims.get("mem") or 0)
@@ -203,7 +203,7 @@ def _lesson(ctx, current: dict, outcome: dict) -> tuple | None:
 
 def teach(ctx, lessons: list) -> None:
     """Teach the learner lessons (``_lesson``) under its own lock, in one write."""
-    from qex import learn
+    from qex.jobs import learn
 
     try:
         note = learn.teach(ctx.store.root, lessons, mode=ctx.store.file_mode)

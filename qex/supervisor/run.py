@@ -12,18 +12,18 @@ import os
 import stat
 import time
 
-from qex import engine
-from qex.engine import Context, Launch
-from qex.errors import StoreError
+from qex.queue import engine
+from qex.queue.engine import Context, Launch
+from qex.base.errors import StoreError
 from qex.store import fs
 from qex.store.state import LAZY
-from qex.supervisor import cgroup
+from qex.linux import cgroup
 from qex.supervisor.memory import Meter, settle
 
 KILL_GRACE = float(os.environ.get("QEX_KILL_GRACE", "5"))
 DRAIN_AFTER_EXIT = 2.0
 RUNNING_AFTER = 0.02  # the longest a spawned job waits for its 'running' record while the lock is busy
-_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.faults); off in normal use
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "GOMAXPROCS", "JULIA_NUM_THREADS")
 
@@ -342,7 +342,7 @@ def _write_pid_line(proc) -> None:
     was ~0.35 ms of each spawn here."""
     line, proc.pid_line = proc.pid_line, None
     if line is not None:
-        from qex.machine import process_start_time
+        from qex.base.machine import process_start_time
 
         path, mode, note = line
         _write_pid_file(path, proc.pid, process_start_time(proc.pid), mode, note)
@@ -441,7 +441,7 @@ _OWN_START: list = []  # (pid, start time) of this supervisor, for the intent li
 def _own_start() -> str:
     pid = os.getpid()
     if not _OWN_START or _OWN_START[0][0] != pid:
-        from qex.machine import process_start_time
+        from qex.base.machine import process_start_time
 
         _OWN_START[:] = [(pid, process_start_time(pid))]
     start = _OWN_START[0][1]
@@ -563,7 +563,7 @@ def resume(ctx: Context, launch: Launch, interrupt: Interrupt, ended) -> None:
 
 def _log_limit(config) -> tuple[int | None, str]:
     """``[logs] max_bytes`` as read when the job starts, and the words the marker uses."""
-    from qex.units import format_size
+    from qex.base.units import format_size
 
     limit = config.logs_max_bytes
     if not limit:
@@ -602,7 +602,7 @@ def _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplet
                             else "stopped because its supervisor received SIGTERM")
     elif stop_reason == "timeout":
         outcome["state"] = "timeout"
-        from qex.units import format_duration
+        from qex.base.units import format_duration
 
         outcome["error"] = f"stopped after its --timeout of {format_duration(rec['timeout'])}"
     elif oom_evidence is not None:
@@ -670,7 +670,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
                 # one job to the next of the same claims rewrites nothing in the peer directory.
                 txn.peer_reuse = (launch.peer_fd, launch.peer_lock)
             if final.get("dedupe_key"):
-                from qex import dedupe
+                from qex.jobs import dedupe
 
                 dedupe.remember_locked(ctx.store, final)
 
@@ -759,7 +759,7 @@ def _print_exc() -> None:
 
 
 def _hit(point: str) -> None:
-    from qex import faults
+    from qex.base import faults
 
     faults.hit(point)
 
@@ -773,7 +773,7 @@ def _close_and_end(launch: Launch, ctx: Context | None = None) -> None:
     """Let go of the job's locks: the peer lock first (its file removed: the
     record no longer lists the job), then the liveness lock."""
     if launch.peer_fd >= 0 or launch.peer_lock:
-        from qex import peers
+        from qex.users import peers
 
         if ctx is not None:
             peers.release_job_lock(ctx, launch.peer_fd, launch.peer_lock)

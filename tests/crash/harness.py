@@ -1,7 +1,7 @@
 """The crash harness: random rounds of real qex commands while qex processes die.
 
 One round starts a few qex commands at once (picked from ``OPERATIONS``), some
-of them armed with a crash point (``QEX_CRASH_AT``, see qex/faults.py), and
+of them armed with a crash point (``QEX_CRASH_AT``, see qex/base/faults.py), and
 SIGKILLs random qex processes — commands, supervisors, wakers — at random
 instants. Then it waits (bounded) for every job to end and every qex process
 to leave, and runs the invariant checker (invariants.py) on the state
@@ -132,7 +132,7 @@ class Harness:
             if call is None:
                 continue
             if rng.random() < self.crash_rate:
-                from qex.faults import POINTS
+                from qex.base.faults import POINTS
 
                 call.crash = f"{rng.choice(POINTS)}:{rng.randint(1, 3)}"
                 self.crashes_armed += 1
@@ -376,7 +376,7 @@ def _check_run(h, call) -> list[str]:
 
 
 def _run_matches_record(h, call, view) -> list[str]:
-    from qex import outcome
+    from qex.base import outcome
 
     rec = view.records.get(call.job_id)
     if rec is None:

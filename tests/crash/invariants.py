@@ -371,7 +371,7 @@ def check_index(view: View) -> list[str]:
             continue  # the next pass rewrites this entry from the event
         want = entry_of(view.records[job_id])
         # The words of a waiting job's reason live in the index (a new kind of wait, its holder,
-        # is journaled into the record; new words for the same kind are not: qex.engine._set_reasons).
+        # is journaled into the record; new words for the same kind are not: qex.queue.engine._set_reasons).
         got = {**jobs[job_id], "reason": want["reason"]} if want["state"] == "queued" else jobs[job_id]
         if got != want:
             diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))

@@ -1,5 +1,5 @@
 """One crash point at a time: the faults the random harness found, pinned down so
-that each stays fixed (QEX_CRASH_AT, see qex/faults.py)."""
+that each stays fixed (QEX_CRASH_AT, see qex/base/faults.py)."""
 
 import json
 import os
@@ -51,7 +51,7 @@ def test_a_submission_whose_commit_dies_never_lets_its_early_supervisor_start_th
     runs, mark, job = _submission_dying_at(q, "commit.after_journal")
     q.wait_for(lambda: not q.processes(), what="the early supervisor to leave")
     assert _runs(runs) == {}
-    from qex.supervisor import cgroup
+    from qex.linux import cgroup
 
     where = cgroup.here()  # (the supervisor made the job's cgroup before the byte: it removed it)
     assert where is None or not [n for n in os.listdir(where[1]) if cgroup.job_of(n) == job]
@@ -138,7 +138,7 @@ def test_a_supervisor_that_dies_just_before_the_spawn_leaves_a_job_that_is_never
 
 
 def test_a_job_spawned_by_a_supervisor_that_died_before_its_pid_line_is_stopped_by_its_cgroup(q):
-    from qex.supervisor import cgroup
+    from qex.linux import cgroup
 
     probe, why = cgroup.create("0193f7a2-0000-7000-8000-00000000dead", 1)
     if probe is None:

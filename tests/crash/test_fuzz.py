@@ -41,9 +41,9 @@ GOOD = {"command": ["true"], "name": "j1", "tags": ["a"], "priority": 1, "timeou
 
 
 def _ctx(tmp_path, config_text: str = ""):
-    from qex import machine
-    from qex.config import load_config
-    from qex.engine import Context
+    from qex.base import machine
+    from qex.config.file import load_config
+    from qex.queue.engine import Context
     from qex.store.state import Store
 
     config = tmp_path / "qex.toml"
@@ -111,8 +111,8 @@ def _damage_bytes(draw, data: bytes) -> bytes:
 @given(doc=job_documents(), ext=st.sampled_from((".json", ".yaml", ".toml")), data=st.data())
 def test_any_job_file_is_a_job_or_a_clear_refusal(tmp_path, doc, ext, data):
     from qex.cli.submit import _apply_job_file
-    from qex.errors import QexError
-    from qex.submit import Request, build
+    from qex.base.errors import QexError
+    from qex.jobs.submit import Request, build
 
     raw = _serialize(doc, ext)
     assume(raw is not None)
@@ -162,9 +162,9 @@ def config_texts(draw):
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(raw=config_texts())
 def test_any_config_is_a_config_or_a_clear_refusal_naming_the_file(tmp_path, raw):
-    from qex import machine
-    from qex.config import load_config
-    from qex.errors import ConfigError
+    from qex.base import machine
+    from qex.config.file import load_config
+    from qex.base.errors import ConfigError
 
     path = tmp_path / "qex.toml"
     path.write_bytes(raw)
@@ -206,9 +206,9 @@ def damaged_json(draw, base):
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(raw=damaged_json(_base_record()))
 def test_a_damaged_status_json_is_read_or_refused_with_the_remedy(tmp_path, raw):
-    from qex import outcome
+    from qex.base import outcome
     from qex.cli.render import describe, list_row
-    from qex.errors import QexError
+    from qex.base.errors import QexError
     from qex.store.state import Store
 
     store = Store(str(tmp_path / "state"))
@@ -242,10 +242,10 @@ def _index_with(entry_damage):
 @given(raw=damaged_json(_index_with(None)), journal=st.lists(st.binary(max_size=60) | JSON_VALUES.map(
     lambda v: json.dumps(v).encode()), max_size=4))
 def test_a_damaged_index_or_journal_is_rebuilt_or_skipped_never_a_traceback(tmp_path, raw, journal):
-    from qex.engine import Context, Txn, admit_locked
-    from qex import machine
-    from qex.config import load_config
-    from qex.errors import QexError
+    from qex.queue.engine import Context, Txn, admit_locked
+    from qex.base import machine
+    from qex.config.file import load_config
+    from qex.base.errors import QexError
     from qex.store.state import Store
 
     store = Store(str(tmp_path / "state"))

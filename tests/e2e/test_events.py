@@ -17,8 +17,8 @@ FINAL = {"completed", "failed", "killed", "timeout", "oom", "expired", "cancelle
 SUBMIT_MANY = """
 import sys
 from qex.cli.common import become_supervisor_if, context
-from qex import engine
-from qex.submit import Request, build, submit_many
+from qex.queue import engine
+from qex.jobs.submit import Request, build, submit_many
 ctx = context()
 n, batch = int(sys.argv[1]), int(sys.argv[2])
 for start in range(0, n, batch):

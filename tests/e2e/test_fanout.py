@@ -250,7 +250,7 @@ def test_a_drain_s_supervisor_teaches_the_learner_every_run_it_saw(q):
     template = ["python3", "-c", "import sys; data = b'x' * (int(sys.argv[1]) << 20)", "{}"]
     group, _ = fan_out(q, write(q, "sizes.txt", "20\n30\n40\n"), "--", *template)
     assert q.run("wait", group).returncode == 0
-    from qex import learn
+    from qex.jobs import learn
 
     def samples():
         try:

@@ -17,7 +17,7 @@ import pytest
 
 from e2e_helpers import submit_wait_with_refused_move
 
-from qex.supervisor import cgroup
+from qex.linux import cgroup
 
 MiB = 1 << 20
 PY = sys.executable

@@ -81,7 +81,7 @@ def test_a_peer_whose_qex_processes_were_all_killed_stops_counting(world):
 def test_a_planted_symlink_is_never_followed_and_a_fifo_never_hangs_a_command(world, users):
     if users is None:
         pytest.skip("needs two real users (root): the symlink must belong to another user")
-    from qex import peers
+    from qex.users import peers
 
     a, b = world.actor(0), world.actor(1)
     victim = os.path.join(world.dir, "victim.txt")  # a file of user A

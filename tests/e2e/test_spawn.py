@@ -12,7 +12,7 @@ import pytest
 
 from e2e_helpers import gated, open_gate, proc_stat, submit_wait_with_refused_move
 
-from qex.supervisor import cgroup
+from qex.linux import cgroup
 
 PY = sys.executable
 
@@ -232,7 +232,7 @@ def _session(pid: int) -> int:
 def test_a_submission_that_leaves_at_once_forks_its_supervisor_once(q):
     """`qex submit` without --wait exits as soon as it has printed the id: its
     supervisor, forked once, is orphaned at once (as a double fork's is) and leads
-    a session of its own (qex.engine.launch_all, leaving)."""
+    a session of its own (qex.queue.engine.launch_all, leaving)."""
     job = q.submit("--", *gated(q, "go"))
     rec = q.wait_state(job, "running")
     sup = rec["supervisor_pid"]

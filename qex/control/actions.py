@@ -1,0 +1,208 @@
+"""kill, cancel and clean: the decisions, made under the lock; the CLI prints."""
+
+import os
+import signal
+import time
+
+from qex.queue import engine
+from qex.base.errors import PermissionRefused
+from qex.store.lock import is_held
+from qex.store.records import FINAL
+
+
+def check_owner(ctx, rec_or_entry: dict, verb: str) -> None:
+    """No user can kill, cancel or clean another user's job (root excepted)."""
+    uid = rec_or_entry.get("uid")
+    if ctx.uid != 0 and uid is not None and uid != ctx.uid:
+        owner = rec_or_entry.get("owner") or uid
+        raise PermissionRefused(f"job {rec_or_entry.get('id', '')[:8]} belongs to {owner}; "
+                                f"only its owner (or root) can {verb} it")
+
+
+def _owned_active(ctx, txn, job_id: str, verb: str, answer: dict) -> dict | None:
+    """The index entry of an active job the caller may act on; an ended job is
+    answered "ended:<state>" and gives None; another user's job is refused."""
+    entry = txn.idx.jobs.get(job_id)
+    if entry is None:
+        answer[job_id] = f"ended:{txn.record(job_id).get('state')}"
+        return None
+    check_owner(ctx, {**entry, "id": job_id}, verb)
+    return entry
+
+
+def kill_jobs(ctx, job_ids: list[str], wait: bool = True, cancel_queued: bool = False) -> dict[str, str]:
+    """Mark each running job killed-on-request, then signal its supervisor.
+
+    Returns, per id: "killed" (or the final state it reached), "queued" (use
+    cancel), "cancelled" (a queued group member), or "ended:<state>".
+    """
+    def mark(txn):
+        answer = {}
+        for job_id in job_ids:
+            entry = _owned_active(ctx, txn, job_id, "kill", answer)
+            if entry is None:
+                continue
+            if entry["state"] == "queued":
+                if cancel_queued:
+                    _cancel(txn, job_id, "cancelled: its group was killed")
+                    answer[job_id] = "cancelled"
+                else:
+                    answer[job_id] = "queued"
+                continue
+            txn.update(job_id, change="reason", kill_requested=True)
+            answer[job_id] = "signal"
+        return answer
+
+    result = engine.run_pass(ctx, mark)
+    answer = result.value
+    for job_id, what in answer.items():
+        if what == "signal":
+            _signal_supervisor(ctx, job_id)
+    from qex.cli.common import become_supervisor_if
+
+    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    if wait:
+        _await_final(ctx, [j for j, w in answer.items() if w == "signal"], answer)
+    return answer
+
+
+def _signal_supervisor(ctx, job_id: str) -> None:
+    try:
+        rec = ctx.store.read_status_dict(job_id)
+    except Exception:
+        return
+    pid = rec.get("supervisor_pid")
+    if pid and is_held(ctx.store.path(job_id, "alive.lock")):
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except OSError:
+            pass
+
+
+def _await_final(ctx, job_ids: list[str], answer: dict) -> None:
+    from qex.supervisor.run import KILL_GRACE
+
+    deadline = time.time() + KILL_GRACE + 5
+    pending = set(job_ids)
+    while pending and time.time() < deadline:
+        for job_id in list(pending):
+            try:
+                state = ctx.store.read_status_dict(job_id).get("state")
+            except Exception:
+                state = None
+            if state in FINAL:
+                answer[job_id] = state
+                pending.discard(job_id)
+            elif state == "starting":
+                _signal_supervisor(ctx, job_id)
+        if pending:
+            time.sleep(0.02)
+    for job_id in pending:
+        answer[job_id] = "signalled"
+
+
+def _cancel(txn, job_id: str, why: str) -> None:
+    txn.update(job_id, state="cancelled", ended_at=time.time(), error=why,
+               blocked_reason=None, blocked_holder=None)
+
+
+def cancel_jobs(ctx, job_ids: list[str]) -> dict[str, str]:
+    """Take queued jobs out: "cancelled", "running" (use kill) or "ended:<state>"."""
+    def mark(txn):
+        answer = {}
+        for job_id in job_ids:
+            entry = _owned_active(ctx, txn, job_id, "cancel", answer)
+            if entry is None:
+                continue
+            if entry["state"] != "queued":
+                answer[job_id] = "running"
+                continue
+            _cancel(txn, job_id, f"cancelled by {ctx.user}")
+            answer[job_id] = "cancelled"
+        return answer
+
+    result = engine.run_pass(ctx, mark)
+    from qex.cli.common import become_supervisor_if
+
+    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    return result.value
+
+
+def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Remove the directories of ended jobs. Returns (removed, refused: id -> why)."""
+    import shutil
+
+    removed, refused, trash = [], {}, []
+    with ctx.store.lock():
+        idx = ctx.store.load_index_locked()
+        for job_id in job_ids:
+            if job_id in idx.jobs:
+                refused[job_id] = f"it is {idx.jobs[job_id]['state']}; kill or cancel it first"
+                continue
+            try:
+                rec = ctx.store.read_status_dict(job_id)
+                check_owner(ctx, rec, "clean")
+            except PermissionRefused as exc:
+                refused[job_id] = str(exc)
+                continue
+            except Exception:
+                rec = None  # a broken record may always be cleaned by whoever can
+            _remove_cgroup(ctx, job_id)
+            hidden = os.path.join(ctx.store.jobs, f".clean-{job_id}")
+            try:
+                os.rename(ctx.store.job_dir(job_id), hidden)
+            except OSError as exc:
+                refused[job_id] = exc.strerror or str(exc)
+                continue
+            trash.append(hidden)
+            removed.append(job_id)
+        if removed:
+            from qex.store import history
+
+            history.forget_locked(ctx.store, removed)  # qex list shows no cleaned job
+        _sweep_cgroups(ctx, idx, removed)
+    for path in trash:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed, refused
+
+
+def _remove_cgroup(ctx, job_id: str) -> None:
+    """An ended job's memory cgroup goes with its record (if a process it left keeps it, it stays)."""
+    from qex.linux import cgroup
+
+    try:
+        cgroup.stop_and_remove(ctx.store.job_dir(job_id), job_id, kill=False)
+    except OSError:
+        pass
+
+
+def _sweep_cgroups(ctx, idx, removed: list[str]) -> None:
+    from qex.linux import cgroup
+
+    try:
+        cgroup.sweep(ctx.store, set(idx.jobs), known=set(removed))
+    except OSError:
+        pass
+
+
+def sweep_unfinished_dirs(ctx, older_than: float = 3600.0) -> int:
+    """Remove job directories that never got a record (a submission killed
+    half-way) once they are old enough that no submission can still be making them."""
+    import shutil
+
+    now, removed = time.time(), 0
+    try:
+        names = os.listdir(ctx.store.jobs)
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        path = os.path.join(ctx.store.jobs, name)
+        try:
+            if os.path.exists(os.path.join(path, "status.json")) or now - os.lstat(path).st_mtime < older_than:
+                continue
+        except OSError:
+            continue
+        if name.startswith((".new-", ".clean-")) or not name.startswith("."):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed

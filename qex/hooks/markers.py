@@ -1,0 +1,170 @@
+"""The stop hook: ``[hooks] on_stop`` runs once for each job that reaches a
+state listed in ``on_stop_states`` -- whichever process made the state final
+(a supervisor, a command, the waker; with or without a supervisor: expired,
+skipped, cancelled, a lost supervisor).
+
+How it stays exactly once and off the queue's path:
+
+1. ``mark_locked`` -- in the pass that makes a job final, under the lock and
+   before the commit -- creates ``<state>/hooks-pending/<uid>.<id>``. The
+   marker is on disk before the final record, so a process killed after the
+   commit leaves the marker behind, and any later pass (a command, the
+   waker, another supervisor) picks it up: no scan of history is needed.
+2. ``start_pending`` -- after the pass, after the supervisors of what that
+   pass admitted are forked -- forks one detached runner for the markers of
+   this user. A hook never holds the lock, a pass or the next job.
+3. The runner creates ``jobs/<id>/hook.ran`` with ``O_EXCL`` *before* it starts
+   the hook, then removes the marker. Two runners racing for one job: one
+   wins. A runner killed between ``hook.ran`` and the hook loses that one
+   message -- a message twice is worse than a message lost.
+
+The hook runs with no shell, the argv as written, in ``jobs/<id>/``, in its
+own process group, with the ``QEX_*`` variables of the job; TERM at
+``[hooks] timeout`` and KILL ``QEX_KILL_GRACE`` seconds later; its stdout
+and stderr go to ``hook.log``, at most 1MB (then the pipe is shut and the
+hook stopped). ``hook.ran`` then holds the verdict (``qex logs ID --hook``).
+The config is read when the job ends, so a change applies to the next job.
+This module is what every pass may touch; the runner is ``qex.hooks.runner``.
+"""
+
+import os
+
+from qex.store.records import FINAL
+
+PENDING = "hooks-pending"
+RAN = "hook.ran"
+LOG = "hook.log"
+FAULT = "QEX_TEST_FAULT"  # "before-hook": SIGKILL this process where a crash would leave a hook pending
+
+
+def pending_dir(store) -> str:
+    return os.path.join(store.root, PENDING)
+
+
+def wanted(config, state: str) -> bool:
+    return bool(config.hook_on_stop) and state in config.hook_states
+
+
+# ---- 1. under the lock: mark --------------------------------------------------------
+
+def mark_locked(ctx, txn) -> None:
+    """A marker for each job this pass makes final (lock held, before the commit)."""
+    directory = None
+    for rec, previous, _change in txn.changes:
+        if rec.get("state") not in FINAL or previous in FINAL:
+            continue
+        uid = rec.get("uid", -1)
+        if uid == ctx.uid and not wanted(ctx.config, rec["state"]):
+            continue  # our own job and our config wants no hook for it
+        if directory is None:
+            directory = _ensure_dir(ctx.store)
+        try:
+            os.close(os.open(os.path.join(directory, f"{uid}.{rec['id']}"),
+                             os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        except OSError:
+            pass  # the hook is a message: it never fails a pass
+
+
+def _ensure_dir(store) -> str:
+    directory = pending_dir(store)
+    shared = _shared(store.root)
+    try:
+        os.mkdir(directory, 0o700)
+        if shared:  # the umask trims mkdir's mode: set it, so every member can leave a marker
+            os.chmod(directory, 0o3770)
+    except OSError:
+        pass  # it exists, or cannot be made: a hook is a message and never fails a pass
+    return directory
+
+
+def _shared(root: str) -> bool:
+    try:
+        return bool(os.stat(root).st_mode & 0o022)
+    except OSError:
+        return False
+
+
+# ---- 2. after the pass: start a runner ------------------------------------------------
+
+def start_pending(ctx, close_in_child=()) -> None:
+    """Fork a detached runner for this user's pending hooks (none: no fork)."""
+    directory = pending_dir(ctx.store)
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    prefix = f"{ctx.uid}."
+    todo = []
+    for name in names:
+        if not name.startswith(prefix):
+            continue  # another user's job: their own qex runs their hook
+        job_id = name[len(prefix):]
+        marker = os.path.join(directory, name)
+        decision = _decide(ctx, job_id)
+        if decision == "run":
+            todo.append(job_id)
+        elif decision == "drop":
+            _unlink(marker)
+    if not todo:
+        return
+    if os.environ.get(FAULT) == "before-hook":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+    _fork_runner(ctx, todo, close_in_child)
+
+
+def _decide(ctx, job_id: str) -> str:
+    """"run", "drop" (the marker is done with), or "wait" (the record is not final yet)."""
+    if os.path.lexists(ctx.store.path(job_id, RAN)):
+        return "drop"
+    try:
+        rec = ctx.store.read_status_dict(job_id)
+    except Exception:
+        return "drop" if not os.path.isdir(ctx.store.job_dir(job_id)) else "wait"
+    if rec.get("state") not in FINAL:
+        return "wait"  # its pass is still committing (or failed to): keep the marker
+    return "run" if wanted(ctx.config, rec["state"]) else "drop"
+
+
+def _fork_runner(ctx, job_ids: list[str], close_in_child=()) -> None:
+    from qex.queue import engine
+    from qex.store import fs
+
+    try:
+        fs.settle(frees=True)  # a hook runs for a final record that is durable (fs.defer_syncs)
+        pid = os.fork()
+    except Exception:  # (OSError, or StoreError from the settle)
+        return  # the markers stay: a later pass starts them
+    if pid == 0:
+        code = 0
+        try:
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            os.closerange(3, _max_fd())  # no lock, no liveness descriptor, nothing of the caller
+            engine.detach_stdio(os.path.join(ctx.store.root, "hooks.log"))
+            from qex.hooks.runner import run_hooks
+
+            run_hooks(ctx, job_ids)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            code = 70
+        os._exit(code)
+    engine._reap_later(pid)
+
+
+def _max_fd() -> int:
+    try:
+        return min(os.sysconf("SC_OPEN_MAX"), 1 << 16)
+    except (OSError, ValueError):
+        return 1024
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,193 @@
+"""What `qex info` shows: the budget, what is held and by whom, the pools,
+the peers, and one queue-health line. Gathered read-only (no record changes)."""
+
+from qex.base.units import format_cores, format_duration, format_size, safe_text
+
+
+def gather(ctx) -> dict:
+    import time
+
+    from qex import admit as A
+    from qex.queue import engine
+    from qex.base import machine
+    from qex.users import peers
+    from qex.users import shared
+
+    with ctx.store.lock():
+        idx = ctx.store.load_index_locked()
+        txn = engine.Txn(ctx.store, idx)
+        now = time.time()
+        snap = engine.snapshot(ctx, txn, now)
+        plan = A.admit(snap)
+        since = _health_since(txn, plan, idx)
+    scan = peers.scan(ctx)
+    cpu_budget, mem_budget = ctx.budget()
+    running = [(j, e) for j, e in idx.jobs.items() if e["state"] in ("starting", "running")]
+    queued = [(j, e) for j, e in idx.jobs.items() if e["state"] == "queued"]
+    mem = machine.meminfo()
+    return {
+        "machine": {"cores": ctx.cores, "mem_total": ctx.mem_total, "mem_available": mem.get("MemAvailable")},
+        "budget": {"cpu": cpu_budget / 1000, "mem": mem_budget,
+                   "cpu_above_machine": cpu_budget > ctx.cores * 1000, "mem_above_machine": mem_budget > ctx.mem_total,
+                   "reserve_mem": ctx.config.reserve_mem, "mode": ctx.config.mode},
+        "held": {"cpu": sum(e["cpu"] for _, e in running) / 1000, "mem": sum(e["mem"] for _, e in running),
+                 "jobs": [{"id": j, "name": e["name"], "owner": e["owner"], "cpu": e["cpu"] / 1000, "mem": e["mem"],
+                           "assigned": e["assigned"]} for j, e in sorted(running, key=lambda x: x[1]["seq"])]},
+        "pools": [_pool(p, running, snap) for p in ctx.config.pools],
+        "peers": [{"owner": p.owner, "cpu": p.cpu / 1000, "mem": p.mem, "units": dict(p.units),
+                   "assigned": [[a.pool, list(a.devices), a.size] for a in p.assigned]} for p in snap.peers],
+        "peer_dir": {"path": scan.dir, "problem": scan.problem, "note": scan.note,
+                     "publish_problem": peers.publish_check(ctx),
+                     "records": [{"file": p.file, "owner": p.owner, "state_dir": p.state_dir, "format": p.format,
+                                  "cpu": p.cpu / 1000, "mem": p.mem, "units": dict(p.units),
+                                  "assigned": [[u[0], list(u[1]), u[2]] for u in p.assigned],
+                                  "jobs": p.jobs, "stale_jobs": p.stale_jobs} for p in scan.peers],
+                     "ignored": [{"file": i.file, "reason": i.reason} for i in scan.ignored]},
+        "memory": _memory(),
+        "queue": {"running": len(running), "queued": len(queued), "health": plan.health,
+                  "since": since, "state_dir": ctx.store.root, "sharing": shared.describe(ctx.store)},
+        "pauses": _pauses(ctx, idx),
+    }
+
+
+def _pauses(ctx, idx) -> list[dict]:
+    from qex.queue import pause
+
+    return pause.listing(ctx.store, idx.jobs, __import__("time").time())
+
+
+def _health_since(txn, plan, idx) -> float | None:
+    """Since when the health line has held: the blocked_since of the job it is
+    about (the front or stuck job), else the start of the longest-running job."""
+    about = next((w.id for w in plan.wait if w.holder in ("own", "device", "peer", "outside", "oversized")), None)
+    if about is None and plan.wait:
+        about = plan.wait[0].id
+    if about is not None:
+        try:
+            return txn.record(about).get("blocked_since")
+        except Exception:
+            return None
+    starts = []
+    for job_id, e in idx.jobs.items():
+        if e["state"] in ("starting", "running"):
+            try:
+                starts.append(txn.record(job_id).get("started_at"))
+            except Exception:
+                pass
+    starts = [t for t in starts if t]
+    return min(starts) if starts else None
+
+
+def _memory() -> dict:
+    from qex.linux import cgroup
+
+    return cgroup.describe()
+
+
+def _pool(pool, running, snap) -> dict:
+    holders = []
+    for job_id, e in running:
+        for name, (count, size) in e["pools"].items():
+            if name == pool.name:
+                devices = next((a[1] for a in e["assigned"] if a[0] == name), [])
+                holders.append({"id": job_id, "name": e["name"], "count": count, "size": size, "devices": devices})
+    out = {"name": pool.name, "holders": holders}
+    if pool.count is not None:
+        used = sum(h["count"] for h in holders) + sum(dict(p.units).get(pool.name, 0) for p in snap.peers)
+        out.update(kind="plain", total=pool.count, free=pool.count - used)
+        return out
+    used = [0] * len(pool.devices)
+    for job_id, e in running:
+        for name, devs, size in e["assigned"]:
+            if name == pool.name:
+                for d in devs:
+                    if d < len(used):
+                        used[d] += size if size is not None else pool.devices[d]
+    for p in snap.peers:
+        for a in p.assigned:
+            if a.pool == pool.name:
+                for d in a.devices:
+                    if d < len(used):
+                        used[d] += a.size if a.size is not None else pool.devices[d]
+    out.update(kind="indexed", env=pool.env,
+               devices=[{"index": i, "capacity": cap, "free": max(0, cap - used[i])} for i, cap in enumerate(pool.devices)])
+    return out
+
+
+def render(info: dict) -> str:
+    b, h, m = info["budget"], info["held"], info["machine"]
+    lines = [
+        f"machine   {m['cores']} cores, {format_size(m['mem_total'])} memory"
+        + (f" ({format_size(m['mem_available'])} available)" if m.get("mem_available") is not None else ""),
+        f"budget    {format_cores(round(b['cpu'] * 1000))} cores, {format_size(b['mem'])} "
+        f"(mode {b['mode']}, reserve {format_size(b['reserve_mem'])})"
+        + (" — above the machine, as written in the config" if b["cpu_above_machine"] or b["mem_above_machine"] else ""),
+        f"held      {format_cores(round(h['cpu'] * 1000))} cores, {format_size(h['mem'])} by {len(h['jobs'])} job(s) of this queue",
+    ]
+    for j in h["jobs"]:
+        lines.append(f"          {j['id'][:8]} {safe_text(j['name'], 30)}: {format_cores(round(j['cpu'] * 1000))} cores, "
+                     f"{format_size(j['mem'])}")
+    for p in info["pools"]:
+        if p["kind"] == "plain":
+            lines.append(f"pool      {safe_text(p['name'])}: {p['free']} of {p['total']} free")
+        else:
+            devs = ", ".join(f"{d['index']}: {format_size(d['free'])} of {format_size(d['capacity'])} free"
+                             for d in p["devices"])
+            lines.append(f"pool      {safe_text(p['name'])} ({p['env']}): {devs}")
+        for holder in p["holders"]:
+            lines.append(f"          held by {holder['id'][:8]} {safe_text(holder['name'], 30)}"
+                         + (f" on {','.join(map(str, holder['devices']))}" if holder["devices"] else f" ({holder['count']})"))
+    lines.extend(_peer_lines(info))
+    mem = info.get("memory") or {}
+    if mem.get("per_job_cgroup"):
+        lines.append(f"memory    a cgroup per job ({mem['kind']}, inside {safe_text(mem['parent'], 120)}): "
+                     "whole-tree peaks, exact OOM evidence")
+    elif mem:
+        lines.append(f"memory    no cgroup per job ({safe_text(mem.get('why_not', ''), 120)}): OOM evidence "
+                     + ("from the machine's oom_kill counter" if mem.get("oom_evidence") else "unavailable"))
+    q = info["queue"]
+    if q.get("sharing"):
+        lines.append(f"state     {safe_text(q['state_dir'], 300)}: {q['sharing']}")
+    since = ""
+    if q.get("since"):
+        import time
+
+        since = (f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(q['since']))} "
+                 f"({format_duration(max(0.0, time.time() - q['since']))} ago)")
+    lines.append(f"queue     {q['running']} running, {q['queued']} queued — {q['health']}{since}")
+    if info.get("pauses"):
+        from qex.queue.pause import render as pause_line
+
+        now = __import__("time").time()
+        lines += [f"pause     {pause_line(p, now)}" for p in info["pauses"]]
+    return "\n".join(lines)
+
+
+def _amounts(p: dict) -> str:
+    parts = [f"{format_cores(round(p['cpu'] * 1000))} cores", format_size(p["mem"])]
+    parts += [f"{n} {safe_text(name)}" for name, n in sorted(p.get("units", {}).items())]
+    for pool, devs, size in p.get("assigned", []):
+        where = f"{safe_text(pool)} {','.join(str(d) for d in devs)}"
+        parts.append(where if size is None else f"{format_size(size)} on {where}")
+    return ", ".join(parts)
+
+
+def _peer_lines(info: dict) -> list[str]:
+    """The peers (what each holds), then the records not counted, each with its reason."""
+    d = info["peer_dir"]
+    lines = []
+    for p in d["records"]:
+        jobs = f"{p['jobs']} job{'s' if p['jobs'] != 1 else ''}"
+        stale = f" (and {p['stale_jobs']} whose lock nobody holds: not counted)" if p["stale_jobs"] else ""
+        lines.append(f"peer      {safe_text(p['owner'])} ({safe_text(p['state_dir'], 120)}): {_amounts(p)} "
+                     f"held by {jobs}{stale}")
+    if not d["records"]:
+        lines.append(f"peers     none (peer directory {safe_text(d['path'], 200)})")
+    for problem in (d["problem"], d["publish_problem"]):
+        if problem:
+            lines.append(f"peers     problem: {problem}")
+    if d["note"]:
+        lines.append(f"peers     note: {d['note']}")
+    for i in d["ignored"]:
+        lines.append(f"ignored   {safe_text(i['file'], 80)}: {i['reason']}")
+    return lines

@@ -1,0 +1,445 @@
+"""Pauses: files in ``<state>/pause/`` that hold the queue or a lock for a person.
+
+::
+
+    pause/queue.json        the queue is paused: nothing new starts; running
+                            jobs go on, and so do their retries
+    pause/lock-NAME.json    a person holds the lock (or pool) NAME: no job gets
+                            it; the person has it as soon as no job holds it
+
+A pause is a file (written temp -> fsync -> rename), so it survives every
+process and a reboot. A pause file that cannot be read (damaged, not a regular
+file, unreadable) holds what its name says all the same, and the reason says
+so; a pause directory that cannot be read holds the whole queue. Other names
+in the directory are not pauses and are ignored.
+
+A pause with ``until`` ends by itself: the first pass at or after that time
+(the waker sleeps to it) ends it. A queue pause stops every queued job's
+``--max-queue-time`` clock: when it ends, the pass that ends it adds the time
+each queued job spent in it to the job's ``queue_pause_secs`` (so its
+deadline moves), once per pause: the record keeps the pause ids it counted in
+``queue_pauses``. To survive a crash between ending a pause and committing
+that pass, ending writes ``.ended-<id>.json`` first; the next pass applies it
+again (a no-op where it was counted) and removes it.
+
+Functions whose name ends in ``_locked`` must be called with the state lock held.
+"""
+
+import os
+import time
+
+from qex.base.plain import Plain
+
+QUEUE_FILE = "queue.json"
+FORMAT = 1
+KEEP_IDS = 16
+
+
+class PauseFile(Plain):
+    """One pause as read from its file. ``broken`` says why it cannot be read
+    (it holds all the same)."""
+
+    path: str
+    kind: str                 # "queue" | "lock"
+    name: str | None = None   # the lock or pool, for kind "lock"
+    id: str = ""
+    reason: str = ""
+    user: str = "?"
+    uid: int | None = None
+    pid: int | None = None
+    ppid: int | None = None
+    since: float | None = None
+    until: float | None = None
+    broken: str | None = None
+
+    def in_force(self, now: float) -> bool:
+        return self.broken is not None or self.until is None or now < self.until
+
+    def dump(self) -> dict:
+        return {"format": FORMAT, "kind": self.kind, "name": self.name, "id": self.id, "reason": self.reason,
+                "user": self.user, "uid": self.uid, "pid": self.pid, "ppid": self.ppid,
+                "since": self.since, "until": self.until}
+
+
+# ---- where pauses live ----------------------------------------------------------
+
+def directory(store) -> str:
+    return os.path.join(store.root, "pause")
+
+
+def path_for(store, kind: str, name: str | None = None) -> str:
+    return os.path.join(directory(store), QUEUE_FILE if kind == "queue" else f"lock-{name}.json")
+
+
+def valid_name(name) -> bool:
+    """A lock or pool name: letters, digits, '-', '_', '.', not starting with '-'."""
+    return (isinstance(name, str) and 0 < len(name) <= 128 and name[0] != "-"
+            and all(c.isascii() and (c.isalnum() or c in "-_.") for c in name) and name not in ("cpu", "mem"))
+
+
+def _kind_of(filename: str) -> tuple[str, str | None] | None:
+    if filename == QUEUE_FILE:
+        return "queue", None
+    if filename.startswith("lock-") and filename.endswith(".json") and valid_name(filename[5:-5]):
+        return "lock", filename[5:-5]
+    return None
+
+
+def read_all(store) -> list[PauseFile]:
+    """Every pause file, in force or not, broken ones included."""
+    d = directory(store)
+    try:
+        names = sorted(os.listdir(d))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        return [PauseFile(d, "queue", broken=f"the pause directory {d} cannot be read, {exc.strerror or exc}")]
+    out = []
+    for filename in names:
+        kind = _kind_of(filename)
+        if kind is not None:
+            out.append(read_file(os.path.join(d, filename), *kind))
+    return out
+
+
+def read_file(path: str, kind: str, name: str | None) -> PauseFile:
+    from qex.store import fs
+
+    try:
+        data = fs.read_json(path, 1 << 16)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        return _broken(path, kind, name, f"the pause file {path} cannot be read, {why}")
+    try:
+        return PauseFile(
+            path, kind, name, id=str(data["id"]), reason=str(data.get("reason") or ""),
+            user=str(data.get("user") or "?"), uid=_int_or_none(data.get("uid")),
+            pid=_int_or_none(data.get("pid")), ppid=_int_or_none(data.get("ppid")),
+            since=_float_or_none(data.get("since")), until=_float_or_none(data.get("until")))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return _broken(path, kind, name, f"the pause file {path} is not a pause record")
+
+
+def _broken(path: str, kind: str, name: str | None, why: str) -> PauseFile:
+    try:
+        since = os.lstat(path).st_mtime
+    except OSError:
+        since = None
+    return PauseFile(path, kind, name, id=f"broken-{since}", since=since, broken=why)
+
+
+def _int_or_none(v):
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(v)
+    return v
+
+
+def _float_or_none(v):
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(v)
+    return float(v)
+
+
+def in_force(store, now: float) -> list[PauseFile]:
+    return [p for p in read_all(store) if p.in_force(now)]
+
+
+def next_end(store, now: float) -> float | None:
+    """When the earliest timed pause in force ends (the waker sleeps to it)."""
+    ends = [p.until for p in in_force(store, now) if p.until is not None and p.broken is None]
+    return min(ends, default=None)
+
+
+# ---- what the admission sees ----------------------------------------------------
+
+def current(ctx, now: float):
+    """The pauses in force as ``qex.admit.Pause``: the queue with its words, and
+    the locks a person holds with theirs."""
+    from qex import admit as A
+
+    if not os.path.lexists(directory(ctx.store)):
+        return A.Pause()
+    pauses = in_force(ctx.store, now)
+    queue = [p for p in pauses if p.kind == "queue"]
+    locks = tuple(sorted((p.name, lock_words(p)) for p in pauses if p.kind == "lock"))
+    return A.Pause(queue=bool(queue), queue_reason=queue_words(queue[0]) if queue else "", locks=locks)
+
+
+def clock(t: float, ref: float | None = None) -> str:
+    """A time as a person reads it: 14:03:05, with the date when not the day of ``ref``."""
+    day = time.strftime("%Y-%m-%d", time.localtime(t))
+    if ref is not None and time.strftime("%Y-%m-%d", time.localtime(ref)) == day:
+        return time.strftime("%H:%M:%S", time.localtime(t))
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _tail(p: PauseFile) -> str:
+    from qex.base.units import safe_text
+
+    until = f" until {clock(p.until, p.since)}" if p.until is not None else ""
+    reason = f": {safe_text(p.reason, 200)}" if p.reason else ""
+    return until + reason
+
+
+def queue_words(p: PauseFile) -> str:
+    """The reason every queued job gives while the queue is paused (no changing
+    numbers; only characters that `qex list` shows as they are)."""
+    from qex.base.units import safe_text
+
+    if p.broken is not None:
+        return f"the queue is held: {p.broken}. qex resume queue removes it"
+    return f"the queue is paused by {safe_text(p.user)}{_tail(p)}. qex resume queue ends it"
+
+
+def lock_words(p: PauseFile) -> str:
+    """What follows "waits for lock NAME, which a person holds: "."""
+    from qex.base.units import safe_text
+
+    if p.broken is not None:
+        return f"{p.broken}. qex resume lock {p.name} removes it"
+    return f"{safe_text(p.user)} paused it{_tail(p)}. qex resume lock {p.name} ends it"
+
+
+# ---- making and ending pauses (under the lock) ------------------------------------
+
+def pause_locked(ctx, txn, kind: str, name: str | None, reason: str, until: float | None,
+                 now: float) -> tuple[PauseFile, bool]:
+    """Pause the queue or a lock. A pause already in force is kept as it is
+    (its end and its reason): returns (the pause in force, made now?)."""
+    from qex.store import fs
+
+    path = path_for(ctx.store, kind, name)
+    existing = _existing(path, kind, name)
+    if existing is not None and existing.in_force(now):
+        return existing, False
+    if existing is not None:  # a timed pause that ended and no pass has removed yet
+        end_locked(ctx, txn, existing, existing.until)
+    _ensure_dir(ctx.store)
+    p = PauseFile(path, kind, name, id=f"{now:.6f}-{os.getpid()}", reason=reason, user=ctx.user, uid=ctx.uid,
+                  pid=os.getpid(), ppid=os.getppid(), since=now, until=until)
+    fs.write_json(path, p.dump(), mode=0o644)
+    return p, True
+
+
+def _existing(path: str, kind: str, name: str | None) -> PauseFile | None:
+    if not os.path.lexists(path):
+        return None
+    try:
+        return read_file(path, kind, name)
+    except FileNotFoundError:
+        return None
+
+
+def _ensure_dir(store) -> None:
+    d = directory(store)
+    if os.path.isdir(d) and not os.path.islink(d):
+        return
+    from qex.base.errors import StoreError
+
+    try:
+        mode = os.stat(store.root).st_mode & 0o2777
+        os.mkdir(d, mode | 0o700)
+    except FileExistsError:
+        if os.path.islink(d) or not os.path.isdir(d):
+            raise StoreError(f"{d} is not a directory; remove it (qex keeps its pauses there)") from None
+    except OSError as exc:
+        raise StoreError(f"cannot create {d}: {exc.strerror or exc}") from None
+
+
+def resume_locked(ctx, txn, kind: str, name: str | None, now: float) -> PauseFile | None:
+    """End the pause in force; None if there is none. Refuses another user's pause."""
+    existing = _existing(path_for(ctx.store, kind, name), kind, name)
+    if existing is None or not existing.in_force(now):
+        return None
+    check_may_end(ctx, existing)
+    end_locked(ctx, txn, existing, now)
+    return existing
+
+
+def check_may_end(ctx, p: PauseFile) -> None:
+    """The person who paused, the owner of the state directory, or root."""
+    from qex.base.errors import PermissionRefused
+
+    if ctx.uid == 0 or p.uid == ctx.uid or state_owner(ctx) == ctx.uid:
+        return
+    what = "the queue" if p.kind == "queue" else f"lock {p.name}"
+    raise PermissionRefused(f"{what} was paused by {p.user}; only they, the owner of the state directory "
+                            "or root can resume it")
+
+
+def state_owner(ctx) -> int | None:
+    try:
+        return os.stat(ctx.store.root).st_uid
+    except OSError:
+        return None
+
+
+def check_may_pause_queue(ctx) -> None:
+    """In a state directory shared with others, only its owner (or root) pauses the whole queue."""
+    from qex.base.errors import PermissionRefused
+
+    owner = state_owner(ctx)
+    if ctx.uid == 0 or owner is None or owner == ctx.uid:
+        return
+    from qex.base.paths import user_name
+
+    raise PermissionRefused(f"the state directory {ctx.store.root} belongs to {user_name(owner)}: only its "
+                            "owner (or root) can pause the whole queue; hold what you need with "
+                            "qex pause lock NAME instead")
+
+
+def end_locked(ctx, txn, p: PauseFile, end: float) -> None:
+    """End pause ``p`` at ``end``: stop its clock for every queued job, remove its file."""
+    from qex.store import fs
+
+    if p.kind == "queue":
+        ended = os.path.join(directory(ctx.store), f".ended-{_file_id(p.id)}.json")
+        fs.write_json(ended, {**p.dump(), "ended_at": end}, mode=0o644, sync_dir=False)
+        txn.__dict__.setdefault("_fresh_pause_ends", set()).add(ended)  # removed by the next pass
+        _unlink(p.path)
+        _account_locked(txn, p.id, p.since if p.since is not None else end, end)
+    else:
+        _unlink(p.path)
+
+
+def settle_locked(ctx, txn, now: float) -> None:
+    """Each pass: end the timed pauses whose time has come, and finish the
+    accounting of queue pauses ended by a pass that did not commit."""
+    d = directory(ctx.store)
+    if not os.path.isdir(d):
+        return
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    live_ids = set()
+    for p in read_all(ctx.store):
+        if p.broken is None and p.until is not None and now >= p.until:
+            end_locked(ctx, txn, p, p.until)
+        else:
+            live_ids.add(p.id)
+    for filename in names:
+        if filename.startswith(".ended-") and filename.endswith(".json"):
+            _replay_end(txn, os.path.join(d, filename), live_ids)
+
+
+def _replay_end(txn, path: str, live_ids: set) -> None:
+    from qex.store import fs
+
+    try:
+        data = fs.read_json(path, 1 << 16)
+        pause_id, since, end = str(data["id"]), data.get("since"), float(data["ended_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        _unlink(path)
+        return
+    if pause_id not in live_ids:  # else the pass that ended it died before removing the live file: not over
+        _account_locked(txn, pause_id, float(since) if since is not None else end, end)
+    # Leave this pass's own end for the next pass (its changes are not committed yet).
+    if path not in getattr(txn, "_fresh_pause_ends", ()):
+        _unlink(path)
+
+
+def _account_locked(txn, pause_id: str, since: float, end: float) -> None:
+    """Add to each queued job the time it spent in the pause, once per pause."""
+    for job_id, e in list(txn.idx.jobs.items()):
+        if e["state"] != "queued":
+            continue
+        secs = end - max(since, e.get("submitted_at", 0.0))
+        if secs <= 0:
+            continue
+        try:
+            rec = txn.record(job_id)
+        except Exception:
+            continue
+        counted = list(rec.get("queue_pauses") or ())
+        if pause_id in counted:
+            continue
+        txn.update(job_id, change="reason", queue_pause_secs=round(rec.get("queue_pause_secs", 0.0) + secs, 3),
+                   queue_pauses=(counted + [pause_id])[-KEEP_IDS:])
+
+
+def _file_id(pause_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "-." else "_" for c in pause_id)[:80]
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+# ---- what people see -----------------------------------------------------------
+
+def holders(index_jobs: dict, name: str) -> list[str]:
+    """Jobs that still hold ``name`` (starting or running) — the person has it when none."""
+    return sorted(j for j, e in index_jobs.items()
+                  if e.get("state") in ("starting", "running") and name in (e.get("pools") or {}))
+
+
+def listing(store, index_jobs: dict, now: float) -> list[dict]:
+    """The pauses in force, for `qex pause`, `qex info` and their --json."""
+    out = []
+    for p in in_force(store, now):
+        item = {"kind": p.kind, "name": p.name, "reason": p.reason, "user": p.user, "uid": p.uid,
+                "pid": p.pid, "ppid": p.ppid, "since": p.since, "until": p.until, "broken": p.broken,
+                "file": p.path}
+        if p.kind == "lock":
+            item["held_by_jobs"] = holders(index_jobs, p.name)
+        out.append(item)
+    return out
+
+
+def render(item: dict, now: float) -> str:
+    """One line per pause, in safe form."""
+    from qex.base.units import format_duration, safe_text
+
+    what = "queue" if item["kind"] == "queue" else f"lock {safe_text(item['name'])}"
+    if item.get("broken"):
+        return f"{what}: held: {item['broken']}"
+    who = f"by {safe_text(item['user'])} (pid {item.get('ppid') or item.get('pid')})"
+    since = f" since {clock(item['since'], now)}" if item.get("since") else ""
+    until = (f", until {clock(item['until'], now)} (in {format_duration(max(0.0, item['until'] - now))})"
+             if item.get("until") else ", until resumed")
+    line = f"{what}: paused {who}{since}{until}"
+    if item.get("reason"):
+        line += f": {safe_text(item['reason'], 200)}"
+    if item["kind"] == "lock":
+        held = item.get("held_by_jobs") or []
+        line += (f"; the person has it as soon as job {', '.join(j[:8] for j in held)} ends" if held
+                 else "; the person has it")
+    return line
+
+
+def submission_note(ctx, job_id: str) -> str | None:
+    """After a submission: the pause it waits for, if any (costs a listdir when nothing is paused)."""
+    try:
+        if not os.listdir(directory(ctx.store)):
+            return None
+        rec = ctx.store.read_live(job_id)
+    except Exception:
+        return None
+    if rec.get("state") == "queued" and rec.get("blocked_holder") in ("pause", "person"):
+        return f"job {job_id[:8]} waits: {rec.get('blocked_reason')}"
+    return None
+
+
+class WaitNotes:
+    """For `qex wait` (``on_record``): say once per job and reason that it waits for a pause."""
+
+    def __init__(self, say):
+        self.say = say
+        self.said: dict[str, str] = {}
+
+    def __call__(self, rec: dict) -> None:
+        job_id, reason = rec.get("id", ""), rec.get("blocked_reason")
+        if (rec.get("state") == "queued" and rec.get("blocked_holder") in ("pause", "person")
+                and self.said.get(job_id) != reason):
+            self.said[job_id] = reason
+            self.say(f"qex: job {job_id[:8]} waits: {reason}")
