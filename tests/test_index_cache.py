@@ -9,6 +9,8 @@ import signal
 import pytest
 
 from qex.queue import engine
+from qex.queue.context import Context
+from qex.queue.txn import Txn
 from qex.config.file import Config
 from qex.store import state
 from qex.store.state import LAZY, Store
@@ -17,12 +19,12 @@ from qex.jobs.submit import Request, build
 GB = 1 << 30
 
 
-def view(root) -> engine.Context:
+def view(root) -> Context:
     """One process's view of the state directory (its own Store, its own kept index)."""
     store = Store(str(root))
     store.ensure()
     config = Config.default(os.path.join(str(root), "none.toml"))
-    return engine.Context(store=store, config=config, uid=os.getuid(), user="tester", cores=8, mem_total=16 * GB)
+    return Context(store=store, config=config, uid=os.getuid(), user="tester", cores=8, mem_total=16 * GB)
 
 
 def add_jobs(ctx, n: int = 1, save_index=True) -> list[str]:
@@ -32,7 +34,7 @@ def add_jobs(ctx, n: int = 1, save_index=True) -> list[str]:
         ctx.store.create_job_dir(b.spec)
     ids = []
     with ctx.store.lock():
-        txn = engine.Txn(ctx.store, ctx.store.load_index_locked(save_replayed=False))
+        txn = Txn(ctx.store, ctx.store.load_index_locked(save_replayed=False))
         for b in built:
             rec = {**b.record, "seq": txn.idx.next_job}
             txn.idx.next_job += 1
@@ -439,7 +441,7 @@ def test_a_pass_takes_the_records_its_own_commit_wrote_and_reads_those_another_c
     monkeypatch.setattr(state.Store, "read_status_dict", lambda self, job_id: (reads.append(job_id), real(self, job_id))[1])
     assert a.store.cached_record(one)["blocked_reason"] == "a's words"
     with a.store.lock():
-        txn = engine.Txn(a.store, a.store.load_index_locked(save_replayed=False))
+        txn = Txn(a.store, a.store.load_index_locked(save_replayed=False))
         assert txn.record(one)["blocked_reason"] == "a's words" and txn.record(two)["blocked_reason"] == "a's words too"
         txn.commit(LAZY)  # (a pass always commits: the process keeps its index)
     assert reads == []
@@ -447,7 +449,7 @@ def test_a_pass_takes_the_records_its_own_commit_wrote_and_reads_those_another_c
     lazy_reason(b, one, "b's words")  # another process changes one of them
     assert a.store.cached_record(one) is None and a.store.cached_record(two) is None  # the journal grew
     with a.store.lock():
-        txn = engine.Txn(a.store, a.store.load_index_locked(save_replayed=False))
+        txn = Txn(a.store, a.store.load_index_locked(save_replayed=False))
         assert txn.record(one)["blocked_reason"] == "b's words"
         assert txn.record(two)["blocked_reason"] == "a's words too"
         txn.commit(LAZY)
@@ -543,6 +545,6 @@ def test_the_first_command_after_a_reboot_repairs_even_when_it_only_reads(tmp_pa
     reboot(a)
     assert a.store.rebooted_since_applied()
     monkeypatch.setenv("QEX_STATE_DIR", a.store.root)
-    ctx = engine.Context.load(config=a.config)  # what every command does first
+    ctx = Context.load(config=a.config)  # what every command does first
     assert ctx.store.read_status_dict(job)["blocked_reason"] == "the journal's words"
     assert not ctx.store.rebooted_since_applied()

@@ -10,6 +10,8 @@ import pytest
 
 from qex.jobs import dedupe
 from qex.queue import engine
+from qex.queue.context import Context
+from qex.queue.txn import Txn
 from qex.queue import pause
 from qex.queue import waker
 from qex.config.file import Config
@@ -20,11 +22,11 @@ from qex.jobs.submit import Request, build, submit_many
 GB = 1 << 30
 
 
-def make_ctx(root, uid=None) -> engine.Context:
+def make_ctx(root, uid=None) -> Context:
     store = Store(str(root))
     store.ensure()
     config = Config.default(os.path.join(str(root), "none.toml"))
-    return engine.Context(store=store, config=config, uid=os.getuid() if uid is None else uid,
+    return Context(store=store, config=config, uid=os.getuid() if uid is None else uid,
                           user="tester", cores=8, mem_total=16 * GB)
 
 
@@ -47,7 +49,7 @@ def test_a_queue_pause_that_ends_in_a_pass_that_dies_is_counted_by_the_next_pass
     job = queued_job(ctx, submitted_at=now - 20, max_queue_time="1h")
     assert ctx.store.read_status_dict(job)["state"] == "queued"
     with ctx.store.lock():  # resume, then die before the commit
-        txn = engine.Txn(ctx.store, ctx.store.load_index_locked())
+        txn = Txn(ctx.store, ctx.store.load_index_locked())
         assert pause.resume_locked(ctx, txn, "queue", None, now) is not None
     assert not os.path.exists(pause.path_for(ctx.store, "queue"))
     assert ctx.store.read_status_dict(job).get("queue_pause_secs", 0.0) == 0.0, "nothing was committed"
@@ -134,7 +136,7 @@ def test_a_key_belongs_to_its_user(tmp_path):
     job = queued_job(ctx, submitted_at=time.time(), dedupe_key="k", locks=["L"])
     other = make_ctx(tmp_path, uid=ctx.uid + 1)
     with ctx.store.lock():
-        txn = engine.Txn(ctx.store, ctx.store.load_index_locked())
+        txn = Txn(ctx.store, ctx.store.load_index_locked())
         assert dedupe.find_locked(ctx, txn, "k", None, time.time()).id == job
         assert dedupe.find_locked(other, txn, "k", None, time.time()) is None
 

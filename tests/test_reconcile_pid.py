@@ -48,8 +48,9 @@ def test_another_users_job_with_only_its_intent_line_is_out_of_reach_while_its_c
     """A supervisor lost within its job's first 20 ms leaves the intent line only (the
     pid line comes with 'running'): in a shared directory, another user's pass must
     leave that job alone while the cgroup its intent line names still holds processes."""
-    from qex.queue import engine
     from qex.linux import cgroup
+    from qex.queue import reconcile
+    from qex.queue.context import Context
 
     class Cg:
         def __init__(self, members):
@@ -58,13 +59,13 @@ def test_another_users_job_with_only_its_intent_line_is_out_of_reach_while_its_c
         def members(self):
             return self._members
 
-    ctx = engine.Context.__new__(engine.Context)
+    ctx = Context.__new__(Context)
     ctx.uid = 4242  # not root, and not the job's owner
     ctx.store = type("S", (), {"job_dir": staticmethod(lambda job_id: str(tmp_path))})()
     entry = {"uid": 1000}
     monkeypatch.setattr(cgroup, "recorded", lambda job_dir, job_id: Cg([31337]))
-    assert engine._runs_out_of_reach(ctx, "job-1", entry, None)
+    assert reconcile._runs_out_of_reach(ctx, "job-1", entry, None)
     monkeypatch.setattr(cgroup, "recorded", lambda job_dir, job_id: Cg([]))
-    assert not engine._runs_out_of_reach(ctx, "job-1", entry, None)
+    assert not reconcile._runs_out_of_reach(ctx, "job-1", entry, None)
     monkeypatch.setattr(cgroup, "recorded", lambda job_dir, job_id: None)
-    assert not engine._runs_out_of_reach(ctx, "job-1", entry, None)
+    assert not reconcile._runs_out_of_reach(ctx, "job-1", entry, None)

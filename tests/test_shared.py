@@ -7,7 +7,7 @@ import pytest
 
 from qex.users import shared
 from qex.config.file import Config
-from qex.queue.engine import Context
+from qex.queue.context import Context
 from qex.base.errors import QexError
 from qex.store.state import Store
 

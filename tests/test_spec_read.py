@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from qex.store.records import NewSpec
-from qex.store.state import BrokenRecord, Store
+from qex.base.errors import BrokenRecord
+from qex.store.state import Store
 
 
 def _store(tmp_path) -> Store:

@@ -92,13 +92,14 @@ def test_a_fan_out_line_built_like_the_first_is_what_build_would_make_of_it(tmp_
 
     from qex.queue import engine
     from qex.config.file import Config
-    from qex.store.state import Store
     from qex.jobs.submit import Request, build, build_like
+    from qex.queue.context import Context
+    from qex.store.state import Store
 
     store = Store(str(tmp_path / "state"))
     store.ensure()
-    ctx = engine.Context(store=store, config=Config.default(str(tmp_path / "none.toml")), uid=os.getuid(),
-                         user="tester", cores=8, mem_total=16 << 30)
+    ctx = Context(store=store, config=Config.default(str(tmp_path / "none.toml")), uid=os.getuid(),
+                  user="tester", cores=8, mem_total=16 << 30)
     script = tmp_path / "run.sh"
     script.write_text("#!/bin/sh\n")
     script.chmod(0o755)

@@ -9,6 +9,7 @@ import pytest
 
 from qex import admit as A
 from qex.queue import engine
+from qex.queue.txn import Txn
 from qex.store.state import LAZY
 from qex.jobs.submit import Request, build
 from test_index_cache import view
@@ -32,7 +33,7 @@ def queue(ctx, n: int, **request) -> list[str]:
     built = [build(ctx, Request(command=["true"], cpu="1", mem="10MB", **request)) for _ in range(n)]
     ids = []
     with ctx.store.lock():
-        txn = engine.Txn(ctx.store, ctx.store.load_index_locked(save_replayed=False))
+        txn = Txn(ctx.store, ctx.store.load_index_locked(save_replayed=False))
         for b in built:
             ctx.store.create_job_dir(b.spec)
             rec = {**b.record, "seq": txn.idx.next_job}

@@ -63,3 +63,9 @@ class PermissionRefused(QexError):
     """Another user's job: no kill, cancel, clean or reading of its secrets."""
 
     exit_code = 1
+
+
+class BrokenRecord(StoreError):
+    """A status.json that cannot be read; names the file (and ``job_id``)."""
+
+    job_id: str | None = None

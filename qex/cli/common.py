@@ -20,7 +20,7 @@ def print_json(obj) -> None:
 
 
 def context():
-    from qex.queue.engine import Context
+    from qex.queue.context import Context
 
     return Context.load()
 
@@ -38,14 +38,6 @@ def write_id_file(path: str, lines: list[str]) -> None:
             os.close(fd)
     except OSError as exc:
         raise RefusedError(f"--id-file: cannot write {path}: {exc.strerror}") from None
-
-
-def become_supervisor_if(ctx, launch) -> None:
-    """In a process forked to supervise a job: supervise, never return."""
-    if launch is not None:
-        from qex.supervisor.run import main_loop
-
-        main_loop(ctx, launch)
 
 
 def command_after_dashes(argv: list[str]) -> list[str]:

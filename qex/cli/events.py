@@ -28,7 +28,7 @@ def _options(args):
 
 def cmd_events(args) -> int:
     from qex.base import paths
-    from qex.store.events import Reader, Watch, render
+    from qex.store.events import Reader, Watch
     from qex.store import fs
 
     since, limit = _options(args)
@@ -90,3 +90,38 @@ def _quiet_stdout() -> None:
         os.close(devnull)
     except OSError:
         pass
+
+
+def render(event: dict) -> str:
+    """One event in words. Names in their safe form; reasons and errors with
+    their control characters replaced."""
+    import time
+
+    from qex.base.units import safe_text
+    from qex.cli.render import plain
+
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.get("time") or 0))
+    kind = event.get("event")
+    if kind == "stream":
+        pos = f"{event.get('stream')}:{event.get('seq')}" if event.get("stream") else "start"
+        return f"# stream {event.get('stream') or '(none yet)'} from seq {event.get('seq')} (resume: qex events --since {pos})"
+    if kind == "gap":
+        missed = event.get("missed")
+        count = "an uncounted number of" if missed is None else str(missed)
+        return f"# gap: {count} event(s) missed: {plain(event.get('reason') or '', 300)}"
+    job = event.get("job") or {}
+    head = f"{when}  {event.get('seq'):>6}  {str(event.get('id', ''))[:8]}  {safe_text(event.get('name') or '', 40)}"
+    if event.get("change") == "state":
+        text = f"{event.get('previous') or 'new'} -> {event.get('state')}"
+        if event.get("state") in ("completed", "failed", "killed", "timeout", "oom", "expired",
+                                  "cancelled", "skipped"):
+            from qex.base import outcome
+
+            text += f" (code {outcome.exit_code(job)})"
+            if job.get("error"):
+                text += f": {plain(job['error'], 300)}"
+        return f"{head}  {text}"
+    why = job.get("blocked_reason") if event.get("state") == "queued" else None
+    if why is None and job.get("kill_requested"):
+        why = "qex kill asked it to stop"
+    return f"{head}  {event.get('state')}: {plain(why or 'its record changed', 300)}"

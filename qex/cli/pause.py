@@ -7,7 +7,7 @@ to stderr.
 import os
 import time
 
-from qex.cli.common import become_supervisor_if, context, err, out, print_json
+from qex.cli.common import context, err, out, print_json
 from qex.base.errors import UsageError
 
 DRAIN_POLL, NUDGE_EVERY = 0.1, 1.0
@@ -32,7 +32,9 @@ def cmd_pause(args) -> int:
     now = time.time()
     until = now + secs if secs is not None else None
     result = engine.run_pass(ctx, lambda txn: pause.pause_locked(ctx, txn, kind, name, reason, until, now))
-    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    from qex.supervisor import become
+
+    become.finish_pass(ctx, result)
     p, made = result.value
     jobs = _index_jobs(ctx)
     if args.json:
@@ -53,7 +55,9 @@ def cmd_resume(args) -> int:
     kind, name = _target(args.what or "queue", args.name, "resume")
     now = time.time()
     result = engine.run_pass(ctx, lambda txn: pause.resume_locked(ctx, txn, kind, name, now))
-    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    from qex.supervisor import become
+
+    become.finish_pass(ctx, result)
     p = result.value
     what = "the queue" if kind == "queue" else f"lock {name}"
     if p is None:
@@ -223,4 +227,6 @@ def _nudge(ctx, busy: list[str]) -> None:
 
     if any(not is_held(ctx.store.path(j, "alive.lock")) for j in busy):
         result = engine.run_pass(ctx)
-        become_supervisor_if(ctx, engine.after_pass(ctx, result))
+        from qex.supervisor import become
+
+        become.finish_pass(ctx, result)

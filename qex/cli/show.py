@@ -67,7 +67,7 @@ def cmd_list(args) -> int:
 
 def _read_row(store, job_id: str, index: dict) -> dict | None:
     """A job's record as `qex list` shows it; None (a broken one named on stderr) when unreadable."""
-    from qex.store.state import BrokenRecord
+    from qex.base.errors import BrokenRecord
 
     try:
         return store.read_live(job_id, index)

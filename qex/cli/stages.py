@@ -5,7 +5,7 @@ id and name go to stderr. ``--id-file`` gets one line per handle, ``ID NAME``,
 the group first.
 """
 
-from qex.cli.common import become_supervisor_if, context, err, out, write_id_file
+from qex.cli.common import context, err, out, write_id_file
 
 
 def _report(group_id: str, group_name: str, jobs: list[tuple[str, str]], args) -> None:
@@ -19,13 +19,14 @@ def _report(group_id: str, group_name: str, jobs: list[tuple[str, str]], args) -
 
 
 def cmd_pipeline(args) -> int:
-    from qex.queue import engine
     from qex.jobs import pipeline
 
     ctx = context()
     group_id, name, jobs, result, built = pipeline.submit(ctx, args.file)
     _warn(built)
-    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    from qex.supervisor import become
+
+    become.finish_pass(ctx, result)
     _report(group_id, name, jobs, args)
     err(f"qex: pipeline {name}: {len(jobs)} stage{'s' if len(jobs) != 1 else ''} queued as group {group_id[:8]}")
     out(group_id)
@@ -33,7 +34,6 @@ def cmd_pipeline(args) -> int:
 
 
 def cmd_rerun(args) -> int:
-    from qex.queue import engine
     from qex.control import rerun
     from qex.base.errors import SpecError
     from qex.jobs.resolve import resolve
@@ -48,7 +48,9 @@ def cmd_rerun(args) -> int:
     new_id, result, warnings = rerun.submit(ctx, target.job)
     for warning in warnings:
         err(f"qex: warning: {warning}")
-    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    from qex.supervisor import become
+
+    become.finish_pass(ctx, result)
     if args.id_file:
         write_id_file(args.id_file, [new_id])
     err(f"qex: rerun of {target.job[:8]}")
@@ -58,15 +60,16 @@ def cmd_rerun(args) -> int:
 
 def cmd_each_line(args) -> int:
     """qex submit --each-line: validate every line, then queue every job in one lock hold."""
-    from qex.queue import engine
-    from qex.jobs import fanout
-    from qex.jobs import groups
+    from qex.cli.request import request_from_args
+    from qex.jobs import fanout, groups
 
     ctx = context()
-    group_id, name, lines, built = fanout.prepare(ctx, args)
+    group_id, name, lines, built = fanout.prepare(ctx, args, request_from_args)
     _warn(built)
     ids, result = groups.submit(ctx, built, group_id, name, "each-line")
-    become_supervisor_if(ctx, engine.after_pass(ctx, result, leaving=True))  # (--wait is refused here)
+    from qex.supervisor import become
+
+    become.finish_pass(ctx, result, leaving=True)  # (--wait is refused here)
     _report(group_id, name, [(b.record["name"], b.spec.id) for b in built], args)
     skipped = []
     if lines.empty:

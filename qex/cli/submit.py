@@ -2,96 +2,14 @@
 
 import os
 
-from qex.cli.common import become_supervisor_if, command_after_dashes, context, err, out, print_json, write_id_file
+from qex.cli.common import context, err, out, print_json, write_id_file
 from qex.base.errors import SpecError
 
 
-def request_from_args(args, ctx):
-    """A Request from the command line, on top of a job file when --job is given."""
-    from qex.jobs.submit import Request
-
-    req = Request(command=command_after_dashes(args.argv))
-    if args.job:
-        _apply_job_file(req, args.job)
-    for field_name, option in (("cpu", "cpu"), ("mem", "mem"), ("gpu", "gpu"), ("vram", "vram"),
-                               ("name", "name"), ("priority", "priority"), ("timeout", "timeout"),
-                               ("max_queue_time", "max_queue_time"), ("retries", "retries"),
-                               ("oom_retries", "oom_retries"), ("cwd", "cwd"), ("nice", "nice"),
-                               ("env_capture", "env_capture"), ("dedupe_key", "dedupe_key"),
-                               ("dedupe_window", "dedupe_window")):
-        value = getattr(args, option, None)
-        if value is not None:
-            setattr(req, field_name, value)
-    if command_after_dashes(args.argv):
-        req.command = command_after_dashes(args.argv)
-    req.claims += args.claim
-    req.locks += args.lock
-    req.tags += args.tag
-    req.env += args.env
-    req.needs += _split_ids(args.needs)
-    req.after += _split_ids(args.after)
-    if req.needs or req.after:
-        from qex.jobs.resolve import resolve_dependencies
-
-        req.needs = resolve_dependencies(ctx, req.needs, "--needs")
-        req.after = resolve_dependencies(ctx, req.after, "--after")
-    return req
-
-
-def _split_ids(values: list[str]) -> list[str]:
-    return [w for v in values for w in v.split(",") if w.strip()]
-
-
-def _apply_job_file(req, path: str) -> None:
-    from qex.jobs import jobfile
-
-    apply_job(req, jobfile.load(path), path)
-
-
-def apply_job(req, job, path: str) -> None:
-    """What a job file (or a pipeline stage, qex.jobs.pipeline) says, put into ``req``."""
-    command = job.command
-    if isinstance(command, str):
-        import shlex
-
-        try:
-            command = shlex.split(command)
-        except ValueError as exc:
-            raise SpecError(f"{path}: the command {command!r} cannot be split ({exc}); give a list") from None
-    req.command = list(command)
-    r = job.resources
-    req.cpu = None if r.cpu is None else str(r.cpu)
-    req.mem = None if r.mem is None else str(r.mem)
-    req.gpu = r.gpu
-    req.vram = None if r.vram is None else str(r.vram)
-    for name, value in r.claims.items():
-        req.claims.append(_claim_text(name, value, path))
-    req.locks += list(r.locks)
-    req.name, req.cwd, req.nice = job.name, job.cwd, job.nice
-    req.job_env = {str(k): str(v) for k, v in job.env.items()}
-    req.env_capture = job.env_capture or req.env_capture
-    req.tags, req.priority = list(job.tags), job.priority or 0
-    req.timeout = None if job.timeout is None else str(job.timeout)
-    req.max_queue_time = None if job.max_queue_time is None else str(job.max_queue_time)
-    req.retries, req.oom_retries = job.retries, job.oom_retries
-    req.needs, req.after = list(job.needs), list(job.after)
-    req.dedupe_key = job.dedupe_key
-
-
-def _claim_text(name: str, value, path: str) -> str:
-    if isinstance(value, bool):
-        raise SpecError(f"{path}: [resources.claims] {name} must be a count or {{ count = N, size = \"8GB\" }}")
-    if isinstance(value, int):
-        return f"{name}={value}"
-    if isinstance(value, dict) and set(value) <= {"count", "size"} and "count" in value:
-        size = value.get("size")
-        return f"{name}={value['count']}" + (f":{size}" if size is not None else "")
-    raise SpecError(f"{path}: [resources.claims] {name} = {value!r} is not a count or "
-                    "{ count = N, size = \"8GB\" }")
-
-
 def _submit_one(args, ctx, leaving: bool = False):
+    from qex.cli.request import request_from_args
     from qex.jobs.submit import build, submit_many
+    from qex.supervisor import become
 
     req = request_from_args(args, ctx)
     built = build(ctx, req)
@@ -102,7 +20,7 @@ def _submit_one(args, ctx, leaving: bool = False):
         from qex.jobs.dedupe import checker_for
 
         checker = checker_for(ctx, req)
-    ids, result = submit_many(ctx, [built], on_locked=checker, early=leaving)
+    ids, result = submit_many(ctx, [built], on_locked=checker, early=become.early(leaving))
     return ids[0], result, (checker.hit if checker is not None else None)
 
 
@@ -121,7 +39,6 @@ def _say_what_happened(ctx, job_id: str, hit) -> None:
 
 
 def cmd_submit(args) -> int:
-    from qex.queue import engine
     from qex.linux.cgroup import warm
 
     warm()  # the first cgroup move's wait runs beside this submission (qex.linux.cgroup.warm)
@@ -138,7 +55,9 @@ def cmd_submit(args) -> int:
     wait_limit = _wait_limit(args)
     leaving = not (args.wait or args.follow)  # it answers with the id and exits
     job_id, result, hit = _submit_one(args, ctx, leaving)
-    become_supervisor_if(ctx, engine.after_pass(ctx, result, leaving=leaving))
+    from qex.supervisor import become
+
+    become.finish_pass(ctx, result, leaving=leaving)
     _say_what_happened(ctx, job_id, hit)
     if args.id_file:
         write_id_file(args.id_file, [job_id])
@@ -165,7 +84,6 @@ def _wait_limit(args):
 
 
 def cmd_run(args) -> int:
-    from qex.queue import engine
     from qex.cli import wait as waiting
 
     if args.each_line is not None:
@@ -173,7 +91,9 @@ def cmd_run(args) -> int:
                         "use qex submit --each-line FILE -- CMD {}, then qex wait GROUP")
     ctx = context()
     job_id, result, hit = _submit_one(args, ctx)
-    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    from qex.supervisor import become
+
+    become.finish_pass(ctx, result)
     _say_what_happened(ctx, job_id, hit)
     if args.id_file:
         write_id_file(args.id_file, [job_id])

@@ -5,7 +5,7 @@ import sys
 import time
 
 from qex.base import outcome
-from qex.cli.common import become_supervisor_if, context, err, out, print_json
+from qex.cli.common import context, err, out, print_json
 from qex.store.records import FINAL
 
 POLL_FIRST, POLL_MAX, LIVENESS_EVERY = 0.02, 0.2, 1.0
@@ -84,7 +84,9 @@ def _nudge(ctx, pending: list[str]) -> None:
             need = True
     if need:
         result = engine.run_pass(ctx)
-        become_supervisor_if(ctx, engine.after_pass(ctx, result))
+        from qex.supervisor import become
+
+        become.finish_pass(ctx, result)
 
 
 def wait_and_print(ctx, job_id: str, limit, print_record: bool = True) -> int:

@@ -180,15 +180,14 @@ def _code_stamp() -> list:
     meaning: a cache made by other code (an upgrade, an edit) is a miss."""
     global _STAMP
     if _STAMP is None:
-        from qex.config import file as config
-        from qex.base import units
         from qex.base.version import VERSION
 
+        here = os.path.dirname(os.path.abspath(__file__))
         stamp: list = [VERSION]
-        for module in (config, units):
-            try:
-                stamp.append(os.stat(module.__file__).st_mtime_ns)
-            except (OSError, TypeError):
+        for path in (os.path.join(here, "file.py"), os.path.join(os.path.dirname(here), "base", "units.py")):
+            try:  # (the files of qex.config.file and qex.base.units: named, not imported)
+                stamp.append(os.stat(path).st_mtime_ns)
+            except OSError:
                 stamp.append(None)
         _STAMP = stamp
     return _STAMP

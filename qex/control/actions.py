@@ -58,9 +58,10 @@ def kill_jobs(ctx, job_ids: list[str], wait: bool = True, cancel_queued: bool = 
     for job_id, what in answer.items():
         if what == "signal":
             _signal_supervisor(ctx, job_id)
-    from qex.cli.common import become_supervisor_if
 
-    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    from qex.supervisor import become
+
+    become.finish_pass(ctx, result)
     if wait:
         _await_final(ctx, [j for j, w in answer.items() if w == "signal"], answer)
     return answer
@@ -122,9 +123,10 @@ def cancel_jobs(ctx, job_ids: list[str]) -> dict[str, str]:
         return answer
 
     result = engine.run_pass(ctx, mark)
-    from qex.cli.common import become_supervisor_if
 
-    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    from qex.supervisor import become
+
+    become.finish_pass(ctx, result)
     return result.value
 
 

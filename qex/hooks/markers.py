@@ -10,7 +10,7 @@ How it stays exactly once and off the queue's path:
    marker is on disk before the final record, so a process killed after the
    commit leaves the marker behind, and any later pass (a command, the
    waker, another supervisor) picks it up: no scan of history is needed.
-2. ``start_pending`` -- after the pass, after the supervisors of what that
+2. ``start_pending`` (``qex.hooks.runner``) -- after the pass, after the supervisors of what that
    pass admitted are forked -- forks one detached runner for the markers of
    this user. A hook never holds the lock, a pass or the next job.
 3. The runner creates ``jobs/<id>/hook.ran`` with ``O_EXCL`` *before* it starts
@@ -24,14 +24,14 @@ own process group, with the ``QEX_*`` variables of the job; TERM at
 and stderr go to ``hook.log``, at most 1MB (then the pipe is shut and the
 hook stopped). ``hook.ran`` then holds the verdict (``qex logs ID --hook``).
 The config is read when the job ends, so a change applies to the next job.
-This module is what every pass may touch; the runner is ``qex.hooks.runner``.
+This module is what every pass may touch; the runner (and its start) is ``qex.hooks.runner``.
 """
 
 import os
 
+from qex.store.layout import HOOKS_PENDING as PENDING
 from qex.store.records import FINAL
 
-PENDING = "hooks-pending"
 RAN = "hook.ran"
 LOG = "hook.log"
 FAULT = "QEX_TEST_FAULT"  # "before-hook": SIGKILL this process where a crash would leave a hook pending
@@ -67,7 +67,7 @@ def mark_locked(ctx, txn) -> None:
 
 def _ensure_dir(store) -> str:
     directory = pending_dir(store)
-    shared = _shared(store.root)
+    shared = store.shared
     try:
         os.mkdir(directory, 0o700)
         if shared:  # the umask trims mkdir's mode: set it, so every member can leave a marker
@@ -77,44 +77,7 @@ def _ensure_dir(store) -> str:
     return directory
 
 
-def _shared(root: str) -> bool:
-    try:
-        return bool(os.stat(root).st_mode & 0o022)
-    except OSError:
-        return False
-
-
-# ---- 2. after the pass: start a runner ------------------------------------------------
-
-def start_pending(ctx, close_in_child=()) -> None:
-    """Fork a detached runner for this user's pending hooks (none: no fork)."""
-    directory = pending_dir(ctx.store)
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    prefix = f"{ctx.uid}."
-    todo = []
-    for name in names:
-        if not name.startswith(prefix):
-            continue  # another user's job: their own qex runs their hook
-        job_id = name[len(prefix):]
-        marker = os.path.join(directory, name)
-        decision = _decide(ctx, job_id)
-        if decision == "run":
-            todo.append(job_id)
-        elif decision == "drop":
-            _unlink(marker)
-    if not todo:
-        return
-    if os.environ.get(FAULT) == "before-hook":
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
-    _fork_runner(ctx, todo, close_in_child)
-
-
-def _decide(ctx, job_id: str) -> str:
+def decide(ctx, job_id: str) -> str:
     """"run", "drop" (the marker is done with), or "wait" (the record is not final yet)."""
     if os.path.lexists(ctx.store.path(job_id, RAN)):
         return "drop"
@@ -127,43 +90,7 @@ def _decide(ctx, job_id: str) -> str:
     return "run" if wanted(ctx.config, rec["state"]) else "drop"
 
 
-def _fork_runner(ctx, job_ids: list[str], close_in_child=()) -> None:
-    from qex.queue import engine
-    from qex.store import fs
-
-    try:
-        fs.settle(frees=True)  # a hook runs for a final record that is durable (fs.defer_syncs)
-        pid = os.fork()
-    except Exception:  # (OSError, or StoreError from the settle)
-        return  # the markers stay: a later pass starts them
-    if pid == 0:
-        code = 0
-        try:
-            os.setsid()
-            if os.fork() != 0:
-                os._exit(0)
-            os.closerange(3, _max_fd())  # no lock, no liveness descriptor, nothing of the caller
-            engine.detach_stdio(os.path.join(ctx.store.root, "hooks.log"))
-            from qex.hooks.runner import run_hooks
-
-            run_hooks(ctx, job_ids)
-        except BaseException:
-            import traceback
-
-            traceback.print_exc()
-            code = 70
-        os._exit(code)
-    engine._reap_later(pid)
-
-
-def _max_fd() -> int:
-    try:
-        return min(os.sysconf("SC_OPEN_MAX"), 1 << 16)
-    except (OSError, ValueError):
-        return 1024
-
-
-def _unlink(path: str) -> None:
+def unlink_quietly(path: str) -> None:
     try:
         os.unlink(path)
     except OSError:

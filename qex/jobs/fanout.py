@@ -171,17 +171,18 @@ def check_options(args) -> int:
     return max_jobs
 
 
-def prepare(ctx, args):
+def prepare(ctx, args, request_of):
     """Everything checked, every job built; nothing written yet.
+    ``request_of(args, ctx)``: the Request the command line gives (its command
+    is the template; ``qex.cli.request``), asked for once the options pass.
 
     Returns (group id, group name, lines, built jobs).
     """
-    from qex.cli.submit import request_from_args
     from qex.base.ids import new_id
     from qex.jobs.submit import build, build_like
 
     max_jobs = check_options(args)
-    base = request_from_args(args, ctx)
+    base = request_of(args, ctx)
     template = parse_template(base.command)
     source = args.each_line
     lines = split_lines(read_input(source), units.safe_text(source))

@@ -89,3 +89,45 @@ def structure(data: dict, where: str) -> JobFile:
     except Exception as exc:
         raise SpecError(f"{where}: {codec.describe(exc, os.path.basename(where))}") from None
     return job
+
+
+def apply_to(req, job, path: str) -> None:
+    """What a job file (or a pipeline stage, qex.jobs.pipeline) says, put into ``req``."""
+    command = job.command
+    if isinstance(command, str):
+        import shlex
+
+        try:
+            command = shlex.split(command)
+        except ValueError as exc:
+            raise SpecError(f"{path}: the command {command!r} cannot be split ({exc}); give a list") from None
+    req.command = list(command)
+    r = job.resources
+    req.cpu = None if r.cpu is None else str(r.cpu)
+    req.mem = None if r.mem is None else str(r.mem)
+    req.gpu = r.gpu
+    req.vram = None if r.vram is None else str(r.vram)
+    for name, value in r.claims.items():
+        req.claims.append(_claim_text(name, value, path))
+    req.locks += list(r.locks)
+    req.name, req.cwd, req.nice = job.name, job.cwd, job.nice
+    req.job_env = {str(k): str(v) for k, v in job.env.items()}
+    req.env_capture = job.env_capture or req.env_capture
+    req.tags, req.priority = list(job.tags), job.priority or 0
+    req.timeout = None if job.timeout is None else str(job.timeout)
+    req.max_queue_time = None if job.max_queue_time is None else str(job.max_queue_time)
+    req.retries, req.oom_retries = job.retries, job.oom_retries
+    req.needs, req.after = list(job.needs), list(job.after)
+    req.dedupe_key = job.dedupe_key
+
+
+def _claim_text(name: str, value, path: str) -> str:
+    if isinstance(value, bool):
+        raise SpecError(f"{path}: [resources.claims] {name} must be a count or {{ count = N, size = \"8GB\" }}")
+    if isinstance(value, int):
+        return f"{name}={value}"
+    if isinstance(value, dict) and set(value) <= {"count", "size"} and "count" in value:
+        size = value.get("size")
+        return f"{name}={value['count']}" + (f":{size}" if size is not None else "")
+    raise SpecError(f"{path}: [resources.claims] {name} = {value!r} is not a count or "
+                    "{ count = N, size = \"8GB\" }")

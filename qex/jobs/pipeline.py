@@ -17,7 +17,7 @@ from attrs import field, frozen
 
 from qex.base import units
 from qex.base.errors import SpecError
-from qex.jobs.jobfile import JobFile
+from qex.jobs.jobfile import JobFile, apply_to
 
 
 @frozen
@@ -121,7 +121,6 @@ def _cycle(by_name, waiting, done) -> str:
 
 def build_all(ctx, plan: Plan, path: str, group_id: str) -> list:
     """Every stage as qex submit would build it (all checked); needs/after become ids."""
-    from qex.cli.submit import apply_job
     from qex.jobs.submit import Request, build
 
     built, ids = [], {}
@@ -129,7 +128,7 @@ def build_all(ctx, plan: Plan, path: str, group_id: str) -> list:
         where = f"pipeline file {path}: stage {st.name!r}"
         req = Request(command=[])
         try:
-            apply_job(req, st.job, where)
+            apply_to(req, st.job, where)
             req.needs, req.after = [], []
             req.group, req.group_name, req.origin = group_id, plan.name, "pipeline"
             b = build(ctx, req)

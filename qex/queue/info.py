@@ -9,13 +9,14 @@ def gather(ctx) -> dict:
 
     from qex import admit as A
     from qex.queue import engine
+    from qex.queue.txn import Txn
     from qex.base import machine
     from qex.users import peers
     from qex.users import shared
 
     with ctx.store.lock():
         idx = ctx.store.load_index_locked()
-        txn = engine.Txn(ctx.store, idx)
+        txn = Txn(ctx.store, idx)
         now = time.time()
         snap = engine.snapshot(ctx, txn, now)
         plan = A.admit(snap)

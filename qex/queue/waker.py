@@ -20,6 +20,9 @@ import time
 
 from qex.queue import engine
 from qex.store.lock import hold
+from qex.linux.proc import detach_stdio, reap_later
+from qex.queue import fork
+from qex.queue.context import Launch
 
 INTERVAL = float(os.environ.get("QEX_WAKER_INTERVAL", "1.0"))
 # The kinds of wait (``blocked_holder``) that only the end of a job of this state
@@ -39,9 +42,9 @@ def lock_path(ctx) -> str:
     return os.path.join(ctx.store.root, f"waker-{ctx.uid}.lock")
 
 
-def ensure(ctx, close_in_child=(), next_deadline: float | None = None) -> "engine.Launch | None":
+def ensure(ctx, close_in_child=(), next_deadline: float | None = None) -> "Launch | None":
     """Fork a waker unless one holds the lock. Returns a Launch only in a
-    supervisor forked by the waker (see ``engine.after_pass``).
+    supervisor forked by the waker (see ``qex.queue.launch.after_pass``).
     ``next_deadline`` is the earliest --max-queue-time deadline of the pass."""
     fd = hold(lock_path(ctx))
     if fd is None:
@@ -64,7 +67,7 @@ def ensure(ctx, close_in_child=(), next_deadline: float | None = None) -> "engin
                     os.close(other)
                 except OSError:
                     pass
-            engine.detach_stdio(os.path.join(ctx.store.root, "waker.log"))
+            detach_stdio(os.path.join(ctx.store.root, "waker.log"))
         except BaseException:
             os._exit(70)
         launch = _loop(ctx, fd, next_deadline)
@@ -72,7 +75,7 @@ def ensure(ctx, close_in_child=(), next_deadline: float | None = None) -> "engin
             os._exit(0)
         return launch
     os.close(fd)
-    engine._reap_later(pid)
+    reap_later(pid)
     return None
 
 
@@ -142,7 +145,7 @@ def _earliest_deadline(ctx, now: float) -> float | None:
     return min((t for t in times if t > now), default=None)
 
 
-def _loop(ctx, fd: int, next_deadline: float | None = None) -> "engine.Launch | None":
+def _loop(ctx, fd: int, next_deadline: float | None = None) -> "Launch | None":
     """Pass until nothing of this user is queued; return a Launch in a forked supervisor."""
     import traceback
 
@@ -163,10 +166,10 @@ def _loop(ctx, fd: int, next_deadline: float | None = None) -> "engine.Launch | 
             next_deadline = None
             continue
         next_deadline = result.next_deadline
-        child = engine.launch_all(ctx, result.launches, close_in_child=(fd,))
+        child = fork.launch_all(ctx, result.launches, close_in_child=(fd,))
         if child is not None:
             return child
-        from qex.hooks.markers import start_pending
+        from qex.hooks.runner import start_pending
 
         start_pending(ctx, close_in_child=(fd,))
         if not (result.queued_mine or result.running_mine):

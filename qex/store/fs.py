@@ -13,6 +13,8 @@ import stat
 from qex.base.errors import StoreError
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
+if _CRASH:
+    from qex.base import faults
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -373,13 +375,13 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = Tru
             os.fchmod(fd, mode)  # the mode asked for, whatever the umask (a shared directory needs it)
             write_all(fd, data)
             if _CRASH:
-                _hit("fs.after_write")
+                faults.hit("fs.after_write")
             if sync:
                 os.fsync(fd)
         finally:
             os.close(fd)
         if _CRASH:
-            _hit("fs.after_fsync")
+            faults.hit("fs.after_fsync")
         if exchange and not sync and _exchanged(tmp, path):
             replacing(tmp)  # the old file, freed once the lock is let go
             os.unlink(tmp)
@@ -387,18 +389,12 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = Tru
             replacing(path)
             os.rename(tmp, path)
         if _CRASH:
-            _hit("fs.after_rename")
+            faults.hit("fs.after_rename")
     except OSError as exc:
         _unlink_quietly(tmp)
         raise StoreError(_describe_write_failure(path, exc)) from None
     if sync_dir:
         fsync_dir(directory)
-
-
-def _hit(point: str) -> None:
-    from qex.base import faults
-
-    faults.hit(point)
 
 
 _RENAMEAT2 = None  # libc's renameat2, False where there is none (then a plain rename)
@@ -545,7 +541,9 @@ def check_state_dir(path: str) -> None:
     """
     st = os.lstat(path)
     mode = stat.S_IMODE(st.st_mode)
-    shared = bool(mode & stat.S_ISGID) and bool(mode & stat.S_IWGRP)
+    from qex.store.layout import is_shared
+
+    shared = is_shared(st)
     if mode & stat.S_IWOTH:
         raise StoreError(f"the state directory {path} is writable by every user (mode {mode:o}), so anyone "
                          f"could change the queue; make it private with chmod 700 {path}")

@@ -282,7 +282,7 @@ def listing(store, active: dict, on_broken) -> tuple[list[tuple], list[dict]]:
     being submitted right now, or one the history missed).
     """
     from qex.base.errors import QexError
-    from qex.store.state import BrokenRecord
+    from qex.base.errors import BrokenRecord
 
     try:
         names = set(os.listdir(store.jobs))

@@ -22,7 +22,7 @@ import json
 import os
 import time
 
-from qex.base.errors import NoSuchJob, QexError, StoreError
+from qex.base.errors import BrokenRecord, NoSuchJob, QexError, StoreError
 from qex.store import check, fs, history, journal
 from qex.store.lock import StateLock
 from qex.store.records import ACTIVE
@@ -37,6 +37,8 @@ KEPT_REPLAY_BYTES = 1 << 20  # a kept index is taken while the journal grew less
 _HEAD_BYTES = 512    # enough for the counters at the start of the index file (Store._saved_elsewhere)
 _MARK_BYTES = 128    # the first bytes of the journal that tell one journal file from another (Store._journal_mark)
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
+if _CRASH:
+    from qex.base import faults
 _APPLIED_WIDTH = 128  # the line in the lock file (Store._applied_upto)
 
 
@@ -44,12 +46,6 @@ def _boot_id() -> str:
     from qex.base.machine import boot_id
 
     return boot_id()
-
-
-class BrokenRecord(StoreError):
-    """A status.json that cannot be read; names the file (and ``job_id``)."""
-
-    job_id: str | None = None
 
 
 class Index:
@@ -135,7 +131,7 @@ def live_reason(rec: dict, entry: dict) -> dict:
 
 
 class Store:
-    # A shared state directory (qex init --shared; see qex.users.shared) gives the
+    # A shared state directory (qex init --shared; see qex.store.layout) gives the
     # group what other users' passes need; ``ensure`` finds out which it is.
     shared = False
     owner_uid: int | None = None
@@ -201,9 +197,9 @@ class Store:
         fs.ensure_private_dir(self.root)
         fs.check_state_dir(self.root)
         fs.ensure_private_dir(self.jobs)
-        from qex.users import shared
+        from qex.store import layout
 
-        shared.learn(self)
+        layout.learn(self)
 
     @property
     def file_mode(self) -> int:
@@ -658,7 +654,7 @@ class Store:
             raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
         idx.journal_ino = appended.get("ino", idx.journal_ino)
         if _CRASH:
-            fs._hit("commit.after_journal")
+            faults.hit("commit.after_journal")
         for rec in last.values():  # each record once, in its last form; none fsynced (see above)
             data, written = statuses[rec["id"]]
             if self._write_status_locked(rec, data=data) and written["state"] in ACTIVE:
@@ -666,7 +662,7 @@ class Store:
             else:
                 idx.records.pop(rec["id"], None)
             if _CRASH:
-                fs._hit("commit.after_status")
+                faults.hit("commit.after_status")
         for rec, _previous, _change in changes:
             self._index_put(idx, rec)
         history.note_final_locked(self, changes)  # the jobs it made final, for qex list (history.py)
@@ -674,7 +670,7 @@ class Store:
         if applied is not None:
             applied()  # (a submission's early supervisor may start its job: the index file is only a checkpoint)
         if _CRASH:
-            fs._hit("commit.before_index")
+            faults.hit("commit.before_index")
         if not save_index:
             idx.unsaved = True
             self._keep(idx)
@@ -691,7 +687,7 @@ class Store:
             idx.journal_ino = None  # (the next append makes the new file)
             self.save_index_locked(idx)
         if _CRASH:
-            fs._hit("commit.after_index")
+            faults.hit("commit.after_index")
         self._keep(idx)
         return events
 
@@ -751,9 +747,9 @@ class Store:
                     os.close(fd)
                     fd = -1
             if self.shared:
-                from qex.users import shared
+                from qex.store import layout
 
-                shared.open_job_dir(tmp)
+                layout.open_job_dir(tmp)
             os.rename(tmp, final)
             if later:
                 dir_fd = os.open(self.jobs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -2,13 +2,14 @@
 
 The forked supervisor (a copy of the CLI process with everything it imported,
 about 9 MB of private memory) starts the job and watches it for
-``watch.GRACE``. If the job still runs then, ``become_watcher`` re-executes the
-same process (same pid: the record's ``supervisor_pid`` stays right; same
-session) into ``qex.supervisor.watch.main``, a ``python -I -S`` that holds
-about 3 MB. It keeps exactly: the job's stdout and stderr pipes, the log files
-(and their ``.cut`` records), the liveness lock (``alive.lock``), the peer lock,
-and one memfd with what it needs (marshal). Every other fd closes on the exec.
-The job stays its child, so ``wait4`` still gives its status and rusage.
+``watch.GRACE``. If the job still runs then, ``watch.become_watcher``
+re-executes the same process (same pid: the record's ``supervisor_pid`` stays
+right; same session) into ``qex.supervisor.watch.main``, a ``python -I -S``
+that holds about 3 MB. It keeps exactly: the job's stdout and stderr pipes, the
+log files (and their ``.cut`` records), the liveness lock (``alive.lock``), the
+peer lock, and one memfd with what it needs (marshal). Every other fd closes on
+the exec. The job stays its child, so ``wait4`` still gives its status and
+rusage.
 
 When the job has ended the watcher execs back into the full qex, ``finish``
 below, which classifies the end and records it exactly as a forked supervisor
@@ -26,46 +27,6 @@ import sys
 from qex.supervisor import watch
 
 
-def become_watcher(ctx, launch, pid: int, rec: dict, interrupt, meter, sinks: dict, open_pipes,
-                   timeout_at: float | None, kill_grace: float, drain: float) -> None:
-    """Exec into the minimal watcher. Returns only if the exec failed (the caller
-    then goes on watching in this process)."""
-    from qex.store import fs
-
-    try:
-        fs.settle(frees=True)  # (an exec ends the thread that makes this supervisor's last commit durable)
-    except Exception:
-        pass  # said nowhere better: the job goes on, and its end is recorded as usual
-    cg = meter.cg if meter is not None else None
-    passed = {
-        "root": ctx.store.root,
-        "launch": (launch.job_id, launch.alive_fd, launch.peer_fd, launch.peer_lock),
-        "rec": rec,
-        "meter": None if meter is None else {
-            "cg": (cg.kind, cg.path) if cg is not None else None, "why_not": meter.why_not,
-            "cg_kills0": meter.cg_kills0, "machine0": meter.machine0, "job_dir": meter.job_dir},
-    }
-    import marshal
-
-    watched = {"pid": pid, "sinks": [(p, s.handover()) for p, s in sinks.items()], "open": list(open_pipes),
-               "timeout_at": timeout_at, "kill_grace": kill_grace, "drain": drain,
-               "requested": None, "keep": [launch.alive_fd, launch.peer_fd],
-               "here": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(watch.__file__))))}
-    # From here a kill waits (blocked) for the watcher's handler; one that came during the
-    # grace after the loop last looked is in interrupt.requested: it is handed over too.
-    import signal
-
-    signal.pthread_sigmask(signal.SIG_BLOCK, watch.STOP_SIGNALS)
-    watched["requested"] = interrupt.requested
-    fd = watch.write_handover((watched, marshal.dumps(passed)))
-    keep = [fd, *sinks, launch.alive_fd, launch.peer_fd,
-            *(s.fd for s in sinks.values()), *(s.cut_fd for s in sinks.values())]
-    argv = watch.entry_argv(watched["here"], "qex.supervisor.watch", "main", watch.WATCHER_TAG, launch.job_id, fd,
-                            minimal=True)
-    watch.exec_keeping(argv, keep)  # unblocks the signals if it returns
-    os.close(fd)
-
-
 def finish() -> None:
     """The full qex again, after the watcher: ``python -c ... qex-finish JOB FD``. Never returns."""
     import marshal
@@ -80,7 +41,7 @@ def finish() -> None:
     passed = marshal.loads(passed)
     interrupt.requested = ended["requested"]
     signal.pthread_sigmask(signal.SIG_UNBLOCK, watch.STOP_SIGNALS)
-    from qex.queue.engine import Launch
+    from qex.queue.context import Launch
 
     launch = Launch(*passed["launch"])
     ctx = _context(passed["root"])
@@ -113,7 +74,7 @@ def _context(root: str):
     from qex.base import machine
     from qex.base import paths
     from qex.config.file import Config, load_config
-    from qex.queue.engine import Context
+    from qex.queue.context import Context
     from qex.base.errors import QexError
     from qex.store.state import Store
 

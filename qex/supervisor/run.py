@@ -1,6 +1,6 @@
 """The supervisor: the one process that runs a job and records its result.
 
-Forked (no new interpreter) and detached by ``engine.launch_all``. It holds the
+Forked (no new interpreter) and detached by ``qex.queue.fork.launch_all``. It holds the
 job's liveness lock for its whole life; the job inherits neither that lock nor
 the state lock. After the final record it runs a pass, forks the supervisors
 of what that pass admitted, and exits; a child that becomes the next job's
@@ -13,17 +13,22 @@ import stat
 import time
 
 from qex.queue import engine
-from qex.queue.engine import Context, Launch
+from qex.queue.context import Context, Launch
+from qex.linux.proc import KILL_GRACE, detach_stdio
+from qex.queue import reconcile
+from qex.queue.launch import after_pass
+from qex.queue.txn import Txn
 from qex.base.errors import StoreError
 from qex.store import fs
 from qex.store.state import LAZY
 from qex.linux import cgroup
 from qex.supervisor.memory import Meter, settle
 
-KILL_GRACE = float(os.environ.get("QEX_KILL_GRACE", "5"))
 DRAIN_AFTER_EXIT = 2.0
 RUNNING_AFTER = 0.02  # the longest a spawned job waits for its 'running' record while the lock is busy
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
+if _CRASH:
+    from qex.base import faults
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "GOMAXPROCS", "JULIA_NUM_THREADS")
 
@@ -56,10 +61,10 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
     def fail(txn):
         rec = txn.record(launch.job_id)
         if rec["state"] in ("starting", "running"):
-            pid = rec.get("pid") or (engine._read_pid_file(ctx.store.path(launch.job_id, "pid")) or (None,))[0]
+            pid = rec.get("pid") or (reconcile.read_pid_file(ctx.store.path(launch.job_id, "pid")) or (None,))[0]
             if pid:
                 _signal_group(pid, signal.SIGKILL)  # a job spawned but not yet recorded has only its pid file
-            engine._release_cgroup(ctx, launch.job_id)  # (one in its cgroup may have only the intent line yet)
+            reconcile.release_cgroup(ctx, launch.job_id)  # (one in its cgroup may have only the intent line yet)
             now, error = time.time(), f"its supervisor failed: {type(exc).__name__}: {exc}"
             attempts = list(rec.get("attempts") or []) + [{
                 "number": rec.get("attempt", 1), "state": "failed", "claims": rec.get("claims"),
@@ -68,7 +73,7 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
 
     try:
         result = engine.run_pass(ctx, fail)
-        return engine.after_pass(ctx, result, close_in_child=_own_fds(launch))
+        return after_pass(ctx, result, close_in_child=_own_fds(launch))
     except BaseException:
         _print_exc()
         return None
@@ -95,7 +100,7 @@ class Interrupt:
 
 def prepare_early(ctx: Context, launch: Launch) -> None:
     """What a submission's early supervisor does before its commit's byte comes
-    (``engine._fork_early``): it reads the job's spec and makes its memory cgroup,
+    (``qex.supervisor.become.fork_early``): it reads the job's spec and makes its memory cgroup,
     which the commit's fsyncs leave time for (a commit that never comes leaves
     nothing behind: the caller removes the cgroup). A failure leaves it to
     ``supervise``, as for any supervisor."""
@@ -198,7 +203,7 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, inter
             rec = None  # not as expected: look again under the lock
     if rec is None:
         with store.lock():
-            txn = engine.Txn(store, store.load_index_locked(save_replayed=False))
+            txn = Txn(store, store.load_index_locked(save_replayed=False))
             rec = txn.record(launch.job_id)
             txn.commit()
         if rec["state"] != "starting":
@@ -241,7 +246,7 @@ def _record_running(ctx: Context, launch: Launch, rec: dict, interrupt: "Interru
     stops it)."""
     store = ctx.store
     with store.lock():
-        txn = engine.Txn(store, store.load_index_locked(save_replayed=False))
+        txn = Txn(store, store.load_index_locked(save_replayed=False))
         current = txn.record(launch.job_id)
         if current["state"] != "starting":  # not this process's to run any more: never leave it running
             return {**current, "_abandon": True}
@@ -290,7 +295,7 @@ def _spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
                 raise OSError(f"cannot write its pid file {pid_path}: {exc.strerror or exc}") from None
             intent = True
             if _CRASH:
-                _hit("supervisor.before_spawn")
+                faults.hit("supervisor.before_spawn")
             noted = meter.cg
             meter.enter()
             if noted is not None and meter.cg is None:  # it could not join: the job is born outside it
@@ -307,7 +312,7 @@ def _spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
         return None, {"state": "failed", "error": f"cannot start {spec.command[0]!r}: "
                                                   f"{getattr(exc, 'strerror', None) or exc}"}
     if _CRASH:
-        _hit("supervisor.after_spawn")
+        faults.hit("supervisor.after_spawn")
     proc.pid_line = (pid_path, mode, cgroup.note(meter.cg))
     if meter.cg is None:  # without its cgroup, the pid line is all a later pass could stop it by
         try:
@@ -527,12 +532,11 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
         else:
             rec = current
     if end.handoff:
-        from qex.supervisor import handoff
 
         _teach(ctx)  # (the watcher is another program: what it would lose)
 
         _pid_line_now(proc)
-        handoff.become_watcher(ctx, launch, proc.pid, rec, interrupt, meter, sinks, end.open_pipes,
+        watch.become_watcher(ctx, launch, proc.pid, rec, interrupt, meter, sinks, end.open_pipes,
                                timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT)
         end = watch.loop(proc.pid, sinks, end.open_pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT)
     proc.returncode = end.wait_status
@@ -628,7 +632,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
         return _close_and_end(launch, ctx)
     outcome = rec.pop("_outcome")
     if _CRASH:
-        _hit("supervisor.before_final")
+        faults.hit("supervisor.before_final")
 
     def record_end(txn):
         current = txn.record(launch.job_id)
@@ -677,7 +681,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     lessons: list = []
     result = _until_recorded(ctx, record_end)
     if _CRASH:
-        _hit("supervisor.after_final")
+        faults.hit("supervisor.after_final")
     if lessons:  # taught after the pass (the learner's fsync holds up no other pass)
         _LESSONS.append(lessons[0])
     # The first job this pass admitted is this process's next job: no fork, no new
@@ -686,7 +690,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     if own_next is not None and launch.peer_fd >= 0 and own_next.peer_fd == launch.peer_fd:
         launch.peer_fd, launch.peer_lock = -1, None  # handed to own_next (apply_plan): not let go below
     keep = _own_fds(launch) + (_own_fds(own_next) if own_next is not None else ())
-    child = engine.after_pass(ctx, result, close_in_child=keep)
+    child = after_pass(ctx, result, close_in_child=keep)
     if child is not None:
         del _LESSONS[:]  # (the process it was forked from teaches them)
         return child  # a forked supervisor of another admitted job (the fds above are closed in it)
@@ -696,7 +700,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     if own_next is not None:
         own_next.fresh = True  # admitted by this process's pass a moment ago (see _start)
         own_next.follows = True
-        engine.detach_stdio(ctx.store.path(own_next.job_id, "supervisor.log"))
+        detach_stdio(ctx.store.path(own_next.job_id, "supervisor.log"))
     return own_next
 
 
@@ -727,7 +731,7 @@ def _until_recorded(ctx: Context, mutate):
     """Only this process knows how the job ended: on a full disk (or any store error but a
     damaged record) it says why in supervisor.log and tries again, holding the job's
     capacity, for up to ``QEX_RECORD_PATIENCE`` seconds (a day)."""
-    from qex.store.state import BrokenRecord, StoreError
+    from qex.base.errors import BrokenRecord, StoreError
 
     patience = float(os.environ.get("QEX_RECORD_PATIENCE", 86400))
     deadline, delay, said = time.time() + patience, 0.1, False
@@ -756,12 +760,6 @@ def _print_exc() -> None:
     import traceback
 
     traceback.print_exc()
-
-
-def _hit(point: str) -> None:
-    from qex.base import faults
-
-    faults.hit(point)
 
 
 def _own_fds(launch: Launch) -> tuple[int, ...]:

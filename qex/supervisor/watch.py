@@ -222,6 +222,53 @@ def _quiet_signals() -> None:
     _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
 
 
+def _package_parent() -> str:
+    """The folder that holds the qex package this process runs (so that the exec'd
+    watcher and the full qex after it import this same code)."""
+    import os.path  # (this module's ``os`` is posix, which has no path)
+
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def become_watcher(ctx, launch, pid: int, rec: dict, interrupt, meter, sinks: dict, open_pipes,
+                   timeout_at: float | None, kill_grace: float, drain: float) -> None:
+    """Exec into the minimal watcher (see ``qex.supervisor.handoff``). Returns only
+    if the exec failed (the caller then goes on watching in this process). Runs in
+    the full supervisor, never in the watcher: its imports stay inside it."""
+    from qex.store import fs
+
+    try:
+        fs.settle(frees=True)  # (an exec ends the thread that makes this supervisor's last commit durable)
+    except Exception:
+        pass  # said nowhere better: the job goes on, and its end is recorded as usual
+    cg = meter.cg if meter is not None else None
+    passed = {
+        "root": ctx.store.root,
+        "launch": (launch.job_id, launch.alive_fd, launch.peer_fd, launch.peer_lock),
+        "rec": rec,
+        "meter": None if meter is None else {
+            "cg": (cg.kind, cg.path) if cg is not None else None, "why_not": meter.why_not,
+            "cg_kills0": meter.cg_kills0, "machine0": meter.machine0, "job_dir": meter.job_dir},
+    }
+    watched = {"pid": pid, "sinks": [(p, s.handover()) for p, s in sinks.items()], "open": list(open_pipes),
+               "timeout_at": timeout_at, "kill_grace": kill_grace, "drain": drain,
+               "requested": None, "keep": [launch.alive_fd, launch.peer_fd],
+               "here": _package_parent()}
+    # From here a kill waits (blocked) for the watcher's handler; one that came during the
+    # grace after the loop last looked is in interrupt.requested: it is handed over too.
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    watched["requested"] = interrupt.requested
+    fd = write_handover((watched, marshal.dumps(passed)))
+    keep = [fd, *sinks, launch.alive_fd, launch.peer_fd,
+            *(s.fd for s in sinks.values()), *(s.cut_fd for s in sinks.values())]
+    argv = entry_argv(watched["here"], "qex.supervisor.watch", "main", WATCHER_TAG, launch.job_id, fd,
+                            minimal=True)
+    exec_keeping(argv, keep)  # unblocks the signals if it returns
+    os.close(fd)
+
+
 def main() -> None:
     """The minimal watcher: ``python -I -S -c ... qex-watch JOB FD`` (see the module doc)."""
     from qex.supervisor.logs import Sink

@@ -34,46 +34,7 @@ import os
 import stat
 
 from qex.base.errors import PermissionRefused, QexError, UsageError
-
-SUBDIRS = ("jobs", "groups", "pause")
-DIR_MODE = 0o2770
-
-
-def is_shared(st) -> bool:
-    return bool(st.st_mode & stat.S_ISGID) and bool(st.st_mode & stat.S_IWGRP)
-
-
-def learn(store) -> None:
-    """Set ``store.shared`` and ``store.owner_uid`` from the directory itself."""
-    try:
-        st = os.stat(store.root)
-    except OSError:
-        return
-    store.shared = is_shared(st)
-    store.owner_uid = st.st_uid
-    if store.shared:
-        _ensure_file(os.path.join(store.root, "lock"), 0o660)
-
-
-def _ensure_file(path: str, mode: int) -> None:
-    """The file exists; if this user made it, it has ``mode`` whatever the umask."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-    except OSError:
-        return  # the pass that needs it says what is wrong
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) != mode:
-            os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
-
-
-def open_job_dir(path: str) -> None:
-    """A new job directory of a shared state directory (before it is renamed into view)."""
-    os.chmod(path, DIR_MODE)
-    _ensure_file(os.path.join(path, "alive.lock"), 0o640)
-
+from qex.store.layout import DIR_MODE, SUBDIRS, ensure_file, is_shared
 
 def describe(store) -> str:
     """One line for qex info."""
@@ -144,7 +105,7 @@ def init_shared(path: str, group: str | None) -> dict:
                 os.mkdir(sub, 0o700)
             os.chown(sub, -1, gid)
             os.chmod(sub, DIR_MODE)
-        _ensure_file(os.path.join(path, "lock"), 0o660)
+        ensure_file(os.path.join(path, "lock"), 0o660)
         _hook_markers(path, gid)
     except OSError as exc:
         raise QexError(f"cannot set up {path}: {exc.strerror}") from None
@@ -155,9 +116,9 @@ def init_shared(path: str, group: str | None) -> dict:
 def _hook_markers(path: str, gid: int) -> None:
     """The stop hooks' pending markers (qex.hooks.markers): every member's pass adds one
     per job it ends, and only its owner removes it: setgid, sticky, group-writable."""
-    from qex.hooks.markers import PENDING
+    from qex.store.layout import HOOKS_PENDING
 
-    sub = os.path.join(path, PENDING)
+    sub = os.path.join(path, HOOKS_PENDING)
     if not os.path.isdir(sub) or os.path.islink(sub):
         os.mkdir(sub, 0o700)
     os.chown(sub, -1, gid)

@@ -43,7 +43,7 @@ GOOD = {"command": ["true"], "name": "j1", "tags": ["a"], "priority": 1, "timeou
 def _ctx(tmp_path, config_text: str = ""):
     from qex.base import machine
     from qex.config.file import load_config
-    from qex.queue.engine import Context
+    from qex.queue.context import Context
     from qex.store.state import Store
 
     config = tmp_path / "qex.toml"
@@ -110,7 +110,7 @@ def _damage_bytes(draw, data: bytes) -> bytes:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(doc=job_documents(), ext=st.sampled_from((".json", ".yaml", ".toml")), data=st.data())
 def test_any_job_file_is_a_job_or_a_clear_refusal(tmp_path, doc, ext, data):
-    from qex.cli.submit import _apply_job_file
+    from qex.cli.request import _apply_job_file
     from qex.base.errors import QexError
     from qex.jobs.submit import Request, build
 

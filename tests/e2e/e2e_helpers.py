@@ -131,7 +131,7 @@ def submit_wait_with_refused_move(q, method: str, why: str) -> dict:
     import sys
 
     code = ("import sys\n"
-            "from qex.supervisor import cgroup\n"
+            "from qex.linux import cgroup\n"
             "def refuse(self):\n"
             f"    raise PermissionError(13, {why!r})\n"
             f"cgroup.JobCgroup.{method} = refuse\n"

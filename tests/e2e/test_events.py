@@ -16,7 +16,7 @@ FINAL = {"completed", "failed", "killed", "timeout", "oom", "expired", "cancelle
 # batches through the same build/submit_many/after_pass path `qex submit` uses.
 SUBMIT_MANY = """
 import sys
-from qex.cli.common import become_supervisor_if, context
+from qex.cli.common import context
 from qex.queue import engine
 from qex.jobs.submit import Request, build, submit_many
 ctx = context()
@@ -24,7 +24,9 @@ n, batch = int(sys.argv[1]), int(sys.argv[2])
 for start in range(0, n, batch):
     built = [build(ctx, Request(command=["true"], name=f"job-{i}")) for i in range(start, min(n, start + batch))]
     ids, result = submit_many(ctx, built)
-    become_supervisor_if(ctx, engine.after_pass(ctx, result))
+    from qex.supervisor import become
+
+    become.finish_pass(ctx, result)
 """
 
 

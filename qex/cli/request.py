@@ -1,0 +1,45 @@
+"""A submission's Request from the command line (``qex submit``, ``run``, ``--each-line``)."""
+
+from qex.cli.common import command_after_dashes
+
+
+def request_from_args(args, ctx):
+    """A Request from the command line, on top of a job file when --job is given."""
+    from qex.jobs.submit import Request
+
+    req = Request(command=command_after_dashes(args.argv))
+    if args.job:
+        _apply_job_file(req, args.job)
+    for field_name, option in (("cpu", "cpu"), ("mem", "mem"), ("gpu", "gpu"), ("vram", "vram"),
+                               ("name", "name"), ("priority", "priority"), ("timeout", "timeout"),
+                               ("max_queue_time", "max_queue_time"), ("retries", "retries"),
+                               ("oom_retries", "oom_retries"), ("cwd", "cwd"), ("nice", "nice"),
+                               ("env_capture", "env_capture"), ("dedupe_key", "dedupe_key"),
+                               ("dedupe_window", "dedupe_window")):
+        value = getattr(args, option, None)
+        if value is not None:
+            setattr(req, field_name, value)
+    if command_after_dashes(args.argv):
+        req.command = command_after_dashes(args.argv)
+    req.claims += args.claim
+    req.locks += args.lock
+    req.tags += args.tag
+    req.env += args.env
+    req.needs += _split_ids(args.needs)
+    req.after += _split_ids(args.after)
+    if req.needs or req.after:
+        from qex.jobs.resolve import resolve_dependencies
+
+        req.needs = resolve_dependencies(ctx, req.needs, "--needs")
+        req.after = resolve_dependencies(ctx, req.after, "--after")
+    return req
+
+
+def _split_ids(values: list[str]) -> list[str]:
+    return [w for v in values for w in v.split(",") if w.strip()]
+
+
+def _apply_job_file(req, path: str) -> None:
+    from qex.jobs import jobfile
+
+    jobfile.apply_to(req, jobfile.load(path), path)

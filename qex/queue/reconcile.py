@@ -1,0 +1,146 @@
+"""Reconcile: jobs whose supervisor is gone, one rule per case (docs/design.md, "The pass")."""
+
+import os
+
+from qex.queue.context import Context
+from qex.queue.txn import Txn
+from qex.store import fs
+from qex.store.lock import is_held
+from qex.store.records import FINAL, HOLDING
+
+
+def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
+    """Jobs whose supervisor is gone: requeue what never ran, fail what did."""
+    lost = False
+    idx = txn.idx
+    if idx.view is not None:  # (kept by a supervisor: no walk of a long queue)
+        from qex.queue import queueview
+
+        holding = sorted(queueview.view_of(idx, queueview.queued_of).holding)
+    else:
+        holding = [job_id for job_id, entry in idx.jobs.items() if entry["state"] in HOLDING]
+    for job_id in holding:
+        entry = idx.jobs[job_id]
+        alive = ctx.store.path(job_id, "alive.lock")
+        try:
+            if is_held(alive):
+                continue
+        except OSError:
+            continue  # cannot look (another user's private directory): assume alive
+        pid_path = ctx.store.path(job_id, "pid")
+        launched = read_pid_file(pid_path)
+        if _runs_out_of_reach(ctx, job_id, entry, launched):
+            continue  # another user's job still runs: only its owner's pass can stop it
+        lost = True
+        try:
+            rec = txn.record(job_id)
+        except Exception:
+            txn.idx.drop(job_id)
+            continue
+        if rec["state"] in FINAL:
+            txn.store._index_put(txn.idx, rec)
+            continue
+        intent = _spawn_intent(pid_path) if launched is None else None
+        # A pid file that says neither (empty, or cut short): its supervisor was killed
+        # while it wrote it (each write truncates it first), around the spawn. The
+        # job may have run: it is never started again.
+        spawning = intent is not None or (launched is None and os.path.lexists(pid_path))
+        if launched is None and entry["state"] == "starting" and not spawning:
+            release_cgroup(ctx, job_id)
+            txn.update(job_id, state="queued", assigned=[], forced=False,
+                       blocked_reason="requeued: the qex process that was starting it died before it ran")
+            continue
+        stopped = "the job's processes were stopped"
+        if spawning and not _has_cgroup(ctx, job_id):  # no pid, no cgroup: nothing to stop it by
+            stopped = "it may have started, and if it did it was not stopped (it had no memory cgroup)"
+        _stop_orphan(launched)
+        release_cgroup(ctx, job_id)  # with only an intent, the job's cgroup is all that holds it
+        attempt = rec.get("attempt", 1)
+        error = (f"its supervisor (pid {rec.get('supervisor_pid') or intent or '?'}) was lost; "
+                 f"{stopped} and the result is unknown")
+        attempts = list(rec.get("attempts") or []) + [{
+            "number": attempt, "state": "failed", "claims": rec.get("claims"),
+            "started_at": rec.get("started_at"), "ended_at": now, "error": error}]
+        txn.update(job_id, state="failed", ended_at=now, error=error, attempts=attempts, supervisor_lost=True)
+    if lost:
+        _sweep_cgroups(ctx, txn)
+
+
+def release_cgroup(ctx: Context, job_id: str) -> None:
+    """Stop what is left in a lost job's memory cgroup and remove it (qex.linux.cgroup)."""
+    from qex.linux import cgroup
+
+    try:
+        cgroup.stop_and_remove(ctx.store.job_dir(job_id), job_id, kill=True)
+    except OSError:
+        pass
+
+
+def _has_cgroup(ctx: Context, job_id: str) -> bool:
+    from qex.linux import cgroup
+
+    return cgroup.recorded(ctx.store.job_dir(job_id), job_id) is not None
+
+
+def _sweep_cgroups(ctx: Context, txn: Txn) -> None:
+    """Empty job cgroups whose job is not running (only when a supervisor was lost: cheap)."""
+    from qex.linux import cgroup
+
+    try:
+        cgroup.sweep(ctx.store, {j for j, e in txn.idx.jobs.items() if e["state"] in HOLDING})
+    except OSError:
+        pass
+
+
+def _runs_out_of_reach(ctx: Context, job_id: str, entry: dict, launched) -> bool:
+    """Another user's job (a shared directory) whose processes provably still run: its
+    pid line names it, or its cgroup (named on the intent line of a job in one, before
+    its pid line is written) still has members."""
+    if ctx.uid == 0 or entry.get("uid") in (None, ctx.uid):
+        return False
+    if launched is None:
+        from qex.linux import cgroup
+
+        cg = cgroup.recorded(ctx.store.job_dir(job_id), job_id)
+        return cg is not None and bool(cg.members())
+    from qex.base.machine import process_start_time
+
+    pid, start = launched
+    return start is not None and process_start_time(pid) == start
+
+
+def read_pid_file(path: str) -> tuple[int, int | None] | None:
+    try:
+        parts = fs.read_bytes(path, 64).split()
+        return int(parts[0]), (int(parts[1]) if len(parts) > 1 else None)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _spawn_intent(path: str) -> int | None:
+    """The pid of the supervisor that wrote ``- <its pid> <its start>`` in the job's pid
+    file just before it spawned the job (qex.supervisor.run._spawn): the job may have run.
+    None: no such line."""
+    try:
+        parts = fs.read_bytes(path, 64).split()
+        return int(parts[1]) if parts[0] == b"-" else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _stop_orphan(launched) -> None:
+    """SIGKILL the job's process group, but only if its leader is provably the job."""
+    if launched is None:
+        return
+    from qex.base.machine import process_start_time
+
+    pid, start = launched
+    if start is not None and process_start_time(pid) == start:
+        import _signal as signal
+
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+

@@ -1,0 +1,77 @@
+"""The changes of one lock hold (``Txn``): records read once, changed, and
+applied to the index as they are made; committed through the journal."""
+
+from qex.base.errors import QexError
+from qex.store import fs
+from qex.store.state import Index, Store, live_reason
+
+
+class Txn:
+    """The changes of one lock hold, applied to the index as they are made."""
+
+    def __init__(self, store: Store, idx: Index):
+        self.store, self.idx = store, idx
+        self.next_deadline: float | None = None  # the plan's earliest --max-queue-time deadline
+        self.records: dict[str, dict] = {}
+        self.changes: list[tuple[dict, str | None, str]] = []
+        self.windowed = False  # decided by the head of the queue: the index file is not saved (_admit_head)
+        # (fd, name) of the peer lock of a supervisor whose job this hold ends: the first job of
+        # its user that this hold starts is that supervisor's next job and keeps it (apply_plan)
+        self.peer_reuse: tuple[int, str] | None = None
+        self.settle_first = False  # the commit waits for this process's background syncs (specs, job dirs)
+
+    def record(self, job_id: str) -> dict:
+        rec = self.records.get(job_id)
+        if rec is None:
+            entry = self.idx.jobs.get(job_id)
+            kept = self.idx.records.get(job_id)  # this process's last commit wrote it, and nobody's since
+            try:
+                rec = dict(kept) if kept is not None else self.store.read_status_dict(job_id)
+            except QexError:
+                if entry is None:
+                    raise
+                rec = self._rebuilt(job_id, entry)
+            if entry is not None and rec.get("state") == "queued" and entry.get("reason") is not None:
+                rec = live_reason(rec, entry)  # the words of the last pass (see set_reason_locked)
+            self.records[job_id] = rec
+        return rec
+
+    def _rebuilt(self, job_id: str, entry: dict) -> dict:
+        """A damaged status.json of an active job, rebuilt from its index entry and spec.
+
+        One damaged file must never stop the pass that would record another
+        job's end or start the next one; the job itself goes on.
+        """
+        from qex.store.records import status_defaults
+
+        try:
+            spec = self.store.read_spec(job_id)
+            command, cwd = list(spec.command), spec.cwd
+        except QexError:
+            command, cwd = [], ""
+        pools = {k: {"count": c, "size": z} for k, (c, z) in entry["pools"].items()}
+        return {**status_defaults(), "id": job_id, "seq": entry["seq"], "state": entry["state"],
+                "name": entry["name"], "owner": entry["owner"], "uid": entry["uid"], "command": command,
+                "cwd": cwd, "group": entry.get("group"), "group_name": entry.get("group_name"),
+                "priority": entry["priority"], "submitted_at": entry.get("submitted_at", 0.0),
+                "claims": {"cpu": entry["cpu"] / 1000, "mem": entry["mem"], "pools": pools},
+                "assigned": [{"pool": p, "devices": d, "size": z} for p, d, z in entry["assigned"]],
+                "needs": entry["needs"], "after": entry["after"], "dedupe_key": entry.get("dedupe_key"),
+                "pid": entry.get("pid"), "supervisor_pid": entry.get("supervisor_pid"),
+                "error": "its status.json was damaged; qex rebuilt it from the queue's index"}
+
+    def put(self, rec: dict, previous: str | None, change: str = "state") -> None:
+        self.records[rec["id"]] = rec
+        self.changes.append((rec, previous, change))
+        self.store._index_put(self.idx, rec)
+
+    def update(self, job_id: str, change: str = "state", **fields) -> dict:
+        old = self.record(job_id)
+        rec = {**old, **fields}
+        self.put(rec, old["state"], change)
+        return rec
+
+    def commit(self, save_index: bool = True, applied=None) -> list[dict]:
+        if self.settle_first:
+            fs.settle()  # what the journal will point at is durable first (qex.jobs.submit.submit_many)
+        return self.store.commit_locked(self.idx, self.changes, False if self.windowed else save_index, applied)

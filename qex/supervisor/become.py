@@ -1,0 +1,81 @@
+"""How a process becomes a job's supervisor: after a pass that forked it
+(``finish_pass``), or before its submission's commit (``early``).
+
+A supervisor is forked, never exec'd: the forked child returns its Launch up
+the stack of the process it was forked from, and the code here makes it the
+supervisor (``qex.supervisor.run.main_loop``), which never returns.
+"""
+
+import os
+
+from qex.queue import fork
+from qex.queue.context import Context, Launch, PassResult
+
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
+
+
+def become_supervisor_if(ctx: Context, launch: Launch | None) -> None:
+    """In a process forked to supervise a job: supervise, never return."""
+    if launch is not None:
+        from qex.supervisor.run import main_loop
+
+        main_loop(ctx, launch)
+
+
+def finish_pass(ctx: Context, result: PassResult, close_in_child=(), leaving: bool = False) -> None:
+    """Fork what the pass admitted (``qex.queue.launch.after_pass``); in a forked
+    supervisor, supervise and never return."""
+    from qex.queue.launch import after_pass
+
+    if result.launches:
+        import qex.supervisor.run  # noqa: F401 (imported once here, not in each just-forked child: fork_early)
+    become_supervisor_if(ctx, after_pass(ctx, result, close_in_child, leaving))
+
+
+def early(leaving: bool):
+    """``run_pass``'s ``early``: the supervisors of what the pass admits are
+    forked before its commit (``fork_early``)."""
+    return lambda ctx, launches, locks: fork_early(ctx, launches, locks, leaving)
+
+
+def fork_early(ctx: Context, launches: list[Launch], locks: tuple[int, int], leaving: bool) -> int:
+    """Fork the supervisors of a pass before its commit, under the lock; return the
+    write end of their gate.
+
+    A supervisor imports its code while the commit waits for its fsyncs, then
+    reads the gate: one byte once the commit is written, or nothing (end of
+    file) when the pass failed or died before. Only after the byte does it go on
+    to start its job; without it, it leaves, and its liveness lock with it (a job
+    the journal has as 'starting' is requeued by the next pass). It closes its
+    copies of the state and admission locks (``locks``) at once, so that it
+    never holds them after the passing process lets them go.
+    """
+    import qex.supervisor.run  # noqa: F401 (here, not in the child: a just-forked process imports it
+    #                            in ~2.4 ms, every page it touches a copy, against ~0.7 ms here)
+    read_end, gate = os.pipe2(os.O_CLOEXEC)
+    try:
+        child = fork.launch_all(ctx, launches, (*locks, gate), leaving)
+    except BaseException:
+        os.close(read_end)
+        os.close(gate)
+        raise
+    if child is None:
+        os.close(read_end)
+        return gate
+    try:
+        if _CRASH:
+            from qex.base import faults
+
+            faults.hit("engine.early_gate")
+        from qex.supervisor.run import main_loop, prepare_early
+
+        prepare_early(ctx, child)  # while the commit waits for its fsyncs
+        if os.read(read_end, 1) != b"g":
+            if child.meter is not None:
+                child.meter.discard()  # (the cgroup it made for a job that never starts)
+            os._exit(0)
+        os.close(read_end)
+    except BaseException:
+        os._exit(70)
+    main_loop(ctx, child)  # never returns: it ends in os._exit
+    os._exit(70)
