@@ -8,7 +8,7 @@ EOF, waitpid), with the job's memory cgroup where the machine allows it:
 
 - fork: ``subprocess.Popen(..., close_fds, process_group=0, preexec_fn=...)``, the
   preexec joining the cgroup and writing the pid file in the child (qex before);
-- posix_spawn: ``qex.supervisor.run._Child.spawn`` with what ``_spawn`` does around
+- posix_spawn: ``qex.supervisor.spawn.Child.spawn`` with what ``spawn.spawn`` does around
   it (PATH lookup, intent line, the supervisor's two cgroup moves, pid line);
 - the two cgroup moves alone (``JobCgroup.join`` + ``leave``).
 
@@ -30,7 +30,8 @@ from qex.queue import engine
 from qex.jobs import learn
 from qex.jobs import submit
 from qex.base.machine import process_start_time
-from qex.supervisor import run
+from qex.linux import pidfile
+from qex.supervisor import run, spawn  # noqa: F401  (run: what a supervisor carries)
 from qex.linux import cgroup
 
 
@@ -48,28 +49,28 @@ def way_fork(cg, pid_path: str, env: dict):
     def preexec():
         if cg is not None:
             cg.join()
-        run._write_pid_file(pid_path, os.getpid(), process_start_time(os.getpid()))
+        pidfile.write(pid_path, os.getpid(), process_start_time(os.getpid()))
 
     proc = subprocess.Popen(["true"], cwd="/", env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, close_fds=True, process_group=0, preexec_fn=preexec)
-    run._write_pid_file(pid_path, proc.pid, process_start_time(proc.pid))
+    pidfile.write(pid_path, proc.pid, process_start_time(proc.pid))
     _drain(proc)
 
 
 def way_spawn(cg, pid_path: str, env: dict):
     home = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     os.chdir("/")
-    path = run._executable("true", env)
-    run._write_pid_file(pid_path, "-", f"{os.getpid()} {run._own_start()}")
+    path = spawn.executable("true", env)
+    pidfile.write(pid_path, "-", f"{os.getpid()} {spawn.own_start()}")
     if cg is not None:
         cg.join()
     try:
-        proc = run._Child.spawn(path, ["true"], env)
+        proc = spawn.Child.spawn(path, ["true"], env)
     finally:
         if cg is not None:
             cg.leave()
         run._go_home(home)
-    run._write_pid_file(pid_path, proc.pid, process_start_time(proc.pid))
+    pidfile.write(pid_path, proc.pid, process_start_time(proc.pid))
     _drain(proc)
 
 

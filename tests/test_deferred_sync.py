@@ -14,6 +14,7 @@ from qex.base.errors import StoreError
 from qex.store import fs
 from qex.store.state import LAZY
 from qex.supervisor import run
+from qex.supervisor import spawn as spawn_mod
 from qex.supervisor.memory import Meter
 from test_index_cache import add_jobs, lazy_reason, view
 
@@ -91,11 +92,11 @@ def test_a_supervisor_spawns_its_job_only_once_its_start_is_settled(tmp_path, mo
         order.append("spawn")
         raise OSError(errno.EAGAIN, "not in this test")
 
-    monkeypatch.setattr(run._Child, "spawn", staticmethod(spawn))
+    monkeypatch.setattr(spawn_mod.Child, "spawn", staticmethod(spawn))
     monkeypatch.chdir(ctx.store.job_dir(job))
     rec, meter = ctx.store.read_status_dict(job), Meter()
     try:
-        proc, failure = run._spawn(ctx, launch, ctx.store.read_spec(job), rec, meter)
+        proc, failure = spawn_mod.spawn(ctx, launch, ctx.store.read_spec(job), rec, meter)
     finally:
         meter.discard()
         run._close_and_end(launch)
@@ -122,17 +123,17 @@ def test_a_spawn_frees_its_passs_replaced_files_after_the_job_is_spawned(tmp_pat
     (job,) = add_jobs(ctx)
     result = engine.run_pass(ctx, save_index=LAZY)  # admits it: 'starting'; its old record replaced
     (launch,) = result.launches
-    at_spawn, real = [], run._Child.spawn
+    at_spawn, real = [], spawn_mod.Child.spawn
 
     def spawn(*args, **kw):
         at_spawn.append((list(fs._DEFERRED_SYNCS), list(fs._DEFERRED_FREES)))
         return real(*args, **kw)
 
-    monkeypatch.setattr(run._Child, "spawn", staticmethod(spawn))
+    monkeypatch.setattr(spawn_mod.Child, "spawn", staticmethod(spawn))
     monkeypatch.chdir(ctx.store.job_dir(job))
     rec, meter = ctx.store.read_status_dict(job), Meter()
     try:
-        proc, failure = run._spawn(ctx, launch, ctx.store.read_spec(job), rec, meter)
+        proc, failure = spawn_mod.spawn(ctx, launch, ctx.store.read_spec(job), rec, meter)
         assert failure is None
         proc.wait()
         proc.stdout.close()

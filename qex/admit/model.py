@@ -11,10 +11,10 @@ classes at import (and importing attrs) cost every ``qex`` command ~25 ms.
 
 from __future__ import annotations
 
-# Job states a dependency can be in. "missing" = no such job (counts as final).
-FINAL_STATES = frozenset(
-    {"completed", "failed", "killed", "timeout", "oom", "expired", "cancelled", "skipped", "missing"}
-)
+from qex.base.states import DEPENDENCY_ENDED
+
+# Job states a dependency can be in that count as ended ("missing" = no such job).
+FINAL_STATES = DEPENDENCY_ENDED
 
 _SETATTR = object.__setattr__.__get__  # _SETATTR(obj)(name, value) sets past the frozen guard
 

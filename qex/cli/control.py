@@ -77,7 +77,7 @@ def cmd_clean(args) -> int:
 
     from qex.control.actions import clean_jobs
     from qex.jobs.resolve import resolve_jobs
-    from qex.store.records import FINAL
+    from qex.base.states import FINAL
 
     ctx = context()
     chosen = [bool(args.ids), bool(args.state), args.older_than is not None, args.auto, args.all]

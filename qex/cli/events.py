@@ -6,6 +6,7 @@ import sys
 import time
 
 from qex.base.errors import UsageError
+from qex.base.states import FINAL
 
 
 def _options(args):
@@ -113,8 +114,7 @@ def render(event: dict) -> str:
     head = f"{when}  {event.get('seq'):>6}  {str(event.get('id', ''))[:8]}  {safe_text(event.get('name') or '', 40)}"
     if event.get("change") == "state":
         text = f"{event.get('previous') or 'new'} -> {event.get('state')}"
-        if event.get("state") in ("completed", "failed", "killed", "timeout", "oom", "expired",
-                                  "cancelled", "skipped"):
+        if event.get("state") in FINAL:
             from qex.base import outcome
 
             text += f" (code {outcome.exit_code(job)})"

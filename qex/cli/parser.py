@@ -197,7 +197,7 @@ def _args_status(c):
 
 
 def _args_list(c):
-    from qex.store.records import STATES
+    from qex.base.states import STATES
 
     c.add_argument("--state", action="append", default=[], choices=STATES + ("active", "final"))
     c.add_argument("--group", metavar="G")
@@ -235,7 +235,7 @@ def _args_cancel(c):
 
 
 def _args_clean(c):
-    from qex.store.records import FINAL
+    from qex.base.states import FINAL
 
     c.add_argument("ids", nargs="*", metavar="ID")
     c.add_argument("--state", action="append", default=[], choices=FINAL)

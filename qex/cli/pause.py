@@ -9,6 +9,7 @@ import time
 
 from qex.cli.common import context, err, out, print_json
 from qex.base.errors import UsageError
+from qex.base.states import HOLDING
 
 DRAIN_POLL, NUDGE_EVERY = 0.1, 1.0
 MAX_REASON = 500
@@ -153,7 +154,7 @@ def _tell_paused(ctx, p, made: bool, jobs: dict) -> None:
         return
     until = f" for {format_duration(p.until - p.since)}, until {pause.clock(p.until, now)}" if p.until else ""
     if p.kind == "queue":
-        running = sum(1 for e in jobs.values() if e.get("state") in ("starting", "running"))
+        running = sum(1 for e in jobs.values() if e.get("state") in HOLDING)
         queued = sum(1 for e in jobs.values() if e.get("state") == "queued")
         err(f"qex: the queue is paused{until}: nothing new starts ({queued} queued); {running} running "
             "job(s) and their retries go on; qex resume queue ends it")
@@ -172,7 +173,7 @@ def _busy(jobs: dict, p) -> list[str]:
 
     if p.kind == "lock":
         return pause.holders(jobs, p.name)
-    return sorted(j for j, e in jobs.items() if e.get("state") in ("starting", "running")
+    return sorted(j for j, e in jobs.items() if e.get("state") in HOLDING
                   or (e.get("state") == "queued" and e.get("attempt", 1) > 1))
 
 

@@ -3,6 +3,7 @@
 import time
 
 from qex.base import outcome
+from qex.base.states import ACTIVE, FINAL, FINAL_RAN
 from qex.base.units import format_cores, format_duration, format_size, safe_text
 
 
@@ -62,7 +63,7 @@ def describe(rec: dict) -> str:
         rows.append(("waits", plain(rec["blocked_reason"])))
     if rec.get("max_queue_time") is not None and rec.get("state") == "queued" and rec.get("attempt", 1) == 1:
         rows.append(("limit", queue_limit_text(rec)))
-    if rec.get("state") in ("completed", "failed", "killed", "timeout", "oom"):
+    if rec.get("state") in FINAL_RAN:
         code = rec.get("exit_code")
         rows.append(("exit", f"{code}" if code is not None else f"signal {rec.get('signal')}"
                      if rec.get("signal") else "none"))
@@ -81,8 +82,7 @@ def describe(rec: dict) -> str:
         rows.append(("error", plain(rec["error"])))
     if dropped_text(rec):
         rows.append(("logs", dropped_text(rec)))
-    rows.append(("code", str(outcome.exit_code(rec)) + (" (not stopped)" if rec.get("state") in
-                                                        ("queued", "starting", "running") else "")))
+    rows.append(("code", str(outcome.exit_code(rec)) + (" (not stopped)" if rec.get("state") in ACTIVE else "")))
     return "\n".join(f"{k:<9}{v}" for k, v in rows)
 
 
@@ -126,7 +126,7 @@ def list_row(rec: dict, now: float) -> str:
     age_from = rec.get("started_at") if state == "running" else rec.get("submitted_at")
     age = format_duration(now - age_from) if age_from else "-"
     extra = rec.get("blocked_reason") if state == "queued" else ""
-    if state in ("failed", "killed", "timeout", "oom", "expired", "skipped", "completed"):
+    if state in FINAL:
         extra = f"exit {outcome.exit_code(rec)}" + (f": {rec['error']}" if rec.get("error") else "")
     return (f"{rec.get('id', '?')[:8]}  {state:<9} {safe_text(rec.get('name', ''), 24):<24} "
             f"{age:>7}  {claims_text(rec.get('claims') or {}):<20} {plain(extra or '', 160)}").rstrip()

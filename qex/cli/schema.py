@@ -48,14 +48,15 @@ def _object(cls, closed: bool, all_required: bool = False) -> dict:
 
 def schema_for(kind: str) -> dict:
     if kind == "status":
-        from qex.store.records import STATES, Status
+        from qex.base.states import STATES
+        from qex.store.records import Status
 
         body = _object(Status, closed=False, all_required=True)  # qex writes every field
         body["properties"]["state"] = {"enum": list(STATES)}
         title = "qex job record (status.json)"
     elif kind == "event":
         from qex.store.events import KINDS, Event
-        from qex.store.records import STATES
+        from qex.base.states import STATES
 
         body = _object(Event, closed=False)
         body["properties"]["event"] = {"enum": list(KINDS)}

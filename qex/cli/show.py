@@ -16,7 +16,7 @@ def cmd_version(args) -> int:
 
 
 def _wanted_states(args) -> set[str] | None:
-    from qex.store.records import ACTIVE, FINAL
+    from qex.base.states import ACTIVE, FINAL
 
     if not args.state:
         return None
@@ -28,7 +28,7 @@ def _wanted_states(args) -> set[str] | None:
 
 def cmd_list(args) -> int:
     from qex.cli.render import LIST_HEADER, list_row
-    from qex.store.records import ACTIVE
+    from qex.base.states import ACTIVE
 
     ctx = context()
     store = ctx.store

@@ -6,7 +6,7 @@ import time
 
 from qex.base import outcome
 from qex.cli.common import context, err, out, print_json
-from qex.store.records import FINAL
+from qex.base.states import FINAL, HOLDING
 
 POLL_FIRST, POLL_MAX, LIVENESS_EVERY = 0.02, 0.2, 1.0
 
@@ -78,7 +78,7 @@ def _nudge(ctx, pending: list[str]) -> None:
         except Exception:
             continue
         state = rec.get("state")
-        if state in ("starting", "running") and not is_held(ctx.store.path(job_id, "alive.lock")):
+        if state in HOLDING and not is_held(ctx.store.path(job_id, "alive.lock")):
             need = True
         elif state == "queued" and not is_held(waker.lock_path(ctx)):
             need = True

@@ -7,7 +7,7 @@ import time
 from qex.queue import engine
 from qex.base.errors import PermissionRefused
 from qex.store.lock import is_held
-from qex.store.records import FINAL
+from qex.base.states import FINAL
 
 
 def check_owner(ctx, rec_or_entry: dict, verb: str) -> None:

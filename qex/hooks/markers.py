@@ -30,7 +30,7 @@ This module is what every pass may touch; the runner (and its start) is ``qex.ho
 import os
 
 from qex.store.layout import HOOKS_PENDING as PENDING
-from qex.store.records import FINAL
+from qex.base.states import FINAL
 
 RAN = "hook.ran"
 LOG = "hook.log"

@@ -9,7 +9,7 @@ import time
 
 from qex.hooks.markers import FAULT, LOG, RAN, decide, pending_dir, unlink_quietly
 from qex.linux.proc import KILL_GRACE, detach_stdio, max_fd, reap_later
-from qex.store.records import FINAL
+from qex.base.states import FINAL
 
 OUTPUT_CAP = 1 << 20
 DRAIN_AFTER_EXIT = 2.0

@@ -369,12 +369,12 @@ def recorded(job_dir: str, job_id: str) -> JobCgroup | None:
     try:
         kind, _, path = fs.read_bytes(os.path.join(job_dir, RECORD), 4096).decode().strip().partition(" ")
     except (OSError, UnicodeDecodeError):
-        try:
-            words = fs.read_bytes(os.path.join(job_dir, "pid"), 4096).decode().rstrip("\n").split(" ")
-        except (OSError, UnicodeDecodeError):
+        from qex.linux import pidfile
+
+        noted = pidfile.cgroup_note(os.path.join(job_dir, pidfile.NAME))
+        if noted is None:
             return None
-        rest = words[3:] if words[0] == "-" else words[2:]
-        kind, path = (rest[0], " ".join(rest[1:])) if len(rest) >= 2 else ("", "")
+        kind, path = noted
     if kind not in ("v1", "v2") or job_of(os.path.basename(path)) != job_id:
         return None
     if not any(path.startswith(point.rstrip("/") + "/") for point in mount_points()):

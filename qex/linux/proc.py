@@ -72,3 +72,11 @@ def max_fd() -> int:
         return min(os.sysconf("SC_OPEN_MAX"), 1 << 16)
     except (OSError, ValueError):
         return 1024
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """``kill(-pgid, sig)``; a group already gone is no error."""
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass

@@ -13,7 +13,7 @@ from qex.queue.context import Context, Launch, PassResult
 from qex.queue.reconcile import reconcile_locked
 from qex.queue.txn import Txn
 from qex.store.lock import hold
-from qex.store.records import HOLDING
+from qex.base.states import HOLDING
 from qex.store.state import Index
 
 

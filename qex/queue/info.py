@@ -1,6 +1,7 @@
 """What `qex info` shows: the budget, what is held and by whom, the pools,
 the peers, and one queue-health line. Gathered read-only (no record changes)."""
 
+from qex.base.states import HOLDING
 from qex.base.units import format_cores, format_duration, format_size, safe_text
 
 
@@ -23,7 +24,7 @@ def gather(ctx) -> dict:
         since = _health_since(txn, plan, idx)
     scan = peers.scan(ctx)
     cpu_budget, mem_budget = ctx.budget()
-    running = [(j, e) for j, e in idx.jobs.items() if e["state"] in ("starting", "running")]
+    running = [(j, e) for j, e in idx.jobs.items() if e["state"] in HOLDING]
     queued = [(j, e) for j, e in idx.jobs.items() if e["state"] == "queued"]
     mem = machine.meminfo()
     return {
@@ -70,7 +71,7 @@ def _health_since(txn, plan, idx) -> float | None:
             return None
     starts = []
     for job_id, e in idx.jobs.items():
-        if e["state"] in ("starting", "running"):
+        if e["state"] in HOLDING:
             try:
                 starts.append(txn.record(job_id).get("started_at"))
             except Exception:

@@ -29,6 +29,7 @@ import os
 import time
 
 from qex.base.plain import Plain
+from qex.base.states import HOLDING
 
 QUEUE_FILE = "queue.json"
 FORMAT = 1
@@ -380,7 +381,7 @@ def _unlink(path: str) -> None:
 def holders(index_jobs: dict, name: str) -> list[str]:
     """Jobs that still hold ``name`` (starting or running) — the person has it when none."""
     return sorted(j for j, e in index_jobs.items()
-                  if e.get("state") in ("starting", "running") and name in (e.get("pools") or {}))
+                  if e.get("state") in HOLDING and name in (e.get("pools") or {}))
 
 
 def listing(store, index_jobs: dict, now: float) -> list[dict]:

@@ -16,7 +16,7 @@ from bisect import bisect_left
 
 from qex.admit import order_key
 from qex.admit.window import shape
-from qex.store.records import HOLDING
+from qex.base.states import HOLDING
 
 SCAN_MAX = 256  # the furthest past the head a pass looks for a shape's first job
 

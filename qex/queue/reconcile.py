@@ -2,11 +2,11 @@
 
 import os
 
+from qex.linux import pidfile
 from qex.queue.context import Context
 from qex.queue.txn import Txn
-from qex.store import fs
 from qex.store.lock import is_held
-from qex.store.records import FINAL, HOLDING
+from qex.base.states import FINAL, HOLDING
 
 
 def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
@@ -27,8 +27,8 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
                 continue
         except OSError:
             continue  # cannot look (another user's private directory): assume alive
-        pid_path = ctx.store.path(job_id, "pid")
-        launched = read_pid_file(pid_path)
+        pid_path = ctx.store.path(job_id, pidfile.NAME)
+        launched = pidfile.launched(pid_path)
         if _runs_out_of_reach(ctx, job_id, entry, launched):
             continue  # another user's job still runs: only its owner's pass can stop it
         lost = True
@@ -40,7 +40,7 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         if rec["state"] in FINAL:
             txn.store._index_put(txn.idx, rec)
             continue
-        intent = _spawn_intent(pid_path) if launched is None else None
+        intent = pidfile.intent(pid_path) if launched is None else None
         # A pid file that says neither (empty, or cut short): its supervisor was killed
         # while it wrote it (each write truncates it first), around the spawn. The
         # job may have run: it is never started again.
@@ -107,25 +107,6 @@ def _runs_out_of_reach(ctx: Context, job_id: str, entry: dict, launched) -> bool
 
     pid, start = launched
     return start is not None and process_start_time(pid) == start
-
-
-def read_pid_file(path: str) -> tuple[int, int | None] | None:
-    try:
-        parts = fs.read_bytes(path, 64).split()
-        return int(parts[0]), (int(parts[1]) if len(parts) > 1 else None)
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _spawn_intent(path: str) -> int | None:
-    """The pid of the supervisor that wrote ``- <its pid> <its start>`` in the job's pid
-    file just before it spawned the job (qex.supervisor.run._spawn): the job may have run.
-    None: no such line."""
-    try:
-        parts = fs.read_bytes(path, 64).split()
-        return int(parts[1]) if parts[0] == b"-" else None
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _stop_orphan(launched) -> None:

@@ -20,6 +20,7 @@ import time
 
 from qex.queue import engine
 from qex.store.lock import hold
+from qex.base.states import HOLDING
 from qex.linux.proc import detach_stdio, reap_later
 from qex.queue import fork
 from qex.queue.context import Launch
@@ -215,7 +216,7 @@ def _needs_pass(ctx) -> bool | None:
         return True  # (a --max-queue-time reached expires the job)
     # Every queued job of theirs waits on what a job of this queue holds, whose end
     # runs a pass: none is needed unless a job's supervisor is gone.
-    holding = [(j, e) for j, e in jobs.items() if e.get("state") in ("starting", "running")]
+    holding = [(j, e) for j, e in jobs.items() if e.get("state") in HOLDING]
     if queued and not holding:
         return True
     return any(_lost(ctx, j, e) for j, e in holding)

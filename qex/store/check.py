@@ -10,7 +10,7 @@ Fields this qex does not know are ignored (a newer qex may add them), and
 missing fields are left to the readers' defaults.
 """
 
-from qex.store.records import ACTIVE, STATES
+from qex.base.states import ACTIVE, STATES
 
 NUM = (int, float)
 _OPT_NUM = (int, float, type(None))

@@ -23,7 +23,8 @@ import time
 from attrs import frozen
 
 from qex.store import journal
-from qex.store.records import STATES, Status
+from qex.base.states import STATES
+from qex.store.records import Status
 
 KINDS = ("stream", "job", "gap")
 POLL = 0.1        # without inotify

@@ -31,7 +31,7 @@ submission order without parsing every line as JSON.
 import json
 import os
 
-from qex.store.records import FINAL
+from qex.base.states import FINAL
 
 HISTORY = "history.jsonl"
 ERROR_CHARS = 240  # a list row shows at most 160 characters of the error

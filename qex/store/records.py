@@ -18,12 +18,8 @@ from qex.base.plain import Factory, Plain
 
 FORMAT = 1
 
-ACTIVE = ("queued", "starting", "running")
-HOLDING = ("starting", "running")
-FINAL_RAN = ("completed", "failed", "killed", "timeout", "oom")
-FINAL_NOT_RAN = ("expired", "cancelled", "skipped")
-FINAL = FINAL_RAN + FINAL_NOT_RAN
-STATES = ACTIVE + FINAL
+# (the state sets live in qex.base.states; peers and the store still read them from here)
+from qex.base.states import ACTIVE, FINAL, HOLDING, STATES  # noqa: E402, F401
 
 _CLASSES = ("PoolClaim", "Claims", "Assigned", "Usage", "LogsDropped", "Attempt", "Status", "Spec")
 

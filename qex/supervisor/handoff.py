@@ -13,7 +13,7 @@ rusage.
 
 When the job has ended the watcher execs back into the full qex, ``finish``
 below, which classifies the end and records it exactly as a forked supervisor
-does (``run._classify``, ``run._finish`` through ``run.resume``). The memory
+does (``ending.classify``, ``run._finish`` through ``run.resume``). The memory
 ``Meter`` (the job's cgroup, the OOM counters read at the start) travels in the
 memfd, so the cgroup peak and OOM attribution survive both execs.
 
@@ -32,7 +32,7 @@ def finish() -> None:
     import marshal
     import signal
 
-    from qex.supervisor import run
+    from qex.supervisor import ending, run
 
     interrupt = run.Interrupt()
     for sig in (signal.SIGINT, signal.SIGPIPE):
@@ -55,7 +55,7 @@ def finish() -> None:
         for sink in sinks:
             sink.close()  # the counted marker, as _watch closes them
         rusage = _Rusage(*ended["rusage"]) if ended["rusage"] is not None else None
-        return run._classify(passed["rec"], ended["wait_status"], rusage, ended["stop_reason"], interrupt,
+        return ending.classify(passed["rec"], ended["wait_status"], rusage, ended["stop_reason"], interrupt,
                              {i: s for i, s in enumerate(sinks)}, ended["incomplete"], meter)
 
     run.resume(ctx, launch, interrupt, ended_rec)

@@ -9,34 +9,32 @@ supervisor continues in the same flat loop (``main_loop``).
 
 import _signal as signal  # the C module: signal.py builds enums, ~2 ms of a starting supervisor
 import os
-import stat
 import time
 
-from qex.queue import engine
+from qex.base.errors import StoreError
+from qex.base.states import HOLDING
+from qex.linux import pidfile
+from qex.linux.proc import KILL_GRACE, detach_stdio, signal_group
+from qex.queue import engine, reconcile
 from qex.queue.context import Context, Launch
-from qex.linux.proc import KILL_GRACE, detach_stdio
-from qex.queue import reconcile
 from qex.queue.launch import after_pass
 from qex.queue.txn import Txn
-from qex.base.errors import StoreError
 from qex.store import fs
 from qex.store.state import LAZY
-from qex.linux import cgroup
-from qex.supervisor.memory import Meter, settle
+from qex.supervisor import ending, spawn
+from qex.supervisor.ending import DRAIN_AFTER_EXIT
+from qex.supervisor.memory import Meter
 
-DRAIN_AFTER_EXIT = 2.0
 RUNNING_AFTER = 0.02  # the longest a spawned job waits for its 'running' record while the lock is busy
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:
     from qex.base import faults
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-               "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "GOMAXPROCS", "JULIA_NUM_THREADS")
 
 
 def main_loop(ctx: Context, launch: Launch) -> None:
     """Supervise jobs until none is handed over; never returns."""
     code = 0
-    _no_inherited_fds()
+    spawn.no_inherited_fds()
     fs.defer_syncs()  # its commits' fsyncs wait for the next spawn's preparation; _spawn settles them
     while launch is not None:
         try:
@@ -60,10 +58,10 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
     """The supervisor itself failed: say so in the record rather than leave it to reconcile."""
     def fail(txn):
         rec = txn.record(launch.job_id)
-        if rec["state"] in ("starting", "running"):
-            pid = rec.get("pid") or (reconcile.read_pid_file(ctx.store.path(launch.job_id, "pid")) or (None,))[0]
+        if rec["state"] in HOLDING:
+            pid = rec.get("pid") or (pidfile.launched(ctx.store.path(launch.job_id, pidfile.NAME)) or (None,))[0]
             if pid:
-                _signal_group(pid, signal.SIGKILL)  # a job spawned but not yet recorded has only its pid file
+                signal_group(pid, signal.SIGKILL)  # a job spawned but not yet recorded has only its pid file
             reconcile.release_cgroup(ctx, launch.job_id)  # (one in its cgroup may have only the intent line yet)
             now, error = time.time(), f"its supervisor failed: {type(exc).__name__}: {exc}"
             attempts = list(rec.get("attempts") or []) + [{
@@ -132,41 +130,6 @@ def supervise(ctx: Context, launch: Launch) -> Launch | None:
     return _finish(ctx, launch, outcome, interrupt)
 
 
-def _job_env(spec, rec: dict, config) -> dict:
-    env = dict(spec.env)
-    pools = {p.name: p for p in config.pools}
-    for p in pools.values():
-        if p.env:
-            env.pop(p.env, None)
-    for a in rec.get("assigned") or ():
-        pool = pools.get(a["pool"])
-        devices = ",".join(str(d) for d in a["devices"])
-        if pool is not None and pool.env:
-            env[pool.env] = devices
-        if a["pool"] == "gpu":
-            env["QEX_GPU_DEVICES"] = devices
-            size = a.get("size") or (min(pool.devices[d] for d in a["devices"]) if pool and a["devices"] else 0)
-            env["QEX_GPU_VRAM"] = str(size)
-    for name, claim in ((rec.get("claims") or {}).get("pools") or {}).items():
-        pool = pools.get(name)
-        if pool is not None and pool.count is not None:
-            env[f"QEX_CLAIM_{_env_name(name)}"] = str(claim.get("count", 1))
-    if spec.hints:
-        claims = rec.get("claims") or {}
-        cores = max(1, int(float(claims.get("cpu", 1))))
-        env.setdefault("QEX_CPU", str(claims.get("cpu", 1)))
-        env.setdefault("QEX_MEM", str(claims.get("mem", 0)))
-        for var in THREAD_VARS:
-            env.setdefault(var, str(cores))
-    env["QEX_JOB_ID"] = rec["id"]
-    env["QEX_ATTEMPT"] = str(rec.get("attempt", 1))
-    return env
-
-
-def _env_name(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name).upper()
-
-
 def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, interrupt: "Interrupt | None" = None):
     """Spawn the job; return (process, its record with pid and start time), or
     (None, the outcome of a start that failed).
@@ -212,17 +175,17 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, inter
         return None, {**rec, "_outcome": {"state": "killed", "error": "stopped by qex kill before it started",
                                           "started_at": None, "ended_at": time.time()}}
     now = time.time()
-    proc, failure = _spawn(ctx, launch, spec, rec, meter)
+    proc, failure = spawn.spawn(ctx, launch, spec, rec, meter)
     if proc is None:
         return None, {**rec, "_outcome": {**failure, "started_at": now}}
     rec = {**rec, "pid": proc.pid, "supervisor_pid": os.getpid(), "started_at": now, "_unrecorded": True}
     if launch.follows:
         return proc, rec  # a drain: 'running' waits for RUNNING_AFTER, or rides on the end (see above)
-    _pid_line_now(proc)
+    spawn.pid_line_now(proc)
     make_logs(store, launch.job_id)  # (after the spawn: never on the way to the job's first instruction)
     current = _record_running(ctx, launch, rec, interrupt)
     if current.get("_abandon"):
-        _signal_group(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
         return None, current
     return proc, current
@@ -262,245 +225,6 @@ def _record_running(ctx: Context, launch: Launch, rec: dict, interrupt: "Interru
     return current
 
 
-def _spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
-    """Spawn a 'starting' job in its process group (and memory cgroup) and write its pid
-    file. Returns (process, None), or (None, the outcome of a start that failed).
-
-    ``os.posix_spawn`` (glibc: clone with CLONE_VM|CLONE_VFORK, no copy of this
-    process's page tables, no Python code in the child). What a preexec_fn did in
-    the child the supervisor does around the spawn: it resolves the command with
-    the job's PATH and enters the job's cwd, moves itself into the job's memory
-    cgroup (the job is born there), and writes the pid file twice: an intent line
-    before the spawn (a supervisor that dies from there on leaves a job that may
-    have run: the next pass stops what is in its cgroup and records it lost, never
-    starts it again), the job's pid and start time right after.
-    """
-    store = ctx.store
-    pid_path = store.path(launch.job_id, "pid")
-    mode = 0o640 if store.shared else 0o600
-    if not meter.job_dir:  # (an early supervisor made it before the commit's byte: prepare_early)
-        meter.prepare(store.job_dir(launch.job_id), launch.job_id, rec.get("attempt", 1))
-    env = _job_env(spec, rec, ctx.config)
-    home = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the job directory (supervise)
-    intent = False
-    try:
-        try:
-            os.chdir(spec.cwd)
-            path = _executable(spec.command[0], env)
-            fs.settle()  # the commit that started it is durable before it can run (fs.defer_syncs)
-            intent_line = f"{os.getpid()} {_own_start()}"
-            try:
-                _write_pid_file(pid_path, "-", intent_line, mode, cgroup.note(meter.cg))
-            except OSError as exc:
-                raise OSError(f"cannot write its pid file {pid_path}: {exc.strerror or exc}") from None
-            intent = True
-            if _CRASH:
-                faults.hit("supervisor.before_spawn")
-            noted = meter.cg
-            meter.enter()
-            if noted is not None and meter.cg is None:  # it could not join: the job is born outside it
-                _write_pid_file(pid_path, "-", intent_line, mode)
-            try:
-                proc = _Child.spawn(path, spec.command, env) if not spec.nice else _popen(path, spec, env)
-            finally:
-                meter.leave()
-        finally:
-            _go_home(home)
-    except (OSError, ValueError, StoreError) as exc:  # ValueError: what posix_spawn refuses to pass (a NUL,
-        if intent:                                       # an env name with =); StoreError: a failed fsync
-            _unlink_quietly(pid_path)  # it never ran: a pass may start it again
-        return None, {"state": "failed", "error": f"cannot start {spec.command[0]!r}: "
-                                                  f"{getattr(exc, 'strerror', None) or exc}"}
-    if _CRASH:
-        faults.hit("supervisor.after_spawn")
-    proc.pid_line = (pid_path, mode, cgroup.note(meter.cg))
-    if meter.cg is None:  # without its cgroup, the pid line is all a later pass could stop it by
-        try:
-            _write_pid_line(proc)
-        except OSError as exc:  # no evidence a later pass could stop it by: it must not run
-            _signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return None, {"state": "failed", "error": f"cannot write its pid file {pid_path}: {exc.strerror or exc}"}
-    fs.free_deferred()  # (the files its pass replaced: the job runs meanwhile)
-    return proc, None
-
-
-def _pid_line_now(proc) -> None:
-    """The job is recorded running (or watched by another program from now on): its
-    pid line is written first. A failure is said in supervisor.log; the job, in its
-    cgroup, goes on (the intent line still names that cgroup)."""
-    try:
-        _write_pid_line(proc)
-    except OSError as exc:
-        print(f"qex: cannot write the job's pid line ({exc.strerror or exc}); a pass that finds this "
-              "supervisor lost stops the job through its cgroup", flush=True)
-
-
-def _write_pid_line(proc) -> None:
-    """The job's ``<pid> <start time> [cgroup]`` over the intent line, once (``_spawn``).
-
-    A job born in its cgroup, which the intent line names, gets it only when it is
-    recorded running (``_record_running``, before the watcher's exec): until then a
-    pass that finds its supervisor lost stops what is in the cgroup, which is all
-    of the job. A drain's job that ends within ``RUNNING_AFTER`` never needs it:
-    reading the start time of a process that has just been spawned (and the write)
-    was ~0.35 ms of each spawn here."""
-    line, proc.pid_line = proc.pid_line, None
-    if line is not None:
-        from qex.base.machine import process_start_time
-
-        path, mode, note = line
-        _write_pid_file(path, proc.pid, process_start_time(proc.pid), mode, note)
-
-
-class _Child:
-    """The spawned job, as ``_watch``, ``_start`` and the hand-over use it (what they
-    used of a ``subprocess.Popen``): ``pid``, the read ends ``stdout``/``stderr``
-    (``fileno``, ``close``), ``wait()``, ``returncode``."""
-
-    __slots__ = ("pid", "stdout", "stderr", "returncode", "pid_line")
-
-    def __init__(self, pid: int, stdout, stderr):
-        self.pid, self.stdout, self.stderr, self.returncode = pid, stdout, stderr, None
-        self.pid_line = None  # (path, mode, cgroup note) of the pid line still to write (_write_pid_line)
-
-    @classmethod
-    def spawn(cls, path: str, argv, env: dict) -> "_Child":
-        """stdin from /dev/null, stdout and stderr to pipes, its own process group,
-        SIGPIPE and SIGXFSZ back to their defaults (as subprocess's restore_signals;
-        every other disposition as the supervisor has it), an empty signal mask. Every
-        fd of this process is close-on-exec (``_no_inherited_fds``): the job gets 0-2."""
-        out_r, out_w = os.pipe()
-        try:
-            err_r, err_w = os.pipe()
-        except OSError:
-            os.close(out_r)
-            os.close(out_w)
-            raise
-        try:
-            pid = os.posix_spawn(path, list(argv), env, file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)],
-                setpgroup=0, setsigmask=(), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
-        except BaseException:
-            os.close(out_r)
-            os.close(err_r)
-            raise
-        finally:
-            os.close(out_w)
-            os.close(err_w)
-        return cls(pid, open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0))
-
-    def wait(self) -> int:
-        try:
-            _, status = os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            return self.returncode
-        self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-
-def _popen(path: str, spec, env: dict):
-    """A job with a nice: the one case posix_spawn cannot do exactly (it has no
-    niceness attribute, and the job must not run one instruction at the wrong one),
-    so subprocess forks and the child calls ``os.nice`` before it execs."""
-    import subprocess
-
-    nice = spec.nice
-    try:
-        return subprocess.Popen(
-            list(spec.command), executable=path, env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            close_fds=True, process_group=0, preexec_fn=lambda: os.nice(nice))
-    except subprocess.SubprocessError as exc:  # os.nice failed in the child: it never ran
-        raise OSError(f"cannot set its nice value {nice}: {exc}") from None
-
-
-def _executable(name: str, env: dict) -> str:
-    """``command[0]`` as subprocess finds it: a name with a ``/`` as it is, else the first
-    candidate on the job's PATH that is an executable file. Raises OSError as the exec
-    would: Permission denied if only a non-executable candidate exists, else No such
-    file or directory."""
-    if os.sep in name:
-        return name
-    denied = None
-    for folder in os.get_exec_path(env):
-        path = os.path.join(folder, name)
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode) and os.access(path, os.X_OK):
-            return path
-        denied = denied or path
-    import errno
-
-    if denied is not None:
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), denied)
-    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
-
-
-_OWN_START: list = []  # (pid, start time) of this supervisor, for the intent line
-
-
-def _own_start() -> str:
-    pid = os.getpid()
-    if not _OWN_START or _OWN_START[0][0] != pid:
-        from qex.base.machine import process_start_time
-
-        _OWN_START[:] = [(pid, process_start_time(pid))]
-    start = _OWN_START[0][1]
-    return "" if start is None else str(start)
-
-
-def _go_home(fd: int) -> None:
-    """Back into the job directory after the spawn (the supervisor's cwd, see supervise)."""
-    try:
-        os.fchdir(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def _no_inherited_fds() -> None:
-    """Once per supervisor: every fd above 2 close-on-exec. What Python opens is already;
-    this is for what the process that ran ``qex submit`` was given (a script's fd 3..N),
-    which posix_spawn (it closes nothing) would otherwise pass on to every job."""
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return
-    for name in names:
-        fd = int(name)
-        if fd > 2:
-            try:
-                if os.get_inheritable(fd):
-                    os.set_inheritable(fd, False)
-            except OSError:
-                pass  # the fd of the listing itself, closed by now
-
-
-def _write_pid_file(path: str, pid, start, mode: int = 0o600, note: str = "") -> None:
-    """``<pid> <start time>`` of the job, or the supervisor's intent ``- <its pid> <its start>``,
-    then the job's cgroup if it has one (``note``: ``cgroup.note``; ``cgroup.recorded``
-    reads it). A start time that cannot be read is ``0`` when a note follows it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-    try:
-        if mode != 0o600:
-            os.fchmod(fd, mode)  # other users' passes read it (a shared directory)
-        os.write(fd, f"{pid} {start if start is not None else ('0' if note else '')}{note}\n".encode())
-    finally:
-        os.close(fd)
-
-
 def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | None = None,
            launch: Launch | None = None) -> dict:
     """Copy output, enforce the timeout, answer a kill; return the outcome. A job that
@@ -524,10 +248,10 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
         if not (end.handoff and mark_at is not None):
             break
         mark_at, pipes = None, end.open_pipes  # the job runs on: record it running, then watch on
-        _pid_line_now(proc)
+        spawn.pid_line_now(proc)
         current = _record_running(ctx, launch, rec, interrupt)
         if current.get("_abandon"):
-            _signal_group(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
             handoff_at, abandon = None, current
         else:
             rec = current
@@ -535,7 +259,7 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
 
         _teach(ctx)  # (the watcher is another program: what it would lose)
 
-        _pid_line_now(proc)
+        spawn.pid_line_now(proc)
         watch.become_watcher(ctx, launch, proc.pid, rec, interrupt, meter, sinks, end.open_pipes,
                                timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT)
         end = watch.loop(proc.pid, sinks, end.open_pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT)
@@ -548,7 +272,7 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
         if meter is not None:
             meter.discard()
         return abandon
-    return _classify(rec, end.wait_status, end.rusage, end.stop_reason, interrupt, sinks, end.incomplete, meter)
+    return ending.classify(rec, end.wait_status, end.rusage, end.stop_reason, interrupt, sinks, end.incomplete, meter)
 
 
 def resume(ctx: Context, launch: Launch, interrupt: Interrupt, ended) -> None:
@@ -576,54 +300,6 @@ def _log_limit(config) -> tuple[int | None, str]:
                    "0 keeps everything)")
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except OSError:
-        pass
-
-
-def _classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplete, meter=None) -> dict:
-    out, err = sinks.values()
-    usage, oom_evidence = (meter or Meter()).end(rusage, wait_status, stopped_by_qex=stop_reason is not None)
-    outcome = {
-        "ended_at": time.time(),
-        "usage": usage,
-        "logs_dropped": {"stdout_bytes": out.dropped_bytes, "stdout_lines": out.dropped_lines,
-                         "stderr_bytes": err.dropped_bytes, "stderr_lines": err.dropped_lines,
-                         "incomplete": incomplete},
-        "exit_code": None, "signal": None, "error": None, "oom_evidence": oom_evidence,
-    }
-    if os.WIFEXITED(wait_status):
-        outcome["exit_code"] = os.WEXITSTATUS(wait_status)
-    elif os.WIFSIGNALED(wait_status):
-        from signal import Signals  # the name only: after the job, never before its first instruction
-
-        outcome["signal"] = Signals(os.WTERMSIG(wait_status)).name
-    if stop_reason == "killed":
-        outcome["state"] = "killed"
-        outcome["error"] = ("stopped by qex kill" if interrupt.requested == "kill"
-                            else "stopped because its supervisor received SIGTERM")
-    elif stop_reason == "timeout":
-        outcome["state"] = "timeout"
-        from qex.base.units import format_duration
-
-        outcome["error"] = f"stopped after its --timeout of {format_duration(rec['timeout'])}"
-    elif oom_evidence is not None:
-        outcome["state"] = "oom"
-    elif outcome["exit_code"] == 0:
-        outcome["state"] = "completed"
-    else:
-        outcome["state"] = "failed"
-    problems = [f"{name} log stopped: {s.failed}" for name, s in (("stdout", out), ("stderr", err)) if s.failed]
-    if incomplete:
-        problems.append("a process the job left behind still held its output open; "
-                        f"qex stopped reading {DRAIN_AFTER_EXIT:g}s after the job exited")
-    if problems:
-        outcome["error"] = "; ".join(filter(None, [outcome["error"], *problems]))
-    return {**rec, "_outcome": outcome}
-
-
 def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> Launch | None:
     """Write the final record (or requeue a retry), run a pass, hand over."""
     interrupt.close()
@@ -635,48 +311,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
         faults.hit("supervisor.before_final")
 
     def record_end(txn):
-        current = txn.record(launch.job_id)
-        if rec.get("_unrecorded") and current["state"] == "starting":  # ended before RUNNING_AFTER
-            current = txn.update(launch.job_id, state="running", pid=rec["pid"],
-                                 supervisor_pid=rec["supervisor_pid"], started_at=rec["started_at"])
-        oom_retry = settle(ctx, current, outcome, lessons)  # a kill wins over OOM evidence; OOM retry
-        attempt = current.get("attempt", 1)
-        entry = {"number": attempt, "state": outcome["state"], "claims": current.get("claims"),
-                 "started_at": outcome.get("started_at", current.get("started_at")),
-                 "ended_at": outcome.get("ended_at", time.time()),
-                 "exit_code": outcome.get("exit_code"), "signal": outcome.get("signal"),
-                 "usage": outcome.get("usage") or {}, "error": outcome.get("error"),
-                 "oom_evidence": outcome.get("oom_evidence")}
-        attempts = list(current.get("attempts") or []) + [entry]
-        fields = {k: v for k, v in outcome.items() if k != "state"}
-        failed_before = sum(1 for a in current.get("attempts") or () if a.get("state") == "failed")
-        if oom_retry is not None:
-            # Like a --retries retry: free our liveness lock, so that this same pass can start it,
-            # and keep no capacity: it waits in the queue for the bigger claim to fit.
-            launch.alive_fd = _close_and_end(launch, ctx) or -1
-            txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
-                       assigned=[], pid=None, forced=False, started_at=None, **oom_retry, **{
-                           k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "oom_evidence")})
-        elif (outcome["state"] == "failed" and failed_before < current.get("retries", 0)
-              and not current.get("kill_requested")):  # a job someone is killing is not retried
-            # Free our liveness lock first, so that this same pass can start the retry.
-            launch.alive_fd = _close_and_end(launch, ctx) or -1
-            txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
-                       assigned=[], pid=None, forced=False, started_at=None, **{
-                           k: v for k, v in fields.items() if k in ("usage", "logs_dropped")},
-                       blocked_reason=f"queued for retry {failed_before + 1} of {current.get('retries')} "
-                                      f"after attempt {attempt} failed")
-        else:
-            final = txn.update(launch.job_id, state=outcome["state"], attempts=attempts, **fields)
-            if launch.peer_fd >= 0 and launch.peer_lock:
-                # The next job this pass starts for this user is this process's next job
-                # (below): it keeps this supervisor's peer lock, and a queue that goes from
-                # one job to the next of the same claims rewrites nothing in the peer directory.
-                txn.peer_reuse = (launch.peer_fd, launch.peer_lock)
-            if final.get("dedupe_key"):
-                from qex.jobs import dedupe
-
-                dedupe.remember_locked(ctx.store, final)
+        ending.record_end(ctx, txn, launch, rec, outcome, lessons, lambda: _close_and_end(launch, ctx))
 
     lessons: list = []
     result = _until_recorded(ctx, record_end)

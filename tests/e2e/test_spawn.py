@@ -1,4 +1,4 @@
-"""How a job is spawned (qex.supervisor.run._spawn, posix_spawn): what the job gets
+"""How a job is spawned (qex.supervisor.spawn.spawn, posix_spawn): what the job gets
 (fds, signals, process group, niceness, cwd, its cgroup) and what a start that fails
 says. Real processes; a job that waits is gated by a file."""
 

@@ -1,0 +1,102 @@
+"""How a job ended: its state and words from its wait status and what the
+supervisor saw (``classify``), and the record that says so, or its retry
+(``record_end``, in the pass after the job)."""
+
+import os
+import time
+
+from qex.supervisor.memory import Meter, settle
+
+DRAIN_AFTER_EXIT = 2.0  # seconds the job's output is still read after it exited (a child may hold it)
+
+
+def classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplete, meter=None) -> dict:
+    out, err = sinks.values()
+    usage, oom_evidence = (meter or Meter()).end(rusage, wait_status, stopped_by_qex=stop_reason is not None)
+    outcome = {
+        "ended_at": time.time(),
+        "usage": usage,
+        "logs_dropped": {"stdout_bytes": out.dropped_bytes, "stdout_lines": out.dropped_lines,
+                         "stderr_bytes": err.dropped_bytes, "stderr_lines": err.dropped_lines,
+                         "incomplete": incomplete},
+        "exit_code": None, "signal": None, "error": None, "oom_evidence": oom_evidence,
+    }
+    if os.WIFEXITED(wait_status):
+        outcome["exit_code"] = os.WEXITSTATUS(wait_status)
+    elif os.WIFSIGNALED(wait_status):
+        from signal import Signals  # the name only: after the job, never before its first instruction
+
+        outcome["signal"] = Signals(os.WTERMSIG(wait_status)).name
+    if stop_reason == "killed":
+        outcome["state"] = "killed"
+        outcome["error"] = ("stopped by qex kill" if interrupt.requested == "kill"
+                            else "stopped because its supervisor received SIGTERM")
+    elif stop_reason == "timeout":
+        outcome["state"] = "timeout"
+        from qex.base.units import format_duration
+
+        outcome["error"] = f"stopped after its --timeout of {format_duration(rec['timeout'])}"
+    elif oom_evidence is not None:
+        outcome["state"] = "oom"
+    elif outcome["exit_code"] == 0:
+        outcome["state"] = "completed"
+    else:
+        outcome["state"] = "failed"
+    problems = [f"{name} log stopped: {s.failed}" for name, s in (("stdout", out), ("stderr", err)) if s.failed]
+    if incomplete:
+        problems.append("a process the job left behind still held its output open; "
+                        f"qex stopped reading {DRAIN_AFTER_EXIT:g}s after the job exited")
+    if problems:
+        outcome["error"] = "; ".join(filter(None, [outcome["error"], *problems]))
+    return {**rec, "_outcome": outcome}
+
+
+def record_end(ctx, txn, launch, rec: dict, outcome: dict, lessons: list, let_go) -> None:
+    """In the pass after the job ended (lock held): its final record, or its retry
+    queued (``--retries``, or a bigger claim after an OOM). ``let_go()`` lets go of
+    the job's locks (the supervisor's ``_close_and_end``): a retry frees its
+    liveness lock first, so that this same pass can start it again."""
+    current = txn.record(launch.job_id)
+    if rec.get("_unrecorded") and current["state"] == "starting":  # ended before RUNNING_AFTER
+        current = txn.update(launch.job_id, state="running", pid=rec["pid"],
+                             supervisor_pid=rec["supervisor_pid"], started_at=rec["started_at"])
+    oom_retry = settle(ctx, current, outcome, lessons)  # a kill wins over OOM evidence; OOM retry
+    attempt = current.get("attempt", 1)
+    attempts = list(current.get("attempts") or []) + [_attempt(attempt, current, outcome)]
+    fields = {k: v for k, v in outcome.items() if k != "state"}
+    failed_before = sum(1 for a in current.get("attempts") or () if a.get("state") == "failed")
+    if oom_retry is not None:
+        # Like a --retries retry, and it keeps no capacity: it waits in the queue for the bigger claim to fit.
+        launch.alive_fd = let_go() or -1
+        txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
+                   assigned=[], pid=None, forced=False, started_at=None, **oom_retry, **{
+                       k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "oom_evidence")})
+    elif (outcome["state"] == "failed" and failed_before < current.get("retries", 0)
+          and not current.get("kill_requested")):  # a job someone is killing is not retried
+        launch.alive_fd = let_go() or -1
+        txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
+                   assigned=[], pid=None, forced=False, started_at=None, **{
+                       k: v for k, v in fields.items() if k in ("usage", "logs_dropped")},
+                   blocked_reason=f"queued for retry {failed_before + 1} of {current.get('retries')} "
+                                  f"after attempt {attempt} failed")
+    else:
+        final = txn.update(launch.job_id, state=outcome["state"], attempts=attempts, **fields)
+        if launch.peer_fd >= 0 and launch.peer_lock:
+            # The next job this pass starts for this user is this process's next job
+            # (run._finish): it keeps this supervisor's peer lock, and a queue that goes from
+            # one job to the next of the same claims rewrites nothing in the peer directory.
+            txn.peer_reuse = (launch.peer_fd, launch.peer_lock)
+        if final.get("dedupe_key"):
+            from qex.jobs import dedupe
+
+            dedupe.remember_locked(ctx.store, final)
+
+
+def _attempt(number: int, current: dict, outcome: dict) -> dict:
+    """The attempt that just ended, as the record's ``attempts`` lists it."""
+    return {"number": number, "state": outcome["state"], "claims": current.get("claims"),
+            "started_at": outcome.get("started_at", current.get("started_at")),
+            "ended_at": outcome.get("ended_at", time.time()),
+            "exit_code": outcome.get("exit_code"), "signal": outcome.get("signal"),
+            "usage": outcome.get("usage") or {}, "error": outcome.get("error"),
+            "oom_evidence": outcome.get("oom_evidence")}

@@ -1,0 +1,287 @@
+"""Spawning a job: its environment, its executable on its PATH, ``posix_spawn``
+into its process group (and memory cgroup), and its pid file around the spawn
+(``qex.linux.pidfile``). The supervisor (``qex.supervisor.run``) calls ``spawn``.
+"""
+
+import _signal as signal  # the C module: signal.py builds enums, ~2 ms of a starting supervisor
+import os
+import stat
+
+from qex.base.errors import StoreError
+from qex.linux import cgroup, pidfile
+from qex.linux.proc import signal_group
+from qex.queue.context import Context, Launch
+from qex.store import fs
+from qex.supervisor.memory import Meter
+
+_CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
+if _CRASH:
+    from qex.base import faults
+
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "GOMAXPROCS", "JULIA_NUM_THREADS")
+
+
+def job_env(spec, rec: dict, config) -> dict:
+    env = dict(spec.env)
+    pools = {p.name: p for p in config.pools}
+    for p in pools.values():
+        if p.env:
+            env.pop(p.env, None)
+    for a in rec.get("assigned") or ():
+        pool = pools.get(a["pool"])
+        devices = ",".join(str(d) for d in a["devices"])
+        if pool is not None and pool.env:
+            env[pool.env] = devices
+        if a["pool"] == "gpu":
+            env["QEX_GPU_DEVICES"] = devices
+            size = a.get("size") or (min(pool.devices[d] for d in a["devices"]) if pool and a["devices"] else 0)
+            env["QEX_GPU_VRAM"] = str(size)
+    for name, claim in ((rec.get("claims") or {}).get("pools") or {}).items():
+        pool = pools.get(name)
+        if pool is not None and pool.count is not None:
+            env[f"QEX_CLAIM_{_env_name(name)}"] = str(claim.get("count", 1))
+    if spec.hints:
+        claims = rec.get("claims") or {}
+        cores = max(1, int(float(claims.get("cpu", 1))))
+        env.setdefault("QEX_CPU", str(claims.get("cpu", 1)))
+        env.setdefault("QEX_MEM", str(claims.get("mem", 0)))
+        for var in THREAD_VARS:
+            env.setdefault(var, str(cores))
+    env["QEX_JOB_ID"] = rec["id"]
+    env["QEX_ATTEMPT"] = str(rec.get("attempt", 1))
+    return env
+
+
+def _env_name(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).upper()
+
+
+def spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
+    """Spawn a 'starting' job in its process group (and memory cgroup) and write its pid
+    file. Returns (process, None), or (None, the outcome of a start that failed).
+
+    ``os.posix_spawn`` (glibc: clone with CLONE_VM|CLONE_VFORK, no copy of this
+    process's page tables, no Python code in the child). What a preexec_fn did in
+    the child the supervisor does around the spawn: it resolves the command with
+    the job's PATH and enters the job's cwd, moves itself into the job's memory
+    cgroup (the job is born there), and writes the pid file twice: an intent line
+    before the spawn (a supervisor that dies from there on leaves a job that may
+    have run: the next pass stops what is in its cgroup and records it lost, never
+    starts it again), the job's pid and start time right after.
+    """
+    store = ctx.store
+    pid_path = store.path(launch.job_id, pidfile.NAME)
+    mode = 0o640 if store.shared else 0o600
+    if not meter.job_dir:  # (an early supervisor made it before the commit's byte: prepare_early)
+        meter.prepare(store.job_dir(launch.job_id), launch.job_id, rec.get("attempt", 1))
+    env = job_env(spec, rec, ctx.config)
+    home = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the job directory (supervise)
+    intent = False
+    try:
+        try:
+            os.chdir(spec.cwd)
+            path = executable(spec.command[0], env)
+            fs.settle()  # the commit that started it is durable before it can run (fs.defer_syncs)
+            intent_line = f"{os.getpid()} {own_start()}"
+            try:
+                pidfile.write(pid_path, "-", intent_line, mode, cgroup.note(meter.cg))
+            except OSError as exc:
+                raise OSError(f"cannot write its pid file {pid_path}: {exc.strerror or exc}") from None
+            intent = True
+            if _CRASH:
+                faults.hit("supervisor.before_spawn")
+            noted = meter.cg
+            meter.enter()
+            if noted is not None and meter.cg is None:  # it could not join: the job is born outside it
+                pidfile.write(pid_path, "-", intent_line, mode)
+            try:
+                proc = Child.spawn(path, spec.command, env) if not spec.nice else _popen(path, spec, env)
+            finally:
+                meter.leave()
+        finally:
+            _go_home(home)
+    except (OSError, ValueError, StoreError) as exc:  # ValueError: what posix_spawn refuses to pass (a NUL,
+        if intent:                                       # an env name with =); StoreError: a failed fsync
+            _unlink_quietly(pid_path)  # it never ran: a pass may start it again
+        return None, _not_started(spec, exc)
+    if _CRASH:
+        faults.hit("supervisor.after_spawn")
+    proc.pid_line = (pid_path, mode, cgroup.note(meter.cg))
+    if meter.cg is None:  # without its cgroup, the pid line is all a later pass could stop it by
+        try:
+            write_pid_line(proc)
+        except OSError as exc:  # no evidence a later pass could stop it by: it must not run
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None, {"state": "failed", "error": f"cannot write its pid file {pid_path}: {exc.strerror or exc}"}
+    fs.free_deferred()  # (the files its pass replaced: the job runs meanwhile)
+    return proc, None
+
+
+def _not_started(spec, exc: BaseException) -> dict:
+    return {"state": "failed", "error": f"cannot start {spec.command[0]!r}: {getattr(exc, 'strerror', None) or exc}"}
+
+
+def pid_line_now(proc) -> None:
+    """The job is recorded running (or watched by another program from now on): its
+    pid line is written first. A failure is said in supervisor.log; the job, in its
+    cgroup, goes on (the intent line still names that cgroup)."""
+    try:
+        write_pid_line(proc)
+    except OSError as exc:
+        print(f"qex: cannot write the job's pid line ({exc.strerror or exc}); a pass that finds this "
+              "supervisor lost stops the job through its cgroup", flush=True)
+
+
+def write_pid_line(proc) -> None:
+    """The job's ``<pid> <start time> [cgroup]`` over the intent line, once (``spawn``).
+
+    A job born in its cgroup, which the intent line names, gets it only when it is
+    recorded running (``_record_running``, before the watcher's exec): until then a
+    pass that finds its supervisor lost stops what is in the cgroup, which is all
+    of the job. A drain's job that ends within ``RUNNING_AFTER`` never needs it:
+    reading the start time of a process that has just been spawned (and the write)
+    was ~0.35 ms of each spawn here."""
+    line, proc.pid_line = proc.pid_line, None
+    if line is not None:
+        from qex.base.machine import process_start_time
+
+        path, mode, note = line
+        pidfile.write(path, proc.pid, process_start_time(proc.pid), mode, note)
+
+
+class Child:
+    """The spawned job, as ``_watch``, ``_start`` and the hand-over use it (what they
+    used of a ``subprocess.Popen``): ``pid``, the read ends ``stdout``/``stderr``
+    (``fileno``, ``close``), ``wait()``, ``returncode``."""
+
+    __slots__ = ("pid", "stdout", "stderr", "returncode", "pid_line")
+
+    def __init__(self, pid: int, stdout, stderr):
+        self.pid, self.stdout, self.stderr, self.returncode = pid, stdout, stderr, None
+        self.pid_line = None  # (path, mode, cgroup note) of the pid line still to write (write_pid_line)
+
+    @classmethod
+    def spawn(cls, path: str, argv, env: dict) -> "Child":
+        """stdin from /dev/null, stdout and stderr to pipes, its own process group,
+        SIGPIPE and SIGXFSZ back to their defaults (as subprocess's restore_signals;
+        every other disposition as the supervisor has it), an empty signal mask. Every
+        fd of this process is close-on-exec (``no_inherited_fds``): the job gets 0-2."""
+        out_r, out_w = os.pipe()
+        try:
+            err_r, err_w = os.pipe()
+        except OSError:
+            os.close(out_r)
+            os.close(out_w)
+            raise
+        try:
+            pid = os.posix_spawn(path, list(argv), env, file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)],
+                setpgroup=0, setsigmask=(), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        return cls(pid, open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0))
+
+    def wait(self) -> int:
+        try:
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            return self.returncode
+        self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _popen(path: str, spec, env: dict):
+    """A job with a nice: the one case posix_spawn cannot do exactly (it has no
+    niceness attribute, and the job must not run one instruction at the wrong one),
+    so subprocess forks and the child calls ``os.nice`` before it execs."""
+    import subprocess
+
+    nice = spec.nice
+    try:
+        return subprocess.Popen(
+            list(spec.command), executable=path, env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            close_fds=True, process_group=0, preexec_fn=lambda: os.nice(nice))
+    except subprocess.SubprocessError as exc:  # os.nice failed in the child: it never ran
+        raise OSError(f"cannot set its nice value {nice}: {exc}") from None
+
+
+def executable(name: str, env: dict) -> str:
+    """``command[0]`` as subprocess finds it: a name with a ``/`` as it is, else the first
+    candidate on the job's PATH that is an executable file. Raises OSError as the exec
+    would: Permission denied if only a non-executable candidate exists, else No such
+    file or directory."""
+    if os.sep in name:
+        return name
+    denied = None
+    for folder in os.get_exec_path(env):
+        path = os.path.join(folder, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and os.access(path, os.X_OK):
+            return path
+        denied = denied or path
+    import errno
+
+    if denied is not None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), denied)
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+
+
+_OWN_START: list = []  # (pid, start time) of this supervisor, for the intent line
+
+
+def own_start() -> str:
+    pid = os.getpid()
+    if not _OWN_START or _OWN_START[0][0] != pid:
+        from qex.base.machine import process_start_time
+
+        _OWN_START[:] = [(pid, process_start_time(pid))]
+    start = _OWN_START[0][1]
+    return "" if start is None else str(start)
+
+
+def _go_home(fd: int) -> None:
+    """Back into the job directory after the spawn (the supervisor's cwd, see supervise)."""
+    try:
+        os.fchdir(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def no_inherited_fds() -> None:
+    """Once per supervisor: every fd above 2 close-on-exec. What Python opens is already;
+    this is for what the process that ran ``qex submit`` was given (a script's fd 3..N),
+    which posix_spawn (it closes nothing) would otherwise pass on to every job."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    os.set_inheritable(fd, False)
+            except OSError:
+                pass  # the fd of the listing itself, closed by now
