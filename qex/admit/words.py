@@ -4,32 +4,23 @@ caller can skip rewriting a reason that did not change. Holders are named
 
 from __future__ import annotations
 
+from qex.base.units import format_cores, format_size
+
 from .model import Dep, Queued
 from .resources import AVAIL, CPU, INDEXED, LOCK, MEM, Fit, Holder, Ledger, Machine, device_free
 
-_SIZE_UNITS = ("B", "KB", "MB", "GB", "TB", "PB")
 _LIST_LIMIT = 4
 
 
-def _trim(text: str) -> str:
-    return text.rstrip("0").rstrip(".") if "." in text else text
-
-
 def cores(milli: int) -> str:
-    """1000 → "1 core", 1500 → "1.5 cores", 250 → "0.25 cores"."""
-    sign = "-" if milli < 0 else ""
-    whole, frac = divmod(abs(milli), 1000)
-    text = _trim(f"{whole}.{frac:03d}")
-    return f"{sign}{text} {'core' if milli == 1000 else 'cores'}"
+    """1000 → "1 core", 1500 → "1.5 cores", 250 → "0.25 cores" (the number as
+    ``qex.base.units.format_cores`` writes it everywhere)."""
+    return f"{format_cores(milli)} {'core' if milli == 1000 else 'cores'}"
 
 
 def size(n: int) -> str:
-    """Bytes in powers of 1024: 512MB, 1.5GB, 100B."""
-    sign, value, unit = ("-" if n < 0 else ""), float(abs(n)), 0
-    while value >= 1024 and unit < len(_SIZE_UNITS) - 1:
-        value /= 1024
-        unit += 1
-    return f"{sign}{_trim(f'{value:.2f}')}{_SIZE_UNITS[unit]}"
+    """Bytes as ``qex.base.units.format_size`` writes them everywhere: 512MB, 1.3GB, 100B."""
+    return format_size(n)
 
 
 def short(job_id: str) -> str:

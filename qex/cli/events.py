@@ -99,7 +99,7 @@ def render(event: dict) -> str:
     import time
 
     from qex.base.units import safe_text
-    from qex.cli.render import plain
+    from qex.base.text import plain
 
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.get("time") or 0))
     kind = event.get("event")

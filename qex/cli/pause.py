@@ -89,8 +89,9 @@ def _target(what: str, name, verb: str) -> tuple[str, str | None]:
         if name is None:
             raise UsageError(f"qex {verb} lock needs the name of the lock or pool, e.g. qex {verb} lock gpu0")
         if not valid_name(name):
-            raise UsageError(f"qex {verb} lock: {safe_text(name, 60)!r} is not a lock or pool name; use "
-                             "letters, digits, '-', '_' and '.' (not cpu or mem)")
+            from qex.base.names import RULE
+
+            raise UsageError(f"qex {verb} lock: {safe_text(name, 60)!r} is not a lock or pool name; {RULE}")
         return "lock", name
     raise UsageError(f"qex {verb}: {safe_text(what, 60)!r} is not something to {verb}; give queue or lock NAME")
 

@@ -4,15 +4,8 @@ import time
 
 from qex.base import outcome
 from qex.base.states import ACTIVE, FINAL, FINAL_RAN
+from qex.base.text import plain
 from qex.base.units import format_cores, format_duration, format_size, safe_text
-
-
-def plain(text: str, limit: int = 400) -> str:
-    """qex's own sentences (reasons, errors) for a terminal: punctuation kept,
-    control characters (escape sequences, bidi controls) replaced."""
-    out = "".join("?" if (ord(c) < 32 or 0x7F <= ord(c) < 0xA0 or 0x202A <= ord(c) <= 0x202E
-                          or 0x2066 <= ord(c) <= 0x2069) else c for c in text)
-    return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
 def claims_text(claims: dict) -> str:

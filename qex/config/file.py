@@ -13,6 +13,7 @@ by hand rather than through cattrs, because each key takes several input shapes
 import os
 import stat
 
+from qex.base.states import FINAL, FINAL_RAN
 from qex.base import units
 from qex.base.errors import ConfigError, SpecError
 from qex.base.plain import Factory, Plain
@@ -26,8 +27,8 @@ MODES = {
     "single-user": (90.0, 512 * 1024**2),
 }
 OVERSIZED = ("run-when-idle", "reject", "queue")
-FINAL_STATES = ("completed", "failed", "killed", "timeout", "oom", "expired", "cancelled", "skipped")
-DEFAULT_HOOK_STATES = ("completed", "failed", "killed", "timeout", "oom", "expired")
+FINAL_STATES = FINAL  # (qex.base.states)
+DEFAULT_HOOK_STATES = FINAL_RAN + ("expired",)
 RESERVED_POOL_NAMES = ("cpu", "mem")
 MIN_LOG_LIMIT = 4096  # qex.supervisor.logs.MIN_LIMIT
 

@@ -7,6 +7,7 @@ import os
 import signal
 import time
 
+from qex.base.text import one_line
 from qex.hooks.markers import FAULT, LOG, RAN, decide, pending_dir, unlink_quietly
 from qex.linux.proc import KILL_GRACE, detach_stdio, max_fd, reap_later
 from qex.base.states import FINAL
@@ -152,18 +153,13 @@ def hook_env(rec: dict, job_dir: str) -> dict:
         "QEX_EXIT_CODE": "" if rec.get("exit_code") is None else str(rec["exit_code"]),
         "QEX_SIGNAL": rec.get("signal") or "",
         "QEX_ELAPSED_SECS": str(int(ended - started)) if started and ended else "",
-        "QEX_CWD": _printable(rec.get("cwd") or ""),
+        "QEX_CWD": one_line(rec.get("cwd") or ""),
         "QEX_JOB_DIR": job_dir,
         "QEX_ATTEMPTS": str(len([a for a in attempts if a.get("started_at")])),
         "QEX_MAX_RSS": "" if usage.get("max_rss") is None else str(usage["max_rss"]),
-        "QEX_TAGS": _printable(" ".join(rec.get("tags") or ())),
+        "QEX_TAGS": one_line(" ".join(rec.get("tags") or ())),
     })
     return env
-
-
-def _printable(text: str) -> str:
-    """Control characters (ESC, newlines...) become spaces: safe on a terminal and in one line."""
-    return "".join(" " if (ord(c) < 32 or ord(c) == 127) else c for c in str(text))
 
 
 def _start(hook: _Hook) -> None:
@@ -309,10 +305,10 @@ def describe(ctx, rec: dict) -> tuple[str | None, str]:
         data = {}
     if data is not None:
         log = ctx.store.path(job_id, LOG)
-        command = _printable(" ".join(str(a) for a in data.get("command") or ()))[:200]
+        command = one_line(" ".join(str(a) for a in data.get("command") or ()))[:200]
         if "verdict" not in data:
             return log, f"the stop hook ({command}) is running, or its runner was lost before it said how it ended"
-        return log, f"the stop hook ({command}) {_printable(data['verdict'])}"
+        return log, f"the stop hook ({command}) {one_line(data['verdict'])}"
     if rec.get("state") not in FINAL:
         return None, f"the job is {rec.get('state')}: the stop hook runs when it ends"
     if os.path.exists(os.path.join(pending_dir(ctx.store), f"{rec.get('uid', -1)}.{job_id}")):

@@ -335,12 +335,13 @@ def _parse_claim(item: str) -> tuple[str, int, int | None]:
 
 
 def _claim_name(name: str, option: str) -> str:
+    from qex.base import names
+
     name = name.strip()
-    if not name or not all(c.isalnum() or c in "-_." for c in name) or name[0] == "-":
-        raise SpecError(f"{option}: {units.safe_text(name)!r} is not a pool or lock name; "
-                        "use letters, digits, '-', '_' and '.'")
-    if name in ("cpu", "mem"):
-        raise SpecError(f"{option}: {name!r} is not a pool; use --{name} to claim it")
+    if names.is_reserved(name):
+        raise SpecError(f"{option}: {name!r} is not a pool; use --{name.lower()} to claim it")
+    if not names.is_pool_name(name):
+        raise SpecError(f"{option}: {units.safe_text(name)!r} is not a pool or lock name; {names.RULE}")
     return name
 
 

@@ -73,9 +73,10 @@ def path_for(store, kind: str, name: str | None = None) -> str:
 
 
 def valid_name(name) -> bool:
-    """A lock or pool name: letters, digits, '-', '_', '.', not starting with '-'."""
-    return (isinstance(name, str) and 0 < len(name) <= 128 and name[0] != "-"
-            and all(c.isascii() and (c.isalnum() or c in "-_.") for c in name) and name not in ("cpu", "mem"))
+    """A lock or pool name (``qex.base.names``)."""
+    from qex.base.names import is_pool_name
+
+    return is_pool_name(name)
 
 
 def _kind_of(filename: str) -> tuple[str, str | None] | None:

@@ -1,0 +1,125 @@
+"""One rule, one place: each rule that lived in several places, and disagreed,
+decided in one now (docs/design.md, "Where each rule lives"). Each test here
+fails on the code as it was before the rule got its home."""
+
+import ast
+import pathlib
+
+import pytest
+
+from qex.admit import words
+from qex.base import names, states, units
+from qex.base.text import one_line, plain
+from qex.cli.render import list_row
+
+QEX = pathlib.Path(__file__).resolve().parent.parent / "qex"
+
+
+# ---- a pool's or a lock's name ---------------------------------------------------------
+
+NAMES = {"gpu": True, "db_main": True, "L1-2": True, "a" * 64: True, "a" * 65: False, "a.b": False,
+         "gpü": False, "-x": True, "cpu": False, "MEM": False, "": False, "two words": False}
+
+
+@pytest.mark.parametrize("name,valid", sorted(NAMES.items()))
+def test_one_rule_decides_a_pool_or_lock_name(name, valid):
+    assert names.is_pool_name(name) is valid
+
+
+@pytest.mark.parametrize("name", ["a.b", "gpü", "a" * 65])
+def test_submit_refuses_a_lock_name_no_config_could_declare(q, name):
+    proc = q.run("submit", "--lock", name, "--", "true")
+    assert proc.returncode == 121, (proc.returncode, proc.stderr)
+    assert "--lock" in proc.stderr and names.RULE in proc.stderr
+    assert q.records() == []
+
+
+def test_submit_and_pause_take_the_same_lock_names(q):
+    q.write_config('[budget]\ncpu = 2\n')
+    assert q.run("pause", "lock", "a.b").returncode != 0
+    assert q.run("pause", "lock", "db_main").returncode == 0
+    job = q.submit("--lock", "db_main", "--", "true")
+    assert q.record(job)["state"] == "queued"  # the lock it claims is paused
+    assert q.run("resume", "lock", "db_main").returncode == 0
+    q.wait_state(job, "completed")
+
+
+def test_a_config_pool_name_follows_the_same_rule(q):
+    q.write_config('[[pool]]\nname = "gpu-a"\ncount = 1\n')
+    assert q.run("config", "show").returncode == 0
+    for bad in ("a.b", "cpu"):
+        q.write_config(f'[[pool]]\nname = "{bad}"\ncount = 1\n')
+        proc = q.run("config", "show")
+        assert proc.returncode != 0 and "pool" in proc.stderr, proc.stderr
+
+
+# ---- sizes and cores in words ----------------------------------------------------------
+
+@pytest.mark.parametrize("n", [0, 100, 1023, 1024, 1536, 1_342_177_280, 5 << 30, 1_288_490_188, -(3 << 20)])
+def test_a_size_reads_the_same_in_a_reason_and_in_a_record(n):
+    assert words.size(n) == units.format_size(n)
+
+
+@pytest.mark.parametrize("milli", [0, 250, 1000, 1500, 2000, 12345, -1500])
+def test_cores_read_the_same_in_a_reason_and_in_a_record(milli):
+    assert words.cores(milli).split()[0] == units.format_cores(milli)
+
+
+# ---- text made safe for a terminal --------------------------------------------------------
+
+UNSAFE = ["\x1b[31m", "\n", "\r", "\x7f", "\x9b", "\x85", "\u202e", "\u2066"]
+
+
+@pytest.mark.parametrize("bad", UNSAFE)
+def test_a_hook_environment_and_a_sentence_carry_no_terminal_control(bad):
+    from qex.hooks.runner import hook_env
+
+    env = hook_env({"id": "j", "tags": [f"x{bad}y"], "cwd": f"/tmp/{bad}", "state": "completed"}, "/tmp")
+    for value in (env["QEX_TAGS"], env["QEX_CWD"], plain(f"a{bad}b"), one_line(f"a{bad}b")):
+        assert bad not in value and not any(0x80 <= ord(c) < 0xA0 for c in value), repr(value)
+
+
+def test_plain_keeps_words_and_punctuation():
+    assert plain("waits for 2 cores (job ab12cd34: «train»), 1.5GB free") == \
+        "waits for 2 cores (job ab12cd34: «train»), 1.5GB free"
+
+
+# ---- the state sets ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("state", states.FINAL)
+def test_list_shows_the_code_of_a_job_in_every_ended_state(state):
+    row = list_row({"id": "0123456789", "state": state, "name": "n", "submitted_at": 1.0,
+                    "claims": {"cpu": 1, "mem": 0}}, now=2.0)
+    assert " exit " in row, row
+
+
+def _state_literals(tree) -> list[int]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) >= 2:
+            if (all(isinstance(e, ast.Constant) and e.value in states.STATES for e in node.elts)
+                    and len({e.value for e in node.elts}) >= 2):  # (("timeout", "timeout"): an option)
+                found.append(node.lineno)
+    return found
+
+
+def test_no_module_spells_out_a_set_of_states_but_their_home():
+    spelled = {}
+    for path in QEX.rglob("*.py"):
+        if path.relative_to(QEX).as_posix() == "base/states.py":
+            continue
+        lines = _state_literals(ast.parse(path.read_text()))
+        if lines:
+            spelled[path.relative_to(QEX).as_posix()] = lines
+    assert spelled == {}
+
+
+def test_the_spelled_sets_check_sees_a_literal():
+    assert _state_literals(ast.parse('x = ("starting", "running")')) == [1]
+
+
+# ---- is a state directory shared ----------------------------------------------------------
+
+def test_only_the_layout_decides_whether_a_directory_is_shared():
+    deciding = sorted(p.relative_to(QEX).as_posix() for p in QEX.rglob("*.py") if "S_ISGID" in p.read_text())
+    assert deciding == ["store/layout.py"]
