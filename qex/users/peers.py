@@ -607,7 +607,7 @@ def _same(old: dict, new: dict) -> bool:
 def _write(dir_fd: int, name: str, rec: dict) -> str | None:
     from qex.store import fs
 
-    data = json.dumps(rec, separators=(",", ":"), sort_keys=True).encode() + b"\n"
+    data = fs.json_bytes(rec)
     tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
