@@ -43,15 +43,11 @@ import stat
 import time
 
 from qex.base.plain import Plain
-
-FORMAT = 1
-KIND = "qex-peer"
-MAX_RECORD = 1 << 20          # bytes; a larger file is not a record
-MAX_JOBS = 10000
-MAX_LIST = 256                # pools per job, devices per assignment
-MAX_CORES = 1 << 20           # a peer claiming more is not a record
-MAX_BYTES = 1 << 62
-_OPEN_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+from qex.users.peer_dir import (directory, key, list_names, lock_held, open_dir, open_entry, owner_name, read_fd,
+                                unlink_quietly)
+from qex.users.peer_dir import ADMIT_LOCK, dir_version, hold_job_lock, key_for, release_job_lock  # noqa: F401
+from qex.users.peer_record import FORMAT, MAX_RECORD, BadRecord, job_entries, parse, record_from, state_identity
+from qex.users.peer_record import KIND, MAX_BYTES, MAX_CORES, MAX_JOBS, MAX_LIST, record_of  # noqa: F401
 
 
 # ---- what a scan finds ---------------------------------------------------------
@@ -84,126 +80,6 @@ class Scan(Plain, frozen=True):
     problem: str | None = None                 # the directory itself cannot be used
     note: str | None = None                    # something a user should know about it
     own: str | None = None                     # this queue's record file name
-
-
-class BadRecord(ValueError):
-    """A record that does not hold what a qex peer record holds; the message says what."""
-
-
-# ---- names ---------------------------------------------------------------------
-
-def directory(ctx) -> str:
-    from qex.config.file import peer_dir
-
-    return peer_dir(ctx.config)
-
-
-_REAL: dict[str, str] = {}
-
-
-def state_identity(root: str) -> tuple[str, str]:
-    """(real path, "dev:ino") of a state directory: two spellings of one
-    directory give the same identity. The real path is worked out once per
-    process (as ``key_for`` does): a supervisor's every pass asks twice."""
-    real = _REAL.get(root)
-    if real is None:
-        real = _REAL[root] = os.path.realpath(root)
-    try:
-        st = os.stat(real)
-        ident = f"{st.st_dev}:{st.st_ino}"
-    except OSError:
-        ident = ""
-    return real, ident
-
-
-def key(ctx) -> str:
-    """The name of this queue's record (without .json): its user and state directory."""
-    return key_for(ctx.uid, ctx.store.root)
-
-
-_KEYS: dict = {}
-
-
-def key_for(uid: int, root: str) -> str:
-    """``u<uid>-<FNV-1a 64 of the real path, hex>``: stable across versions and
-    cheap (hashlib would cost every command milliseconds of start-up). Worked out
-    once per process (a supervisor's every pass names its record)."""
-    known = _KEYS.get((uid, root))
-    if known is not None:
-        return known
-    h = 0xCBF29CE484222325
-    for byte in os.path.realpath(root).encode():
-        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    _KEYS[(uid, root)] = name = f"u{uid}-{h:016x}"
-    return name
-
-
-# ---- the directory ---------------------------------------------------------------
-
-def _describe_mode(st) -> str:
-    return f"mode {stat.S_IMODE(st.st_mode):04o}"
-
-
-def open_dir(path: str, create: bool) -> tuple[int | None, str | None, str | None]:
-    """Open the peer directory safely: (fd, problem, note). fd is None when it
-    is missing (and not created) or unusable (then ``problem`` says why)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        if not create:
-            return None, None, None
-        made = _make_dir(path)
-        if made is not None:
-            return None, made, None
-        st = os.lstat(path)
-    except OSError as exc:
-        return None, f"the peer directory {path} cannot be read ({exc.strerror})", None
-    if stat.S_ISLNK(st.st_mode):
-        return None, (f"the peer directory {path} is a symbolic link, which qex does not follow; "
-                      "remove it or set [peers] dir to a real directory"), None
-    if not stat.S_ISDIR(st.st_mode):
-        return None, f"the peer directory {path} is not a directory; remove it or set [peers] dir", None
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o022 and not mode & stat.S_ISVTX:
-        return None, (f"the peer directory {path} is writable by other users without the sticky bit "
-                      f"({_describe_mode(st)}): anyone could replace the records in it; "
-                      f"chmod 1777 {path} (as its owner) or set [peers] dir"), None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        return None, f"the peer directory {path} cannot be opened ({exc.strerror})", None
-    again = os.fstat(fd)
-    if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
-        os.close(fd)
-        return None, f"the peer directory {path} changed while it was opened; try again", None
-    note = None
-    if st.st_uid not in (0, os.getuid()):
-        note = (f"the peer directory {path} belongs to {_user(st.st_uid)}, who can remove other users' "
-                f"records; an administrator can make it as root: install -d -m 1777 {path}")
-    return fd, None, note
-
-
-def _make_dir(path: str) -> str | None:
-    parent = os.path.dirname(path.rstrip("/")) or "/"
-    try:
-        os.makedirs(parent, 0o755, exist_ok=True)
-        os.mkdir(path, 0o700)
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            os.fchmod(fd, 0o1777)   # like /tmp: everyone may add a record, nobody may touch another's
-        finally:
-            os.close(fd)
-    except FileExistsError:
-        return None                 # made by someone else meanwhile: checked by the caller
-    except OSError as exc:
-        return f"cannot create the peer directory {path} ({exc.strerror}); set [peers] dir to a directory you can create"
-    return None
-
-
-def _user(uid: int) -> str:
-    from qex.base.paths import user_name
-
-    return user_name(uid)
 
 
 # ---- reading -------------------------------------------------------------------
@@ -263,7 +139,7 @@ def scan(ctx) -> Scan:
         me = state_identity(ctx.store.root)
         peers, ignored = [], []
         boot = _boot_id()
-        for name in sorted(_names(fd)):
+        for name in sorted(list_names(fd)):
             if name.startswith(".") or name.endswith(".lock"):
                 continue
             try:
@@ -278,48 +154,20 @@ def scan(ctx) -> Scan:
         os.close(fd)
 
 
-def _names(fd: int) -> list[str]:
-    try:
-        return os.listdir(fd)
-    except OSError:
-        return []
-
-
 def _boot_id() -> str:
     from qex.base.machine import boot_id
 
     return boot_id()
 
 
-def _open_entry(dir_fd: int, name: str):
-    """Open one entry for reading: (fd, stat), or BadRecord with the reason."""
-    try:
-        fd = os.open(name, _OPEN_READ, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise BadRecord("a symbolic link: not followed") from None
-        if exc.errno == errno.ENOENT:
-            raise BadRecord("removed while it was read") from None
-        raise BadRecord(f"cannot be opened ({exc.strerror})") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode) else "special"
-        raise BadRecord(f"not a regular file ({kind})")
-    if st.st_nlink != 1:
-        os.close(fd)
-        raise BadRecord(f"has {st.st_nlink} hard links: a planted link is not read")
-    return fd, st
-
-
 def _read_one(dir_fd: int, name: str, me: tuple[str, str], boot: str, own: str) -> Peer | None:
-    fd, st = _open_entry(dir_fd, name)
+    fd, st = open_entry(dir_fd, name)
     try:
         if name == own and st.st_uid == os.getuid():
             return None  # this queue's own record: its jobs are in the index
         if st.st_size > MAX_RECORD:
             raise BadRecord(f"larger than {MAX_RECORD // 1024}KB: not a record")
-        data = _read_fd(fd, MAX_RECORD)
+        data = read_fd(fd, MAX_RECORD)
     finally:
         os.close(fd)
     if len(data) > MAX_RECORD:
@@ -329,28 +177,14 @@ def _read_one(dir_fd: int, name: str, me: tuple[str, str], boot: str, own: str) 
         raise BadRecord("the same state directory as this queue: its jobs are counted from the queue itself")
     if rec["boot_id"] and boot and rec["boot_id"] != boot:
         raise BadRecord("stale: written before the machine last started")
-    live = [j for j in rec["jobs"] if _lock_held(dir_fd, j["lock"], st.st_uid)]
+    live = [j for j in rec["jobs"] if lock_held(dir_fd, j["lock"], st.st_uid)]
     if not live:
         if not rec["jobs"]:
             raise BadRecord("holds nothing")
         one = len(rec["jobs"]) == 1
         what, it = ("its job's lock is not", "it") if one else ("no lock of its jobs is", "them")
-        raise BadRecord(f"stale: {what} held (the qex processes of {_user(st.st_uid)} that held {it} are gone)")
+        raise BadRecord(f"stale: {what} held (the qex processes of {owner_name(st.st_uid)} that held {it} are gone)")
     return _sum(name, st.st_uid, rec, live)
-
-
-def _read_fd(fd: int, limit: int) -> bytes:
-    chunks, total = [], 0
-    while total <= limit:
-        try:
-            chunk = os.read(fd, min(1 << 16, limit + 1 - total))
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-        total += len(chunk)
-    return b"".join(chunks)
 
 
 def _sum(name: str, uid: int, rec: dict, live: list[dict]) -> Peer:
@@ -362,118 +196,9 @@ def _sum(name: str, uid: int, rec: dict, live: list[dict]) -> Peer:
         for pool, n in j["pools"].items():
             units[pool] = units.get(pool, 0) + n
         uses.extend(j["devices"])
-    return Peer(name, _user(uid), uid, rec["state_dir"], cpu, mem, tuple(sorted(units.items())),
+    return Peer(name, owner_name(uid), uid, rec["state_dir"], cpu, mem, tuple(sorted(units.items())),
                 tuple(sorted(uses, key=lambda u: (u[0], u[1], -1 if u[2] is None else u[2]))),
                 len(live), len(rec["jobs"]) - len(live), rec["format"])
-
-
-def _lock_held(dir_fd: int, name, uid: int) -> bool:
-    """True while the job's supervisor holds its lock file (owned by the record's owner)."""
-    if not name:
-        return False
-    try:
-        fd, st = _open_entry(dir_fd, name)
-    except BadRecord:
-        return False
-    try:
-        if st.st_uid != uid:
-            return False  # a lock planted by someone else proves nothing
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as exc:
-            return exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
-        return False
-    finally:
-        os.close(fd)  # releases the shared lock we may have taken
-
-
-# ---- parsing (tolerant: unknown keys ignored, missing ones defaulted) ------------
-
-def _reject_constant(word):
-    raise BadRecord(f"holds {word}, which is not a number")
-
-
-def parse(data: bytes) -> dict:
-    """A record's bytes -> a checked dict; BadRecord says why not."""
-    try:
-        raw = json.loads(data, parse_constant=_reject_constant)
-    except BadRecord:
-        raise
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise BadRecord("truncated or not JSON") from None
-    if not isinstance(raw, dict) or raw.get("kind") != KIND:
-        raise BadRecord("not a qex peer record (a foreign format)")
-    fmt = raw.get("format", FORMAT)
-    if not _is_int(fmt):
-        raise BadRecord("format is not a whole number")
-    jobs = raw.get("jobs", [])
-    if not isinstance(jobs, list):
-        raise BadRecord("jobs is not a list")
-    if len(jobs) > MAX_JOBS:
-        raise BadRecord(f"lists more than {MAX_JOBS} jobs")
-    checked = [_job(j, i) for i, j in enumerate(jobs)]
-    return {"format": fmt, "state_dir": _text(raw.get("state_dir"), 4096),
-            "state_id": _text(raw.get("state_id"), 64), "boot_id": _text(raw.get("boot_id"), 64),
-            "jobs": checked}
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    """A finite number: ``v - v`` is 0 for one, nan for inf and nan (math.isfinite without importing math)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v - v == 0
-
-
-def _text(v, limit: int) -> str:
-    return v[:limit] if isinstance(v, str) else ""
-
-
-def _job(j, i: int) -> dict:
-    where = f"jobs[{i}]"
-    if not isinstance(j, dict):
-        raise BadRecord(f"{where} is not an object")
-    cpu, mem = j.get("cpu", 0), j.get("mem", 0)
-    if not _is_num(cpu) or not 0 <= cpu <= MAX_CORES:
-        raise BadRecord(f"{where}.cpu is not a number of cores from 0 to {MAX_CORES}")
-    if not _is_int(mem) or not 0 <= mem <= MAX_BYTES:
-        raise BadRecord(f"{where}.mem is not a whole number of bytes >= 0")
-    lock = j.get("lock")
-    if lock is not None and (not isinstance(lock, str) or "/" in lock or lock.startswith(".")
-                             or not lock.endswith(".lock") or len(lock) > 255):
-        raise BadRecord(f"{where}.lock is not the name of a lock file in the peer directory")
-    return {"cpu": round(cpu * 1000), "mem": mem, "lock": lock,
-            "pools": _pools(j.get("pools", {}), where), "devices": _devices(j.get("devices", []), where)}
-
-
-def _pools(pools, where: str) -> dict[str, int]:
-    if not isinstance(pools, dict) or len(pools) > MAX_LIST:
-        raise BadRecord(f"{where}.pools is not a map of pool names to counts")
-    out = {}
-    for name, n in pools.items():
-        if not isinstance(name, str) or not 0 < len(name) <= 64 or not _is_int(n) or not 0 <= n <= MAX_BYTES:
-            raise BadRecord(f"{where}.pools holds a bad entry")
-        out[name] = n
-    return out
-
-
-def _devices(uses, where: str) -> list[tuple[str, tuple[int, ...], int | None]]:
-    if not isinstance(uses, list) or len(uses) > MAX_LIST:
-        raise BadRecord(f"{where}.devices is not a list")
-    out = []
-    for u in uses:
-        if not isinstance(u, dict):
-            raise BadRecord(f"{where}.devices holds a bad entry")
-        pool, devs, size = u.get("pool"), u.get("devices", []), u.get("size")
-        if not isinstance(pool, str) or not 0 < len(pool) <= 64:
-            raise BadRecord(f"{where}.devices holds an entry without a pool name")
-        if not isinstance(devs, list) or len(devs) > MAX_LIST or not all(_is_int(d) and 0 <= d < 4096 for d in devs):
-            raise BadRecord(f"{where}.devices holds bad device indices")
-        if size is not None and (not _is_int(size) or not 0 <= size <= MAX_BYTES):
-            raise BadRecord(f"{where}.devices holds a bad size")
-        out.append((pool, tuple(sorted(set(devs))), size))
-    return out
 
 
 # ---- publishing (the state lock is held) -------------------------------------------
@@ -490,44 +215,6 @@ def own_jobs(ctx, idx, holding=None) -> list[tuple[str, dict]]:
     return [(j, e) for j, e in jobs.items() if e["state"] in HOLDING and e.get("uid") == ctx.uid]
 
 
-def record_of(ctx, jobs: list[tuple[str, dict]]) -> dict:
-    """The record of what ``jobs`` hold. A job entry names no job: what it holds
-    and the lock its supervisor holds, in the order of their locks, so that a
-    supervisor that goes on to its next job of the same claims (it keeps its
-    lock: ``engine.apply_plan``) leaves the record as it is, and nothing is
-    written (``publish_locked``)."""
-    return _record(ctx, _entries(ctx, jobs))
-
-
-def _entries(ctx, jobs: list[tuple[str, dict]]) -> list[dict]:
-    plain = {p.name for p in ctx.config.pools if p.count is not None}  # locks are never published
-    entries = []
-    for _job_id, e in jobs:
-        entries.append({
-            "cpu": e["cpu"] / 1000, "mem": e["mem"],
-            "pools": {name: cs[0] for name, cs in sorted(e.get("pools", {}).items()) if name in plain},
-            "devices": [{"pool": p, "devices": list(d), "size": s} for p, d, s in e.get("assigned") or ()],
-            "lock": e.get("peer_lock"),
-        })
-    entries.sort(key=_entry_order)
-    return entries
-
-
-def _record(ctx, entries: list[dict]) -> dict:
-    from qex.base import machine
-    from qex.base.version import VERSION
-
-    real, ident = state_identity(ctx.store.root)
-    return {"format": FORMAT, "kind": KIND, "qex": VERSION, "user": ctx.user, "uid": ctx.uid,
-            "state_dir": real, "state_id": ident, "boot_id": machine.boot_id(), "host": os.uname().nodename,
-            "cpu": sum(j["cpu"] for j in entries), "mem": sum(j["mem"] for j in entries), "jobs": entries}
-
-
-def _entry_order(entry: dict):
-    return entry["lock"] or "", entry["cpu"], entry["mem"], sorted(entry["pools"].items()), \
-        [(u["pool"], u["devices"], u["size"] or 0) for u in entry["devices"]]
-
-
 def publish_locked(ctx, idx, holding=None) -> str | None:
     """Make this queue's record say what its running jobs hold now (or remove it
     when they hold nothing). Call with the state lock held, after the commit.
@@ -535,7 +222,7 @@ def publish_locked(ctx, idx, holding=None) -> str | None:
     ``holding``: see ``own_jobs``."""
     jobs = own_jobs(ctx, idx, holding)
     name = key(ctx) + ".json"
-    entries = _entries(ctx, jobs) if jobs else None
+    entries = job_entries(ctx, jobs) if jobs else None
     if entries is not None and _unchanged(directory(ctx), name, entries):
         return None
     fd, problem, _ = open_dir(directory(ctx), create=bool(jobs))
@@ -548,7 +235,7 @@ def publish_locked(ctx, idx, holding=None) -> str | None:
                 _unlink_own(fd, name)
                 _sweep(fd, ctx, set())
             return None
-        rec = _record(ctx, entries)
+        rec = record_from(ctx, entries)
         if current is not None and _same(current, rec):
             return None
         problem = _write(fd, name, rec)
@@ -580,7 +267,7 @@ def _unchanged(path: str, name: str, entries: list[dict]) -> bool:
 
 def _own_record(dir_fd: int, name: str) -> dict | None:
     try:
-        fd, st = _open_entry(dir_fd, name)
+        fd, st = open_entry(dir_fd, name)
     except BadRecord:
         return None
     try:
@@ -590,7 +277,7 @@ def _own_record(dir_fd: int, name: str) -> dict | None:
         known = _OWN.get(name)
         if known is not None and known[0] == seen:
             return known[1]
-        rec = json.loads(_read_fd(fd, MAX_RECORD))
+        rec = json.loads(read_fd(fd, MAX_RECORD))
         _OWN[name] = (seen, rec)
         return rec
     except ValueError:
@@ -621,7 +308,7 @@ def _write(dir_fd: int, name: str, rec: dict) -> str | None:
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         _OWN[name] = ((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size), rec)
     except OSError as exc:
-        _unlink_quietly(dir_fd, tmp)
+        unlink_quietly(dir_fd, tmp)
         return (f"cannot publish this queue's record {name} in the peer directory ({exc.strerror}); "
                 "other users' queues do not see what it holds")
     return None
@@ -633,14 +320,7 @@ def _unlink_own(dir_fd: int, name: str) -> None:
     except OSError:
         return
     if st.st_uid == os.getuid():
-        _unlink_quietly(dir_fd, name)
-
-
-def _unlink_quietly(dir_fd: int, name: str) -> None:
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except OSError:
-        pass
+        unlink_quietly(dir_fd, name)
 
 
 def _sweep(dir_fd: int, ctx, keep: set) -> None:
@@ -648,7 +328,7 @@ def _sweep(dir_fd: int, ctx, keep: set) -> None:
     killed before they could) and its temp files older than a minute."""
     prefix = key(ctx) + "."
     now = time.time()
-    for entry in _names(dir_fd):
+    for entry in list_names(dir_fd):
         mine_lock = entry.startswith(prefix) and entry.endswith(".lock") and entry not in keep
         mine_tmp = entry.startswith("." + prefix) and entry.endswith(".tmp")
         if not (mine_lock or mine_tmp):
@@ -660,75 +340,13 @@ def _sweep(dir_fd: int, ctx, keep: set) -> None:
         if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
             continue
         if mine_tmp and now - st.st_mtime > 60:
-            _unlink_quietly(dir_fd, entry)
-        elif mine_lock and not _lock_held(dir_fd, entry, os.getuid()):
-            _unlink_quietly(dir_fd, entry)
-
-
-# ---- the liveness lock of one job ----------------------------------------------
-
-def hold_job_lock(ctx, job_id: str) -> tuple[int, str | None]:
-    """Create and lock this job's liveness file in the peer directory.
-
-    Returns (fd, name); the caller's supervisor keeps fd for the job's life.
-    (-1, None) when the peer directory cannot be used (``qex info`` says why).
-    """
-    fd_dir, _problem, _ = open_dir(directory(ctx), create=True)
-    if fd_dir is None:
-        return -1, None
-    try:
-        for _ in range(8):
-            name = f"{key(ctx)}.{job_id[:8]}.{os.urandom(6).hex()}.lock"
-            try:
-                fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-                             | os.O_NONBLOCK, 0o644, dir_fd=fd_dir)
-            except FileExistsError:
-                continue
-            except OSError:
-                return -1, None
-            try:
-                os.fchmod(fd, 0o644)
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd, name
-            except OSError:
-                os.close(fd)  # someone opened and locked it between our create and lock: another name
-                _unlink_quietly(fd_dir, name)
-        return -1, None
-    finally:
-        os.close(fd_dir)
-
-
-def release_job_lock(ctx, fd: int, name: str | None) -> None:
-    """The job has ended and its record says so: remove its lock file, then let go."""
-    if name:
-        try:
-            dfd = os.open(directory(ctx), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            dfd = None
-        if dfd is not None:
-            try:
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                if st.st_uid == os.getuid() and (fd < 0 or (st.st_dev, st.st_ino) == _ident(fd)):
-                    _unlink_quietly(dfd, name)
-            except OSError:
-                pass
-            finally:
-                os.close(dfd)
-    if fd >= 0:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-def _ident(fd: int):
-    st = os.fstat(fd)
-    return st.st_dev, st.st_ino
+            unlink_quietly(dir_fd, entry)
+        elif mine_lock and not lock_held(dir_fd, entry, os.getuid()):
+            unlink_quietly(dir_fd, entry)
 
 
 # ---- one admission at a time across the queues of the machine --------------------------
 
-ADMIT_LOCK = ".admit.lock"
 ADMIT_WAIT = 0.5
 
 
@@ -802,30 +420,6 @@ def _open_admit_file(dfd: int) -> int | None:
     return None
 
 
-# ---- for the waker ------------------------------------------------------------------
-
-def dir_version(ctx, since=None):
-    """Changes whenever another queue's record or lock file in the peer directory
-    is added, replaced or removed (a peer's job started or ended). ``since``: the
-    version returned before; while the directory's own stat is unchanged, that is
-    the answer (one stat). This queue's own files are left out: its jobs' starts
-    and ends run passes of their own."""
-    path = directory(ctx)
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return None
-    stamp = (st.st_ino, st.st_mtime_ns)
-    if since is not None and since[0] == stamp:
-        return since
-    mine = key(ctx) + "."
-    try:
-        names = sorted(n for n in os.listdir(path) if not n.startswith(mine) and n != ".admit.lock")
-    except OSError:
-        return stamp, None
-    return stamp, tuple(names)
-
-
 # ---- for qex info ------------------------------------------------------------------
 
 def publish_check(ctx) -> str | None:
@@ -843,7 +437,7 @@ def publish_check(ctx) -> str | None:
             return f"this queue's record {name} cannot be checked ({exc.strerror})"
         if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
             return (f"{name} in the peer directory is not this queue's record (it belongs to "
-                    f"{_user(st.st_uid)} or is not a regular file); this queue cannot publish what it holds")
+                    f"{owner_name(st.st_uid)} or is not a regular file); this queue cannot publish what it holds")
         return None
     finally:
         os.close(fd)
