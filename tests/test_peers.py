@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qex.users import peers
+from qex.users import peer_scan, peers
 from qex.admit import DeviceUse, PeerHold
 from qex.config.file import Config, PoolDef
 from qex.queue.context import Context
@@ -355,7 +355,7 @@ def test_a_scan_that_found_nothing_is_not_made_again_while_the_directory_is_unch
     publish(a, {"aaaaaaaa-1": a_job})  # only a's own record and lock: nothing for a to count
     scans = []
     real = peers.scan
-    monkeypatch.setattr(peers, "scan", lambda ctx: (scans.append(1), real(ctx))[1])
+    monkeypatch.setattr(peer_scan, "scan", lambda ctx: (scans.append(1), real(ctx))[1])  # what holdings calls
     old = os.stat(peer_dir).st_mtime_ns - 10**9
     os.utime(peer_dir, ns=(old, old))  # a directory time older than the clock's tick
     assert peers.holdings(a) == [] and peers.holdings(a) == [] and len(scans) == 1
@@ -376,7 +376,7 @@ def queue_with_a_published_job(tmp_path, monkeypatch):
     publish(a, {"aaaaaaaa-1": job})
     scans = []
     real = peers.scan
-    monkeypatch.setattr(peers, "scan", lambda ctx: (scans.append(1), real(ctx))[1])
+    monkeypatch.setattr(peer_scan, "scan", lambda ctx: (scans.append(1), real(ctx))[1])  # what holdings calls
     return a, fd, scans
 
 

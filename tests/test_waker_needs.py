@@ -95,11 +95,11 @@ def sleeping(ctx, monkeypatch):
     """The waker's sleep with a fake clock, a queue whose changes the test decides
     (``changes(now)``: whether its files changed since the last look), and a record
     of when it read the deadlines."""
-    from qex.users import peers
+    from qex.users import peer_dir
 
     clock, reads, world = _Clock(), [], {"changes": lambda now: False, "stamp": 0}
     monkeypatch.setattr(waker, "time", clock)
-    monkeypatch.setattr(peers, "dir_version", lambda ctx, since=None: since)
+    monkeypatch.setattr(peer_dir, "dir_version", lambda ctx, since=None: since)
 
     def stamp(ctx):
         if world["changes"](clock.now):

@@ -53,7 +53,7 @@ class Context:
 
 class Launch:
     """A job this process admitted and must start: its liveness lock is held.
-    ``peer_fd``: this job's liveness lock in the peer directory (qex.users.peers)."""
+    ``peer_fd``: this job's liveness lock in the peer directory (qex.users.peer_dir)."""
 
     __slots__ = ("job_id", "alive_fd", "peer_fd", "peer_lock", "fresh", "follows", "attempt", "spec", "meter")
 

@@ -27,9 +27,9 @@ def run_pass(ctx: Context, mutate=None, save_index=True, early=None) -> PassResu
         idx = ctx.store.load_index_locked(save_replayed=False)  # the commit saves it
         txn = Txn(ctx.store, idx)
         value = mutate(txn) if mutate is not None else None
-        from qex.users import peers
+        from qex.users import peer_admission
 
-        with peers.admission(ctx, any(e["state"] == "queued" for e in idx.jobs.values())) as turn:
+        with peer_admission.admission(ctx, any(e["state"] == "queued" for e in idx.jobs.values())) as turn:
             from qex.store.state import LAZY
 
             # A supervisor's pass may decide by the head of the queue, unless its
@@ -59,11 +59,11 @@ def run_pass(ctx: Context, mutate=None, save_index=True, early=None) -> PassResu
 
 
 def _publish_locked(ctx: Context, idx: Index):
-    """Tell the other queues what this user's jobs hold now (qex.users.peers); a
+    """Tell the other queues what this user's jobs hold now (qex.users.peer_publish); a
     failure never fails the pass (qex info says it). Returns the ids of the
     index's starting and running jobs when the index has a queue view (a
     supervisor's, kept across its passes), else None."""
-    from qex.users import peers
+    from qex.users import peer_publish
 
     holding = None
     if idx.view is not None:
@@ -71,7 +71,7 @@ def _publish_locked(ctx: Context, idx: Index):
 
         holding = sorted(queueview.view_of(idx, queueview.queued_of).holding)
     try:
-        peers.publish_locked(ctx, idx, holding)
+        peer_publish.publish_locked(ctx, idx, holding)
     except Exception:  # a hostile or broken peer directory must never stop this queue
         pass
     return holding
@@ -121,7 +121,7 @@ def snapshot(ctx: Context, txn: Txn, now: float, part=None):
     (the queued jobs to decide, the ids of the jobs starting or running) from
     the queue's view (``_admit_head``)."""
     from qex import admit as A
-    from qex.users import peers
+    from qex.users import peer_scan
     from qex.queue import pause
 
     cpu_budget, mem_budget = ctx.budget()
@@ -160,7 +160,7 @@ def snapshot(ctx: Context, txn: Txn, now: float, part=None):
         mem_available=None if avail is None else avail - ctx.config.reserve_mem,
         oversized=ctx.config.oversized, max_bypass=ctx.config.max_bypass,
         pools=tuple(A.PoolSpec(p.name, p.count, tuple(p.devices)) for p in ctx.config.pools),
-        running=tuple(running), peers=tuple(peers.holdings(ctx)), queued=tuple(queued),
+        running=tuple(running), peers=tuple(peer_scan.holdings(ctx)), queued=tuple(queued),
         deps=tuple(deps), pause=pause.current(ctx, now))
 
 
@@ -229,9 +229,9 @@ def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
         if txn.peer_reuse is not None:  # the next job of the supervisor that runs this pass
             (peer_fd, peer_lock), txn.peer_reuse = txn.peer_reuse, None
         else:
-            from qex.users import peers
+            from qex.users import peer_dir
 
-            peer_fd, peer_lock = peers.hold_job_lock(ctx, start.id)
+            peer_fd, peer_lock = peer_dir.hold_job_lock(ctx, start.id)
         assigned = [{"pool": a.pool, "devices": list(a.devices), "size": a.size} for a in start.assigned]
         started = txn.update(start.id, state="starting", assigned=assigned, forced=start.forced,
                              blocked_reason=None, blocked_holder=None, blocked_since=None, peer_lock=peer_lock)

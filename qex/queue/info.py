@@ -12,7 +12,7 @@ def gather(ctx) -> dict:
     from qex.queue import engine
     from qex.queue.txn import Txn
     from qex.base import machine
-    from qex.users import peers
+    from qex.users import peer_publish, peer_scan
     from qex.users import shared
 
     with ctx.store.lock():
@@ -22,7 +22,7 @@ def gather(ctx) -> dict:
         snap = engine.snapshot(ctx, txn, now)
         plan = A.admit(snap)
         since = _health_since(txn, plan, idx)
-    scan = peers.scan(ctx)
+    scan = peer_scan.scan(ctx)
     cpu_budget, mem_budget = ctx.budget()
     running = [(j, e) for j, e in idx.jobs.items() if e["state"] in HOLDING]
     queued = [(j, e) for j, e in idx.jobs.items() if e["state"] == "queued"]
@@ -39,7 +39,7 @@ def gather(ctx) -> dict:
         "peers": [{"owner": p.owner, "cpu": p.cpu / 1000, "mem": p.mem, "units": dict(p.units),
                    "assigned": [[a.pool, list(a.devices), a.size] for a in p.assigned]} for p in snap.peers],
         "peer_dir": {"path": scan.dir, "problem": scan.problem, "note": scan.note,
-                     "publish_problem": peers.publish_check(ctx),
+                     "publish_problem": peer_publish.publish_check(ctx),
                      "records": [{"file": p.file, "owner": p.owner, "state_dir": p.state_dir, "format": p.format,
                                   "cpu": p.cpu / 1000, "mem": p.mem, "units": dict(p.units),
                                   "assigned": [[u[0], list(u[1]), u[2]] for u in p.assigned],

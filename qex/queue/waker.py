@@ -102,16 +102,16 @@ def _sleep_until(ctx, wake: float) -> None:
     timed pause, may call for an earlier pass. A queue that keeps changing is
     being passed by others (each pass expires the jobs it finds due): its
     deadlines are read when it rests, or at least every ``LOOK`` seconds."""
-    from qex.users import peers
+    from qex.users import peer_dir
 
-    stamp, peer = _stamp(ctx), peers.dir_version(ctx)
+    stamp, peer = _stamp(ctx), peer_dir.dir_version(ctx)
     changed = None  # since when the queue has changed without a look at its deadlines
     while True:
         now = time.time()
         if now >= wake:
             return
         time.sleep(min(wake - now, WATCH))
-        seen_peer = peers.dir_version(ctx, peer)
+        seen_peer = peer_dir.dir_version(ctx, peer)
         if seen_peer is not peer:
             if seen_peer is None or peer is None or seen_peer[1] != peer[1]:
                 return  # another queue's job ended (or started): what waited for it may start now

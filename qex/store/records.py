@@ -143,7 +143,7 @@ def _declare() -> None:
         oom_evidence: str | None = None
         template: tuple[str, ...] | None = None   # a fan-out job: its command with {} (the learner's key)
         rerun_of: str | None = None               # qex rerun: the job this one repeats
-        peer_lock: str | None = None    # this job's liveness file in the peer directory (qex.users.peers)
+        peer_lock: str | None = None    # this job's liveness file in the peer directory (qex.users.peer_dir)
 
         @property
         def final(self) -> bool:

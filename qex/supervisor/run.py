@@ -406,10 +406,10 @@ def _close_and_end(launch: Launch, ctx: Context | None = None) -> None:
     """Let go of the job's locks: the peer lock first (its file removed: the
     record no longer lists the job), then the liveness lock."""
     if launch.peer_fd >= 0 or launch.peer_lock:
-        from qex.users import peers
+        from qex.users import peer_dir
 
         if ctx is not None:
-            peers.release_job_lock(ctx, launch.peer_fd, launch.peer_lock)
+            peer_dir.release_job_lock(ctx, launch.peer_fd, launch.peer_lock)
         elif launch.peer_fd >= 0:
             os.close(launch.peer_fd)
         launch.peer_fd, launch.peer_lock = -1, None
