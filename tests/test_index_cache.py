@@ -12,7 +12,7 @@ from qex.queue import engine
 from qex.queue.context import Context
 from qex.queue.txn import Txn
 from qex.config.file import Config
-from qex.store import index, state
+from qex.store import index, replay, state
 from qex.store.state import LAZY, Store
 from qex.jobs.submit import Request, build
 
@@ -146,7 +146,7 @@ def test_a_supervisor_s_pass_saves_a_large_index_less_often_but_a_reader_sees_ev
 
 def test_a_kept_index_far_behind_the_journal_is_dropped_for_the_file(tmp_path, monkeypatch):
     # A supervisor back from a long job reads the file rather than replay all that happened since.
-    monkeypatch.setattr(state, "KEPT_REPLAY_BYTES", 4096)
+    monkeypatch.setattr(replay, "KEPT_REPLAY_BYTES", 4096)
     a, b = view(tmp_path), view(tmp_path)
     mine = add_jobs(a)
     theirs = add_jobs(b, 8)  # one append of eight records: more than 4 KB
