@@ -31,6 +31,10 @@ from qex.store.lock import StateLock
 from qex.store.records import ACTIVE
 from qex.store.replay import Replay
 
+TYPE_CHECKING = False  # (typing itself is not imported: qex submit's start-up)
+if TYPE_CHECKING:
+    from qex.store.records import Spec, Status
+
 
 class Store(Replay, Commit):
     # Its loading of the index and its commit are in their own modules (Replay, Commit).
