@@ -108,26 +108,10 @@ class Commit:
             self._keep(idx)
             return []
         changes = _coalesced(changes)
-        now = time.time()
-        events = []
-        for rec, previous, change in changes:
-            idx.seq += 1
-            events.append({"event": "job", "seq": idx.seq, "stream": idx.stream, "time": now,
-                           "id": rec["id"], "name": rec.get("name", ""), "state": rec["state"],
-                           "previous": previous, "change": change, "job": rec})
-        for event in events:  # the seq of the append's last event: replay takes whole appends only
-            event["commit"] = idx.seq
+        events = _events(idx, changes)
         last = {rec["id"]: rec for rec, _previous, _change in changes}
         data, statuses = _encoded(events, last)
-        # Keep room for the records of running jobs: a new job needs more than an ending one.
-        fs.ensure_room(self.root, fs.SUBMIT_ROOM if any(p is None for _, p, _ in changes) else fs.COMMIT_ROOM)
-        appended: dict = {}
-        try:  # a lazy commit's fsync is made once the lock is let go (fs.sync_at_release)
-            idx.offset = journal.append(self.journal_path, events, self.file_mode, sync=bool(save_index), data=data,
-                                        info=appended)
-        except OSError as exc:
-            raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
-        idx.journal_ino = appended.get("ino", idx.journal_ino)
+        self._append_locked(idx, events, data, changes, sync=bool(save_index))
         if _CRASH:
             faults.hit("commit.after_journal")
         for rec in last.values():  # each record once, in its last form; none fsynced (see above)
@@ -150,6 +134,29 @@ class Commit:
             idx.unsaved = True
             self._keep(idx)
             return events
+        self._save_and_rotate_locked(idx)
+        if _CRASH:
+            faults.hit("commit.after_index")
+        self._keep(idx)
+        return events
+
+    def _append_locked(self, idx: Index, events: list[dict], data: bytes,
+                       changes: list[tuple[dict, str | None, str]], sync: bool) -> None:
+        """Append a commit's ``events`` (``data``: their lines) to the journal, fsynced if
+        ``sync``; the index then counts its new end, in that file."""
+        # Keep room for the records of running jobs: a new job needs more than an ending one.
+        fs.ensure_room(self.root, fs.SUBMIT_ROOM if any(p is None for _, p, _ in changes) else fs.COMMIT_ROOM)
+        appended: dict = {}
+        try:  # a lazy commit's fsync is made once the lock is let go (fs.sync_at_release)
+            idx.offset = journal.append(self.journal_path, events, self.file_mode, sync=sync, data=data,
+                                        info=appended)
+        except OSError as exc:
+            raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
+        idx.journal_ino = appended.get("ino", idx.journal_ino)
+
+    def _save_and_rotate_locked(self, idx: Index) -> None:
+        """Save the index file of a commit whose append is fsynced, then rotate the
+        journal if it grew past ``journal.max_bytes()``."""
         self.save_index_locked(idx, journal_synced=True)
         if idx.offset > journal.max_bytes():
             # Rotate only once the index says every event is applied: an index
@@ -161,10 +168,6 @@ class Commit:
             idx.offset = idx.synced = 0
             idx.journal_ino = None  # (the next append makes the new file)
             self.save_index_locked(idx)
-        if _CRASH:
-            faults.hit("commit.after_index")
-        self._keep(idx)
-        return events
 
     def _keep(self, idx: Index) -> None:
         """Remember the index this process committed, with the journal it is current against."""
@@ -189,6 +192,21 @@ class Commit:
         finally:
             os.close(fd)
         return ((st.st_ino, head) if len(head) == _MARK_BYTES else None), st.st_size
+
+
+def _events(idx: Index, changes: list[tuple[dict, str | None, str]]) -> list[dict]:
+    """The journal events of a commit's ``changes``, numbered on from ``idx.seq`` (which
+    moves to the last), each carrying ``commit``: the seq of the append's last event."""
+    now = time.time()
+    events = []
+    for rec, previous, change in changes:
+        idx.seq += 1
+        events.append({"event": "job", "seq": idx.seq, "stream": idx.stream, "time": now,
+                       "id": rec["id"], "name": rec.get("name", ""), "state": rec["state"],
+                       "previous": previous, "change": change, "job": rec})
+    for event in events:  # the seq of the append's last event: replay takes whole appends only
+        event["commit"] = idx.seq
+    return events
 
 
 def _encoded(events: list[dict], last: dict[str, dict]) -> tuple[bytes, dict[str, tuple[bytes, dict]]]:
