@@ -1,4 +1,4 @@
-"""A supervisor's commits are made durable late (qex.store.fs.defer_syncs): the lock's
+"""A supervisor's commits are made durable late (qex.store.syncs.defer_syncs): the lock's
 release does not make the journal's fsync, ``settle`` does, in the supervisor's own thread,
 before a job is spawned, a fork, an exec or the exit. A failed fsync is raised there. The
 files a pass replaced are freed after the spawn."""
@@ -11,7 +11,7 @@ import pytest
 
 from qex.queue import engine
 from qex.base.errors import StoreError
-from qex.store import fs
+from qex.store import fs, syncs
 from qex.store.state import LAZY
 from qex.supervisor import run
 from qex.supervisor import spawn as spawn_mod
@@ -61,12 +61,12 @@ def test_a_failed_deferred_fsync_is_raised_by_settle(tmp_path, monkeypatch, defe
     with pytest.raises(StoreError, match="journal.jsonl"):  # and again: nothing after it is durable either
         fs.settle()
     lazy_reason(ctx, job, "more words")  # a commit after the failure: its append is still closed
-    held = fs._DEFERRED_SYNCS[0][0]
+    held = syncs._DEFERRED_SYNCS[0][0]
     with pytest.raises(StoreError, match="journal.jsonl"):
         fs.settle()
     with pytest.raises(OSError):
         os.fstat(held)
-    fs._SYNC_FAILURE = None  # (for the fixture's settle)
+    syncs._SYNC_FAILURE = None  # (for the fixture's settle)
 
 
 def test_a_forked_child_defers_nothing_and_has_no_syncer(tmp_path, deferring):
@@ -76,7 +76,8 @@ def test_a_forked_child_defers_nothing_and_has_no_syncer(tmp_path, deferring):
     fs.settle()
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if (fs._DEFER, fs._SYNCER, fs._DEFERRED_SYNCS, fs._DEFERRED_FREES) == (False, None, [], []) else 1)
+        left = (syncs._DEFER, syncs._SYNCER, syncs._DEFERRED_SYNCS, syncs._DEFERRED_FREES)
+        os._exit(0 if left == (False, None, [], []) else 1)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
@@ -109,13 +110,13 @@ def test_settle_makes_the_fsyncs_and_only_a_fork_or_the_spawn_frees_the_replaced
     """Freeing a replaced file can wait for a discard of its blocks: a spawn need not."""
     ctx = view(tmp_path)
     (job,) = add_jobs(ctx)
-    freed, real = [], fs._close_all
-    monkeypatch.setattr(fs, "_close_all", lambda fds: (freed.extend(fds), real(fds)))
+    freed, real = [], syncs._close_all
+    monkeypatch.setattr(syncs, "_close_all", lambda fds: (freed.extend(fds), real(fds)))
     lazy_reason(ctx, job, "words")  # its record replaces the old one: a free to make
     fs.settle()
-    assert freed == [] and fs._DEFERRED_FREES and not fs._DEFERRED_SYNCS
+    assert freed == [] and syncs._DEFERRED_FREES and not syncs._DEFERRED_SYNCS
     fs.settle(frees=True)
-    assert freed and not fs._DEFERRED_FREES
+    assert freed and not syncs._DEFERRED_FREES
 
 
 def test_a_spawn_frees_its_passs_replaced_files_after_the_job_is_spawned(tmp_path, monkeypatch, deferring):
@@ -126,7 +127,7 @@ def test_a_spawn_frees_its_passs_replaced_files_after_the_job_is_spawned(tmp_pat
     at_spawn, real = [], spawn_mod.Child.spawn
 
     def spawn(*args, **kw):
-        at_spawn.append((list(fs._DEFERRED_SYNCS), list(fs._DEFERRED_FREES)))
+        at_spawn.append((list(syncs._DEFERRED_SYNCS), list(syncs._DEFERRED_FREES)))
         return real(*args, **kw)
 
     monkeypatch.setattr(spawn_mod.Child, "spawn", staticmethod(spawn))
@@ -141,9 +142,9 @@ def test_a_spawn_frees_its_passs_replaced_files_after_the_job_is_spawned(tmp_pat
     finally:
         meter.discard()
         run._close_and_end(launch)
-    ((syncs, frees),) = at_spawn
-    assert syncs == [] and frees, "durable before it runs; the frees wait for the spawn"
-    assert fs._DEFERRED_FREES == [], "freed once it is spawned"
+    ((unsynced, frees),) = at_spawn
+    assert unsynced == [] and frees, "durable before it runs; the frees wait for the spawn"
+    assert syncs._DEFERRED_FREES == [], "freed once it is spawned"
 
 
 def _record_appends(monkeypatch, order: list) -> threading.Event:
@@ -197,7 +198,7 @@ def test_the_syncer_thread_blocks_every_signal_so_a_kill_reaches_the_main_thread
     fd = os.open(str(tmp_path), os.O_RDONLY)
     fs.sync_in_background([(fd, str(tmp_path))])  # the thread exists
     fs.settle()
-    with open(f"/proc/self/task/{fs._SYNCER.tid}/status") as fh:
+    with open(f"/proc/self/task/{syncs._SYNCER.tid}/status") as fh:
         blocked = int(next(line for line in fh if line.startswith("SigBlk:")).split()[1], 16)
     for sig in (_signal.SIGUSR1, _signal.SIGTERM, _signal.SIGINT, _signal.SIGCHLD):
         assert blocked & (1 << (sig - 1)), sig
@@ -217,7 +218,7 @@ def test_a_deferred_append_has_its_write_started_at_the_release_and_its_fsync_ma
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
         return real(fd)
 
-    monkeypatch.setattr(fs, "_SYNC_FILE_RANGE", start)
+    monkeypatch.setattr(syncs, "_SYNC_FILE_RANGE", start)
     monkeypatch.setattr(os, "fsync", fsync)
     lazy_reason(ctx, job, "words")
     assert started == [(ctx.store.journal_path, 0, 0, 2)], "the release should start the journal's write"
@@ -230,19 +231,19 @@ def test_the_write_start_is_looked_up_once_at_the_first_release_that_defers_an_a
         tmp_path, monkeypatch, deferring):
     ctx = view(tmp_path)
     (job,) = add_jobs(ctx)
-    looked, real = [], fs._libc_call
-    monkeypatch.setattr(fs, "_SYNC_FILE_RANGE", None)
-    monkeypatch.setattr(fs, "_libc_call", lambda name, *a: looked.append(name) or real(name, *a))
+    looked, real = [], syncs._libc_call
+    monkeypatch.setattr(syncs, "_SYNC_FILE_RANGE", None)
+    monkeypatch.setattr(syncs, "_libc_call", lambda name, *a: looked.append(name) or real(name, *a))
     with ctx.store.lock():
         pass  # a release with no append of its own (a supervisor before its first commit): no lookup
-    assert "sync_file_range" not in looked and fs._SYNC_FILE_RANGE is None
+    assert "sync_file_range" not in looked and syncs._SYNC_FILE_RANGE is None
     lazy_reason(ctx, job, "words")
     lazy_reason(ctx, job, "more words")
-    assert looked.count("sync_file_range") == 1 and fs._SYNC_FILE_RANGE
+    assert looked.count("sync_file_range") == 1 and syncs._SYNC_FILE_RANGE
 
 
 def test_the_write_start_is_the_c_librarys_and_without_it_the_fsync_does_all(tmp_path, monkeypatch, deferring):
-    call = fs._sync_file_range()
+    call = syncs._sync_file_range()
     assert call, "glibc has sync_file_range"
     fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
@@ -253,7 +254,7 @@ def test_the_write_start_is_the_c_librarys_and_without_it_the_fsync_does_all(tmp
     ctx = view(tmp_path)
     (job,) = add_jobs(ctx)
     synced, real = [], os.fsync
-    monkeypatch.setattr(fs, "_SYNC_FILE_RANGE", False)  # (no ctypes, or a libc without it)
+    monkeypatch.setattr(syncs, "_SYNC_FILE_RANGE", False)  # (no ctypes, or a libc without it)
     monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
     lazy_reason(ctx, job, "words")
     fs.settle()
@@ -267,7 +268,7 @@ def test_a_bulk_submission_flushes_its_directories_beside_its_pass_and_before_it
     from qex.jobs.submit import submit_many
 
     ctx = view(tmp_path)
-    order, real_syncfs = [], fs._syncfs
+    order, real_syncfs = [], syncs._syncfs
     appended = _record_appends(monkeypatch, order)
 
     def syncfs(fd):
@@ -275,7 +276,7 @@ def test_a_bulk_submission_flushes_its_directories_beside_its_pass_and_before_it
         order.append(("syncfs", os.readlink(f"/proc/self/fd/{fd}"), threading.get_ident()))
         return real_syncfs(fd)
 
-    monkeypatch.setattr(fs, "_syncfs", syncfs)
+    monkeypatch.setattr(syncs, "_syncfs", syncfs)
     ids, result = submit_many(ctx, _fan_out(ctx, 4))
     for launch in result.launches:
         run._close_and_end(launch)
@@ -298,9 +299,9 @@ def test_a_failed_flush_of_a_bulk_submission_queues_none_of_its_jobs(tmp_path, m
     from qex.jobs.submit import submit_many
 
     ctx = view(tmp_path)
-    monkeypatch.setattr(fs, "_syncfs", lambda fd: -1)
+    monkeypatch.setattr(syncs, "_syncfs", lambda fd: -1)
     with pytest.raises(StoreError, match="jobs"):
         submit_many(ctx, _fan_out(ctx, 3))
-    fs._SYNCER.failure = None  # (sticky for this process, as after any failed fsync)
+    syncs._SYNCER.failure = None  # (sticky for this process, as after any failed fsync)
     assert [n for n in os.listdir(ctx.store.jobs) if not n.startswith(".")] == []
     assert not any(e["state"] == "queued" for e in ctx.store.load_index_locked().jobs.values())

@@ -12,7 +12,7 @@ from qex.queue import engine
 from qex.queue.context import Context
 from qex.queue.txn import Txn
 from qex.config.file import Config
-from qex.store import state
+from qex.store import index, replay, state
 from qex.store.state import LAZY, Store
 from qex.jobs.submit import Request, build
 
@@ -116,12 +116,12 @@ def test_a_kept_index_is_dropped_for_a_journal_with_its_inode_but_other_first_by
 
 
 def test_a_supervisor_s_pass_saves_a_large_index_less_often_but_a_reader_sees_every_event(tmp_path, monkeypatch):
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)  # only the count of events decides here
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)  # only the count of events decides here
     ctx = view(tmp_path)
     ids = add_jobs(ctx, 400)  # saved: 400 jobs in the file
     store = ctx.store
-    behind = max(state.LAZY_EVENTS, 400 // state.LAZY_ENTRIES)
-    assert behind > state.LAZY_EVENTS  # a large index: more events may wait than for a small one
+    behind = max(index.LAZY_EVENTS, 400 // index.LAZY_ENTRIES)
+    assert behind > index.LAZY_EVENTS  # a large index: more events may wait than for a small one
 
     def offset_in_file():
         with open(store.index_path) as fh:
@@ -146,7 +146,7 @@ def test_a_supervisor_s_pass_saves_a_large_index_less_often_but_a_reader_sees_ev
 
 def test_a_kept_index_far_behind_the_journal_is_dropped_for_the_file(tmp_path, monkeypatch):
     # A supervisor back from a long job reads the file rather than replay all that happened since.
-    monkeypatch.setattr(state, "KEPT_REPLAY_BYTES", 4096)
+    monkeypatch.setattr(replay, "KEPT_REPLAY_BYTES", 4096)
     a, b = view(tmp_path), view(tmp_path)
     mine = add_jobs(a)
     theirs = add_jobs(b, 8)  # one append of eight records: more than 4 KB
@@ -187,7 +187,7 @@ def saved_index(ctx) -> dict:
 def test_a_lazy_commit_leaves_its_records_unsynced_and_an_index_save_syncs_none(tmp_path, monkeypatch):
     # Its events are in the fsynced journal: a record a power cut loses is written again
     # from it by the first pass after the reboot (the index's synced offset says from where).
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
     a, b = view(tmp_path), view(tmp_path)
     synced = fsyncs(monkeypatch)
     job, other = add_jobs(a, 2)
@@ -216,7 +216,7 @@ def reboot(ctx) -> None:
 
 
 def test_after_a_reboot_the_first_pass_writes_again_the_records_past_the_synced_offset(tmp_path, monkeypatch):
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
     a = view(tmp_path)
     job, other, kept = add_jobs(a, 3)
     lazy_reason(a, job, "lazy words")
@@ -247,7 +247,7 @@ def test_after_a_reboot_the_first_pass_writes_again_the_records_past_the_synced_
 
 
 def test_an_index_rebuilt_from_the_records_and_the_journal_counts_no_record_synced(tmp_path, monkeypatch):
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
     a = view(tmp_path)
     (job,) = add_jobs(a)
     lazy_reason(a, job, "unsynced words")
@@ -259,7 +259,7 @@ def test_an_index_rebuilt_from_the_records_and_the_journal_counts_no_record_sync
 
 
 def test_a_rotation_makes_every_record_durable_before_it_moves_the_journal(tmp_path, monkeypatch):
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
     a = view(tmp_path)
     (job,) = add_jobs(a)
     lazy_reason(a, job, "unsynced words")
@@ -315,8 +315,8 @@ def index_saves(monkeypatch) -> list:
 def test_an_index_file_another_process_saved_spares_this_one_its_own_save_and_syncs(tmp_path, monkeypatch):
     # Two supervisors of a drain: each counted the events since its own last save, so
     # each saved a large index one pass after the other, and synced the same records.
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
-    monkeypatch.setattr(state, "LAZY_EVENTS", 4)
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(index, "LAZY_EVENTS", 4)
     a, b = view(tmp_path), view(tmp_path)
     jobs = add_jobs(a, 4)
     lazy_reason(b, jobs[0], "b keeps its index")  # b: 1 event behind its last save (none: the file's)
@@ -348,7 +348,7 @@ def look(ctx):
 
 
 def test_an_index_file_of_another_journal_teaches_a_kept_index_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
     a = view(tmp_path)
     (job,) = add_jobs(a)
     lazy_reason(a, job, "unsynced words")
@@ -397,7 +397,7 @@ def fsyncs_with_lock(monkeypatch, lock_path: str) -> list[tuple[str, bool]]:
 def test_a_lazy_commit_fsyncs_its_journal_append_once_the_lock_is_let_go(tmp_path, monkeypatch):
     # The fsync is the pass's, made before it returns; the other supervisor's pass
     # need not wait for it under the lock.
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
     a = view(tmp_path)
     (job,) = add_jobs(a)
     synced = fsyncs_with_lock(monkeypatch, os.path.join(a.store.root, "lock"))
@@ -411,7 +411,7 @@ def test_a_lazy_commit_fsyncs_its_journal_append_once_the_lock_is_let_go(tmp_pat
 def test_an_index_save_fsyncs_the_journal_it_counts_first(tmp_path, monkeypatch):
     # Another process's lazy append may not be fsynced yet (it is, once that process
     # lets the lock go): an index file must never count events a power cut could lose.
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
     a, b = view(tmp_path), view(tmp_path)
     (job,) = add_jobs(a)
     real = os.fsync
@@ -431,7 +431,7 @@ def test_a_pass_takes_the_records_its_own_commit_wrote_and_reads_those_another_c
     next pass reads no status.json of theirs, unless another process's commit for that
     job was replayed since; a read without the lock takes one only while nothing was
     appended to the journal since (Store.cached_record)."""
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
     a, b = view(tmp_path), view(tmp_path)
     one, two = add_jobs(a, 2)
     lazy_reason(a, one, "a's words")
@@ -460,7 +460,7 @@ def test_an_index_whose_journal_was_replaced_counts_nothing_of_the_new_one_synce
     """A rotation killed between the move of the journal and the second index save
     leaves an index that points past the end of the new journal: its synced offset
     must not carry over into the new file."""
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
     a = view(tmp_path)
     add_jobs(a, 3)
     data = saved_index(a)
@@ -496,7 +496,7 @@ def test_lazy_commits_into_the_journal_after_a_killed_rotation_are_replayed_by_t
     while the index file still counted in the moved one; the next process, whose offset
     lay past the new file's end, took the new file as applied, lost that event (a job
     'starting' in the index, 'failed' on disk) and gave its seq again."""
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
     a = view(tmp_path)
     ids = add_jobs(a, 3)
     rotation_killed_before_its_second_save(a, keep_ino)
@@ -513,8 +513,8 @@ def test_lazy_commits_into_the_journal_after_a_killed_rotation_are_replayed_by_t
 def test_a_new_journal_longer_than_the_moved_one_is_read_from_its_start(tmp_path, monkeypatch):
     """Past the old offset, the new file would be read from the middle of a line: the
     index names the inode of the journal it counts in."""
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
-    monkeypatch.setattr(state, "LAZY_EVENTS", 10_000)
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(index, "LAZY_EVENTS", 10_000)
     a = view(tmp_path)
     ids = add_jobs(a, 3)
     old = rotation_killed_before_its_second_save(a)
@@ -535,7 +535,7 @@ def test_a_new_journal_longer_than_the_moved_one_is_read_from_its_start(tmp_path
 
 
 def test_the_first_command_after_a_reboot_repairs_even_when_it_only_reads(tmp_path, monkeypatch):
-    monkeypatch.setattr(state, "LAZY_SECS", 3600.0)
+    monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
     a = view(tmp_path)
     (job,) = add_jobs(a)
     lazy_reason(a, job, "the journal's words")

@@ -101,13 +101,13 @@ def test_a_supervisor_pass_behind_a_long_queue_decides_by_its_head(tmp_path, mon
 
 
 def test_the_pass_that_saves_the_index_decides_on_the_whole_queue(tmp_path, monkeypatch):
-    from qex.store import state
+    from qex.store import index
 
     ctx = two_cores(tmp_path, monkeypatch)
     ids = queue(ctx, 30)
     run(ctx, save_index=True)
     calls = whole_admissions(monkeypatch)
-    monkeypatch.setattr(state, "LAZY_SECS", 0.0)  # every lazy commit is due to save
+    monkeypatch.setattr(index, "LAZY_SECS", 0.0)  # every lazy commit is due to save
     assert run(ctx, end=ids[0]) == ids[1:2]
     assert calls == [29]
     assert ids[1][:8] in ctx.store.read_index_jobs()[ids[20]]["reason"]  # the saved file has the new words
@@ -140,10 +140,10 @@ def test_the_head_decides_after_the_queue_changed_under_it(tmp_path, monkeypatch
 def test_a_pass_decided_by_the_head_leaves_the_save_to_the_next_pass(tmp_path, monkeypatch):
     # Its own events make a save due: the file would get the old words of the jobs
     # past the head. It is left to the next pass, which decides on the whole queue.
-    from qex.store import state
+    from qex.store import index
 
-    monkeypatch.setattr(state, "LAZY_EVENTS", 2)
-    monkeypatch.setattr(state, "LAZY_ENTRIES", 10**6)
+    monkeypatch.setattr(index, "LAZY_EVENTS", 2)
+    monkeypatch.setattr(index, "LAZY_ENTRIES", 10**6)
     ctx = two_cores(tmp_path, monkeypatch)
     ids = queue(ctx, 30)
     run(ctx, save_index=True)

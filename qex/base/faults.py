@@ -16,7 +16,7 @@ and imports this module only when it is set. The points (docs/reliability.md):
     fs.after_fsync        fsynced, before the rename
     fs.after_rename       renamed into place, before the directory fsync
     journal.torn          half of an append written, then death   (qex/store/journal.py)
-    commit.after_journal  the events appended, no status.json yet (qex/store/state.py)
+    commit.after_journal  the events appended, no status.json yet (qex/store/commit.py)
     commit.after_status   after each status.json of a commit
     history.torn          part of a history append written, then death (qex/store/history.py)
     history.after_append  the history lines of a commit appended, before index.json

@@ -228,7 +228,13 @@ def read_committed(path: str, offset: int, info: dict | None = None,
                 break
     finally:
         os.close(fd)
-    data = b"".join(chunks)
+    events, done, highest = _whole_appends(b"".join(chunks))
+    return events, offset + done, highest
+
+
+def _whole_appends(data: bytes) -> tuple[list[dict], int, int]:
+    """The events of ``data``'s whole appends (``read_committed``), the bytes they take
+    (to the end of the last one), and the highest seq of any whole line, cut or not."""
     events, pending, done, pos, highest = [], [], 0, 0, 0
     while True:
         nl = data.find(b"\n", pos)
@@ -248,7 +254,7 @@ def read_committed(path: str, offset: int, info: dict | None = None,
         if not isinstance(last, int) or not isinstance(event.get("seq"), int) or event["seq"] >= last:
             events += pending
             pending, done = [], pos
-    return events, offset + done, highest
+    return events, done, highest
 
 
 def trim(path: str, offset: int) -> None:

@@ -35,6 +35,17 @@ def _declare() -> None:
     """Declare the record classes (once) as attributes of this module."""
     from attrs import define, field, frozen
 
+    PoolClaim, Claims, Assigned = _claim_classes(frozen, field)
+    Usage, LogsDropped, Attempt = _attempt_classes(frozen, field, Claims)
+    Status = _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt)
+    Spec = _spec_class(define, field)
+    for cls in (PoolClaim, Claims, Assigned, Usage, LogsDropped, Attempt, Status, Spec):
+        cls.__qualname__ = cls.__name__  # records.Status, as if declared at the top
+        globals()[cls.__name__] = cls
+
+
+def _claim_classes(frozen, field) -> tuple:
+    """What a job claims, and what it was given (``_declare``)."""
     @frozen
     class PoolClaim:
         count: int = 1
@@ -58,6 +69,11 @@ def _declare() -> None:
         devices: tuple[int, ...] = ()
         size: int | None = None
 
+    return PoolClaim, Claims, Assigned
+
+
+def _attempt_classes(frozen, field, Claims) -> tuple:
+    """What an attempt used and was (``_declare``)."""
     @frozen
     class Usage:
         """What an attempt used. ``max_rss``: the peak in bytes, of the job's whole
@@ -91,6 +107,10 @@ def _declare() -> None:
         oom_evidence: str | None = None
         error: str | None = None
 
+    return Usage, LogsDropped, Attempt
+
+
+def _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt) -> type:  # (_declare)
     @frozen
     class Status:
         """status.json: the public record of one job. Only qex writes it."""
@@ -149,6 +169,11 @@ def _declare() -> None:
         def final(self) -> bool:
             return self.state in FINAL
 
+    return Status
+
+
+def _spec_class(define, field) -> type:
+    """spec.json's class (``_declare``)."""
     @define
     class Spec:
         """spec.json: how to run the job (mode 0600: it holds the environment)."""
@@ -162,9 +187,7 @@ def _declare() -> None:
         hints: bool = False
         request: dict = field(factory=dict)
 
-    for cls in (PoolClaim, Claims, Assigned, Usage, LogsDropped, Attempt, Status, Spec):
-        cls.__qualname__ = cls.__name__  # records.Status, as if declared at the top
-        globals()[cls.__name__] = cls
+    return Spec
 
 
 # ---- the plain forms of the submit path ------------------------------------------
