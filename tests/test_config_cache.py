@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from qex.config import cache as config_cache
-from qex.config.file import Config, _cache_body, _from_cache_body, _Reader, _parse_toml, load_config
+from qex.config.file import _cache_body, _from_cache_body, _parse_toml, _Reader, load_config
+from qex.config.model import Config
 
 RICH = """
 [budget]

@@ -10,8 +10,7 @@ It holds the last ``MAX_ENTRIES`` configs read, one per path.
 An entry is used only when all of its key matches: the config's path as given
 and its real path, the file's ``(st_dev, st_ino, st_size, st_mtime_ns,
 st_ctime_ns)``, the qex version and the modification times of the modules that
-give a config its meaning (``qex/config/file.py``, ``qex/base/units.py``). Any write to
-the file moves its ctime (which no user can set back), a replaced file has
+give a config its meaning (``MEANING``). Any write to the file moves its ctime (which no user can set back), a replaced file has
 another inode. On a miss, or any doubt (a damaged or foreign cache, a failed
 read), the file is parsed as it always was, with the same error messages.
 
@@ -172,6 +171,9 @@ def _write(where: str, raw: bytes) -> None:
             pass
 
 
+# The files of the modules that give a config its meaning (named, not imported):
+# the table of keys, the Config, the reader and the cache's body, units.
+MEANING = ("config/keys.py", "config/model.py", "config/file.py", "base/units.py")
 _STAMP: list | None = None
 
 
@@ -182,11 +184,11 @@ def _code_stamp() -> list:
     if _STAMP is None:
         from qex.base.version import VERSION
 
-        here = os.path.dirname(os.path.abspath(__file__))
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         stamp: list = [VERSION]
-        for path in (os.path.join(here, "file.py"), os.path.join(os.path.dirname(here), "base", "units.py")):
-            try:  # (the files of qex.config.file and qex.base.units: named, not imported)
-                stamp.append(os.stat(path).st_mtime_ns)
+        for name in MEANING:
+            try:
+                stamp.append(os.stat(os.path.join(package, name)).st_mtime_ns)
             except OSError:
                 stamp.append(None)
         _STAMP = stamp

@@ -1,13 +1,15 @@
-"""The config file (``qex.toml``): where it is, reading it, its meaning.
+"""The config file (``qex.toml``): where it is, reading it.
 
 A missing file means the defaults. A file that exists but cannot be used (a
 directory, a FIFO, unreadable, not UTF-8, not TOML, an unknown table or key, a
 bad value) raises ``ConfigError`` naming the file, the key and the remedy; it
 never falls back to the defaults and never blocks (a FIFO is never opened).
 
-tomlkit is imported only when there is a file to read. Values are checked here,
-by hand rather than through cattrs, because each key takes several input shapes
-(``"75%"``, ``2``, ``"1.5"``) and each refusal needs its own remedy.
+Its keys, their defaults and the Config they make are in qex/config/keys.py
+and qex/config/model.py. tomlkit is imported only when there is a file to
+read. Values are checked here, by hand rather than through cattrs, because
+each key takes several input shapes (``"75%"``, ``2``, ``"1.5"``) and each
+refusal needs its own remedy.
 """
 
 import os
@@ -15,271 +17,15 @@ import stat
 
 from qex.base import units
 from qex.base.errors import ConfigError, SpecError
-from qex.base.plain import Factory, Plain
+from qex.config.keys import KEYS, MODES, SOURCE_KEYS, Percent, PoolDef
+from qex.config.model import Config, assemble
 
-DEFAULT_PEER_DIR = "/tmp/qex-peers"
 MAX_CONFIG_BYTES = 1024 * 1024  # a config larger than this is a mistake, not a config
-
-MODES = {
-    # mode: (budget percentage for cpu and mem, reserve_mem)
-    "cooperative": (75.0, 2 * 1024**3),
-    "single-user": (90.0, 512 * 1024**2),
-}
 OVERSIZED = ("run-when-idle", "reject", "queue")
 FINAL_STATES = ("completed", "failed", "killed", "timeout", "oom", "expired", "cancelled", "skipped")
-DEFAULT_HOOK_STATES = ("completed", "failed", "killed", "timeout", "oom", "expired")
 RESERVED_POOL_NAMES = ("cpu", "mem")
 MIN_LOG_LIMIT = 4096  # qex.supervisor.logs.MIN_LIMIT
-
-
-class Percent(Plain, frozen=True):
-    """A share of the machine, above 0 and at most 100."""
-
-    value: float
-
-    def __init__(self, value):
-        value = float(value)
-        if not (0 < value <= 100):
-            raise ValueError(f"a percentage must be above 0 and at most 100, not {value!r}")
-        super().__init__(value)
-
-    def of(self, total: int) -> int:
-        """This share of ``total``, rounded down, in exact arithmetic on the
-        decimal the percentage is written as (33.3% of 1000 is 333, not 332)."""
-        num, den = _exact_decimal(repr(self.value))
-        return num * total // (den * 100)
-
-    def __str__(self) -> str:
-        return f"{self.value:g}%"
-
-
-def _exact_decimal(text: str) -> tuple[int, int]:
-    """``"33.3"`` -> (333, 10), ``"1e-05"`` -> (1, 100000): what ``Fraction(text)``
-    gives for a float's repr, without importing fractions (and decimal)."""
-    mantissa, _, exp = text.partition("e")
-    whole, _, frac = mantissa.partition(".")
-    num, den = int(whole + frac), 10 ** len(frac)
-    shift = int(exp) if exp else 0
-    if shift >= 0:
-        return num * 10**shift, den
-    return num, den * 10**-shift
-
-
-class PoolDef(Plain, frozen=True):
-    """A ``[[pool]]``: plain (``count`` units, no devices) or indexed (one
-    capacity in bytes per device, ``env`` receives the device indices).
-    ``size_label`` says what a device's capacity is (``vram``); it is empty for
-    a plain pool."""
-
-    name: str
-    count: int | None
-    devices: tuple[int, ...] = ()
-    size_label: str = ""
-    env: str | None = None
-
-    @property
-    def indexed(self) -> bool:
-        return bool(self.devices)
-
-    @property
-    def total(self) -> int:
-        """Units a claim may take: the count, or the number of devices."""
-        return len(self.devices) if self.devices else (self.count or 0)
-
-
-SOURCE_KEYS = (
-    "budget.cpu", "budget.mem", "system.reserve_mem", "enforce.mode",
-    "queue.oversized", "queue.max_bypass",
-    "defaults.cpu", "defaults.mem", "defaults.timeout", "defaults.vram",
-    "defaults.max_queue_time", "defaults.oom_retries", "defaults.retries",
-    "logs.max_bytes", "hooks.on_stop", "hooks.on_stop_states", "hooks.timeout",
-    "learn.enabled", "learn.margin", "peers.dir", "store.max_age", "store.max_records",
-    "pool",
-)  # fmt: skip
-_MODE_KEYS = ("budget.cpu", "budget.mem", "system.reserve_mem")
-_CACHED_FIELDS = frozenset((
-    "budget_cpu", "budget_mem", "reserve_mem", "mode", "oversized", "max_bypass", "default_cpu", "default_mem",
-    "default_timeout", "default_vram", "default_max_queue_time", "default_oom_retries", "default_retries",
-    "logs_max_bytes", "hook_on_stop", "hook_states", "hook_timeout", "learn_enabled", "learn_margin",
-    "peers_dir", "store_max_age", "store_max_records", "pools",
-))  # the fields a file sets: every Config field but path, exists and sources
-
-
-def _default_sources() -> dict[str, str]:
-    return {key: "default" for key in SOURCE_KEYS}
-
-
-class Config(Plain, frozen=True):
-    """What the config file says, every value checked, defaults filled in.
-
-    Cores are millicores, sizes bytes, times seconds. ``sources`` says for each
-    key (``"budget.cpu"``) where its value came from: ``"default"``,
-    ``"default (enforce.mode = single-user)"`` or the file's path.
-    """
-
-    path: str
-    exists: bool = False
-    budget_cpu: Percent | int = Percent(75)
-    budget_mem: Percent | int = Percent(75)
-    reserve_mem: int = MODES["cooperative"][1]
-    mode: str = "cooperative"
-    oversized: str = "run-when-idle"
-    max_bypass: int = 2
-    default_cpu: str | int = 1000
-    default_mem: str | int | None = None
-    default_timeout: float | None = None
-    default_vram: int | None = None
-    default_max_queue_time: float | None = None
-    default_oom_retries: int = 1
-    default_retries: int = 0
-    logs_max_bytes: int | None = 32 * 1024**2
-    hook_on_stop: tuple[str, ...] = ()
-    hook_states: tuple[str, ...] = DEFAULT_HOOK_STATES
-    hook_timeout: float = 30.0
-    learn_enabled: bool = True
-    learn_margin: float = 0.2
-    peers_dir: str | None = None
-    store_max_age: float = 30 * 86400.0
-    store_max_records: int = 10000
-    pools: tuple[PoolDef, ...] = ()
-    sources: dict[str, str] = Factory(_default_sources)
-
-    from_cache = False  # not a field: read from the parsed-config cache (qex.config.cache)
-
-    @classmethod
-    def default(cls, path: str, exists: bool = False) -> "Config":
-        """The defaults, as if the file at ``path`` were missing or empty."""
-        return cls(path=path, exists=exists)
-
-    defaults = default  # the other spelling
-
-    # -- resolving against the machine -------------------------------------
-
-    def resolve_budget(self, cores: int, mem_total: int) -> tuple[int, int]:
-        """(millicores, bytes) of the budget on a machine of ``cores`` cores and
-        ``mem_total`` bytes. An absolute value is taken as written, even above
-        the machine."""
-        cpu = self.budget_cpu.of(cores * 1000) if isinstance(self.budget_cpu, Percent) else self.budget_cpu
-        mem = self.budget_mem.of(mem_total) if isinstance(self.budget_mem, Percent) else self.budget_mem
-        return cpu, mem
-
-    def default_cpu_millicores(self, cores: int, mem_total: int) -> int:
-        """``[defaults] cpu`` in millicores (a word resolved against the budget)."""
-        if isinstance(self.default_cpu, str):
-            return resolve_word(self.default_cpu, self.resolve_budget(cores, mem_total)[0])
-        return self.default_cpu
-
-    def default_mem_bytes(self, cores: int, mem_total: int) -> int:
-        """``[defaults] mem`` in bytes: as written, a word resolved against the
-        budget, or (unset) the machine's memory divided by its cores."""
-        if isinstance(self.default_mem, str):
-            return resolve_word(self.default_mem, self.resolve_budget(cores, mem_total)[1])
-        if self.default_mem is None:
-            return mem_total // max(cores, 1)
-        return self.default_mem
-
-    def pool(self, name: str) -> PoolDef | None:
-        """The pool declared with ``name``, or None."""
-        return next((p for p in self.pools if p.name == name), None)
-
-    # -- qex config show ----------------------------------------------------
-
-    def show(self, cores: int, mem_total: int, env=None) -> list[tuple[str, str, str]]:
-        """Rows (key, value in words, source) for ``qex config show``."""
-        env = os.environ if env is None else env
-        budget_cpu, budget_mem = self.resolve_budget(cores, mem_total)
-        rows = [
-            ("budget.cpu", _words_budget_cpu(self.budget_cpu, budget_cpu, cores)),
-            ("budget.mem", _words_budget_mem(self.budget_mem, budget_mem, mem_total)),
-            ("system.reserve_mem", units.format_size(self.reserve_mem)),
-            ("enforce.mode", self.mode),
-            ("queue.oversized", self.oversized),
-            ("queue.max_bypass", str(self.max_bypass)),
-            ("defaults.cpu", _words_cpu_claim(self.default_cpu, self.default_cpu_millicores(cores, mem_total))),
-            ("defaults.mem", _words_mem_claim(self.default_mem, self.default_mem_bytes(cores, mem_total))),
-            ("defaults.timeout", _words_optional(self.default_timeout, units.format_duration)),
-            ("defaults.vram", _words_optional(self.default_vram, units.format_size, "none (whole devices)")),
-            ("defaults.max_queue_time", _words_optional(self.default_max_queue_time, units.format_duration)),
-            ("defaults.oom_retries", str(self.default_oom_retries)),
-            ("defaults.retries", str(self.default_retries)),
-            ("logs.max_bytes", _words_optional(self.logs_max_bytes, _per_stream, "no limit")),
-            ("hooks.on_stop", units.safe_text(" ".join(self.hook_on_stop)) if self.hook_on_stop else "none"),
-            ("hooks.on_stop_states", ", ".join(self.hook_states) or "none"),
-            ("hooks.timeout", units.format_duration(self.hook_timeout)),
-            ("learn.enabled", "yes" if self.learn_enabled else "no"),
-            ("learn.margin", f"{self.learn_margin * 100:g}%"),
-            ("peers.dir", units.safe_text(peer_dir(self, env))),
-            ("store.max_age", units.format_duration(self.store_max_age)),
-            ("store.max_records", str(self.store_max_records)),
-        ]  # fmt: skip
-        rows = [(key, words, self._source(key, env)) for key, words in rows]
-        if not self.pools:
-            rows.append(("pool", "none", self.sources.get("pool", "default")))
-        for p in self.pools:
-            rows.append((f"pool.{p.name}", _words_pool(p), self.sources.get("pool", "default")))
-        return rows
-
-    def show_json(self, cores: int, mem_total: int, env=None) -> dict:
-        """``{"path", "exists", "values": {key: {"value", "resolved", "source"}}}``.
-
-        ``value`` is the setting as qex holds it (cores in millicores, sizes in
-        bytes, times in seconds, a percentage as ``"75%"``, null for unset);
-        ``resolved`` is what it means on this machine (for the budget and the
-        default claims) and otherwise equals ``value``. ``pool`` is a list.
-        ``from_cache``: read from the parsed-config cache (qex.config.cache).
-        """
-        env = os.environ if env is None else env
-        budget_cpu, budget_mem = self.resolve_budget(cores, mem_total)
-        held = {
-            "budget.cpu": (self.budget_cpu, budget_cpu),
-            "budget.mem": (self.budget_mem, budget_mem),
-            "system.reserve_mem": self.reserve_mem,
-            "enforce.mode": self.mode,
-            "queue.oversized": self.oversized,
-            "queue.max_bypass": self.max_bypass,
-            "defaults.cpu": (self.default_cpu, self.default_cpu_millicores(cores, mem_total)),
-            "defaults.mem": (self.default_mem, self.default_mem_bytes(cores, mem_total)),
-            "defaults.timeout": self.default_timeout,
-            "defaults.vram": self.default_vram,
-            "defaults.max_queue_time": self.default_max_queue_time,
-            "defaults.oom_retries": self.default_oom_retries,
-            "defaults.retries": self.default_retries,
-            "logs.max_bytes": self.logs_max_bytes,
-            "hooks.on_stop": list(self.hook_on_stop),
-            "hooks.on_stop_states": list(self.hook_states),
-            "hooks.timeout": self.hook_timeout,
-            "learn.enabled": self.learn_enabled,
-            "learn.margin": f"{self.learn_margin * 100:g}%",
-            "peers.dir": (self.peers_dir, peer_dir(self, env)),
-            "store.max_age": self.store_max_age,
-            "store.max_records": self.store_max_records,
-            "pool": [_pool_json(p) for p in self.pools],
-        }
-        values = {}
-        for key, entry in held.items():
-            value, resolved = entry if isinstance(entry, tuple) else (entry, entry)
-            value = str(value) if isinstance(value, Percent) else value
-            values[key] = {"value": value, "resolved": resolved, "source": self._source(key, env)}
-        return {"path": self.path, "exists": self.exists, "from_cache": self.from_cache, "values": values}
-
-    def _source(self, key: str, env) -> str:
-        if key == "peers.dir" and env.get("QEX_PEER_DIR"):
-            return "environment (QEX_PEER_DIR)"
-        return self.sources.get(key, "default")
-
-
-def resolve_word(word: str, budget: int) -> int:
-    """A claim word against a budget: ``guess``/``half`` = half, ``full``/``max`` = all."""
-    if word in ("guess", "half"):
-        return budget // 2
-    if word in ("full", "max"):
-        return budget
-    raise ValueError(f"not a claim word: {word!r}")
-
-
-def peer_dir(config: Config, env=os.environ) -> str:
-    """The peer directory: ``$QEX_PEER_DIR``, else ``[peers] dir``, else /tmp/qex-peers."""
-    return env.get("QEX_PEER_DIR") or config.peers_dir or DEFAULT_PEER_DIR
+_CACHED_FIELDS = frozenset(k.attr for k in KEYS)  # the fields a file sets: a Config's but path, exists, sources
 
 
 def config_path(env=os.environ) -> str:
@@ -320,7 +66,7 @@ def load_config(path: str | None = None, env=os.environ) -> Config:
     if known is not None and known[0] == text:
         return known[1]  # a supervisor reads it at each job's start and end: parse a text once
     values, keys = _Reader(path).read(_parse_toml(path, text))
-    config = _assemble(path, values, keys)
+    config = assemble(path, values, keys)
     _READ[path] = (text, config)
     config_cache.store(path, stat_out[0], _cache_body(values, keys), env)
     return config
@@ -677,7 +423,7 @@ class _Reader:
 
     def build(self, data: dict) -> Config:
         values, keys = self.read(data)
-        return _assemble(self.path, values, keys)
+        return assemble(self.path, values, keys)
 
     def read(self, data: dict) -> tuple[dict, list[str]]:
         """The values the file sets (by Config field), and their keys ("budget.cpu", "pool")."""
@@ -781,24 +527,6 @@ class _Reader:
         return PoolDef(name=name, count=None, devices=sizes, size_label=size_label, env=env)
 
 
-def _assemble(path: str, values: dict, keys: list[str]) -> Config:
-    """The Config of a file that sets ``values`` (checked) under ``keys``: the
-    defaults, those of its ``enforce.mode``, and where each value came from."""
-    values = dict(values)
-    sources = _default_sources()
-    for key in keys:
-        sources[key] = path
-    mode = values.get("mode", "cooperative")
-    percent, reserve = MODES[mode]
-    values.setdefault("budget_cpu", Percent(percent))
-    values.setdefault("budget_mem", Percent(percent))
-    values.setdefault("reserve_mem", reserve)
-    if mode != "cooperative":
-        for key in _MODE_KEYS:
-            if sources[key] == "default":
-                sources[key] = f"default (enforce.mode = {mode})"
-    return Config(path=path, exists=True, sources=sources, **values)
-
 
 # -- the parsed-config cache (qex.config.cache): the checked values as JSON ----
 
@@ -833,7 +561,7 @@ def _from_cache_body(path: str, body: dict) -> Config:
     keys = body["keys"]
     if not isinstance(keys, list) or not all(k in SOURCE_KEYS for k in keys):
         raise ValueError("keys")
-    config = _assemble(path, values, keys)
+    config = assemble(path, values, keys)
     object.__setattr__(config, "from_cache", True)
     return config
 
@@ -851,50 +579,3 @@ def _did_you_mean(word, choices) -> str:
 
     close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
-
-
-# -- words for qex config show -------------------------------------------------
-
-
-def _words_budget_cpu(setting, millicores: int, cores: int) -> str:
-    if isinstance(setting, Percent):
-        return f"{setting} of {cores} cores = {units.format_cores(millicores)} cores"
-    above = f" (above this machine's {cores} cores)" if millicores > cores * 1000 else ""
-    return f"{units.format_cores(millicores)} cores{above}"
-
-
-def _words_budget_mem(setting, n: int, mem_total: int) -> str:
-    if isinstance(setting, Percent):
-        return f"{setting} of {units.format_size(mem_total)} = {units.format_size(n)}"
-    above = f" (above this machine's {units.format_size(mem_total)})" if n > mem_total else ""
-    return f"{units.format_size(n)}{above}"
-
-
-def _words_cpu_claim(setting, millicores: int) -> str:
-    cores = f"{units.format_cores(millicores)} core{'s' if millicores != 1000 else ''}"
-    return f"{setting} ({cores})" if isinstance(setting, str) else cores
-
-
-def _words_mem_claim(setting, n: int) -> str:
-    if setting is None:
-        return f"machine memory / cores = {units.format_size(n)}"
-    return f"{setting} ({units.format_size(n)})" if isinstance(setting, str) else units.format_size(n)
-
-
-def _words_optional(value, fmt, none: str = "none") -> str:
-    return none if value is None else fmt(value)
-
-
-def _per_stream(n: int) -> str:
-    return f"{units.format_size(n)} per stream"
-
-
-def _words_pool(p: PoolDef) -> str:
-    if not p.indexed:
-        return f"{p.count} unit{'s' if p.count != 1 else ''}"
-    sizes = ", ".join(units.format_size(d) for d in p.devices)
-    return f"{len(p.devices)} device{'s' if len(p.devices) != 1 else ''} of {p.size_label}: {sizes}; indices in {p.env}"
-
-
-def _pool_json(p: PoolDef) -> dict:
-    return {"name": p.name, "count": p.count, "devices": list(p.devices), "size": p.size_label or None, "env": p.env}

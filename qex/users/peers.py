@@ -93,7 +93,7 @@ class BadRecord(ValueError):
 # ---- names ---------------------------------------------------------------------
 
 def directory(ctx) -> str:
-    from qex.config.file import peer_dir
+    from qex.config.keys import peer_dir
 
     return peer_dir(ctx.config)
 
