@@ -172,8 +172,9 @@ def _write(where: str, raw: bytes) -> None:
 
 
 # The files of the modules that give a config its meaning (named, not imported):
-# the table of keys, the Config, the reader and the cache's body, units.
-MEANING = ("config/keys.py", "config/model.py", "config/file.py", "base/units.py")
+# the table of keys, the Config, the reader, the cache's body (file.py), units.
+MEANING = ("config/keys.py", "config/model.py", "config/text.py", "config/parse.py", "config/read.py",
+           "config/file.py", "base/units.py")
 _STAMP: list | None = None
 
 
