@@ -14,7 +14,8 @@ is needed:
 - ``text``: the file's text, read without blocking, parsed as TOML;
 - ``parse`` and ``read``: each value checked, each table and key known;
 - ``cache``: the parsed-config cache (a hit imports neither tomlkit nor the reader),
-  whose entries' body is made here (``_cache_body``, ``_from_cache_body``).
+  whose entries' body is made here (``_cache_body``, ``_from_cache_body``);
+- ``show``: ``qex config show`` and the key lines of ``qex help config``.
 """
 
 import os
