@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from qex.config import cache as config_cache
-from qex.config.file import _cache_body, _from_cache_body, load_config
+from qex.config.file import load_config
 from qex.config.model import Config
 from qex.config.read import Reader
 from qex.config.text import parse_toml
@@ -72,7 +72,7 @@ def test_a_cache_entry_gives_the_config_parsing_gives(tmp_path):
     path = str(tmp_path / "qex.toml")
     values, keys = Reader(path).read(parse_toml(path, RICH))
     parsed = Reader(path).build(parse_toml(path, RICH))
-    again = _from_cache_body(path, json.loads(json.dumps(_cache_body(values, keys))))
+    again = config_cache.config_of(path, json.loads(json.dumps(config_cache.body_of(values, keys))))
     assert again == parsed and again.sources == parsed.sources and again.from_cache
     assert again.pools[0].devices == (24 << 30, 24 << 30) and again.hook_on_stop == ("notify-send", "qex")
 

@@ -13,15 +13,13 @@ is needed:
 - ``model``: ``Config``, its fields and defaults made from the keys;
 - ``text``: the file's text, read without blocking, parsed as TOML;
 - ``parse`` and ``read``: each value checked, each table and key known;
-- ``cache``: the parsed-config cache (a hit imports neither tomlkit nor the reader),
-  whose entries' body is made here (``_cache_body``, ``_from_cache_body``);
+- ``cache``: the parsed-config cache (a hit imports neither tomlkit nor the reader);
 - ``show``: ``qex config show`` and the key lines of ``qex help config``.
 """
 
 import os
 
 from qex.base.paths import config_path
-from qex.config.keys import KEYS, SOURCE_KEYS, Percent, PoolDef
 from qex.config.model import Config, assemble
 
 
@@ -40,7 +38,7 @@ def load_config(path: str | None = None, env=os.environ) -> Config:
     body = config_cache.lookup(path, env, found)
     if body is not None:
         try:
-            config = _from_cache_body(path, body)
+            config = config_cache.config_of(path, body)
         except (KeyError, TypeError, ValueError, AttributeError):
             pass  # a damaged entry: parse the file
         else:
@@ -66,49 +64,9 @@ def _parse(path: str, env) -> Config:
     values, keys = read.read(path, config_text.parse_toml(path, text))
     config = assemble(path, values, keys)
     _READ[path] = (text, config)
-    config_cache.store(path, stat_out[0], _cache_body(values, keys), env)
+    config_cache.store(path, stat_out[0], config_cache.body_of(values, keys), env)
     return config
 
 
 _READ: dict[str, tuple[str, Config]] = {}  # path -> (text, the Config it gave) in this process
 _CACHED: dict[str, tuple[dict, Config]] = {}  # path -> (config_cache key, the Config of that entry)
-
-
-# -- the parsed-config cache (qex.config.cache): the checked values as JSON ----
-
-_CACHED_FIELDS = frozenset(k.attr for k in KEYS)  # the fields a file sets: a Config's but path, exists, sources
-
-
-def _cache_body(values: dict, keys: list[str]) -> dict:
-    def plain(value):
-        if isinstance(value, Percent):
-            return {"percent": value.value}
-        if isinstance(value, PoolDef):
-            return {"pool": [value.name, value.count, list(value.devices), value.size_label, value.env]}
-        if isinstance(value, tuple):
-            return [plain(v) for v in value]
-        return value
-
-    return {"values": {attr: plain(v) for attr, v in values.items()}, "keys": list(keys)}
-
-
-def _from_cache_body(path: str, body: dict) -> Config:
-    """The Config a cache entry holds; raises (KeyError, TypeError, ValueError) on a damaged one."""
-    values = {}
-    for attr, value in body["values"].items():
-        if attr not in _CACHED_FIELDS:
-            raise KeyError(attr)
-        if isinstance(value, dict):
-            value = Percent(value["percent"])
-        elif attr == "pools":
-            value = tuple(PoolDef(name=n, count=c, devices=tuple(d), size_label=z, env=e)
-                          for n, c, d, z, e in (p["pool"] for p in value))
-        elif isinstance(value, list):
-            value = tuple(value)
-        values[attr] = value
-    keys = body["keys"]
-    if not isinstance(keys, list) or not all(k in SOURCE_KEYS for k in keys):
-        raise ValueError("keys")
-    config = assemble(path, values, keys)
-    object.__setattr__(config, "from_cache", True)
-    return config
