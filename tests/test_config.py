@@ -1,4 +1,4 @@
-"""The config file (qex/config/file.py), read from real files in tmp_path."""
+"""The config file (qex/config/), read from real files in tmp_path."""
 
 import os
 import signal
@@ -6,15 +6,10 @@ import time
 
 import pytest
 
-from qex.config.file import (
-    DEFAULT_HOOK_STATES,
-    Config,
-    Percent,
-    PoolDef,
-    config_path,
-    load_config,
-    peer_dir,
-)
+from qex.base.paths import config_path
+from qex.config.file import load_config
+from qex.config.keys import DEFAULT_HOOK_STATES, Percent, PoolDef, peer_dir
+from qex.config.model import Config
 from qex.base.errors import ConfigError
 
 GiB, MiB = 1024**3, 1024**2

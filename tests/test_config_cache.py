@@ -10,7 +10,10 @@ import sys
 import pytest
 
 from qex.config import cache as config_cache
-from qex.config.file import Config, _cache_body, _from_cache_body, _Reader, _parse_toml, load_config
+from qex.config.file import load_config
+from qex.config.model import Config
+from qex.config.read import Reader
+from qex.config.text import parse_toml
 
 RICH = """
 [budget]
@@ -67,9 +70,9 @@ def rewrite_cache(cache, change):
 
 def test_a_cache_entry_gives_the_config_parsing_gives(tmp_path):
     path = str(tmp_path / "qex.toml")
-    values, keys = _Reader(path).read(_parse_toml(path, RICH))
-    parsed = _Reader(path).build(_parse_toml(path, RICH))
-    again = _from_cache_body(path, json.loads(json.dumps(_cache_body(values, keys))))
+    values, keys = Reader(path).read(parse_toml(path, RICH))
+    parsed = Reader(path).build(parse_toml(path, RICH))
+    again = config_cache.config_of(path, json.loads(json.dumps(config_cache.body_of(values, keys))))
     assert again == parsed and again.sources == parsed.sources and again.from_cache
     assert again.pools[0].devices == (24 << 30, 24 << 30) and again.hook_on_stop == ("notify-send", "qex")
 
@@ -247,7 +250,7 @@ def test_a_parse_on_a_miss_imports_tomlkit_still(q, tmp_path):
     proc = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True, timeout=60,
                           env={**q.env, "XDG_CACHE_HOME": str(tmp_path / "cache")}, cwd=q.root)
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("IMPORTS "))
-    assert json.loads(line[len("IMPORTS "):]).get("tomlkit") == "config/file.py"
+    assert json.loads(line[len("IMPORTS "):]).get("tomlkit") == "config/text.py"
     q.wait_state(proc.stdout.strip(), "completed")
 
 

@@ -11,7 +11,7 @@ import pytest
 from qex.queue import engine
 from qex.queue.context import Context
 from qex.queue.txn import Txn
-from qex.config.file import Config
+from qex.config.model import Config
 from qex.store import index, replay, state
 from qex.store.state import LAZY, Store
 from qex.jobs.submit import Request, build

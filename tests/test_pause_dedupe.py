@@ -14,7 +14,7 @@ from qex.queue.context import Context
 from qex.queue.txn import Txn
 from qex.queue import pause
 from qex.queue import waker
-from qex.config.file import Config
+from qex.config.model import Config
 from qex.base.errors import PermissionRefused
 from qex.store.state import Store
 from qex.jobs.submit import Request, build, submit_many

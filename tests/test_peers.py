@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from qex.users import peer_scan, peers
 from qex.admit import DeviceUse, PeerHold
-from qex.config.file import Config, PoolDef
+from qex.config.keys import PoolDef
+from qex.config.model import Config
 from qex.queue.context import Context
 from qex.base.paths import user_name
 from qex.store.state import Index, Store

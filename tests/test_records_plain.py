@@ -9,7 +9,7 @@ from fractions import Fraction
 import attrs
 import pytest
 
-from qex.config.file import Percent
+from qex.config.keys import Percent
 from qex.base.plain import Factory, Plain
 from qex.store import records
 

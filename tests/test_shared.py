@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from qex.users import shared
-from qex.config.file import Config
+from qex.config.model import Config
 from qex.queue.context import Context
 from qex.base.errors import QexError
 from qex.store.state import Store

@@ -91,7 +91,7 @@ def test_a_fan_out_line_built_like_the_first_is_what_build_would_make_of_it(tmp_
     import os
 
     from qex.queue import engine
-    from qex.config.file import Config
+    from qex.config.model import Config
     from qex.jobs.submit import Request, build, build_like
     from qex.queue.context import Context
     from qex.store.state import Store

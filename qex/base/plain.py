@@ -8,7 +8,7 @@ instead: annotated fields with defaults, as for attrs, and the class gets a
 keyword or positional ``__init__``, ``__eq__``, ``__repr__``, ``evolve`` and,
 with ``frozen=True``, immutability and a hash. Nothing is generated or
 compiled. There are no validators or converters: each class checks its values
-where they are made (``qex.config.file`` does, key by key).
+where they are made (``qex.config.parse`` does, key by key).
 
     class Hit(Plain):
         id: str

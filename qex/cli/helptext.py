@@ -3,6 +3,8 @@
 from qex.cli.common import out
 from qex.base.errors import UsageError
 
+CONFIG_KEYS = "{CONFIG_KEYS}"  # in a topic: the key lines of the config, made from its table of keys
+
 TOPICS = {
     "agents": """\
 qex for agents and scripts
@@ -142,18 +144,7 @@ The config file: $QEX_CONFIG, else $XDG_CONFIG_HOME/qex.toml, else
 FIFO, a directory, an unknown key or a bad value is an error that names the
 file, the key and the remedy -- never the defaults in silence.
 
-  [budget]   cpu = "75%" | 6,  mem = "75%" | "48GB"
-  [system]   reserve_mem = "2GB"
-  [enforce]  mode = "cooperative" | "single-user"
-  [queue]    oversized = "run-when-idle" | "reject" | "queue",  max_bypass = 2
-  [defaults] cpu, mem, timeout, vram, max_queue_time, oom_retries, retries
-  [logs]     max_bytes = "32MB"   (per stream; 0, "none", "unlimited": no limit; at least 4KB)
-  [hooks]    on_stop = ["notify-send", "done"], on_stop_states = [...], timeout = "30s"
-  [learn]    enabled = true, margin = "20%"
-  [peers]    dir = "/tmp/qex-peers"
-  [store]    max_age = "30d", max_records = 10000
-  [[pool]]   name = "gpu", devices = ["24GB", "24GB"], env = "CUDA_VISIBLE_DEVICES"
-  [[pool]]   name = "net", count = 4
+{CONFIG_KEYS}
 
 `qex config show` prints every value in force and where it came from.
 
@@ -357,6 +348,10 @@ def cmd_help(args) -> int:
             build(only=args.topic).parse_args([args.topic, "--help"])
             return 0
         raise UsageError(f"no help topic {args.topic!r}; the topics are: {', '.join(sorted(TOPICS))}")
+    if CONFIG_KEYS in text:
+        from qex.config.show import help_lines
+
+        text = text.replace(CONFIG_KEYS, "\n".join(help_lines()))
     out(text.rstrip())
     return 0
 

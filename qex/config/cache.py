@@ -10,10 +10,11 @@ It holds the last ``MAX_ENTRIES`` configs read, one per path.
 An entry is used only when all of its key matches: the config's path as given
 and its real path, the file's ``(st_dev, st_ino, st_size, st_mtime_ns,
 st_ctime_ns)``, the qex version and the modification times of the modules that
-give a config its meaning (``qex/config/file.py``, ``qex/base/units.py``). Any write to
-the file moves its ctime (which no user can set back), a replaced file has
-another inode. On a miss, or any doubt (a damaged or foreign cache, a failed
-read), the file is parsed as it always was, with the same error messages.
+give a config its meaning (``MEANING``: the table of keys, the reader, the
+Config, this body, ``qex/base/units.py``). Any write to the file moves its
+ctime (which no user can set back), a replaced file has another inode. On a
+miss, or any doubt (a damaged or foreign cache, a failed read), the file is
+parsed as it always was, with the same error messages.
 
 An entry is written only after the file parsed and every value was checked
 (a bad config is never cached), only when its timestamps are older than the
@@ -22,11 +23,25 @@ keeps whole seconds: a second write in the same tick would leave the stat
 unchanged), and atomically (temp file, rename). It is not fsynced: after a
 crash a torn cache is a miss, nothing more. No failure to read or write the
 cache ever fails a command.
+
+The body of an entry is the checked values the file sets, by Config field,
+and the keys it sets (``body_of``, ``config_of``); each value must have the
+type the table of keys (qex/config/keys.py) gives its field.
+
+The file is written with its own temp file and rename, not with the state
+directory's ``qex.store.fs.write_atomic``: each write of that one is a crash
+point of the crash tests (``QEX_CRASH_AT`` counts them, and whether a command
+writes the cache depends on the config file's age, so the counts would depend
+on timing), and its failure is a ``StoreError``, where a failed cache write
+is nothing.
 """
 
 import json
 import os
 import stat
+
+from qex.config.keys import KEYS, Percent, PoolDef
+from qex.config.model import Config, assemble
 
 FILE = "config.json"
 FORMAT = 1
@@ -172,6 +187,71 @@ def _write(where: str, raw: bytes) -> None:
             pass
 
 
+# ---- the body: a file's checked values as JSON -----------------------------------
+
+_TYPES = {k.attr: k.type for k in KEYS}
+_KEYS = frozenset(k.key for k in KEYS)
+
+
+def body_of(values: dict, keys: list[str]) -> dict:
+    """The entry's body for a file that sets ``values`` (checked, by Config field) under ``keys``."""
+    return {"values": {attr: _plain(v) for attr, v in values.items()}, "keys": list(keys)}
+
+
+def config_of(path: str, body: dict) -> Config:
+    """The Config an entry's body holds; raises (KeyError, TypeError, ValueError) on a damaged one."""
+    values = {}
+    for attr, value in body["values"].items():
+        value = _held(value)
+        if not _fits(value, _TYPES[attr]):  # (KeyError: not a field of the table)
+            raise TypeError(attr)
+        values[attr] = value
+    keys = body["keys"]
+    if not isinstance(keys, list) or not all(k in _KEYS for k in keys):
+        raise ValueError("keys")
+    config = assemble(path, values, keys)
+    object.__setattr__(config, "from_cache", True)
+    return config
+
+
+def _plain(value):
+    if isinstance(value, Percent):
+        return {"percent": value.value}
+    if isinstance(value, PoolDef):
+        return {"pool": [value.name, value.count, list(value.devices), value.size_label, value.env]}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _held(value):
+    if isinstance(value, dict):
+        if "percent" in value:
+            return Percent(value["percent"])
+        name, count, devices, size_label, env = value["pool"]
+        return PoolDef(name=name, count=count, devices=tuple(devices), size_label=size_label, env=env)
+    if isinstance(value, list):
+        return tuple(_held(v) for v in value)
+    return value
+
+
+def _fits(value, kind) -> bool:
+    """Whether ``value`` is of ``kind``, a type as the table writes one (``int | None``, ``tuple[str, ...]``)."""
+    if getattr(kind, "__origin__", None) is tuple:
+        return isinstance(value, tuple) and all(_fits(v, kind.__args__[0]) for v in value)
+    if hasattr(kind, "__args__"):  # X | Y
+        return any(_fits(value, k) for k in kind.__args__)
+    if kind is int or kind is float:
+        return isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+    return value is None if kind is type(None) else isinstance(value, kind)
+
+
+# ---- the code: a cache made by other code is a miss --------------------------------
+
+# The files of the modules that give a config its meaning (named, not imported):
+# the table of keys and the values it holds, the reader, the Config, this body.
+MEANING = ("config/keys.py", "config/text.py", "config/parse.py", "config/read.py",
+           "config/model.py", "config/cache.py", "base/units.py")
 _STAMP: list | None = None
 
 
@@ -182,11 +262,11 @@ def _code_stamp() -> list:
     if _STAMP is None:
         from qex.base.version import VERSION
 
-        here = os.path.dirname(os.path.abspath(__file__))
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         stamp: list = [VERSION]
-        for path in (os.path.join(here, "file.py"), os.path.join(os.path.dirname(here), "base", "units.py")):
-            try:  # (the files of qex.config.file and qex.base.units: named, not imported)
-                stamp.append(os.stat(path).st_mtime_ns)
+        for name in MEANING:
+            try:
+                stamp.append(os.stat(os.path.join(package, name)).st_mtime_ns)
             except OSError:
                 stamp.append(None)
         _STAMP = stamp

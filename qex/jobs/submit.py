@@ -209,7 +209,7 @@ def _count(value, option: str, default: int) -> int:
 
 def resolve_claims(ctx, req: Request) -> tuple[dict, dict, list[str]]:
     """The claim map of a request: cores, memory, pools and locks, all checked."""
-    from qex.config.file import resolve_word
+    from qex.config.keys import resolve_word
 
     config = ctx.config
     cpu_budget, mem_budget = ctx.budget()

@@ -73,7 +73,8 @@ class _Rusage:
 def _context(root: str):
     from qex.base import machine
     from qex.base import paths
-    from qex.config.file import Config, load_config
+    from qex.config.file import load_config
+    from qex.config.model import Config
     from qex.queue.context import Context
     from qex.base.errors import QexError
     from qex.store.state import Store

@@ -38,8 +38,8 @@ ADMIT_LOCK = ".admit.lock"    # the admission turn's lock file (qex.users.peer_a
 # ---- names ---------------------------------------------------------------------
 
 def directory(ctx) -> str:
-    """Where the peer directory is (``qex.config.file.peer_dir``)."""
-    from qex.config.file import peer_dir
+    """Where the peer directory is (``qex.config.keys.peer_dir``)."""
+    from qex.config.keys import peer_dir
 
     return peer_dir(ctx.config)
 

@@ -1,0 +1,210 @@
+"""Every key of the config file, declared once: ``KEYS``.
+
+One row per key: where it is in the file, the ``Config`` field that holds it,
+what it holds, the reader's parser for it, its default, how ``qex config
+show`` words it, and one line on what it means. Everything else is derived
+from this table, so a key added here reaches all of it:
+
+- the tables and keys the reader accepts, and its "unknown key ... (did you
+  mean ...)" refusals (qex/config/read.py);
+- the fields of ``Config`` and their defaults, the sources ("default", the
+  file, ``default (enforce.mode = ...)``) (qex/config/model.py);
+- the body of the parsed-config cache (qex/config/cache.py);
+- ``qex config show``, text and ``--json``, and the key lines of ``qex help
+  config`` (qex/config/show.py).
+
+Above the table: the values a config holds that are more than a number or a
+word (``Percent``: ``[budget] cpu = "75%"``; ``PoolDef``: a ``[[pool]]``), and
+the rules that resolve a setting on this machine (``resolve_word``: a claim
+word against a budget; ``peer_dir``: the peer directory in force).
+
+Importing this module imports no parser: a config read from the cache needs
+the table (its fields, defaults, sources) but never the reader, whose parsers
+the table names as text (``parse``), as it names ``config show``'s words
+(``show``). (It is one module, not two, for the start-up of every command.)
+"""
+
+import os
+
+from qex.base.plain import Plain
+from qex.base.states import FINAL_RAN
+
+DEFAULT_PEER_DIR = "/tmp/qex-peers"
+PEER_DIR_ENV = "QEX_PEER_DIR"
+
+
+class Percent(Plain, frozen=True):
+    """A share of the machine, above 0 and at most 100."""
+
+    value: float
+
+    def __init__(self, value):
+        value = float(value)
+        if not (0 < value <= 100):
+            raise ValueError(f"a percentage must be above 0 and at most 100, not {value!r}")
+        super().__init__(value)
+
+    def of(self, total: int) -> int:
+        """This share of ``total``, rounded down, in exact arithmetic on the
+        decimal the percentage is written as (33.3% of 1000 is 333, not 332)."""
+        num, den = _exact_decimal(repr(self.value))
+        return num * total // (den * 100)
+
+    def __str__(self) -> str:
+        return f"{self.value:g}%"
+
+
+def _exact_decimal(text: str) -> tuple[int, int]:
+    """``"33.3"`` -> (333, 10), ``"1e-05"`` -> (1, 100000): what ``Fraction(text)``
+    gives for a float's repr, without importing fractions (and decimal)."""
+    mantissa, _, exp = text.partition("e")
+    whole, _, frac = mantissa.partition(".")
+    num, den = int(whole + frac), 10 ** len(frac)
+    shift = int(exp) if exp else 0
+    if shift >= 0:
+        return num * 10**shift, den
+    return num, den * 10**-shift
+
+
+class PoolDef(Plain, frozen=True):
+    """A ``[[pool]]``: plain (``count`` units, no devices) or indexed (one
+    capacity in bytes per device, ``env`` receives the device indices).
+    ``size_label`` says what a device's capacity is (``vram``); it is empty for
+    a plain pool."""
+
+    name: str
+    count: int | None
+    devices: tuple[int, ...] = ()
+    size_label: str = ""
+    env: str | None = None
+
+    @property
+    def indexed(self) -> bool:
+        return bool(self.devices)
+
+    @property
+    def total(self) -> int:
+        """Units a claim may take: the count, or the number of devices."""
+        return len(self.devices) if self.devices else (self.count or 0)
+
+
+def resolve_word(word: str, budget: int) -> int:
+    """A claim word against a budget: ``guess``/``half`` = half, ``full``/``max`` = all."""
+    if word in ("guess", "half"):
+        return budget // 2
+    if word in ("full", "max"):
+        return budget
+    raise ValueError(f"not a claim word: {word!r}")
+
+
+def peer_dir(config, env=os.environ) -> str:
+    """The peer directory: ``$QEX_PEER_DIR``, else ``[peers] dir``, else /tmp/qex-peers."""
+    return env.get(PEER_DIR_ENV) or config.peers_dir or DEFAULT_PEER_DIR
+
+
+# ---- the table --------------------------------------------------------------------
+
+MiB, GiB = 1024**2, 1024**3
+
+
+class Key:
+    """One key of the config file (see the module's docstring); its fields:
+
+    ``key``      "budget.cpu": the table and the key in it; "pool": a list of tables ([[pool]])
+    ``attr``     the Config field that holds it
+    ``type``     what that field holds: cores in millicores, sizes in bytes, times in seconds
+    ``parse``    the reader's parser for it: a method of qex.config.read.Reader
+    ``default``  its value when the file does not set it (enforce.mode may change it: MODES)
+    ``show``     how `qex config show` words it: a name in qex.config.show.WORDS
+    ``doc``      what it means, in one line
+    ``help``     what `qex help config` writes after its name ({default}, {options} filled in)
+    ``options``  the words it takes, when it is a choice
+    ``env``      the environment variable that wins over it
+
+    ``section`` and ``name`` are the two parts of ``key`` (``name`` is "" for a
+    list of tables). A plain class with slots: each command makes the table.
+    """
+
+    __slots__ = ("key", "attr", "type", "parse", "default", "show", "doc", "help", "options", "env",
+                 "section", "name")
+
+    def __init__(self, key: str, attr: str, type: object, parse: str, default: object, show: str, doc: str,
+                 help: str = "", options: tuple[str, ...] = (), env: str = ""):
+        self.key, self.attr, self.type, self.parse, self.default = key, attr, type, parse, default
+        self.show, self.doc, self.help, self.options, self.env = show, doc, help, options, env
+        self.section, _, self.name = key.partition(".")
+
+    def __repr__(self) -> str:
+        return f"Key({self.key!r})"
+
+
+# enforce.mode: the defaults each mode changes (those of "cooperative" are the table's).
+MODES = {
+    "cooperative": {},
+    "single-user": {"budget.cpu": Percent(90), "budget.mem": Percent(90), "system.reserve_mem": 512 * MiB},
+}
+DEFAULT_HOOK_STATES = FINAL_RAN + ("expired",)
+POOL_KEYS = ("name", "count", "devices", "size", "env")  # the keys of one [[pool]]
+
+KEYS = (
+    Key("budget.cpu", "budget_cpu", Percent | int, "budget_cpu", Percent(75), "budget_cpu",
+        "the cores this queue's jobs may hold together: a share of the machine or a number of cores",
+        help="= {default} | 6"),
+    Key("budget.mem", "budget_mem", Percent | int, "budget_mem", Percent(75), "budget_mem",
+        "the memory this queue's jobs may hold together: a share of the machine or a size",
+        help='= {default} | "48GB"'),
+    Key("system.reserve_mem", "reserve_mem", int, "size", 2 * GiB, "size",
+        "memory kept for the machine: a job starts only when available memory less this covers its claim",
+        help="= {default}"),
+    Key("enforce.mode", "mode", str, "choice", "cooperative", "text",
+        "a machine shared by several users, or by one: sets the defaults of the budget and the reserve",
+        help="= {options}", options=tuple(MODES)),
+    Key("queue.oversized", "oversized", str, "choice", "run-when-idle", "text",
+        "what a claim above the budget does: runs alone when nothing else runs, is refused, or waits",
+        help="= {options}", options=("run-when-idle", "reject", "queue")),
+    Key("queue.max_bypass", "max_bypass", int, "nonneg_int", 2, "text",
+        "how many later jobs may start past the front job while this queue's jobs hold what it waits for",
+        help="= {default}"),
+    Key("defaults.cpu", "default_cpu", str | int, "cpu_claim", 1000, "default_cpu",
+        "the cores of a job that claims none: a number, or guess, half, full, max of the budget"),
+    Key("defaults.mem", "default_mem", str | int | None, "mem_claim", None, "default_mem",
+        "the memory of a job that claims none (unset: the machine's memory divided by its cores)"),
+    Key("defaults.timeout", "default_timeout", float | None, "optional_duration", None, "optional_duration",
+        "the time limit of a job that gives no --timeout (unset: none)"),
+    Key("defaults.vram", "default_vram", int | None, "optional_positive_size", None, "vram",
+        "the VRAM of a --gpu claim that gives no --vram (unset: whole devices)"),
+    Key("defaults.max_queue_time", "default_max_queue_time", float | None, "optional_duration", None,
+        "optional_duration", "how long a job that gives no --max-queue-time may wait to start (unset: forever)"),
+    Key("defaults.oom_retries", "default_oom_retries", int, "nonneg_int", 1, "text",
+        "retries, with the memory claim doubled, of a job the kernel stopped for memory (--oom-retries)"),
+    Key("defaults.retries", "default_retries", int, "nonneg_int", 0, "text",
+        "retries of a failed job that gives no --retries"),
+    Key("logs.max_bytes", "logs_max_bytes", int | None, "log_limit", 32 * MiB, "per_stream",
+        "the most each output stream of a job keeps, its head and its tail (0, none: no limit)",
+        help='= {default}   (per stream; 0, "none", "unlimited": no limit; at least 4KB)'),
+    Key("hooks.on_stop", "hook_on_stop", tuple[str, ...], "argv", (), "argv",
+        "the command run once for each job that ends in one of on_stop_states (no shell)",
+        help='= ["notify-send", "done"]'),
+    Key("hooks.on_stop_states", "hook_states", tuple[str, ...], "states", DEFAULT_HOOK_STATES, "states",
+        "the final states that run the stop hook", help="= [...]"),
+    Key("hooks.timeout", "hook_timeout", float, "duration", 30.0, "duration",
+        "how long the stop hook may run before TERM, then KILL", help="= {default}"),
+    Key("learn.enabled", "learn_enabled", bool, "boolean", True, "yes_no",
+        "whether a command's measured memory peak sets the memory claim of its next run without --mem",
+        help="= {default}"),
+    Key("learn.margin", "learn_margin", float, "margin", 0.2, "margin",
+        'what the learner adds to the largest measured peak ("20%": the peak x 1.2)', help="= {default}"),
+    Key("peers.dir", "peers_dir", str | None, "abs_dir", None, "peer_dir",
+        "where the queues of this machine publish their claims to each other",
+        help=f'= "{DEFAULT_PEER_DIR}"', env=PEER_DIR_ENV),
+    Key("store.max_age", "store_max_age", float, "duration", 30 * 86400.0, "duration",
+        "the age past which `qex clean --auto` removes an ended job's record", help="= {default}"),
+    Key("store.max_records", "store_max_records", int, "positive_int", 10000, "text",
+        "the most ended records `qex clean --auto` keeps", help="= {default}"),
+    Key("pool", "pools", tuple[PoolDef, ...], "pools", (), "pools",
+        "the pools jobs claim: plain units (count), or devices with a size each (devices, size, env)",
+        help='name = "gpu", devices = ["24GB", "24GB"], env = "CUDA_VISIBLE_DEVICES"\nname = "net", count = 4'),
+)  # fmt: skip
+
+BY_KEY = {k.key: k for k in KEYS}
+SOURCE_KEYS = tuple(BY_KEY)  # the keys `sources` has, in the file's order

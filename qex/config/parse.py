@@ -1,0 +1,241 @@
+"""Checking one value of the config file: one parser per kind of value.
+
+Values are checked here, by hand rather than through cattrs, because each key
+takes several input shapes (``"75%"``, ``2``, ``"1.5"``) and each refusal needs
+its own remedy. Each parser takes ``(where, value)``, ``where`` being the key
+as a refusal names it (``[budget] cpu``), and returns the value qex holds; the
+table of keys (qex/config/keys.py) names a parser for each key.
+"""
+
+import os
+
+from qex.base import units
+from qex.base.errors import ConfigError, SpecError
+from qex.base.states import FINAL
+from qex.config.text import printable
+from qex.config.keys import Percent
+
+FINAL_STATES = FINAL  # the order of the sentence that lists them (qex.base.states)
+MIN_LOG_LIMIT = 4096  # qex.supervisor.logs.MIN_LIMIT
+
+
+def fail(path: str, message: str):
+    """Refuse the file over a key: ``PATH: [budget] cpu = ...; remedy``."""
+    raise ConfigError(f"{path}: {message}")
+
+
+def type_name(value) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number with a fraction"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return "a date or time"
+
+
+def shown(value) -> str:
+    """A value from the file, quoted, in printable ASCII, at most 60 characters."""
+    text = printable(value if isinstance(value, str) else repr(value))
+    text = text if len(text) <= 60 else text[:59] + "…"
+    return f"'{text}'" if isinstance(value, str) else text
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    return is_int(value) or isinstance(value, float)
+
+
+_PERCENT_FORM = r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*"
+
+
+def percent_number(value) -> float | None:
+    """The number in ``"75%"``, or None when ``value`` is not a percentage."""
+    import re
+
+    m = re.fullmatch(_PERCENT_FORM, value, re.ASCII) if isinstance(value, str) else None
+    return float(m.group(1)) if m else None
+
+
+def is_none_word(value) -> bool:
+    return isinstance(value, str) and value.strip().lower() == "none"
+
+
+def did_you_mean(word, choices) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+class Checks:
+    """The parsers of the values of one file (``path``, which each refusal names)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def fail(self, key: str, message: str):
+        fail(self.path, f"{key} {message}")
+
+    def units_call(self, parse, value, key: str):
+        try:
+            return parse(value, key)
+        except SpecError as e:
+            fail(self.path, str(e))
+
+    def want(self, key: str, value, ok: bool, expected: str):
+        if not ok:
+            self.fail(key, f"must be {expected}, not {type_name(value)} ({shown(value)})")
+
+    # -- one parser per kind of value; each returns the value qex holds --
+
+    def budget_cpu(self, key, value):
+        forms = 'use a percentage like "75%" or a number of cores like 2 or "1.5"'
+        if (pct := percent_number(value)) is not None:
+            return self.percent(key, value, pct, "an absolute number of cores")
+        self.want(key, value, is_number(value) or isinstance(value, str), forms[4:])
+        try:
+            millicores = self.cores(key, value)
+        except ConfigError:
+            millicores = None
+        if not isinstance(millicores, int):
+            self.fail(key, f"= {shown(value)} is not a percentage or a positive number of cores; {forms}")
+        return millicores
+
+    def budget_mem(self, key, value):
+        forms = 'use a percentage like "75%" or a size like "16GB" (or a number of bytes)'
+        if (pct := percent_number(value)) is not None:
+            return self.percent(key, value, pct, 'an absolute size like "64GB"')
+        self.want(key, value, is_int(value) or isinstance(value, str), forms[4:])
+        try:
+            return self.positive_size(key, value)
+        except ConfigError:
+            self.fail(key, f"= {shown(value)} is not a percentage or a positive size; {forms}")
+
+    def percent(self, key, value, pct: float, absolute: str) -> Percent:
+        if pct > 100:
+            self.fail(key, f'= {shown(value)} is above 100%; use at most "100%", or {absolute} to go above the machine')
+        if pct <= 0:
+            self.fail(key, f"= {shown(value)} is not above 0%; use a percentage like \"75%\", or remove the key")
+        return Percent(pct)
+
+    def cores(self, key, value):
+        """A number of cores (int, float or string) or a claim word -> millicores or word."""
+        if isinstance(value, float):
+            if value != value or value in (float("inf"), float("-inf")):
+                self.fail(key, f"= {shown(value)} is not a number of cores; use a positive number like 1, 0.5 or 4")
+            value = repr(value)
+        return self.units_call(units.parse_cpu, str(value), key)
+
+    def cpu_claim(self, key, value):
+        forms = 'a number of cores like 1 or "0.5", or one of "guess", "half", "full", "max"'
+        self.want(key, value, is_number(value) or isinstance(value, str), forms)
+        return self.cores(key, value)
+
+    def mem_claim(self, key, value):
+        forms = 'a size like "2GB" or one of "guess", "half", "full", "max"'
+        self.want(key, value, is_int(value) or isinstance(value, str), forms)
+        return self.units_call(units.parse_mem, str(value), key)
+
+    def size(self, key, value) -> int:
+        self.want(key, value, is_int(value) or isinstance(value, str), 'a size like "512MB" or a number of bytes')
+        if is_int(value) and value < 0:
+            self.fail(key, f"= {value} is negative; use a size like \"512MB\" or 0")
+        return self.units_call(units.parse_size, str(value), key)
+
+    def positive_size(self, key, value) -> int:
+        n = self.size(key, value)
+        if n <= 0:
+            self.fail(key, f"= {shown(value)} is zero; use a positive size like \"512MB\", or remove the key")
+        return n
+
+    def optional_positive_size(self, key, value) -> int | None:
+        return None if is_none_word(value) else self.positive_size(key, value)
+
+    def log_limit(self, key, value) -> int | None:
+        if isinstance(value, str) and value.strip().lower() in ("none", "unlimited"):
+            return None
+        n = self.size(key, value) or None
+        if n is not None and n < MIN_LOG_LIMIT:
+            self.fail(key, f"= {shown(value)} is below 4KB, the least that holds the head, the marker line "
+                           "and a tail; use at least \"4KB\", or 0 for no limit")
+        return n
+
+    def duration(self, key, value) -> float:
+        forms = 'a duration like "90s", "30m", "4h", "7d" or a number of seconds'
+        self.want(key, value, is_number(value) or isinstance(value, str), forms)
+        if is_number(value) and not (0 <= value < 1e15):  # also NaN and inf
+            self.fail(key, f"= {shown(value)} is not {forms}; use one")
+        seconds = float(value) if is_number(value) else self.units_call(units.parse_duration, value, key)
+        if seconds <= 0:
+            self.fail(key, f"= {shown(value)} is zero; use a positive duration like \"30m\", or remove the key")
+        return seconds
+
+    def optional_duration(self, key, value) -> float | None:
+        return None if is_none_word(value) else self.duration(key, value)
+
+    def count(self, key, value, minimum: int) -> int:
+        self.want(key, value, is_int(value), f"an integer of at least {minimum}")
+        if value < minimum:
+            self.fail(key, f"= {value} is below {minimum}; use an integer of at least {minimum}")
+        return value
+
+    def nonneg_int(self, key, value) -> int:
+        return self.count(key, value, 0)
+
+    def positive_int(self, key, value) -> int:
+        return self.count(key, value, 1)
+
+    def boolean(self, key, value) -> bool:
+        self.want(key, value, isinstance(value, bool), "true or false")
+        return value
+
+    def choice(self, key, value, options: tuple[str, ...]) -> str:
+        listed = ", ".join(f'"{o}"' for o in options)
+        self.want(key, value, isinstance(value, str), f"one of {listed}")
+        if value not in options:
+            self.fail(key, f"= {shown(value)} is not one of {listed}; use one of them")
+        return value
+
+    def margin(self, key, value) -> float:
+        pct = percent_number(value)
+        if pct is None or pct > 100:
+            self.fail(key, f"= {shown(value)} is not a percentage from 0% to 100%; use one like \"20%\"")
+        return pct / 100
+
+    def argv(self, key, value) -> tuple[str, ...]:
+        example = 'a list of strings, the command and its arguments, e.g. ["notify-send", "qex"]'
+        self.want(key, value, isinstance(value, list), example)
+        if not value:
+            self.fail(key, f"is an empty list; give the command to run ({example}), or remove the key")
+        for item in value:
+            self.want(key, item, isinstance(item, str), "a list of strings")
+            if "\0" in item:
+                self.fail(key, "holds a NUL character, which no command line can carry; remove it")
+        if not value[0]:
+            self.fail(key, "starts with an empty program name; put the program first")
+        return tuple(value)
+
+    def states(self, key, value) -> tuple[str, ...]:
+        self.want(key, value, isinstance(value, list), "a list of state names, e.g. [\"failed\", \"oom\"]")
+        for item in value:
+            self.want(key, item, isinstance(item, str), "a list of state names")
+            if item not in FINAL_STATES:
+                listed = ", ".join(FINAL_STATES)
+                self.fail(key, f"names {shown(item)}, which is not a final state; use some of {listed}")
+        return tuple(dict.fromkeys(value))
+
+    def abs_dir(self, key, value) -> str:
+        self.want(key, value, isinstance(value, str), "an absolute directory path")
+        if not os.path.isabs(value) or "\0" in value:
+            self.fail(key, f"= {shown(value)} is not an absolute path; give a path that starts with /")
+        return value

@@ -1,0 +1,196 @@
+"""What a user reads about the config: ``qex config show`` (text and
+``--json``) and the key lines of ``qex help config``, both made from the table
+of keys (qex/config/keys.py), one row per key in its order.
+
+Each key names (``Key.show``) how its value is worded in ``WORDS``: a function
+of the value held and of this machine that gives the words, the value as JSON
+and what it resolves to here.
+"""
+
+from qex.base import units
+from qex.config.keys import KEYS, Key, Percent, PoolDef, peer_dir
+
+
+class _Here:
+    """The machine and environment a config is shown on."""
+
+    __slots__ = ("config", "cores", "mem_total", "env", "budget")
+
+    def __init__(self, config, cores: int, mem_total: int, env):
+        self.config, self.cores, self.mem_total, self.env = config, cores, mem_total, env
+        self.budget = config.resolve_budget(cores, mem_total)
+
+
+def rows(config, cores: int, mem_total: int, env) -> list[tuple[str, str, str]]:
+    """Rows (key, value in words, source) for ``qex config show``."""
+    here, out = _Here(config, cores, mem_total, env), []
+    for key in KEYS:
+        value, source = getattr(config, key.attr), _source(config, key, env)
+        if key.show == "pools":
+            out += [(f"{key.key}.{p.name}", _words_pool(p), source) for p in value] or [(key.key, "none", source)]
+        else:
+            out.append((key.key, WORDS[key.show](value, here)[0], source))
+    return out
+
+
+def as_json(config, cores: int, mem_total: int, env) -> dict:
+    """``{"path", "exists", "from_cache", "values": {key: {"value", "resolved", "source"}}}``.
+
+    ``value`` is the setting as qex holds it (cores in millicores, sizes in
+    bytes, times in seconds, a percentage as ``"75%"``, null for unset);
+    ``resolved`` is what it means on this machine (for the budget and the
+    default claims) and otherwise equals ``value``. ``pool`` is a list.
+    ``from_cache``: read from the parsed-config cache (qex.config.cache).
+    """
+    here, values = _Here(config, cores, mem_total, env), {}
+    for key in KEYS:
+        _, value, resolved = WORDS[key.show](getattr(config, key.attr), here)
+        values[key.key] = {"value": value, "resolved": resolved, "source": _source(config, key, env)}
+    return {"path": config.path, "exists": config.exists, "from_cache": config.from_cache, "values": values}
+
+
+def _source(config, key: Key, env) -> str:
+    if key.env and env.get(key.env):
+        return f"environment ({key.env})"
+    return config.sources.get(key.key, "default")
+
+
+# -- the words of each kind of value: (words, value as JSON, resolved here) ---------
+
+
+def _json(value):
+    return str(value) if isinstance(value, Percent) else list(value) if isinstance(value, tuple) else value
+
+
+def _held(words: str, value) -> tuple:
+    """Words for a value that means the same on any machine."""
+    value = _json(value)
+    return words, value, value
+
+
+def _budget_cpu(setting, here: _Here) -> tuple:
+    n, cores = here.budget[0], here.cores
+    if isinstance(setting, Percent):
+        words = f"{setting} of {cores} cores = {units.format_cores(n)} cores"
+    else:
+        above = f" (above this machine's {cores} cores)" if n > cores * 1000 else ""
+        words = f"{units.format_cores(n)} cores{above}"
+    return words, _json(setting), n
+
+
+def _budget_mem(setting, here: _Here) -> tuple:
+    n, total = here.budget[1], here.mem_total
+    if isinstance(setting, Percent):
+        words = f"{setting} of {units.format_size(total)} = {units.format_size(n)}"
+    else:
+        above = f" (above this machine's {units.format_size(total)})" if n > total else ""
+        words = f"{units.format_size(n)}{above}"
+    return words, _json(setting), n
+
+
+def _default_cpu(setting, here: _Here) -> tuple:
+    n = here.config.default_cpu_millicores(here.cores, here.mem_total)
+    cores = f"{units.format_cores(n)} core{'s' if n != 1000 else ''}"
+    return (f"{setting} ({cores})" if isinstance(setting, str) else cores), setting, n
+
+
+def _default_mem(setting, here: _Here) -> tuple:
+    n = here.config.default_mem_bytes(here.cores, here.mem_total)
+    if setting is None:
+        return f"machine memory / cores = {units.format_size(n)}", setting, n
+    return (f"{setting} ({units.format_size(n)})" if isinstance(setting, str) else units.format_size(n)), setting, n
+
+
+def _optional(fmt, none: str = "none"):
+    return lambda value, here: _held(none if value is None else fmt(value), value)
+
+
+def _peer_dir(setting, here: _Here) -> tuple:
+    resolved = peer_dir(here.config, here.env)
+    return units.safe_text(resolved), setting, resolved
+
+
+def _margin(value, here: _Here) -> tuple:
+    words = f"{value * 100:g}%"
+    return words, words, words
+
+
+def _pools(value, here: _Here) -> tuple:
+    pools = [_pool_json(p) for p in value]
+    return "", pools, pools  # (as text: one row per pool, rows())
+
+
+WORDS = {
+    "budget_cpu": _budget_cpu,
+    "budget_mem": _budget_mem,
+    "default_cpu": _default_cpu,
+    "default_mem": _default_mem,
+    "text": lambda value, here: _held(str(value), value),
+    "size": lambda value, here: _held(units.format_size(value), value),
+    "duration": lambda value, here: _held(units.format_duration(value), value),
+    "optional_duration": _optional(units.format_duration),
+    "vram": _optional(units.format_size, "none (whole devices)"),
+    "per_stream": _optional(lambda n: f"{units.format_size(n)} per stream", "no limit"),
+    "argv": lambda value, here: _held(units.safe_text(" ".join(value)) if value else "none", value),
+    "states": lambda value, here: _held(", ".join(value) or "none", value),
+    "yes_no": lambda value, here: _held("yes" if value else "no", value),
+    "margin": _margin,
+    "peer_dir": _peer_dir,
+    "pools": _pools,
+}
+
+
+def _words_pool(p: PoolDef) -> str:
+    if not p.indexed:
+        return f"{p.count} unit{'s' if p.count != 1 else ''}"
+    sizes = ", ".join(units.format_size(d) for d in p.devices)
+    return f"{len(p.devices)} device{'s' if len(p.devices) != 1 else ''} of {p.size_label}: {sizes}; indices in {p.env}"
+
+
+def _pool_json(p: PoolDef) -> dict:
+    return {"name": p.name, "count": p.count, "devices": list(p.devices), "size": p.size_label or None, "env": p.env}
+
+
+# -- qex help config ----------------------------------------------------------------
+
+
+def help_lines() -> list[str]:
+    """The key lines of ``qex help config``: one per table, its keys in the
+    table's order, each with what ``Key.help`` says (its default as written
+    in the file, its options, an example); keys whose value lists
+    alternatives (``|``) are set apart by two spaces."""
+    lines, tables = [], {}
+    for key in KEYS:
+        tables.setdefault(key.section, []).append(key)
+    for section, keys in tables.items():
+        items = [f"{k.name} {_help_of(k)}".strip() for k in keys]
+        if not keys[0].name:  # a list of tables: one line per example
+            lines += [f"  {f'[[{section}]]':<10} {item}" for item in "\n".join(items).splitlines()]
+            continue
+        sep = ",  " if any(" | " in item for item in items) else ", "
+        lines.append(f"  {f'[{section}]':<10} {sep.join(items)}")
+    return lines
+
+
+def _help_of(key: Key) -> str:
+    text = key.help.replace("{options}", " | ".join(f'"{o}"' for o in key.options))
+    return text.replace("{default}", as_written(key, key.default)) if "{default}" in text else text
+
+
+def as_written(key: Key, value) -> str:
+    """``value`` as the file would say it (``"2GB"``, ``"30s"``, ``true``, ``2``, ``["oom"]``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (Percent, str)):
+        return f'"{value}"'
+    if isinstance(value, tuple):
+        return "[" + ", ".join(as_written(key, v) for v in value) + "]"
+    if key.show in ("budget_cpu", "default_cpu"):
+        return f'"{units.format_cores(value)}"'
+    if key.show in ("size", "vram", "per_stream"):
+        return f'"{units.format_size(value)}"'
+    if key.show in ("duration", "optional_duration"):
+        return f'"{units.format_duration(value)}"'
+    if key.show == "margin":
+        return f'"{value * 100:g}%"'
+    return str(value)
