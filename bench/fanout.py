@@ -15,7 +15,6 @@ Standard library only. The reference Rust tool needed 4.9 s for 300 lines.
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess

@@ -25,14 +25,12 @@ import time
 
 import qex.cli.submit  # noqa: F401  (what a supervisor forked by `qex submit` carries)
 from qex import admit  # noqa: F401
-from qex.config import file as config
-from qex.queue import engine
-from qex.jobs import learn
-from qex.jobs import submit
 from qex.base.machine import process_start_time
-from qex.linux import pidfile
+from qex.config import file as config  # noqa: F401  (loaded by every command: carried too)
+from qex.jobs import learn, submit  # noqa: F401
+from qex.linux import cgroup, pidfile
+from qex.queue import engine  # noqa: F401
 from qex.supervisor import run, spawn  # noqa: F401  (run: what a supervisor carries)
-from qex.linux import cgroup
 
 
 def _drain(proc) -> None:

@@ -161,7 +161,7 @@ def test_join_moves_the_caller_in_its_child_is_born_inside_and_leave_brings_it_h
     assert any(line.endswith("/" + name) for line in got["inside"]), got["inside"]
     mark = ":memory:" if got["kind"] == "v1" else "0::"
     child_memory = [line for line in got["child"].splitlines() if mark in line]
-    assert child_memory and all(l.endswith("/" + name) for l in child_memory), got["child"]
+    assert child_memory and all(ln.endswith("/" + name) for ln in child_memory), got["child"]
     assert got["back"] == got["home"]
     assert got["members"] == []
     assert got["removed"]

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from qex.cli import fastpath, parser
 from qex.base.errors import QexError
+from qex.cli import fastpath, parser
 
 LINES = [
     ["submit", "true"],

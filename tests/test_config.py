@@ -6,11 +6,11 @@ import time
 
 import pytest
 
+from qex.base.errors import ConfigError
 from qex.base.paths import config_path
 from qex.config.file import load_config
 from qex.config.keys import DEFAULT_HOOK_STATES, Percent, PoolDef, peer_dir
 from qex.config.model import Config
-from qex.base.errors import ConfigError
 
 GiB, MiB = 1024**3, 1024**2
 

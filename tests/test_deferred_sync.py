@@ -8,15 +8,15 @@ import os
 import threading
 
 import pytest
+from test_index_cache import add_jobs, lazy_reason, view
 
-from qex.queue import engine
 from qex.base.errors import StoreError
+from qex.queue import engine
 from qex.store import fs, syncs
 from qex.store.state import LAZY
 from qex.supervisor import run
 from qex.supervisor import spawn as spawn_mod
 from qex.supervisor.memory import Meter
-from test_index_cache import add_jobs, lazy_reason, view
 
 
 @pytest.fixture

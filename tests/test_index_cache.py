@@ -8,13 +8,12 @@ import signal
 
 import pytest
 
-from qex.queue import engine
+from qex.config.model import Config
+from qex.jobs.submit import Request, build
 from qex.queue.context import Context
 from qex.queue.txn import Txn
-from qex.config.model import Config
 from qex.store import index, replay, state
 from qex.store.state import LAZY, Store
-from qex.jobs.submit import Request, build
 
 GB = 1 << 30
 

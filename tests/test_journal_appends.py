@@ -89,7 +89,8 @@ def test_a_commit_encodes_each_record_once_as_the_plain_encoder_would(tmp_path):
 
 
 def test_an_event_line_with_its_record_encoded_apart_is_the_plain_line():
-    from hypothesis import given, strategies as st
+    from hypothesis import given
+    from hypothesis import strategies as st
 
     values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),

@@ -3,11 +3,12 @@ record says 'running' (a script that sees it running opens them), not when it is
 
 import os
 
+from test_index_cache import add_jobs, view
+
 from qex.queue import engine
 from qex.store.state import LAZY
 from qex.supervisor import run
 from qex.supervisor.memory import Meter
-from test_index_cache import add_jobs, view
 
 LOGS = ("stdout.log", "stderr.log")
 

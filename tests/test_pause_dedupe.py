@@ -8,16 +8,14 @@ import time
 
 import pytest
 
+from qex.base.errors import PermissionRefused
+from qex.config.model import Config
 from qex.jobs import dedupe
-from qex.queue import engine
+from qex.jobs.submit import Request, build, submit_many
+from qex.queue import engine, pause, waker
 from qex.queue.context import Context
 from qex.queue.txn import Txn
-from qex.queue import pause
-from qex.queue import waker
-from qex.config.model import Config
-from qex.base.errors import PermissionRefused
 from qex.store.state import Store
-from qex.jobs.submit import Request, build, submit_many
 
 GB = 1 << 30
 

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qex.users import peer_scan, peers
 from qex.admit import DeviceUse, PeerHold
+from qex.base.paths import user_name
 from qex.config.keys import PoolDef
 from qex.config.model import Config
 from qex.queue.context import Context
-from qex.base.paths import user_name
 from qex.store.state import Index, Store
+from qex.users import peer_scan, peers
 
 GB = 1 << 30
 DATA = os.path.join(os.path.dirname(__file__), "data")

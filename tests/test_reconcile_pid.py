@@ -6,7 +6,6 @@ again. The random crash harness once ran a job twice before this was so."""
 import os
 
 import pytest
-
 from test_window_pass import HELD, queue, run, two_cores
 
 

@@ -7,8 +7,8 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qex.store import codec
 from qex.base.states import FINAL
+from qex.store import codec
 from qex.store.records import Attempt, Claims, PoolClaim, Status, Usage
 
 DATA = os.path.join(os.path.dirname(__file__), "data")

@@ -9,8 +9,8 @@ from fractions import Fraction
 import attrs
 import pytest
 
-from qex.config.keys import Percent
 from qex.base.plain import Factory, Plain
+from qex.config.keys import Percent
 from qex.store import records
 
 

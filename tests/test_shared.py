@@ -5,11 +5,11 @@ import stat
 
 import pytest
 
-from qex.users import shared
+from qex.base.errors import QexError
 from qex.config.model import Config
 from qex.queue.context import Context
-from qex.base.errors import QexError
 from qex.store.state import Store
+from qex.users import shared
 
 
 def ctx_for(root: str, uid: int) -> Context:

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from qex.store.records import NewSpec
 from qex.base.errors import BrokenRecord
+from qex.store.records import NewSpec
 from qex.store.state import Store
 
 

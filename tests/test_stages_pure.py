@@ -4,10 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qex.jobs import fanout
-from qex.jobs import pipeline
 from qex.base import units
 from qex.base.errors import SpecError
+from qex.jobs import fanout, pipeline
 from qex.jobs.jobfile import JobFile
 
 LINE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\0"), min_size=1)
@@ -90,7 +89,6 @@ def test_a_fan_out_line_built_like_the_first_is_what_build_would_make_of_it(tmp_
     its record and spec are ``build``'s, but for the job's own id and submission time."""
     import os
 
-    from qex.queue import engine
     from qex.config.model import Config
     from qex.jobs.submit import Request, build, build_like
     from qex.queue.context import Context

@@ -6,13 +6,13 @@ their old words, and falls back to the whole queue when the head cannot tell."""
 import os
 
 import pytest
+from test_index_cache import view
 
 from qex import admit as A
+from qex.jobs.submit import Request, build
 from qex.queue import engine
 from qex.queue.txn import Txn
 from qex.store.state import LAZY
-from qex.jobs.submit import Request, build
-from test_index_cache import view
 
 HEAD = 4
 

@@ -1,7 +1,7 @@
 """qex kill, cancel, clean."""
 
-from qex.cli.common import context, err, out
 from qex.base.errors import SpecError
+from qex.cli.common import context, err, out
 
 
 def cmd_kill(args) -> int:
@@ -75,9 +75,9 @@ def _targets(ctx, words: list[str]) -> tuple[list[str], set[str]]:
 def cmd_clean(args) -> int:
     import time
 
+    from qex.base.states import FINAL
     from qex.control.actions import clean_jobs
     from qex.jobs.resolve import resolve_jobs
-    from qex.base.states import FINAL
 
     ctx = context()
     chosen = [bool(args.ids), bool(args.state), args.older_than is not None, args.auto, args.all]

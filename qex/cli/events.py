@@ -29,8 +29,8 @@ def _options(args):
 
 def cmd_events(args) -> int:
     from qex.base import paths
-    from qex.store.events import Reader, Watch
     from qex.store import fs
+    from qex.store.events import Reader, Watch
 
     since, limit = _options(args)
     root = paths.state_dir()
@@ -98,8 +98,8 @@ def render(event: dict) -> str:
     their control characters replaced."""
     import time
 
-    from qex.base.units import safe_text
     from qex.base.text import plain
+    from qex.base.units import safe_text
 
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.get("time") or 0))
     kind = event.get("event")

@@ -1,7 +1,7 @@
 """qex help TOPIC and qex completions SHELL (generated from the parser)."""
 
-from qex.cli.common import out
 from qex.base.errors import UsageError
+from qex.cli.common import out
 
 CONFIG_KEYS = "{CONFIG_KEYS}"  # in a topic: the key lines of the config, made from its table of keys
 

@@ -7,9 +7,9 @@ to stderr.
 import os
 import time
 
-from qex.cli.common import context, err, out, print_json
 from qex.base.errors import UsageError
 from qex.base.states import HOLDING
+from qex.cli.common import context, err, out, print_json
 
 DRAIN_POLL, NUDGE_EVERY = 0.1, 1.0
 MAX_REASON = 500
@@ -25,8 +25,7 @@ def cmd_pause(args) -> int:
     kind, name = _target(args.what, args.name, "pause")
     secs = _for(args.duration)
     reason = _reason(args.reason)
-    from qex.queue import engine
-    from qex.queue import pause
+    from qex.queue import engine, pause
 
     if kind == "queue":
         pause.check_may_pause_queue(ctx)
@@ -49,8 +48,7 @@ def cmd_pause(args) -> int:
 
 
 def cmd_resume(args) -> int:
-    from qex.queue import engine
-    from qex.queue import pause
+    from qex.queue import engine, pause
 
     ctx = context()
     kind, name = _target(args.what or "queue", args.name, "resume")
@@ -78,8 +76,8 @@ def cmd_resume(args) -> int:
 # ---- reading the command line --------------------------------------------------
 
 def _target(what: str, name, verb: str) -> tuple[str, str | None]:
-    from qex.queue.pause import valid_name
     from qex.base.units import safe_text
+    from qex.queue.pause import valid_name
 
     if what == "queue":
         if name is not None:
@@ -142,8 +140,8 @@ def _show(ctx, as_json: bool) -> int:
 
 
 def _tell_paused(ctx, p, made: bool, jobs: dict) -> None:
-    from qex.queue import pause
     from qex.base.units import format_duration, safe_text
+    from qex.queue import pause
 
     now = time.time()
     if not made:

@@ -55,8 +55,8 @@ def schema_for(kind: str) -> dict:
         body["properties"]["state"] = {"enum": list(STATES)}
         title = "qex job record (status.json)"
     elif kind == "event":
-        from qex.store.events import KINDS, Event
         from qex.base.states import STATES
+        from qex.store.events import KINDS, Event
 
         body = _object(Event, closed=False)
         body["properties"]["event"] = {"enum": list(KINDS)}

@@ -4,8 +4,8 @@ import os
 import sys
 import time
 
-from qex.cli.common import context, err, out, print_json
 from qex.base.errors import QexError, SpecError
+from qex.cli.common import context, err, out, print_json
 
 
 def cmd_version(args) -> int:
@@ -27,8 +27,8 @@ def _wanted_states(args) -> set[str] | None:
 
 
 def cmd_list(args) -> int:
-    from qex.cli.render import LIST_HEADER, list_row
     from qex.base.states import ACTIVE
+    from qex.cli.render import LIST_HEADER, list_row
 
     ctx = context()
     store = ctx.store

@@ -34,8 +34,8 @@ def cmd_pipeline(args) -> int:
 
 
 def cmd_rerun(args) -> int:
-    from qex.control import rerun
     from qex.base.errors import SpecError
+    from qex.control import rerun
     from qex.jobs.resolve import resolve
 
     ctx = context()

@@ -2,8 +2,8 @@
 
 import os
 
-from qex.cli.common import context, err, out, print_json, write_id_file
 from qex.base.errors import SpecError
+from qex.cli.common import context, err, out, print_json, write_id_file
 
 
 def _submit_one(args, ctx, leaving: bool = False):

@@ -5,8 +5,8 @@ import sys
 import time
 
 from qex.base import outcome
-from qex.cli.common import context, err, out, print_json
 from qex.base.states import FINAL, HOLDING
+from qex.cli.common import context, err, out, print_json
 
 POLL_FIRST, POLL_MAX, LIVENESS_EVERY = 0.02, 0.2, 1.0
 
@@ -67,8 +67,7 @@ def await_final(ctx, job_ids: list[str], limit: float | None, first: bool = Fals
 
 def _nudge(ctx, pending: list[str]) -> None:
     """A running job whose supervisor died, or queued work with no waker: run a pass."""
-    from qex.queue import engine
-    from qex.queue import waker
+    from qex.queue import engine, waker
     from qex.store.lock import is_held
 
     need = False

@@ -12,8 +12,8 @@ import os
 from qex.base import units
 from qex.base.errors import ConfigError, SpecError
 from qex.base.states import FINAL
-from qex.config.text import printable
 from qex.config.keys import Percent
+from qex.config.text import printable
 
 FINAL_STATES = FINAL  # the order of the sentence that lists them (qex.base.states)
 MIN_LOG_LIMIT = 4096  # qex.supervisor.logs.MIN_LIMIT

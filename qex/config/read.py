@@ -15,7 +15,6 @@ from qex.config.model import Config, assemble
 from qex.config.parse import Checks, did_you_mean, fail, shown, type_name
 
 
-
 def _tables() -> dict[str, dict[str, Key]]:
     tables: dict[str, dict[str, Key]] = {}
     for key in KEYS:

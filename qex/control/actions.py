@@ -4,10 +4,10 @@ import os
 import signal
 import time
 
-from qex.queue import engine
 from qex.base.errors import PermissionRefused
-from qex.store.lock import is_held
 from qex.base.states import FINAL
+from qex.queue import engine
+from qex.store.lock import is_held
 
 
 def check_owner(ctx, rec_or_entry: dict, verb: str) -> None:

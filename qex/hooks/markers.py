@@ -29,8 +29,8 @@ This module is what every pass may touch; the runner (and its start) is ``qex.ho
 
 import os
 
-from qex.store.layout import HOOKS_PENDING as PENDING
 from qex.base.states import FINAL
+from qex.store.layout import HOOKS_PENDING as PENDING
 
 RAN = "hook.ran"
 LOG = "hook.log"

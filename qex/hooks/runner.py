@@ -7,10 +7,10 @@ import os
 import signal
 import time
 
+from qex.base.states import FINAL
 from qex.base.text import one_line
 from qex.hooks.markers import FAULT, LOG, RAN, decide, pending_dir, unlink_quietly
 from qex.linux.proc import KILL_GRACE, detach_stdio, max_fd, reap_later
-from qex.base.states import FINAL
 
 OUTPUT_CAP = 1 << 20
 DRAIN_AFTER_EXIT = 2.0
@@ -259,8 +259,8 @@ def _group(h: _Hook, sig: int) -> None:
 
 
 def _verdict(h: _Hook, timeout: float) -> None:
-    from qex.store import fs
     from qex.base.units import format_duration
+    from qex.store import fs
 
     ended = time.time()
     result = {"command": list(h.argv), "started_at": h.started, "ended_at": ended, "state": h.rec.get("state"),

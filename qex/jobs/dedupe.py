@@ -24,9 +24,8 @@ with the same key does not stop yours.
 import os
 import time
 
-from qex.base.plain import Plain
-
 from qex.base.errors import SpecError
+from qex.base.plain import Plain
 
 RECENT = "dedupe-recent.json"
 MAX_RECENT = 1000

@@ -144,8 +144,8 @@ def build_all(ctx, plan: Plan, path: str, group_id: str) -> list:
 
 def submit(ctx, path: str):
     """Check and queue a pipeline file. Returns (group id, group name, [(stage name, id)], PassResult)."""
-    from qex.jobs import groups
     from qex.base.ids import new_id
+    from qex.jobs import groups
 
     plan = check(load(path), path)
     group_id = new_id()

@@ -22,8 +22,7 @@ class Context:
 
     @classmethod
     def load(cls, config=None) -> "Context":
-        from qex.base import machine
-        from qex.base import paths
+        from qex.base import machine, paths
         from qex.config.file import load_config
 
         store = Store(paths.state_dir())
@@ -37,8 +36,8 @@ class Context:
 
     def reload_config(self) -> None:
         """Read the config again; a config broken meanwhile keeps the one in force."""
-        from qex.config.file import load_config
         from qex.base.errors import QexError
+        from qex.config.file import load_config
 
         try:
             self.config = load_config()

@@ -8,12 +8,12 @@ and the writes only; supervisors are forked after it is released.
 import os
 import time
 
+from qex.base.states import HOLDING
 from qex.linux.proc import close_quietly
 from qex.queue.context import Context, Launch, PassResult
 from qex.queue.reconcile import reconcile_locked
 from qex.queue.txn import Txn
 from qex.store.lock import hold
-from qex.base.states import HOLDING
 from qex.store.state import Index
 
 
@@ -95,7 +95,6 @@ def admit_locked(ctx: Context, txn: Txn, window: bool = False) -> list[Launch]:
     the queue (``_admit_head``), leaving the reason words of the jobs past it as
     they are; its commit must then not save the index file (``Txn.windowed``)."""
     from qex import admit as A
-
     from qex.queue import pause
 
     now = time.time()
@@ -121,8 +120,8 @@ def snapshot(ctx: Context, txn: Txn, now: float, part=None):
     (the queued jobs to decide, the ids of the jobs starting or running) from
     the queue's view (``_admit_head``)."""
     from qex import admit as A
-    from qex.users import peer_scan
     from qex.queue import pause
+    from qex.users import peer_scan
 
     cpu_budget, mem_budget = ctx.budget()
     running, queued, dep_ids = [], [], set()
@@ -177,9 +176,9 @@ def _admit_head(ctx: Context, txn: Txn, now: float):
     are: only their reason words would change (other jobs hold the cores now),
     and those are written by the next pass that saves the index file, which
     decides on the whole queue (``run_pass``)."""
-    from qex.queue import queueview
     from qex.admit import order_key
     from qex.admit.window import admit_head
+    from qex.queue import queueview
 
     view = queueview.view_of(txn.idx, queueview.queued_of)
     part = view.head(HEAD)

@@ -9,11 +9,10 @@ def gather(ctx) -> dict:
     import time
 
     from qex import admit as A
+    from qex.base import machine
     from qex.queue import engine
     from qex.queue.txn import Txn
-    from qex.base import machine
-    from qex.users import peer_publish, peer_scan
-    from qex.users import shared
+    from qex.users import peer_publish, peer_scan, shared
 
     with ctx.store.lock():
         idx = ctx.store.load_index_locked()

@@ -2,11 +2,11 @@
 
 import os
 
+from qex.base.states import FINAL, HOLDING
 from qex.linux import pidfile
 from qex.queue.context import Context
 from qex.queue.txn import Txn
 from qex.store.lock import is_held
-from qex.base.states import FINAL, HOLDING
 
 
 def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:

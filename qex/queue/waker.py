@@ -18,12 +18,11 @@ each interval and runs a pass only when one is free.
 import os
 import time
 
-from qex.queue import engine
-from qex.store.lock import hold
 from qex.base.states import HOLDING
 from qex.linux.proc import detach_stdio, reap_later
-from qex.queue import fork
+from qex.queue import engine, fork
 from qex.queue.context import Launch
+from qex.store.lock import hold
 
 INTERVAL = float(os.environ.get("QEX_WAKER_INTERVAL", "1.0"))
 # The kinds of wait (``blocked_holder``) that only the end of a job of this state

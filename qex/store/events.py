@@ -22,8 +22,8 @@ import time
 
 from attrs import frozen
 
-from qex.store import journal
 from qex.base.states import STATES
+from qex.store import journal
 from qex.store.records import Status
 
 KINDS = ("stream", "job", "gap")

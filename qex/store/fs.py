@@ -16,8 +16,18 @@ import stat
 
 from qex.base.errors import StoreError
 from qex.store.syncs import (  # noqa: F401 (their home: qex.store.syncs; callers name them fs.X)
-    _describe_write_failure, _libc_call, defer_syncs, free_deferred, free_later, free_replaced, replacing, settle,
-    sync_at_release, sync_in_background, syncfs, syncfs_in_background,
+    _describe_write_failure,
+    _libc_call,
+    defer_syncs,
+    free_deferred,
+    free_later,
+    free_replaced,
+    replacing,
+    settle,
+    sync_at_release,
+    sync_in_background,
+    syncfs,
+    syncfs_in_background,
 )
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use

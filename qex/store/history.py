@@ -281,8 +281,7 @@ def listing(store, active: dict, on_broken) -> tuple[list[tuple], list[dict]]:
     a record only for a job that neither the history nor the active index names (a job
     being submitted right now, or one the history missed).
     """
-    from qex.base.errors import QexError
-    from qex.base.errors import BrokenRecord
+    from qex.base.errors import BrokenRecord, QexError
 
     try:
         names = set(os.listdir(store.jobs))

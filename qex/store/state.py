@@ -25,8 +25,14 @@ import os
 from qex.base.errors import BrokenRecord, NoSuchJob, StoreError
 from qex.store import check, fs, journal
 from qex.store.commit import Commit
-from qex.store.index import LAZY  # noqa: F401 (the callers of commit_locked have it from here)
-from qex.store.index import Index, _journal_ino, _usable_event, entry_of, live_reason
+from qex.store.index import (
+    LAZY,  # noqa: F401 (the callers of commit_locked have it from here)
+    Index,
+    _journal_ino,
+    _usable_event,
+    entry_of,
+    live_reason,
+)
 from qex.store.lock import StateLock
 from qex.store.records import ACTIVE
 from qex.store.replay import Replay

@@ -28,6 +28,7 @@ went by when it could not keep up.
 import binascii
 import errno
 import posix as os  # the system calls only: the minimal watcher (qex.supervisor.watch) imports
+
 #                     this module, and the `os` module would cost it 170 kB (see docs/design.md)
 
 MIN_LIMIT = 4096          # below this the head, the marker and a tail do not fit

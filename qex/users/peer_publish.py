@@ -17,10 +17,18 @@ import os
 import stat
 import time
 
-from qex.users.peer_dir import (directory, key, list_names, lock_held, open_dir, open_entry, owner_name, read_fd,
-                                unlink_quietly)
+from qex.users.peer_dir import (
+    directory,
+    key,
+    list_names,
+    lock_held,
+    open_dir,
+    open_entry,
+    owner_name,
+    read_fd,
+    unlink_quietly,
+)
 from qex.users.peer_record import MAX_RECORD, BadRecord, job_entries, record_from
-
 
 # ---- publishing (the state lock is held) -------------------------------------------
 

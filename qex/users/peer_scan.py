@@ -21,7 +21,6 @@ from qex.base.plain import Plain
 from qex.users.peer_dir import directory, key, list_names, lock_held, open_dir, open_entry, owner_name, read_fd
 from qex.users.peer_record import FORMAT, MAX_RECORD, BadRecord, parse, state_identity
 
-
 # ---- what a scan finds ---------------------------------------------------------
 
 class Peer(Plain, frozen=True):

@@ -24,11 +24,30 @@ own module, which the rest of qex imports:
 """
 
 from qex.users.peer_admission import ADMIT_WAIT, admission
-from qex.users.peer_dir import (ADMIT_LOCK, dir_version, directory, hold_job_lock, key, key_for, open_dir,
-                                release_job_lock)
+from qex.users.peer_dir import (
+                                ADMIT_LOCK,
+                                dir_version,
+                                directory,
+                                hold_job_lock,
+                                key,
+                                key_for,
+                                open_dir,
+                                release_job_lock,
+)
 from qex.users.peer_publish import own_jobs, publish_check, publish_locked
-from qex.users.peer_record import (FORMAT, KIND, MAX_BYTES, MAX_CORES, MAX_JOBS, MAX_LIST, MAX_RECORD, BadRecord,
-                                   parse, record_of, state_identity)
+from qex.users.peer_record import (
+                                FORMAT,
+                                KIND,
+                                MAX_BYTES,
+                                MAX_CORES,
+                                MAX_JOBS,
+                                MAX_LIST,
+                                MAX_RECORD,
+                                BadRecord,
+                                parse,
+                                record_of,
+                                state_identity,
+)
 from qex.users.peer_scan import Ignored, Peer, Scan, holdings, scan
 
 __all__ = [

@@ -36,6 +36,7 @@ import stat
 from qex.base.errors import PermissionRefused, QexError, UsageError
 from qex.store.layout import DIR_MODE, SUBDIRS, ensure_file, is_shared
 
+
 def describe(store) -> str:
     """One line for qex info."""
     if not store.shared:

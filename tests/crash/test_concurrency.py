@@ -3,12 +3,11 @@ claims never exceeds the budget, a pool or a device, every job ends, and a
 dedupe key gives exactly one job."""
 
 import random
-import subprocess
 import threading
 import time
 
 from crash import invariants as inv
-from crash.harness import BUDGET, CONFIG, QEX
+from crash.harness import BUDGET, CONFIG
 
 
 def test_many_processes_submitting_cancelling_killing_never_exceed_the_budget(q):

@@ -17,8 +17,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -110,8 +108,8 @@ def _damage_bytes(draw, data: bytes) -> bytes:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(doc=job_documents(), ext=st.sampled_from((".json", ".yaml", ".toml")), data=st.data())
 def test_any_job_file_is_a_job_or_a_clear_refusal(tmp_path, doc, ext, data):
-    from qex.cli.request import _apply_job_file
     from qex.base.errors import QexError
+    from qex.cli.request import _apply_job_file
     from qex.jobs.submit import Request, build
 
     raw = _serialize(doc, ext)
@@ -163,8 +161,8 @@ def config_texts(draw):
 @given(raw=config_texts())
 def test_any_config_is_a_config_or_a_clear_refusal_naming_the_file(tmp_path, raw):
     from qex.base import machine
-    from qex.config.file import load_config
     from qex.base.errors import ConfigError
+    from qex.config.file import load_config
 
     path = tmp_path / "qex.toml"
     path.write_bytes(raw)
@@ -207,8 +205,8 @@ def damaged_json(draw, base):
 @given(raw=damaged_json(_base_record()))
 def test_a_damaged_status_json_is_read_or_refused_with_the_remedy(tmp_path, raw):
     from qex.base import outcome
-    from qex.cli.render import describe, list_row
     from qex.base.errors import QexError
+    from qex.cli.render import describe, list_row
     from qex.store.state import Store
 
     store = Store(str(tmp_path / "state"))
@@ -242,10 +240,10 @@ def _index_with(entry_damage):
 @given(raw=damaged_json(_index_with(None)), journal=st.lists(st.binary(max_size=60) | JSON_VALUES.map(
     lambda v: json.dumps(v).encode()), max_size=4))
 def test_a_damaged_index_or_journal_is_rebuilt_or_skipped_never_a_traceback(tmp_path, raw, journal):
-    from qex.queue.engine import Context, Txn, admit_locked
     from qex.base import machine
-    from qex.config.file import load_config
     from qex.base.errors import QexError
+    from qex.config.file import load_config
+    from qex.queue.engine import Context, Txn, admit_locked
     from qex.store.state import Store
 
     store = Store(str(tmp_path / "state"))

@@ -5,7 +5,6 @@ import os
 import signal
 
 import pytest
-
 from e2e_helpers import group_members, read_records
 
 

@@ -8,7 +8,6 @@ import sys
 import threading
 import time
 
-
 MANY = '[budget]\ncpu = 16\nmem = "16GB"\n[defaults]\nmem = "10MB"\n'
 FINAL = {"completed", "failed", "killed", "timeout", "oom", "expired", "cancelled", "skipped"}
 

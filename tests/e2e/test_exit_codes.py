@@ -6,7 +6,6 @@ import signal
 import uuid
 
 import pytest
-
 from e2e_helpers import gated, open_gate, wait_until_waiting
 
 CONFIG = '[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'

@@ -6,7 +6,6 @@ import os
 import signal
 
 import pytest
-
 from crash import invariants as inv
 
 CONFIG = '[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "64MB"\n'

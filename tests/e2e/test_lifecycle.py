@@ -6,7 +6,6 @@ import os
 import signal
 
 import pytest
-
 from e2e_helpers import FINAL, alive, gated, group_members, open_gate, read_line, wait_until_waiting
 
 CONFIG = '[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'

@@ -14,7 +14,6 @@ import sys
 import time
 
 import pytest
-
 from e2e_helpers import submit_wait_with_refused_move
 
 from qex.linux import cgroup

@@ -7,7 +7,6 @@ import os
 import stat
 
 import pytest
-
 from e2e_helpers import FINAL, gated, open_gate
 
 jsonschema = pytest.importorskip("jsonschema")

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from e2e_helpers import gated, open_gate, proc_stat, submit_wait_with_refused_move
 
 from qex.linux import cgroup

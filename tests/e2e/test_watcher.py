@@ -7,7 +7,6 @@ import signal
 import sys
 
 import pytest
-
 from e2e_helpers import FINAL, alive, gated, group_members, open_gate, proc_stat
 
 USS_TARGET = 3 * 1024**2  # issue 10 (bench/run.py): a running job's supervisor holds <= 3 MiB of its own

@@ -57,6 +57,7 @@ from qex.admit.model import (
     Start,
     Wait,
 )
+
 from .resources import (
     AVAIL,
     CPU,
