@@ -10,7 +10,7 @@ How it stays exactly once and off the queue's path:
    marker is on disk before the final record, so a process killed after the
    commit leaves the marker behind, and any later pass (a command, the
    waker, another supervisor) picks it up: no scan of history is needed.
-2. ``start_pending`` (``qex.hooks.runner``) -- after the pass, after the supervisors of what that
+2. ``start_pending`` (``qex.hooks.pending``) -- after the pass, after the supervisors of what that
    pass admitted are forked -- forks one detached runner for the markers of
    this user. A hook never holds the lock, a pass or the next job.
 3. The runner creates ``jobs/<id>/hook.ran`` with ``O_EXCL`` *before* it starts
@@ -24,7 +24,7 @@ own process group, with the ``QEX_*`` variables of the job; TERM at
 and stderr go to ``hook.log``, at most 1MB (then the pipe is shut and the
 hook stopped). ``hook.ran`` then holds the verdict (``qex logs ID --hook``).
 The config is read when the job ends, so a change applies to the next job.
-This module is what every pass may touch; the runner (and its start) is ``qex.hooks.runner``.
+This module is what every pass may touch; the runner is ``qex.hooks.runner``, and its start ``qex.hooks.pending``.
 """
 
 import os

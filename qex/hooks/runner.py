@@ -9,74 +9,11 @@ import time
 
 from qex.base.states import FINAL
 from qex.base.text import one_line
-from qex.hooks.markers import FAULT, LOG, RAN, decide, pending_dir, unlink_quietly
-from qex.linux.proc import KILL_GRACE, detach_stdio, max_fd, reap_later
+from qex.hooks.markers import LOG, RAN, decide, pending_dir, unlink_quietly
+from qex.linux.proc import KILL_GRACE
 
 OUTPUT_CAP = 1 << 20
 DRAIN_AFTER_EXIT = 2.0
-
-
-# ---- after the pass: start a runner -------------------------------------------------
-
-def start_pending(ctx, close_in_child=()) -> None:
-    """Fork a detached runner for this user's pending hooks (none: no fork)."""
-    directory = pending_dir(ctx.store)
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    prefix = f"{ctx.uid}."
-    todo = []
-    for name in names:
-        if not name.startswith(prefix):
-            continue  # another user's job: their own qex runs their hook
-        job_id = name[len(prefix):]
-        marker = os.path.join(directory, name)
-        decision = decide(ctx, job_id)
-        if decision == "run":
-            todo.append(job_id)
-        elif decision == "drop":
-            unlink_quietly(marker)
-    if not todo:
-        return
-    if os.environ.get(FAULT) == "before-hook":
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
-    _fork_runner(ctx, todo, close_in_child)
-
-
-def _fork_runner(ctx, job_ids: list[str], close_in_child=()) -> None:
-    from qex.store import fs
-
-    try:
-        fs.settle(frees=True)  # a hook runs for a final record that is durable (fs.defer_syncs)
-        pid = os.fork()
-    except Exception:  # (OSError, or StoreError from the settle)
-        return  # the markers stay: a later pass starts them
-    if pid == 0:
-        code = 0
-        try:
-            os.setsid()
-            if os.fork() != 0:
-                os._exit(0)
-            os.closerange(3, max_fd())  # no lock, no liveness descriptor, nothing of the caller
-            detach_stdio(os.path.join(ctx.store.root, "hooks.log"))
-            run_hooks(ctx, job_ids)
-        except BaseException:
-            import traceback
-
-            traceback.print_exc()
-            code = 70
-        os._exit(code)
-    reap_later(pid)
-
-
-def _max_fd() -> int:
-    try:
-        return min(os.sysconf("SC_OPEN_MAX"), 1 << 16)
-    except (OSError, ValueError):
-        return 1024
 
 
 # ---- the runner --------------------------------------------------------------------

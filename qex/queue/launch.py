@@ -15,7 +15,7 @@ def after_pass(ctx: Context, result: PassResult, close_in_child=(), leaving: boo
     child = fork.launch_all(ctx, result.launches, close_in_child, leaving)
     if child is not None:
         return child
-    from qex.hooks.runner import start_pending
+    from qex.hooks.pending import start_pending
 
     start_pending(ctx, close_in_child)  # after the launches: a hook never holds the queue
     if result.queued_mine or result.running_mine:

@@ -169,7 +169,7 @@ def _loop(ctx, fd: int, next_deadline: float | None = None) -> "Launch | None":
         child = fork.launch_all(ctx, result.launches, close_in_child=(fd,))
         if child is not None:
             return child
-        from qex.hooks.runner import start_pending
+        from qex.hooks.pending import start_pending
 
         start_pending(ctx, close_in_child=(fd,))
         if not (result.queued_mine or result.running_mine):

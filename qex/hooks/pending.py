@@ -1,0 +1,66 @@
+"""After a pass: fork one detached runner for this user's pending stop hooks
+(``qex.hooks.markers`` says when a marker is made; ``qex.hooks.runner`` is
+what the runner runs). Light on purpose: every command and supervisor that
+ends a pass imports this module, and only the forked runner imports the rest.
+"""
+
+import os
+
+from qex.hooks.markers import FAULT, decide, pending_dir, unlink_quietly
+from qex.linux.proc import detach_stdio, max_fd, reap_later
+
+
+def start_pending(ctx, close_in_child=()) -> None:
+    """Fork a detached runner for this user's pending hooks (none: no fork)."""
+    directory = pending_dir(ctx.store)
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    prefix = f"{ctx.uid}."
+    todo = []
+    for name in names:
+        if not name.startswith(prefix):
+            continue  # another user's job: their own qex runs their hook
+        job_id = name[len(prefix):]
+        marker = os.path.join(directory, name)
+        decision = decide(ctx, job_id)
+        if decision == "run":
+            todo.append(job_id)
+        elif decision == "drop":
+            unlink_quietly(marker)
+    if not todo:
+        return
+    if os.environ.get(FAULT) == "before-hook":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+    _fork_runner(ctx, todo, close_in_child)
+
+
+def _fork_runner(ctx, job_ids: list[str], close_in_child=()) -> None:
+    from qex.store import fs
+
+    try:
+        fs.settle(frees=True)  # a hook runs for a final record that is durable (fs.defer_syncs)
+        pid = os.fork()
+    except Exception:  # (OSError, or StoreError from the settle)
+        return  # the markers stay: a later pass starts them
+    if pid == 0:
+        code = 0
+        try:
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            os.closerange(3, max_fd())  # no lock, no liveness descriptor, nothing of the caller
+            detach_stdio(os.path.join(ctx.store.root, "hooks.log"))
+            from qex.hooks.runner import run_hooks  # (in the runner only: every pass imports this module)
+
+            run_hooks(ctx, job_ids)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            code = 70
+        os._exit(code)
+    reap_later(pid)
