@@ -231,9 +231,9 @@ def test_the_write_start_is_looked_up_once_at_the_first_release_that_defers_an_a
         tmp_path, monkeypatch, deferring):
     ctx = view(tmp_path)
     (job,) = add_jobs(ctx)
-    looked, real = [], syncs._libc_call
+    looked, real = [], syncs.libc_call
     monkeypatch.setattr(syncs, "_SYNC_FILE_RANGE", None)
-    monkeypatch.setattr(syncs, "_libc_call", lambda name, *a: looked.append(name) or real(name, *a))
+    monkeypatch.setattr(syncs, "libc_call", lambda name, *a: looked.append(name) or real(name, *a))
     with ctx.store.lock():
         pass  # a release with no append of its own (a supervisor before its first commit): no lookup
     assert "sync_file_range" not in looked and syncs._SYNC_FILE_RANGE is None

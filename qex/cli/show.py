@@ -163,7 +163,7 @@ def cmd_logs(args) -> int:
     if args.follow:
         from qex.cli import wait as waiting
 
-        tails = [waiting._Tail(ctx.store.path(job_id, name), stream) for name, stream in streams]
+        tails = [waiting.Tail(ctx.store.path(job_id, name), stream) for name, stream in streams]
         try:
             waiting.await_final(ctx, [job_id], None, on_tick=lambda: [t.pump() for t in tails])
         except KeyboardInterrupt:

@@ -105,7 +105,7 @@ def wait_and_print(ctx, job_id: str, limit, print_record: bool = True) -> int:
     return outcome.exit_code(rec)
 
 
-class _Tail:
+class Tail:
     """Copy what a log file gains to one of our streams, across the cuts of the
     output limit (``qex.supervisor.logs.Follower`` maps the file onto the output)."""
 
@@ -126,8 +126,8 @@ class _Tail:
 
 def follow(ctx, job_id: str, limit, on_interrupt=None) -> int:
     """Stream the job's output as it is written; return the job's exit code."""
-    tails = [_Tail(ctx.store.path(job_id, "stdout.log"), sys.stdout),
-             _Tail(ctx.store.path(job_id, "stderr.log"), sys.stderr)]
+    tails = [Tail(ctx.store.path(job_id, "stdout.log"), sys.stdout),
+             Tail(ctx.store.path(job_id, "stderr.log"), sys.stderr)]
 
     def pump():
         for t in tails:

@@ -38,7 +38,7 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
             txn.idx.drop(job_id)
             continue
         if rec["state"] in FINAL:
-            txn.store._index_put(txn.idx, rec)
+            txn.store.index_put(txn.idx, rec)
             continue
         intent = pidfile.intent(pid_path) if launched is None else None
         # A pid file that says neither (empty, or cut short): its supervisor was killed

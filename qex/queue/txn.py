@@ -63,7 +63,7 @@ class Txn:
     def put(self, rec: dict, previous: str | None, change: str = "state") -> None:
         self.records[rec["id"]] = rec
         self.changes.append((rec, previous, change))
-        self.store._index_put(self.idx, rec)
+        self.store.index_put(self.idx, rec)
 
     def update(self, job_id: str, change: str = "state", **fields) -> dict:
         old = self.record(job_id)

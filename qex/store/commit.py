@@ -48,7 +48,7 @@ class Commit:
         try:
             os.fsync(fd)
         except OSError as exc:
-            raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
+            raise StoreError(fs.describe_write_failure(self.journal_path, exc)) from None
         finally:
             os.close(fd)
 
@@ -123,7 +123,7 @@ class Commit:
             if _CRASH:
                 faults.hit("commit.after_status")
         for rec, _previous, _change in changes:
-            self._index_put(idx, rec)
+            self.index_put(idx, rec)
         history.note_final_locked(self, changes)  # the jobs it made final, for qex list (history.py)
         self._mark_applied(idx.offset)  # every effect of this append is written
         if applied is not None:
@@ -151,7 +151,7 @@ class Commit:
             idx.offset = journal.append(self.journal_path, events, self.file_mode, sync=sync, data=data,
                                         info=appended)
         except OSError as exc:
-            raise StoreError(fs._describe_write_failure(self.journal_path, exc)) from None
+            raise StoreError(fs.describe_write_failure(self.journal_path, exc)) from None
         idx.journal_ino = appended.get("ino", idx.journal_ino)
 
     def _save_and_rotate_locked(self, idx: Index) -> None:

@@ -16,12 +16,12 @@ import stat
 
 from qex.base.errors import StoreError
 from qex.store.syncs import (  # noqa: F401 (their home: qex.store.syncs; callers name them fs.X)
-    _describe_write_failure,
-    _libc_call,
     defer_syncs,
+    describe_write_failure,
     free_deferred,
     free_later,
     free_replaced,
+    libc_call,
     replacing,
     settle,
     sync_at_release,
@@ -139,7 +139,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = Tru
             faults.hit("fs.after_rename")
     except OSError as exc:
         _unlink_quietly(tmp)
-        raise StoreError(_describe_write_failure(path, exc)) from None
+        raise StoreError(describe_write_failure(path, exc)) from None
     if sync_dir:
         fsync_dir(directory)
 
@@ -159,7 +159,7 @@ def _exchanged(tmp: str, path: str) -> bool:
     except OSError:
         return False
     if _RENAMEAT2 is None:
-        _RENAMEAT2 = _libc_call("renameat2")
+        _RENAMEAT2 = libc_call("renameat2")
     if _RENAMEAT2 is False:
         return False
     return _RENAMEAT2(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(path), _RENAME_EXCHANGE) == 0

@@ -23,7 +23,7 @@ class Index:
         self.offset: int = int(data.get("offset", 0))        # journal bytes applied
         # the inode of the journal file ``offset`` counts in (None: an index of an earlier qex,
         # or of no journal yet): a pass that reads another file reads it whole (read_committed)
-        self.journal_ino: int | None = _journal_ino(data)
+        self.journal_ino: int | None = journal_ino(data)
         self.next_job: int = int(data.get("next_job", 1))    # next job seq number
         self.jobs: dict[str, dict] = dict(data.get("jobs", {}))
         self.unsaved = False  # applied journal events the file does not have yet
@@ -58,7 +58,7 @@ class Index:
                 "next_job": self.next_job, "saved_at": self.saved_at, "jobs": self.jobs}
 
 
-def _journal_ino(data: dict) -> int | None:
+def journal_ino(data: dict) -> int | None:
     """The journal inode an index file's offset counts in (None: not said)."""
     ino = data.get("journal_ino")
     return ino if type(ino) is int else None
@@ -96,7 +96,7 @@ def live_reason(rec: dict, entry: dict) -> dict:
     return {**rec, "blocked_reason": entry["reason"], "blocked_holder": entry.get("holder")}
 
 
-def _usable_event(event, applied_seq: int) -> dict | None:
+def usable_event(event, applied_seq: int) -> dict | None:
     """The record an unapplied journal event carries, if it is whole and names a job directory."""
     if not isinstance(event, dict) or event.get("event") != "job":
         return None

@@ -10,6 +10,8 @@ Written only under the state lock, by the actor that made the change.
 import json
 import os
 
+from qex.store import fs
+
 JOURNAL = "journal.jsonl"
 ROTATED = "journal.1.jsonl"
 DEFAULT_MAX_BYTES = 8 << 20
@@ -28,9 +30,7 @@ def max_bytes() -> int:
         return DEFAULT_MAX_BYTES
 
 
-def encode(event: dict) -> bytes:
-    """One event as its line: compact JSON, keys sorted."""
-    return json.dumps(event, separators=(",", ":"), sort_keys=True).encode() + b"\n"
+encode = fs.json_bytes  # one event as its line: the bytes of every JSON file qex writes
 
 
 def encode_job_event(event: dict, job: bytes) -> bytes:

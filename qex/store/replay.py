@@ -15,7 +15,7 @@ import os
 
 from qex.base.errors import QexError, StoreError
 from qex.store import check, fs, history, journal
-from qex.store.index import INDEX_FORMAT, Index, _usable_event
+from qex.store.index import INDEX_FORMAT, Index, usable_event
 
 KEPT_REPLAY_BYTES = 1 << 20  # a kept index is taken while the journal grew less since (a long job's
 #                             supervisor reads the file rather than replay the day's journal)
@@ -157,12 +157,12 @@ class Replay:
             idx.journal_ino = info["ino"]
             applied = True
         for event in events:
-            rec = _usable_event(event, idx.seq)
+            rec = usable_event(event, idx.seq)
             if rec is None:
                 continue  # a damaged line, or one already applied
             idx.records.pop(rec["id"], None)  # another process's change of the job: its file is the record
             if os.path.isdir(self.job_dir(rec["id"])):
-                self._index_put(idx, rec)  # (its writer may have left its status.json unsynced: idx.synced stays)
+                self.index_put(idx, rec)  # (its writer may have left its status.json unsynced: idx.synced stays)
                 if full:
                     last[rec["id"]] = rec
             idx.seq = event["seq"]
@@ -238,7 +238,7 @@ class Replay:
         events = journal.read_committed(self.journal_path, idx.synced, None, idx.journal_ino)[0]
         last = {}
         for event in events:
-            rec = _usable_event(event, -1)
+            rec = usable_event(event, -1)
             if rec is not None and event["seq"] <= idx.seq:  # (later events are the replay's, below)
                 last[rec["id"]] = rec
         for rec in last.values():
@@ -264,7 +264,7 @@ class Replay:
         idx = Index({"seq": seq, "offset": end, "stream": stream, "synced": 0})  # (a record equal to its last
         latest = {}                                                          # event may still be unsynced)
         for event in events:
-            rec = _usable_event(event, -1)
+            rec = usable_event(event, -1)
             if rec is not None:
                 latest[rec["id"]] = rec
         for job_id in self.job_ids():
@@ -279,7 +279,7 @@ class Replay:
             if rec is None:
                 continue
             try:
-                self._index_put(idx, rec)
+                self.index_put(idx, rec)
             except (KeyError, TypeError, ValueError, AttributeError):
                 continue  # a damaged record: qex list names it, qex clean removes it
         return idx

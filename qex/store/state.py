@@ -28,10 +28,10 @@ from qex.store.commit import Commit
 from qex.store.index import (
     LAZY,  # noqa: F401 (the callers of commit_locked have it from here)
     Index,
-    _journal_ino,
-    _usable_event,
     entry_of,
+    journal_ino,
     live_reason,
+    usable_event,
 )
 from qex.store.lock import StateLock
 from qex.store.records import ACTIVE
@@ -155,15 +155,15 @@ class Store(Replay, Commit):
         if offset < 0 or seq < 0:
             return jobs  # a damaged index: the next pass rebuilds it
         try:
-            events = journal.read_committed(self.journal_path, offset, None, _journal_ino(data))[0]
+            events = journal.read_committed(self.journal_path, offset, None, journal_ino(data))[0]
         except (StoreError, OSError):
             return jobs
         idx = Index({"jobs": jobs, "seq": seq})
         for event in events:
-            rec = _usable_event(event, idx.seq)
+            rec = usable_event(event, idx.seq)
             if rec is not None:
                 try:
-                    self._index_put(idx, rec)
+                    self.index_put(idx, rec)
                 except (KeyError, TypeError, ValueError, AttributeError):
                     continue
                 idx.seq = event["seq"]
@@ -205,7 +205,7 @@ class Store(Replay, Commit):
         return sorted(n for n in names if not n.startswith("."))
 
     @staticmethod
-    def _index_put(idx: Index, rec: dict) -> None:
+    def index_put(idx: Index, rec: dict) -> None:
         idx.touched.add(rec["id"])
         if rec.get("state") in ACTIVE:
             idx.jobs[rec["id"]] = entry_of(rec)
@@ -259,7 +259,7 @@ class Store(Replay, Commit):
             if fd >= 0:
                 os.close(fd)
             _remove_tree(tmp)
-            raise StoreError(fs._describe_write_failure(final, exc)) from None
+            raise StoreError(fs.describe_write_failure(final, exc)) from None
         except StoreError:
             _remove_tree(tmp)
             raise

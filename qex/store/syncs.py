@@ -69,7 +69,7 @@ def _sync_unsynced() -> None:
     failure = _fsync_all(_UNSYNCED)
     del _UNSYNCED[:]
     if failure is not None:
-        raise StoreError(_describe_write_failure(*failure))
+        raise StoreError(describe_write_failure(*failure))
 
 
 def _fsync_all(unsynced, sync=None) -> tuple[str, OSError] | None:
@@ -133,7 +133,7 @@ def syncfs_in_background(path: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        raise StoreError(_describe_write_failure(path, exc)) from None
+        raise StoreError(describe_write_failure(path, exc)) from None
     _syncer().submit([(fd, path)], whole_fs=True)
 
 
@@ -152,7 +152,7 @@ def settle(frees: bool = False) -> None:
     if _SYNCER is not None:
         _SYNCER.wait()
     if _SYNC_FAILURE is not None:
-        raise StoreError(_describe_write_failure(*_SYNC_FAILURE))
+        raise StoreError(describe_write_failure(*_SYNC_FAILURE))
 
 
 def free_deferred() -> None:
@@ -191,10 +191,10 @@ def _start_writes(unsynced) -> None:
 def _sync_file_range():
     import ctypes  # (loaded already: a commit's exchange of a status file uses it)
 
-    return _libc_call("sync_file_range", [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint])
+    return libc_call("sync_file_range", [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint])
 
 
-def _libc_call(name: str, argtypes=None):
+def libc_call(name: str, argtypes=None):
     """The C library's function ``name`` (through ctypes: calls the os module lacks), or False."""
     try:
         import ctypes
@@ -233,7 +233,7 @@ class _Syncer:
         with self.busy:
             failure = self.failure  # (it stays: nothing this process commits from here on is durable)
         if failure is not None:
-            raise StoreError(_describe_write_failure(*failure))
+            raise StoreError(describe_write_failure(*failure))
 
     def _run(self) -> None:
         import _signal
@@ -294,7 +294,7 @@ def syncfs(path: str) -> None:
     try:
         syncfs_fd(fd)
     except OSError as exc:
-        raise StoreError(_describe_write_failure(path, exc)) from None
+        raise StoreError(describe_write_failure(path, exc)) from None
     finally:
         os.close(fd)
 
@@ -308,7 +308,7 @@ def syncfs_fd(fd: int) -> None:
 def _syncfs(fd: int) -> int:
     global _SYNCFS
     if _SYNCFS is None:
-        _SYNCFS = _libc_call("syncfs")
+        _SYNCFS = libc_call("syncfs")
     if _SYNCFS is False:
         os.sync()
         return 0
@@ -324,7 +324,7 @@ def ctypes_errno() -> int:
     return ctypes.get_errno() or errno.EIO
 
 
-def _describe_write_failure(path: str, exc: OSError) -> str:
+def describe_write_failure(path: str, exc: OSError) -> str:
     if exc.errno == errno.ENOSPC:
         return f"cannot write {path}: the disk is full; free some space (qex clean --auto removes old records)"
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
