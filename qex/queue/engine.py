@@ -10,6 +10,7 @@ import time
 
 from qex.base.states import HOLDING
 from qex.linux.proc import close_quietly
+from qex.queue import views
 from qex.queue.context import Context, Launch, PassResult
 from qex.queue.reconcile import reconcile_locked
 from qex.queue.txn import Txn
@@ -69,7 +70,7 @@ def _publish_locked(ctx: Context, idx: Index):
     if idx.view is not None:
         from qex.queue import queueview
 
-        holding = sorted(queueview.view_of(idx, queueview.queued_of).holding)
+        holding = sorted(queueview.view_of(idx, views.queued_of).holding)
     try:
         peer_publish.publish_locked(ctx, idx, holding)
     except Exception:  # a hostile or broken peer directory must never stop this queue
@@ -125,15 +126,13 @@ def snapshot(ctx: Context, txn: Txn, now: float, part=None):
 
     cpu_budget, mem_budget = ctx.budget()
     running, queued, dep_ids = [], [], set()
-    from qex.queue import queueview
-
-    memo = queueview.QUEUED_MEMO
+    memo = views.QUEUED_MEMO
     if len(memo) > 2 * len(txn.idx.jobs) + 256:
         memo.clear()  # jobs long gone
     if part is not None:
         queued, holding = part
         jobs = txn.idx.jobs
-        running = [queueview.running_of(job_id, jobs[job_id]) for job_id in holding]
+        running = [views.running_of(job_id, jobs[job_id]) for job_id in holding]
         for q in queued:
             if q.needs or q.after:
                 dep_ids.update(q.needs, q.after)
@@ -141,13 +140,13 @@ def snapshot(ctx: Context, txn: Txn, now: float, part=None):
         for job_id, e in txn.idx.jobs.items():
             state = e["state"]
             if state == "queued":
-                known = memo.get(job_id)  # (``queueview.queued_of`` inlined: this loop runs for every job)
-                q = known[1] if known is not None and known[0] is e else queueview.queued_of(job_id, e)
+                known = memo.get(job_id)  # (``views.queued_of`` inlined: this loop runs for every job)
+                q = known[1] if known is not None and known[0] is e else views.queued_of(job_id, e)
                 queued.append(q)
                 if q.needs or q.after:
                     dep_ids.update(q.needs, q.after)
             elif state in HOLDING:
-                running.append(queueview.running_of(job_id, e))
+                running.append(views.running_of(job_id, e))
     from qex.base import machine
 
     avail = machine.meminfo().get("MemAvailable")
@@ -180,7 +179,7 @@ def _admit_head(ctx: Context, txn: Txn, now: float):
     from qex.admit.window import admit_head
     from qex.queue import queueview
 
-    view = queueview.view_of(txn.idx, queueview.queued_of)
+    view = queueview.view_of(txn.idx, views.queued_of)
     part = view.head(HEAD)
     if part is None:
         return None

@@ -4,6 +4,7 @@ import os
 
 from qex.base.states import FINAL, HOLDING
 from qex.linux import pidfile
+from qex.queue import views
 from qex.queue.context import Context
 from qex.queue.txn import Txn
 from qex.store.lock import is_held
@@ -16,7 +17,7 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
     if idx.view is not None:  # (kept by a supervisor: no walk of a long queue)
         from qex.queue import queueview
 
-        holding = sorted(queueview.view_of(idx, queueview.queued_of).holding)
+        holding = sorted(queueview.view_of(idx, views.queued_of).holding)
     else:
         holding = [job_id for job_id, entry in idx.jobs.items() if entry["state"] in HOLDING]
     for job_id in holding:
