@@ -205,19 +205,10 @@ def _admit(snap: Snapshot) -> tuple[Plan, str | None]:
     memo: dict = {}  # (cpu, mem, claims) -> capacity verdict, valid until the next start
 
     for job in _in_order(snap.queued):
-        v = None
-        needs = job.needs
-        if needs:
-            v = _skip(ctx, job)
-        if v is None and paused and not job.retry:  # a running job's retries continue through a queue pause
-            v = paused_verdict
-        if v is None and (needs or job.after):
-            v = _unfinished(ctx, job)
         claims = job.claims
-        if v is None and (claims or job.cpu > m.cpu or job.mem > m.mem):
-            v = _never(ctx, job)
-            if v is None and claims and locks:
-                v = _person(ctx, job)
+        v = None
+        if job.needs or job.after or paused or claims or job.cpu > m.cpu or job.mem > m.mem:
+            v = _own_verdict(ctx, job, paused_verdict, locks)  # (a plain job has none: no call)
         if v is None and front_verdict is not None and front.allowance <= 0:
             v = front_verdict
         if v is None:
@@ -248,11 +239,14 @@ def _admit(snap: Snapshot) -> tuple[Plan, str | None]:
             if holder == "oversized" and not stuck:
                 stuck = v.note_for(job)
             if v.parks is not None and front is None:
-                allowance = max(0, snap.max_bypass - job.passed_by)
-                front = Front(job.id, words.label(job), v.parks, allowance, 0, v.note_for(job))
-                if front.kind == OWN:
-                    front_verdict = Verdict("front", words.front_wait(front.label), front=front.id)
+                front, front_verdict = _front_of(snap, job, v)
 
+    return _plan(ctx, snap, starts, waits, skips, expires, front, first_wait, next_deadline, stuck)
+
+
+def _plan(ctx: Context, snap: Snapshot, starts: list, waits: list, skips: list, expires: list,
+          front: "Front | None", first_wait: "Queued | None", next_deadline, stuck: str) -> tuple[Plan, str | None]:
+    """The Plan of a pass from what it decided, and the id of its front job (or None)."""
     if waits and len(set(map(_ID, snap.queued))) != len(snap.queued):
         # an id given twice: the last job of that id speaks for it (as a dict of the queue would)
         jobs = {j.id: j for j in snap.queued}
@@ -262,6 +256,33 @@ def _admit(snap: Snapshot) -> tuple[Plan, str | None]:
     health = _health(ctx, front, len(starts), waits, first_wait, stuck)
     plan = Plan(tuple(starts), tuple(waits), tuple(skips), tuple(expires), passed, health, next_deadline)
     return plan, (front.id if front is not None else None)
+
+
+def _own_verdict(ctx: Context, job: Queued, paused_verdict: "Verdict | None", locks) -> "Verdict | None":
+    """What the job waits for whatever the capacity, in this order: a dependency that
+    failed (skip), a queue pause, a dependency not ended, a claim the machine can never
+    meet, a lock a person holds (``qex pause lock``). None: nothing of its own."""
+    m, needs = ctx.m, job.needs
+    v = _skip(ctx, job) if needs else None
+    if v is None and paused_verdict is not None and not job.retry:  # a running job's retries go on
+        v = paused_verdict
+    if v is None and (needs or job.after):
+        v = _unfinished(ctx, job)
+    claims = job.claims
+    if v is None and (claims or job.cpu > m.cpu or job.mem > m.mem):
+        v = _never(ctx, job)
+        if v is None and claims and locks:
+            v = _person(ctx, job)
+    return v
+
+
+def _front_of(snap: Snapshot, job: Queued, v: Verdict) -> tuple["Front", "Verdict | None"]:
+    """The first job that parks the queue: the front, and, when it is blocked by this
+    queue's own jobs, the verdict of the jobs that may not pass it any more."""
+    front = Front(job.id, words.label(job), v.parks, max(0, snap.max_bypass - job.passed_by), 0, v.note_for(job))
+    if front.kind == OWN:
+        return front, Verdict("front", words.front_wait(front.label), front=front.id)
+    return front, None
 
 
 def _initial(m: Machine, snap: Snapshot) -> Ledger:

@@ -74,14 +74,8 @@ def loop(pid: int, sinks: dict, open_pipes, interrupt, timeout_at: float | None,
          drain: float, handoff_at: float | None = None) -> End:
     """Watch the job ``pid`` (leader of its process group) until it has ended and its
     pipes are read (or ``drain`` seconds after its end), or until ``handoff_at``."""
-    poll = select.poll()
     open_pipes = set(open_pipes)
-    for fd in open_pipes:
-        os.set_blocking(fd, False)
-        poll.register(fd, select.POLLIN)
-    pidfd = os.pidfd_open(pid)
-    poll.register(pidfd, select.POLLIN)
-    poll.register(interrupt.r, select.POLLIN)
+    poll, pidfd = _poll_of(pid, open_pipes, interrupt)
     buffer = bytearray(READ_SIZE)  # one for the whole loop: a bytes object per read would grow the heap
     stop_reason = None  # "killed" | "timeout"
     kill_at = None
@@ -128,22 +122,39 @@ def loop(pid: int, sinks: dict, open_pipes, interrupt, timeout_at: float | None,
                     except BlockingIOError:
                         pass
                 elif fd in open_pipes:
-                    try:
-                        n = os.readv(fd, [buffer]) if mask & (select.POLLIN | select.POLLHUP) else 0
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        n = 0
-                    if n:
-                        sinks[fd].write(buffer, n)
-                    else:
-                        poll.unregister(fd)
-                        open_pipes.discard(fd)
+                    _copy(fd, mask, buffer, sinks, poll, open_pipes)
         if wait_status is None:  # pipes closed first
             _, wait_status, rusage = os.wait4(pid, 0)
     finally:
         os.close(pidfd)
     return End(wait_status, rusage, stop_reason, incomplete)
+
+
+def _poll_of(pid: int, open_pipes: set, interrupt) -> tuple:
+    """A poll of the job's pipes (non-blocking), its pidfd and the interrupt's pipe."""
+    poll = select.poll()
+    for fd in open_pipes:
+        os.set_blocking(fd, False)
+        poll.register(fd, select.POLLIN)
+    pidfd = os.pidfd_open(pid)
+    poll.register(pidfd, select.POLLIN)
+    poll.register(interrupt.r, select.POLLIN)
+    return poll, pidfd
+
+
+def _copy(fd: int, mask: int, buffer: bytearray, sinks: dict, poll, open_pipes: set) -> None:
+    """What the pipe ``fd`` has, into its sink; at its end, it leaves the poll."""
+    try:
+        n = os.readv(fd, [buffer]) if mask & (select.POLLIN | select.POLLHUP) else 0
+    except BlockingIOError:
+        return
+    except OSError:
+        n = 0
+    if n:
+        sinks[fd].write(buffer, n)
+    else:
+        poll.unregister(fd)
+        open_pipes.discard(fd)
 
 
 def _terminate(pid: int, now: float, grace: float) -> float:
