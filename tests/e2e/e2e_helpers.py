@@ -13,15 +13,26 @@ import time
 FINAL = {"completed", "failed", "killed", "timeout", "oom", "expired", "cancelled", "skipped"}
 
 
+def gate_command(gate: str, then: str = "exit 0", before: str = "") -> list[str]:
+    """A job command that runs ``before``, waits until the file ``gate`` exists (the
+    test creates it), then runs ``then``. The one gate of the e2e tests: a job waits
+    on a file the test makes, never on a sleep."""
+    return ["sh", "-c", f"{before}while [ ! -e '{gate}' ]; do sleep 0.02; done; {then}"]
+
+
+def release(gate: str) -> None:
+    """Let the jobs waiting on the file ``gate`` go on."""
+    with open(gate, "w"):
+        pass
+
+
 def gated(q, name: str, then: str = "exit 0", before: str = "") -> list[str]:
-    """A job command that waits until the test creates gate ``name``, then runs ``then``."""
-    gate = q.gate(name)
-    return ["sh", "-c", f"{before}while [ ! -e '{gate}' ]; do sleep 0.05; done; {then}"]
+    """``gate_command`` on the queue's gate ``name`` (``Queue.gate``)."""
+    return gate_command(q.gate(name), then, before)
 
 
 def open_gate(q, name: str) -> None:
-    with open(q.gate(name), "w"):
-        pass
+    release(q.gate(name))
 
 
 def proc_stat(pid: int) -> tuple[str, int, int] | None:

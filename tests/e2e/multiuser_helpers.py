@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+from e2e_helpers import gate_command, release
+
 import qex
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(qex.__file__)))
@@ -191,14 +193,8 @@ def wait_for(predicate, timeout=20.0, what="condition", interval=0.02):
         time.sleep(interval)
 
 
-def gated(gate: str, then: str = "exit 0") -> list[str]:
-    """A job that waits until the test creates ``gate``."""
-    return ["sh", "-c", f"while [ ! -e '{gate}' ]; do sleep 0.05; done; {then}"]
-
-
-def open_gate(gate: str) -> None:
-    with open(gate, "w"):
-        pass
+# A job that waits on a file the test makes, and the release of it (one home: e2e_helpers).
+gated, open_gate = gate_command, release
 
 
 def held_cpu(state: str) -> float:

@@ -5,6 +5,8 @@ import os
 import signal
 import sys
 
+from e2e_helpers import gated
+
 ONE_AT_A_TIME = '[budget]\ncpu = 1\nmem = "8GB"\n[defaults]\nmem = "10MB"\n'
 
 
@@ -37,11 +39,6 @@ def ran(q, job):
     except (FileNotFoundError, ValueError):
         return None
     return data if "verdict" in data else None
-
-
-def gated(q, name):
-    gate = q.gate(name)
-    return ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done"], gate
 
 
 def test_the_hook_gets_the_job_in_its_environment_and_qex_logs_hook_shows_it(q):
@@ -110,7 +107,7 @@ def test_a_hook_never_runs_twice(q):
 def test_a_supervisor_killed_after_the_final_record_still_gets_its_hook_from_a_later_pass(q):
     argv, path = recorder(q)
     hook_config(q, argv)
-    cmd, gate = gated(q, "a")
+    cmd, gate = gated(q, "a"), q.gate("a")
     job = q.submit("--", *cmd, env={"QEX_TEST_FAULT": "before-hook"})
     rec = q.wait_state(job, "running")
     open(gate, "w").close()
@@ -131,7 +128,7 @@ def test_a_supervisor_killed_after_the_final_record_still_gets_its_hook_from_a_l
 def test_jobs_that_end_without_a_supervisor_get_their_hook(q):
     argv, path = recorder(q)
     hook_config(q, argv, 'on_stop_states = ["expired", "cancelled", "failed"]\n')
-    cmd, gate = gated(q, "block")
+    cmd, gate = gated(q, "block"), q.gate("block")
     blocker = q.submit("--cpu", "1", "--", *cmd)
     q.wait_state(blocker, "running")
     expires = q.submit("--cpu", "1", "--max-queue-time", "1s", "--", "true")
@@ -167,7 +164,7 @@ def test_a_state_not_listed_runs_no_hook_and_logs_hook_says_why(q):
 def test_a_change_to_hooks_applies_to_the_next_job_that_ends(q):
     argv, path = recorder(q)
     q.write_config(ONE_AT_A_TIME)
-    cmd, gate = gated(q, "x")
+    cmd, gate = gated(q, "x"), q.gate("x")
     job = q.submit("--", *cmd)
     q.wait_state(job, "running")
     hook_config(q, argv)  # added while the job runs

@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+from e2e_helpers import gated, release
 
 GPU_POOLS = """
 [budget]
@@ -25,15 +26,6 @@ count = 2
 """
 
 TWO_GPUS = GPU_POOLS.replace('["24GB", "24GB", "24GB", "24GB"]', '["24GB", "24GB"]')
-
-
-def gated(q, name, extra=""):
-    gate = q.gate(name)
-    return ["sh", "-c", f"{extra}while [ ! -e {gate} ]; do sleep 0.02; done"], gate
-
-
-def open_gate(path):
-    open(path, "w").close()
 
 
 def test_a_machine_with_no_gpu_schedules_a_gpu_claim_from_the_configuration(q):
@@ -73,8 +65,8 @@ def test_a_job_that_sets_the_device_variable_itself_is_refused(q):
 
 def test_two_gpu_jobs_get_different_devices_and_a_third_waits(q):
     q.write_config(TWO_GPUS)
-    cmd_a, gate_a = gated(q, "a")
-    cmd_b, gate_b = gated(q, "b")
+    cmd_a, gate_a = gated(q, "a"), q.gate("a")
+    cmd_b, gate_b = gated(q, "b"), q.gate("b")
     a = q.submit("--gpu", "1", "--", *cmd_a)
     b = q.submit("--gpu", "1", "--", *cmd_b)
     c = q.submit("--gpu", "1", "--", "true")
@@ -82,22 +74,22 @@ def test_two_gpu_jobs_get_different_devices_and_a_third_waits(q):
     assert {ra["assigned"][0]["devices"][0], rb["assigned"][0]["devices"][0]} == {0, 1}
     rc = q.wait_for(lambda: (r := q.record(c))["blocked_reason"] and r, what="a reason for the third job")
     assert rc["state"] == "queued"
-    open_gate(gate_a)
+    release(gate_a)
     done = q.wait_state(c, "completed")
     assert done["assigned"][0]["devices"] == ra["assigned"][0]["devices"]
-    open_gate(gate_b)
+    release(gate_b)
     q.wait_state(b, "completed")
 
 
 def test_a_whole_device_claim_leaves_no_room_for_a_second_job(q):
     q.write_config(TWO_GPUS.replace('["24GB", "24GB"]', '["24GB"]'))
-    cmd, gate = gated(q, "whole")
+    cmd, gate = gated(q, "whole"), q.gate("whole")
     whole = q.submit("--gpu", "1", "--", *cmd)
     q.wait_state(whole, "running")
     small = q.submit("--vram", "1GB", "--", "true")
     q.wait_for(lambda: q.record(small)["blocked_reason"], what="the small job to wait")
     assert q.record(small)["state"] == "queued"
-    open_gate(gate)
+    release(gate)
     q.wait_state(small, "completed")
 
 
@@ -105,7 +97,7 @@ def test_a_device_holds_three_8gb_jobs_on_24gb_and_no_fourth(q):
     q.write_config(TWO_GPUS.replace('["24GB", "24GB"]', '["24GB"]'))
     gates, jobs = [], []
     for i in range(3):
-        cmd, gate = gated(q, f"v{i}")
+        cmd, gate = gated(q, f"v{i}"), q.gate(f"v{i}")
         gates.append(gate)
         jobs.append(q.submit("--vram", "8GB", "--", *cmd))
     for job in jobs:
@@ -113,20 +105,20 @@ def test_a_device_holds_three_8gb_jobs_on_24gb_and_no_fourth(q):
     fourth = q.submit("--vram", "8GB", "--", "true")
     q.wait_for(lambda: q.record(fourth)["blocked_reason"], what="the fourth to wait")
     assert q.record(fourth)["state"] == "queued"
-    open_gate(gates[0])
+    release(gates[0])
     q.wait_state(fourth, "completed")
     for gate in gates[1:]:
-        open_gate(gate)
+        release(gate)
 
 
 def test_the_device_with_most_free_capacity_is_chosen_first(q):
     q.write_config(GPU_POOLS)
-    cmd, gate = gated(q, "first")
+    cmd, gate = gated(q, "first"), q.gate("first")
     first = q.submit("--vram", "10GB", "--", *cmd)
     assert q.wait_state(first, "running")["assigned"][0]["devices"] == [0]
     second = q.submit("--vram", "10GB", "--", "true")
     assert q.wait_state(second, "completed")["assigned"][0]["devices"] == [1]
-    open_gate(gate)
+    release(gate)
 
 
 @pytest.mark.parametrize("policy", ["run-when-idle", "queue", "reject"])
@@ -167,7 +159,7 @@ def test_a_size_on_a_plain_pool_is_refused(q):
 
 def test_a_lock_needs_no_configuration_and_still_excludes(q):
     q.write_config('[budget]\ncpu = 4\n[defaults]\nmem = "10MB"\n')
-    cmd, gate = gated(q, "lock")
+    cmd, gate = gated(q, "lock"), q.gate("lock")
     holder = q.submit("--lock", "target", "--", *cmd)
     q.wait_state(holder, "running")
     second = q.submit("--lock", "target", "--", "true")
@@ -176,7 +168,7 @@ def test_a_lock_needs_no_configuration_and_still_excludes(q):
     reason = q.wait_for(lambda: q.record(second)["blocked_reason"], what="the lock reason")
     assert q.record(second)["state"] == "queued"
     assert holder[:8] in reason
-    open_gate(gate)
+    release(gate)
     q.wait_state(second, "completed")
 
 
@@ -193,7 +185,7 @@ def test_a_counted_pool_lets_n_jobs_operate_and_makes_the_next_one_wait(q):
     out = os.path.join(q.root, "claim.txt")
     gates, jobs = [], []
     for i in range(2):
-        cmd, gate = gated(q, f"net{i}", extra=f'echo "$QEX_CLAIM_NET" > {out}; ')
+        cmd, gate = gated(q, f"net{i}", before=f'echo "$QEX_CLAIM_NET" > {out}; '), q.gate(f"net{i}")
         gates.append(gate)
         jobs.append(q.submit("--claim", "net=1", "--", *cmd))
     for job in jobs:
@@ -202,9 +194,9 @@ def test_a_counted_pool_lets_n_jobs_operate_and_makes_the_next_one_wait(q):
     third = q.submit("--claim", "net=1", "--", "true")
     q.wait_for(lambda: q.record(third)["blocked_reason"], what="the third to wait")
     assert q.record(third)["state"] == "queued"
-    open_gate(gates[1])
+    release(gates[1])
     q.wait_state(third, "completed")
-    open_gate(gates[0])
+    release(gates[0])
 
 
 def test_a_job_file_gives_the_same_claims_as_the_options(q):
@@ -231,12 +223,12 @@ def test_a_job_that_fails_to_start_still_frees_its_devices(q):
     with open(script, "w") as fh:
         fh.write("#!/bin/sh\ntrue\n")
     os.chmod(script, 0o755)
-    cmd, gate = gated(q, "blocker")
+    cmd, gate = gated(q, "blocker"), q.gate("blocker")
     blocker = q.submit("--gpu", "1", "--", *cmd)
     q.wait_state(blocker, "running")
     doomed = q.submit("--gpu", "1", "--", script)   # valid at submission...
     os.unlink(script)                                # ...gone when it would start
-    open_gate(gate)
+    release(gate)
     rec = q.wait_state(doomed, "failed")
     assert "cannot start" in rec["error"]
     after = q.submit("--gpu", "1", "--", "true")
@@ -245,7 +237,7 @@ def test_a_job_that_fails_to_start_still_frees_its_devices(q):
 
 def test_an_assignment_survives_kill_9_of_everything_but_the_supervisor(q):
     q.write_config(TWO_GPUS)
-    cmd, gate = gated(q, "keep")
+    cmd, gate = gated(q, "keep"), q.gate("keep")
     held = q.submit("--gpu", "1", "--", *cmd)
     rec = q.wait_state(held, "running")
     supervisor = rec["supervisor_pid"]
@@ -258,13 +250,13 @@ def test_an_assignment_survives_kill_9_of_everything_but_the_supervisor(q):
     assert gpu["devices"][held_device]["free"] == 0
     other = q.wait_state(q.submit("--gpu", "1", "--", "true"), "completed")
     assert other["assigned"][0]["devices"] != [held_device]
-    open_gate(gate)
+    release(gate)
     q.wait_state(held, "completed")
 
 
 def test_info_reports_the_pools_and_their_devices(q):
     q.write_config(GPU_POOLS)
-    cmd, gate = gated(q, "info")
+    cmd, gate = gated(q, "info"), q.gate("info")
     job = q.submit("--vram", "20GB", "--claim", "net=1", "--", *cmd)
     q.wait_state(job, "running")
     info = json.loads(q.run("info", "--json", check=0).stdout)
@@ -274,4 +266,4 @@ def test_info_reports_the_pools_and_their_devices(q):
     assert pools["net"]["free"] == 1 and pools["net"]["total"] == 2
     text = q.run("info", check=0).stdout
     assert "gpu" in text and "net: 1 of 2 free" in text
-    open_gate(gate)
+    release(gate)

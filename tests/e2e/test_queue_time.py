@@ -9,6 +9,7 @@ import os
 import time
 
 import pytest
+from e2e_helpers import gated, open_gate
 
 CONFIG = '[budget]\ncpu = 8\nmem = "8GB"\n[defaults]\nmem = "10MB"\n'
 SLOW_WAKER = {"QEX_WAKER_INTERVAL": "30"}
@@ -19,15 +20,6 @@ def qq(q):
     q.write_config(CONFIG)
     q.env.update(SLOW_WAKER)
     return q
-
-
-def gated(q, name: str) -> list[str]:
-    gate = q.gate(name)
-    return ["sh", "-c", f"while [ ! -e '{gate}' ]; do sleep 0.02; done"]
-
-
-def open_gate(q, name: str) -> None:
-    open(q.gate(name), "w").close()
 
 
 def deadline(rec: dict) -> float:

@@ -9,6 +9,7 @@ import os
 import subprocess
 
 import pytest
+from e2e_helpers import gated, open_gate
 
 CONFIG = '[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'
 FINAL = {"completed", "failed", "killed", "timeout", "oom", "expired", "cancelled", "skipped"}
@@ -18,16 +19,6 @@ FINAL = {"completed", "failed", "killed", "timeout", "oom", "expired", "cancelle
 def qq(q):
     q.write_config(CONFIG)
     return q
-
-
-def gated(q, name: str, then: str = "exit 0") -> list[str]:
-    """A command that waits until the test creates gate ``name``, then runs ``then``."""
-    return ["sh", "-c", f"while [ ! -e '{q.gate(name)}' ]; do sleep 0.05; done; {then}"]
-
-
-def open_gate(q, name: str) -> None:
-    with open(q.gate(name), "w"):
-        pass
 
 
 def write(q, name: str, text: str) -> str:
