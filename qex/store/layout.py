@@ -12,8 +12,8 @@ literal out of them). Layout::
     <state>/history.jsonl          a line per finished job, for qex list (history.py)
     <state>/jobs/<id>/             status.json, spec.json (0600); from its start:
                                    stdout.log, stderr.log (and their .cut records),
-                                   supervisor.log, alive.lock, pid, cgroup;
-                                   after a stop hook: hook.ran, hook.log
+                                   supervisor.log, alive.lock, pid; after a stop
+                                   hook: hook.ran, hook.log; cgroup (an older qex's)
     <state>/jobs/.new-<id>/        a job directory being made (renamed into view)
     <state>/jobs/.clean-<id>/      a job directory being removed (qex clean)
     <state>/groups/<id>.json       the members of a group
@@ -23,8 +23,13 @@ literal out of them). Layout::
     <state>/hooks.log, waker.log   the stdout and stderr of a hook runner, of a waker
     <state>/waker-<uid>.lock       held by the one waker of a user
     <state>/learn.json, learn.lock the learner's store and its lock
+                                   (learn.json.corrupt-<time>: a damaged one, moved aside)
     <state>/dedupe-recent.json     the dedupe keys of recently ended jobs
-    .<name>.<pid>.tmp              a file being written atomically (qex.store.fs)
+
+Named by their writers, beside the file they become (not here: a temporary
+name follows from the final one): ``.<name>.<pid>.tmp`` while a file is written
+atomically (``qex.store.fs.write_atomic``), ``.<log>.final`` while a cut log is
+made final (``qex.supervisor.logs``).
 
 A directory is *shared* (``qex init --shared``) when it is setgid and
 group-writable: only its owner or root can make it so, so no member can
@@ -74,7 +79,7 @@ STDERR = "stderr.log"                # the job's stderr (qex.supervisor.run, .lo
 SUPERVISOR_LOG = "supervisor.log"    # its supervisor's stdout and stderr (qex.queue.fork, qex.supervisor.run)
 ALIVE = "alive.lock"                 # held by its supervisor while it lives (made by the pass: qex.queue.engine)
 PID = "pid"                          # the pid file (qex.linux.pidfile; written by qex.supervisor.spawn)
-CGROUP = "cgroup"                    # names the job's memory cgroup (qex.linux.cgroup)
+CGROUP = "cgroup"                    # names the job's cgroup: an older qex wrote it; read, removed (qex.linux.cgroup)
 HOOK_RAN = "hook.ran"                # its stop hook was started; then its verdict (qex.hooks.runner)
 HOOK_LOG = "hook.log"                # its stop hook's stdout and stderr (qex.hooks.runner)
 CUT = ".cut"                         # after a log's name: the log's cut record (qex.supervisor.logs)
