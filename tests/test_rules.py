@@ -123,3 +123,94 @@ def test_the_spelled_sets_check_sees_a_literal():
 def test_only_the_layout_decides_whether_a_directory_is_shared():
     deciding = sorted(p.relative_to(QEX).as_posix() for p in QEX.rglob("*.py") if "S_ISGID" in p.read_text())
     assert deciding == ["store/layout.py"]
+
+
+# ---- the names in a state directory --------------------------------------------------------
+
+def _word(name: str) -> bool:
+    """"lock", "jobs", "pid", "pause"...: also a record's keys, a pause's kinds."""
+    return name.isascii() and name.isalpha() and name.islower()
+
+
+def _template(node: ast.JoinedStr, consts: dict) -> str:
+    """An f-string with each variable part as ``{}`` (a module-level constant of ``consts``: its value)."""
+    parts = []
+    for v in node.values:
+        if isinstance(v, ast.Constant):
+            parts.append(str(v.value))
+        elif isinstance(v.value, ast.Name) and v.value.id in consts:
+            parts.append(consts[v.value.id])
+        else:
+            parts.append("{}")
+    return "".join(parts)
+
+
+def _layout_names() -> set[str]:
+    """Every name store/layout.py gives: its module-level strings, and its f-strings (a name with
+    a variable part, ``waker-{}.lock``) that hold a letter besides the variable parts."""
+    tree = ast.parse((QEX / "store" / "layout.py").read_text())
+    consts = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+              and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+              for t in node.targets if isinstance(t, ast.Name)}
+    names = set(consts.values())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            template = _template(node, consts)
+            if any(c.isalpha() for c in template.replace("{}", "")):
+                names.add(template)
+    return names
+
+
+def _docstrings(tree) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def _name_literals(tree, names: set[str]) -> list[tuple[int, str]]:
+    """(line, literal) of each state-directory name spelled out: a string constant equal to a
+    name (or whose last path part is one, ``"/status.json"``), an f-string whose shape is a
+    name's. A name that is a plain word counts only where a path is joined (``os.path.join``,
+    ``store.path``) or a module-level constant is set to it (``NAME = "pid"``): elsewhere it
+    is a record's key or a kind, not the file."""
+    skip = _docstrings(tree)
+    in_path = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call)
+               and (getattr(node.func, "attr", None) in ("join", "path") or getattr(node.func, "id", None) == "join")
+               for arg in node.args}
+    in_path |= {id(node.value) for node in tree.body if isinstance(node, ast.Assign)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and _template(node, {}) in names:
+            found.append((node.lineno, _template(node, {})))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            for value in {node.value, node.value.rsplit("/", 1)[-1]}:
+                if value in names and (id(node) in in_path or not _word(value)):
+                    found.append((node.lineno, value))
+    return sorted(found)
+
+
+def test_only_the_layout_spells_a_name_in_the_state_directory():
+    names = _layout_names()
+    spelled = {}
+    for path in sorted(QEX.rglob("*.py")):
+        if path.relative_to(QEX).as_posix() == "store/layout.py":
+            continue
+        found = _name_literals(ast.parse(path.read_text()), names)
+        if found:
+            spelled[path.relative_to(QEX).as_posix()] = found
+    assert spelled == {}
+
+
+def test_the_names_check_sees_a_literal():
+    names = _layout_names()
+    assert {"alive.lock", "status.json", "lock", "pid", "waker-{}.lock", "lock-{}.json", ".cut"} <= names
+    code = ('"""status.json, alive.lock: a docstring."""\n'
+            'a = os.path.join(root, "lock")\n'
+            'b = store.path(job_id, "status.json")\n'
+            'c = f"waker-{uid}.lock"\n'
+            'd = rec["pid"] or rec.get("lock")\n'
+            'e = f"{jobs}/{job_id}/status.json"\n'
+            'f = path + ".cut"\n'
+            'NAME = "pid"\n')
+    assert _name_literals(ast.parse(code), names) == [(2, "lock"), (3, "status.json"), (4, "waker-{}.lock"),
+                                                      (6, "status.json"), (7, ".cut"), (8, "pid")]

@@ -10,6 +10,7 @@ import time
 from qex.base.errors import UsageError
 from qex.base.states import HOLDING
 from qex.cli.common import context, err, out, print_json
+from qex.store import layout
 
 DRAIN_POLL, NUDGE_EVERY = 0.1, 1.0
 MAX_REASON = 500
@@ -225,7 +226,7 @@ def _nudge(ctx, busy: list[str]) -> None:
     from qex.queue import engine
     from qex.store.lock import is_held
 
-    if any(not is_held(ctx.store.path(j, "alive.lock")) for j in busy):
+    if any(not is_held(ctx.store.path(j, layout.ALIVE)) for j in busy):
         result = engine.run_pass(ctx)
         from qex.supervisor import become
 

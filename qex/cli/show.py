@@ -6,6 +6,7 @@ import time
 
 from qex.base.errors import QexError, SpecError
 from qex.cli.common import context, err, out, print_json
+from qex.store import layout
 
 
 def cmd_version(args) -> int:
@@ -115,7 +116,7 @@ def _list_all(store, args, states, cwd) -> int:
                     rec = None
                 else:
                     try:
-                        if history.identity(os.stat(f"{jobs}/{job_id}/status.json")) != rec.get("st"):
+                        if history.identity(os.stat(f"{jobs}/{job_id}/{layout.STATUS}")) != rec.get("st"):
                             rec = None  # the record changed since (damaged, edited): read it
                     except OSError:
                         continue  # cleaned meanwhile
@@ -155,7 +156,7 @@ def cmd_logs(args) -> int:
     check_owner(ctx, rec, "read the logs of")
     if args.hook:
         return _hook_log(ctx, rec, args)
-    streams = [("stdout.log", sys.stdout), ("stderr.log", sys.stderr)]
+    streams = [(layout.STDOUT, sys.stdout), (layout.STDERR, sys.stderr)]
     if args.stdout:
         streams = streams[:1]
     elif args.stderr:

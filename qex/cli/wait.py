@@ -7,6 +7,7 @@ import time
 from qex.base import outcome
 from qex.base.states import FINAL, HOLDING
 from qex.cli.common import context, err, out, print_json
+from qex.store import layout
 
 POLL_FIRST, POLL_MAX, LIVENESS_EVERY = 0.02, 0.2, 1.0
 
@@ -77,7 +78,7 @@ def _nudge(ctx, pending: list[str]) -> None:
         except Exception:
             continue
         state = rec.get("state")
-        if state in HOLDING and not is_held(ctx.store.path(job_id, "alive.lock")):
+        if state in HOLDING and not is_held(ctx.store.path(job_id, layout.ALIVE)):
             need = True
         elif state == "queued" and not is_held(waker.lock_path(ctx)):
             need = True
@@ -126,8 +127,8 @@ class Tail:
 
 def follow(ctx, job_id: str, limit, on_interrupt=None) -> int:
     """Stream the job's output as it is written; return the job's exit code."""
-    tails = [Tail(ctx.store.path(job_id, "stdout.log"), sys.stdout),
-             Tail(ctx.store.path(job_id, "stderr.log"), sys.stderr)]
+    tails = [Tail(ctx.store.path(job_id, layout.STDOUT), sys.stdout),
+             Tail(ctx.store.path(job_id, layout.STDERR), sys.stderr)]
 
     def pump():
         for t in tails:

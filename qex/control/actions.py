@@ -7,6 +7,7 @@ import time
 from qex.base.errors import PermissionRefused
 from qex.base.states import FINAL
 from qex.queue import engine
+from qex.store import layout
 from qex.store.lock import is_held
 
 
@@ -73,7 +74,7 @@ def _signal_supervisor(ctx, job_id: str) -> None:
     except Exception:
         return
     pid = rec.get("supervisor_pid")
-    if pid and is_held(ctx.store.path(job_id, "alive.lock")):
+    if pid and is_held(ctx.store.path(job_id, layout.ALIVE)):
         try:
             os.kill(pid, signal.SIGUSR1)
         except OSError:
@@ -150,7 +151,7 @@ def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
             except Exception:
                 rec = None  # a broken record may always be cleaned by whoever can
             _remove_cgroup(ctx, job_id)
-            hidden = os.path.join(ctx.store.jobs, f".clean-{job_id}")
+            hidden = os.path.join(ctx.store.jobs, layout.cleaned_job_dir(job_id))
             try:
                 os.rename(ctx.store.job_dir(job_id), hidden)
             except OSError as exc:
@@ -200,11 +201,11 @@ def sweep_unfinished_dirs(ctx, older_than: float = 3600.0) -> int:
     for name in names:
         path = os.path.join(ctx.store.jobs, name)
         try:
-            if os.path.exists(os.path.join(path, "status.json")) or now - os.lstat(path).st_mtime < older_than:
+            if os.path.exists(os.path.join(path, layout.STATUS)) or now - os.lstat(path).st_mtime < older_than:
                 continue
         except OSError:
             continue
-        if name.startswith((".new-", ".clean-")) or not name.startswith("."):
+        if layout.is_hidden_job_dir(name) or not name.startswith("."):
             shutil.rmtree(path, ignore_errors=True)
             removed += 1
     return removed

@@ -19,6 +19,7 @@ def request_of(ctx, job_id: str):
 
     from qex.control.actions import check_owner
     from qex.jobs.submit import Request
+    from qex.store import layout
 
     rec = ctx.store.read_status_dict(job_id)
     check_owner(ctx, rec, "rerun")
@@ -29,7 +30,7 @@ def request_of(ctx, job_id: str):
     req.cwd = spec.cwd
     for option in ("needs", "after"):
         for dep in getattr(req, option):
-            if not os.path.exists(ctx.store.path(dep, "status.json")):
+            if not os.path.exists(ctx.store.path(dep, layout.STATUS)):
                 raise SpecError(f"cannot rerun {job_id[:8]}: the job it {'needs' if option == 'needs' else 'runs after'}"
                                 f", {dep[:8]}, no longer exists (cleaned); submit it again with qex submit")
     req.rerun_of = job_id

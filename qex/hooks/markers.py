@@ -30,15 +30,13 @@ This module is what every pass may touch; the runner is ``qex.hooks.runner``, an
 import os
 
 from qex.base.states import FINAL
-from qex.store.layout import HOOKS_PENDING as PENDING
+from qex.store import layout
 
-RAN = "hook.ran"
-LOG = "hook.log"
 FAULT = "QEX_TEST_FAULT"  # "before-hook": SIGKILL this process where a crash would leave a hook pending
 
 
 def pending_dir(store) -> str:
-    return os.path.join(store.root, PENDING)
+    return os.path.join(store.root, layout.HOOKS_PENDING)
 
 
 def wanted(config, state: str) -> bool:
@@ -59,7 +57,7 @@ def mark_locked(ctx, txn) -> None:
         if directory is None:
             directory = _ensure_dir(ctx.store)
         try:
-            os.close(os.open(os.path.join(directory, f"{uid}.{rec['id']}"),
+            os.close(os.open(os.path.join(directory, layout.hook_marker(uid, rec['id'])),
                              os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
         except OSError:
             pass  # the hook is a message: it never fails a pass
@@ -79,7 +77,7 @@ def _ensure_dir(store) -> str:
 
 def decide(ctx, job_id: str) -> str:
     """"run", "drop" (the marker is done with), or "wait" (the record is not final yet)."""
-    if os.path.lexists(ctx.store.path(job_id, RAN)):
+    if os.path.lexists(ctx.store.path(job_id, layout.HOOK_RAN)):
         return "drop"
     try:
         rec = ctx.store.read_status_dict(job_id)

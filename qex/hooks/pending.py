@@ -8,6 +8,7 @@ import os
 
 from qex.hooks.markers import FAULT, decide, pending_dir, unlink_quietly
 from qex.linux.proc import detach_stdio, max_fd, reap_later
+from qex.store import layout
 
 
 def start_pending(ctx, close_in_child=()) -> None:
@@ -17,12 +18,11 @@ def start_pending(ctx, close_in_child=()) -> None:
         names = os.listdir(directory)
     except OSError:
         return
-    prefix = f"{ctx.uid}."
     todo = []
     for name in names:
-        if not name.startswith(prefix):
+        job_id = layout.hook_marker_job(name, ctx.uid)
+        if job_id is None:
             continue  # another user's job: their own qex runs their hook
-        job_id = name[len(prefix):]
         marker = os.path.join(directory, name)
         decision = decide(ctx, job_id)
         if decision == "run":
@@ -53,7 +53,7 @@ def _fork_runner(ctx, job_ids: list[str], close_in_child=()) -> None:
             if os.fork() != 0:
                 os._exit(0)
             os.closerange(3, max_fd())  # no lock, no liveness descriptor, nothing of the caller
-            detach_stdio(os.path.join(ctx.store.root, "hooks.log"))
+            detach_stdio(os.path.join(ctx.store.root, layout.HOOKS_LOG))
             from qex.hooks.runner import run_hooks  # (in the runner only: every pass imports this module)
 
             run_hooks(ctx, job_ids)

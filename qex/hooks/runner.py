@@ -9,8 +9,9 @@ import time
 
 from qex.base.states import FINAL
 from qex.base.text import one_line
-from qex.hooks.markers import LOG, RAN, decide, pending_dir, unlink_quietly
+from qex.hooks.markers import decide, pending_dir, unlink_quietly
 from qex.linux.proc import KILL_GRACE
+from qex.store import layout
 
 OUTPUT_CAP = 1 << 20
 DRAIN_AFTER_EXIT = 2.0
@@ -49,7 +50,7 @@ def run_hooks(ctx, job_ids: list[str]) -> None:
 
 
 def _claim(ctx, job_id: str, config) -> "_Hook | None":
-    marker = os.path.join(pending_dir(ctx.store), f"{ctx.uid}.{job_id}")
+    marker = os.path.join(pending_dir(ctx.store), layout.hook_marker(ctx.uid, job_id))
     decision = decide(ctx, job_id)
     if decision != "run":
         if decision == "drop":
@@ -57,7 +58,7 @@ def _claim(ctx, job_id: str, config) -> "_Hook | None":
         return None
     job_dir = ctx.store.job_dir(job_id)
     try:
-        fd = os.open(os.path.join(job_dir, RAN), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(os.path.join(job_dir, layout.HOOK_RAN), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                      | os.O_CLOEXEC, 0o644)
     except OSError:
         unlink_quietly(marker)  # another runner has it (or the job is gone)
@@ -103,7 +104,7 @@ def _start(hook: _Hook) -> None:
     import subprocess
 
     try:
-        hook.log_fd = os.open(os.path.join(hook.dir, LOG), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        hook.log_fd = os.open(os.path.join(hook.dir, layout.HOOK_LOG), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
                               | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         hook.proc = subprocess.Popen(list(hook.argv), cwd=hook.dir, env=hook_env(hook.rec, hook.dir),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -221,7 +222,7 @@ def _verdict(h: _Hook, timeout: float) -> None:
     if h.log_fd is not None:
         os.close(h.log_fd)
     try:
-        fs.write_json(os.path.join(h.dir, RAN), result, mode=0o644, sync_dir=False)
+        fs.write_json(os.path.join(h.dir, layout.HOOK_RAN), result, mode=0o644, sync_dir=False)
     except Exception:
         pass
 
@@ -233,7 +234,7 @@ def describe(ctx, rec: dict) -> tuple[str | None, str]:
     from qex.store import fs
 
     job_id = rec["id"]
-    ran = ctx.store.path(job_id, RAN)
+    ran = ctx.store.path(job_id, layout.HOOK_RAN)
     try:
         data = fs.read_json(ran)
     except FileNotFoundError:
@@ -241,14 +242,14 @@ def describe(ctx, rec: dict) -> tuple[str | None, str]:
     except (OSError, ValueError):
         data = {}
     if data is not None:
-        log = ctx.store.path(job_id, LOG)
+        log = ctx.store.path(job_id, layout.HOOK_LOG)
         command = one_line(" ".join(str(a) for a in data.get("command") or ()))[:200]
         if "verdict" not in data:
             return log, f"the stop hook ({command}) is running, or its runner was lost before it said how it ended"
         return log, f"the stop hook ({command}) {one_line(data['verdict'])}"
     if rec.get("state") not in FINAL:
         return None, f"the job is {rec.get('state')}: the stop hook runs when it ends"
-    if os.path.exists(os.path.join(pending_dir(ctx.store), f"{rec.get('uid', -1)}.{job_id}")):
+    if os.path.exists(os.path.join(pending_dir(ctx.store), layout.hook_marker(rec.get('uid', -1), job_id))):
         return None, "the stop hook has not started yet: the next qex command of its owner starts it"
     if not ctx.config.hook_on_stop:
         return None, f"no stop hook ran: [hooks] on_stop is not set in {ctx.config.path}"

@@ -26,8 +26,9 @@ import time
 
 from qex.base.errors import SpecError
 from qex.base.plain import Plain
+from qex.store import layout
 
-RECENT = "dedupe-recent.json"
+RECENT = layout.DEDUPE_RECENT  # (tests have it from here)
 MAX_RECENT = 1000
 MAX_KEY = 512
 
@@ -162,7 +163,7 @@ def remember_locked(store, rec: dict) -> None:
         newest = sorted(recent.items(), key=lambda kv: kv[1][1], reverse=True)[:MAX_RECENT]
         recent = dict(newest)
     try:
-        fs.write_json(os.path.join(store.root, RECENT), {"format": 1, "keys": recent},
+        fs.write_json(os.path.join(store.root, layout.DEDUPE_RECENT), {"format": 1, "keys": recent},
                       mode=0o644, sync_dir=False)
     except Exception:
         import sys
@@ -179,7 +180,7 @@ def _read_recent(store) -> dict:
     from qex.store import fs
 
     try:
-        data = fs.read_json(os.path.join(store.root, RECENT))
+        data = fs.read_json(os.path.join(store.root, layout.DEDUPE_RECENT))
         keys = data.get("keys") if isinstance(data, dict) else None
         return {k: v for k, v in keys.items()
                 if isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)

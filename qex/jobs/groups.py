@@ -12,15 +12,15 @@ left out by ``qex.jobs.resolve``. ``clean`` removes the file with its last membe
 import os
 import time
 
-from qex.store import fs
+from qex.store import fs, layout
 
 
 def directory(store) -> str:
-    return os.path.join(store.root, "groups")
+    return os.path.join(store.root, layout.GROUPS)
 
 
 def path(store, group_id: str) -> str:
-    return os.path.join(directory(store), f"{group_id}.json")
+    return os.path.join(directory(store), layout.group_file(group_id))
 
 
 def write_locked(ctx, group_id: str, name: str, members: list[str], kind: str, sync: bool = True) -> None:
@@ -74,7 +74,8 @@ def of_jobs(store, job_ids: list[str]) -> set[str]:
 
 def all_ids(store) -> list[str]:
     try:
-        return sorted(n[:-5] for n in os.listdir(directory(store)) if n.endswith(".json") and not n.startswith("."))
+        names = os.listdir(directory(store))
+        return sorted(g for n in names if not n.startswith(".") and (g := layout.group_of(n)) is not None)
     except FileNotFoundError:
         return []
 
@@ -89,7 +90,7 @@ def prune(ctx, group_ids=None) -> list[str]:
             data = _read(ctx.store, gid)
             if data is None:
                 continue
-            if not any(os.path.exists(ctx.store.path(m, "status.json")) for m in data.get("members", [])):
+            if not any(os.path.exists(ctx.store.path(m, layout.STATUS)) for m in data.get("members", [])):
                 remove_quietly(ctx.store, gid)
                 removed.append(gid)
     return removed

@@ -31,7 +31,9 @@ import json
 import os
 import time
 
-FILE = "learn.json"
+from qex.store import layout
+
+FILE = layout.LEARN  # (tests have it from here)
 FORMAT = 1
 SAMPLES = 5           # measurements kept per command: a task changes, old runs say less
 MAX_COMMANDS = 1000   # the least recently taught commands go first (~120 bytes each)
@@ -44,7 +46,7 @@ class Unreadable(Exception):
 
 
 def path_of(state_dir: str) -> str:
-    return os.path.join(state_dir, FILE)
+    return os.path.join(state_dir, layout.LEARN)
 
 
 def key_of(command, template=None) -> str:
@@ -139,11 +141,11 @@ def teach(state_dir: str, lessons: list, mode: int = 0o600) -> str | None:
     ``lessons``: (command, template, kind, nbytes, name) each, taught in one write."""
     import fcntl
 
+    lock = os.path.join(state_dir, layout.LEARN_LOCK)
     try:
-        fd = os.open(os.path.join(state_dir, "learn.lock"),
-                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as exc:
-        return f"learner: cannot open {os.path.join(state_dir, 'learn.lock')} ({exc.strerror}); not taught"
+        return f"learner: cannot open {lock} ({exc.strerror}); not taught"
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return teach_locked(state_dir, lessons)
@@ -169,7 +171,7 @@ def teach_locked(state_dir: str, lessons: list, now: float | None = None) -> str
     try:
         store = load(state_dir)
     except Unreadable as exc:
-        aside = f"{path}.corrupt-{int(now)}"
+        aside = os.path.join(state_dir, layout.learn_aside(int(now)))
         try:
             os.rename(path, aside)
         except OSError as err:

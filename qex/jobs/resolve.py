@@ -6,7 +6,7 @@ import os
 
 from qex.base import units
 from qex.base.errors import AmbiguousId, NoSuchJob, SpecError
-from qex.store import fs
+from qex.store import fs, layout
 
 MIN_PREFIX = 4
 
@@ -30,19 +30,19 @@ def _read_index(store) -> dict:
 
 
 def _groups_dir(store) -> str:
-    return os.path.join(store.root, "groups")
+    return os.path.join(store.root, layout.GROUPS)
 
 
 def read_group(store, group_id: str) -> dict | None:
     """A group file with only the members that exist (None: no such group, or none left)."""
     try:
-        data = fs.read_json(os.path.join(_groups_dir(store), f"{group_id}.json"))
+        data = fs.read_json(os.path.join(_groups_dir(store), layout.group_file(group_id)))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("members"), list):
         return None
     members = [m for m in data["members"] if isinstance(m, str) and "/" not in m
-               and os.path.exists(store.path(m, "status.json"))]
+               and os.path.exists(store.path(m, layout.STATUS))]
     return {**data, "members": members} if members else None
 
 
@@ -83,7 +83,7 @@ def resolve(store, word: str) -> Target:
 
 def _group_ids(store) -> list[str]:
     try:
-        return sorted(n[:-5] for n in os.listdir(_groups_dir(store)) if n.endswith(".json"))
+        return sorted(g for n in os.listdir(_groups_dir(store)) if (g := layout.group_of(n)) is not None)
     except FileNotFoundError:
         return []
 

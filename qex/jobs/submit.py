@@ -12,6 +12,7 @@ import time
 from qex.base import units
 from qex.base.errors import SpecError
 from qex.base.plain import Factory, Plain
+from qex.store import layout
 from qex.store.records import FORMAT, NewSpec
 
 MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ")
@@ -424,7 +425,7 @@ def submit_many(ctx, built: list[Built], on_locked=None, early=None):
 
 def _discard(ctx, built: list[Built]) -> None:
     for b in built:
-        if not os.path.exists(ctx.store.path(b.spec.id, "status.json")):
+        if not os.path.exists(ctx.store.path(b.spec.id, layout.STATUS)):
             import shutil  # only here: shutil (and bz2, lzma) cost ~1.5 ms
 
             shutil.rmtree(ctx.store.job_dir(b.spec.id), ignore_errors=True)

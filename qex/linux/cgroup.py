@@ -30,7 +30,6 @@ import os
 import time
 
 PREFIX = "qex-"
-RECORD = "cgroup"          # the file in the job directory that names the job's cgroup
 SWEEP_UNKNOWN_AFTER = 60.0  # an empty qex-* cgroup of no job we know is removed after this
 
 
@@ -364,14 +363,14 @@ def recorded(job_dir: str, job_id: str) -> JobCgroup | None:
     """The cgroup the job's supervisor made, if its note is there and sane: on the
     line of the job's pid file (``- <pid> <start> <kind> <path>`` or ``<pid> <start>
     <kind> <path>``), or in the file ``cgroup`` an older supervisor wrote."""
-    from qex.store import fs
+    from qex.store import fs, layout
 
     try:
-        kind, _, path = fs.read_bytes(os.path.join(job_dir, RECORD), 4096).decode().strip().partition(" ")
+        kind, _, path = fs.read_bytes(os.path.join(job_dir, layout.CGROUP), 4096).decode().strip().partition(" ")
     except (OSError, UnicodeDecodeError):
         from qex.linux import pidfile
 
-        noted = pidfile.cgroup_note(os.path.join(job_dir, pidfile.NAME))
+        noted = pidfile.cgroup_note(os.path.join(job_dir, layout.PID))
         if noted is None:
             return None
         kind, path = noted
@@ -383,8 +382,10 @@ def recorded(job_dir: str, job_id: str) -> JobCgroup | None:
 
 
 def forget(job_dir: str) -> None:
+    from qex.store import layout
+
     try:
-        os.unlink(os.path.join(job_dir, RECORD))
+        os.unlink(os.path.join(job_dir, layout.CGROUP))
     except OSError:
         pass
 

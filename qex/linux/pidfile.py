@@ -1,4 +1,4 @@
-"""A job's pid file (``jobs/<id>/pid``): what a later pass stops a lost job by.
+"""A job's pid file (``jobs/<id>/pid``; its name: ``qex.store.layout.PID``): what a later pass stops a lost job by.
 
 One line, written by the job's supervisor (truncated first at each write):
 
@@ -14,7 +14,6 @@ This module is the one reader and writer of that format.
 
 import os
 
-NAME = "pid"
 _READ = 4096
 
 

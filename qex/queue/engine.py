@@ -14,6 +14,7 @@ from qex.queue import views
 from qex.queue.context import Context, Launch, PassResult
 from qex.queue.reconcile import reconcile_locked
 from qex.queue.txn import Txn
+from qex.store import layout
 from qex.store.lock import hold
 from qex.store.state import Index
 
@@ -217,7 +218,7 @@ def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
                          now)
             continue
         try:
-            fd = hold(ctx.store.path(start.id, "alive.lock"))
+            fd = hold(ctx.store.path(start.id, layout.ALIVE))
         except FileNotFoundError:  # its directory was removed by hand: it is no job any more
             txn.idx.drop(start.id)
             ctx.store.save_index_locked(txn.idx)

@@ -11,7 +11,7 @@ import os
 from qex.base.errors import QexError
 from qex.linux.proc import close_quietly, detach_stdio, reap_later
 from qex.queue.context import Context, Launch
-from qex.store import fs
+from qex.store import fs, layout
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:
@@ -57,7 +57,7 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child=(), leaving:
                         close_quietly(other.peer_fd)
                 for fd in close_in_child:
                     close_quietly(fd)
-                detach_stdio(ctx.store.path(launch.job_id, "supervisor.log"))
+                detach_stdio(ctx.store.path(launch.job_id, layout.SUPERVISOR_LOG))
                 launch.fresh = True  # admitted by the pass just before this fork (qex.supervisor.run._start)
                 return launch
             except BaseException:

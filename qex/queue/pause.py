@@ -30,8 +30,8 @@ import time
 
 from qex.base.plain import Plain
 from qex.base.states import HOLDING
+from qex.store import layout
 
-QUEUE_FILE = "queue.json"
 FORMAT = 1
 KEEP_IDS = 16
 
@@ -65,11 +65,11 @@ class PauseFile(Plain):
 # ---- where pauses live ----------------------------------------------------------
 
 def directory(store) -> str:
-    return os.path.join(store.root, "pause")
+    return os.path.join(store.root, layout.PAUSE)
 
 
 def path_for(store, kind: str, name: str | None = None) -> str:
-    return os.path.join(directory(store), QUEUE_FILE if kind == "queue" else f"lock-{name}.json")
+    return os.path.join(directory(store), layout.PAUSE_QUEUE if kind == "queue" else layout.pause_lock(name))
 
 
 def valid_name(name) -> bool:
@@ -80,10 +80,11 @@ def valid_name(name) -> bool:
 
 
 def _kind_of(filename: str) -> tuple[str, str | None] | None:
-    if filename == QUEUE_FILE:
+    if filename == layout.PAUSE_QUEUE:
         return "queue", None
-    if filename.startswith("lock-") and filename.endswith(".json") and valid_name(filename[5:-5]):
-        return "lock", filename[5:-5]
+    name = layout.paused_lock_of(filename)
+    if name is not None and valid_name(name):
+        return "lock", name
     return None
 
 
@@ -301,7 +302,7 @@ def end_locked(ctx, txn, p: PauseFile, end: float) -> None:
     from qex.store import fs
 
     if p.kind == "queue":
-        ended = os.path.join(directory(ctx.store), f".ended-{_file_id(p.id)}.json")
+        ended = os.path.join(directory(ctx.store), layout.pause_ended(_file_id(p.id)))
         fs.write_json(ended, {**p.dump(), "ended_at": end}, mode=0o644, sync_dir=False)
         txn.__dict__.setdefault("_fresh_pause_ends", set()).add(ended)  # removed by the next pass
         _unlink(p.path)
@@ -327,7 +328,7 @@ def settle_locked(ctx, txn, now: float) -> None:
         else:
             live_ids.add(p.id)
     for filename in names:
-        if filename.startswith(".ended-") and filename.endswith(".json"):
+        if layout.is_pause_ended(filename):
             _replay_end(txn, os.path.join(d, filename), live_ids)
 
 

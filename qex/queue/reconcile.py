@@ -7,6 +7,7 @@ from qex.linux import pidfile
 from qex.queue import views
 from qex.queue.context import Context
 from qex.queue.txn import Txn
+from qex.store import layout
 from qex.store.lock import is_held
 
 
@@ -22,13 +23,13 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         holding = [job_id for job_id, entry in idx.jobs.items() if entry["state"] in HOLDING]
     for job_id in holding:
         entry = idx.jobs[job_id]
-        alive = ctx.store.path(job_id, "alive.lock")
+        alive = ctx.store.path(job_id, layout.ALIVE)
         try:
             if is_held(alive):
                 continue
         except OSError:
             continue  # cannot look (another user's private directory): assume alive
-        pid_path = ctx.store.path(job_id, pidfile.NAME)
+        pid_path = ctx.store.path(job_id, layout.PID)
         launched = pidfile.launched(pid_path)
         if _runs_out_of_reach(ctx, job_id, entry, launched):
             continue  # another user's job still runs: only its owner's pass can stop it

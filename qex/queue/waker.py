@@ -22,6 +22,7 @@ from qex.base.states import HOLDING
 from qex.linux.proc import detach_stdio, reap_later
 from qex.queue import engine, fork
 from qex.queue.context import Launch
+from qex.store import layout
 from qex.store.lock import hold
 
 INTERVAL = float(os.environ.get("QEX_WAKER_INTERVAL", "1.0"))
@@ -39,7 +40,7 @@ LOOK = 1.0
 
 
 def lock_path(ctx) -> str:
-    return os.path.join(ctx.store.root, f"waker-{ctx.uid}.lock")
+    return os.path.join(ctx.store.root, layout.waker_lock(ctx.uid))
 
 
 def ensure(ctx, close_in_child=(), next_deadline: float | None = None) -> "Launch | None":
@@ -67,7 +68,7 @@ def ensure(ctx, close_in_child=(), next_deadline: float | None = None) -> "Launc
                     os.close(other)
                 except OSError:
                     pass
-            detach_stdio(os.path.join(ctx.store.root, "waker.log"))
+            detach_stdio(os.path.join(ctx.store.root, layout.WAKER_LOG))
         except BaseException:
             os._exit(70)
         launch = _loop(ctx, fd, next_deadline)
@@ -127,7 +128,7 @@ def _sleep_until(ctx, wake: float) -> None:
 
 def _stamp(ctx) -> tuple:
     out = []
-    for path in (ctx.store.index_path, ctx.store.journal_path, os.path.join(ctx.store.root, "pause")):
+    for path in (ctx.store.index_path, ctx.store.journal_path, os.path.join(ctx.store.root, layout.PAUSE)):
         try:
             out.append(os.stat(path).st_mtime_ns)
         except OSError:
@@ -225,6 +226,6 @@ def _lost(ctx, job_id: str, entry: dict) -> bool:
     from qex.store.lock import is_held
 
     try:
-        return not is_held(ctx.store.path(job_id, "alive.lock"))
+        return not is_held(ctx.store.path(job_id, layout.ALIVE))
     except OSError:
         return entry.get("uid") == ctx.uid  # another user's private file: assume alive, as a pass does

@@ -14,7 +14,7 @@ import os
 import time
 
 from qex.base.errors import StoreError
-from qex.store import fs, history, journal
+from qex.store import fs, history, journal, layout
 from qex.store.index import LAZY, Index
 from qex.store.records import ACTIVE
 
@@ -66,12 +66,12 @@ class Commit:
         if data is not None:
             if not os.path.isdir(directory):
                 return False
-            fs.write_atomic(os.path.join(directory, "status.json"), data, mode=self.status_mode,
+            fs.write_atomic(os.path.join(directory, layout.STATUS), data, mode=self.status_mode,
                             sync_dir=False, sync=False, exchange=True)
             return True
         if not os.path.isdir(directory):
             return False
-        path = os.path.join(directory, "status.json")
+        path = os.path.join(directory, layout.STATUS)
         full = {**status_defaults(), **rec}
         if unless_same:  # a replayed event whose record was written: no second write
             try:

@@ -23,7 +23,7 @@ import time
 from attrs import frozen
 
 from qex.base.states import STATES
-from qex.store import journal
+from qex.store import layout
 from qex.store.records import Status
 
 KINDS = ("stream", "job", "gap")
@@ -168,8 +168,8 @@ class Reader:
 
     def __init__(self, root: str, since="now"):
         self.root = root
-        self.cur_path = os.path.join(root, journal.JOURNAL)
-        self.rot_path = os.path.join(root, journal.ROTATED)
+        self.cur_path = os.path.join(root, layout.JOURNAL)
+        self.rot_path = os.path.join(root, layout.JOURNAL_ROTATED)
         self.stream: str | None = None
         self.seq = 0
         self.file: _File | None = None
@@ -319,7 +319,7 @@ def _index_position(root: str) -> tuple[str | None, int]:
     from qex.store import fs
 
     try:
-        data = fs.read_json(os.path.join(root, "index.json"))
+        data = fs.read_json(os.path.join(root, layout.INDEX))
         return data.get("stream"), int(data.get("seq", 0))
     except (OSError, ValueError, AttributeError, TypeError):
         return None, 0

@@ -32,15 +32,15 @@ import json
 import os
 
 from qex.base.states import FINAL
+from qex.store import layout
 
-HISTORY = "history.jsonl"
 ERROR_CHARS = 240  # a list row shows at most 160 characters of the error
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 _LINE = rb'^\{"seq":(\d+),"id":"([0-9A-Za-z_.-]+)",'  # how line_of starts a line
 
 
 def path_of(store) -> str:
-    return os.path.join(store.root, HISTORY)
+    return os.path.join(store.root, layout.HISTORY)
 
 
 def line_of(rec: dict, store=None) -> bytes:
@@ -64,7 +64,7 @@ def line_of(rec: dict, store=None) -> bytes:
         row["error"] = str(rec["error"])[:ERROR_CHARS]
     if store is not None:
         try:
-            row["st"] = identity(os.stat(store.path(rec["id"], "status.json")))
+            row["st"] = identity(os.stat(store.path(rec["id"], layout.STATUS)))
         except OSError:
             pass
     return json.dumps(row, separators=(",", ":")).encode() + b"\n"

@@ -10,10 +10,9 @@ Written only under the state lock, by the actor that made the change.
 import json
 import os
 
-from qex.store import fs
+from qex.store import fs, layout
 
-JOURNAL = "journal.jsonl"
-ROTATED = "journal.1.jsonl"
+ROTATED = layout.JOURNAL_ROTATED  # (tests have it from here)
 DEFAULT_MAX_BYTES = 8 << 20
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 
@@ -274,4 +273,4 @@ def trim(path: str, offset: int) -> None:
 
 def rotate(directory: str) -> None:
     """Move the journal aside (one old file kept); the next append starts a new one."""
-    os.replace(os.path.join(directory, JOURNAL), os.path.join(directory, ROTATED))
+    os.replace(os.path.join(directory, layout.JOURNAL), os.path.join(directory, layout.JOURNAL_ROTATED))

@@ -14,7 +14,7 @@ import json
 import os
 
 from qex.base.errors import QexError, StoreError
-from qex.store import check, fs, history, journal
+from qex.store import check, fs, history, journal, layout
 from qex.store.index import INDEX_FORMAT, Index, usable_event
 
 KEPT_REPLAY_BYTES = 1 << 20  # a kept index is taken while the journal grew less since (a long job's
@@ -207,7 +207,7 @@ class Replay:
         if not _boot_id():
             return False
         try:
-            fd = os.open(os.path.join(self.root, "lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(os.path.join(self.root, layout.LOCK), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return False  # no lock file: nothing was ever applied here
         try:
@@ -258,7 +258,7 @@ class Replay:
         The sequence goes on from the rotated journal when the current one is empty.
         """
         events, end, highest = journal.read_committed(self.journal_path, 0)  # whole appends only
-        history = events or journal.read_from(os.path.join(self.root, journal.ROTATED), 0)[0]
+        history = events or journal.read_from(os.path.join(self.root, layout.JOURNAL_ROTATED), 0)[0]
         seq = max([highest] + [e["seq"] for e in history if isinstance(e.get("seq"), int)])
         stream = next((e.get("stream") for e in history if isinstance(e.get("stream"), str)), None)
         idx = Index({"seq": seq, "offset": end, "stream": stream, "synced": 0})  # (a record equal to its last

@@ -2,18 +2,7 @@
 directories made; the active index is loaded by ``qex.store.replay`` and written by
 the commit, ``qex.store.commit`` (both parts of ``Store``; the index: ``qex.store.index``).
 
-Layout::
-
-    <state>/lock              the state lock (held by a pass for milliseconds)
-    <state>/index.json        the active index: a compact entry per queued,
-                              starting or running job, so a pass reads one file
-    <state>/journal.jsonl     the event journal = the pass's write-ahead log
-    <state>/history.jsonl     a line per finished job, for qex list (history.py)
-    <state>/jobs/<id>/        status.json, spec.json (0600); from its start:
-                              stdout.log, stderr.log, supervisor.log, alive.lock, pid
-    <state>/groups/<id>.json  the members of a group
-    <state>/pause/            pause files
-    <state>/waker-<uid>.lock  held by the one waker of a user
+The names in the directory, and their layout: ``qex.store.layout``.
 
 Functions whose name ends in ``_locked`` must be called with the state lock held.
 """
@@ -23,7 +12,7 @@ from __future__ import annotations  # the record classes are declared on first u
 import os
 
 from qex.base.errors import BrokenRecord, NoSuchJob, StoreError
-from qex.store import check, fs, journal
+from qex.store import check, fs, journal, layout
 from qex.store.commit import Commit
 from qex.store.index import (
     LAZY,  # noqa: F401 (the callers of commit_locked have it from here)
@@ -51,9 +40,9 @@ class Store(Replay, Commit):
 
     def __init__(self, root: str):
         self.root = root
-        self.jobs = os.path.join(root, "jobs")
-        self.index_path = os.path.join(root, "index.json")
-        self.journal_path = os.path.join(root, journal.JOURNAL)
+        self.jobs = os.path.join(root, layout.JOBS)
+        self.index_path = os.path.join(root, layout.INDEX)
+        self.journal_path = os.path.join(root, layout.JOURNAL)
 
     # ---- paths -----------------------------------------------------------
     def job_dir(self, job_id: str) -> str:
@@ -66,7 +55,7 @@ class Store(Replay, Commit):
 
     def lock(self, wait: bool = True) -> StateLock:
         """The state lock; ``wait=False``: ``qex.store.lock.Busy`` if another process holds it."""
-        return StateLock(os.path.join(self.root, "lock"), on_hold=self._held, wait=wait)
+        return StateLock(os.path.join(self.root, layout.LOCK), on_hold=self._held, wait=wait)
 
     def _held(self, fd: int | None) -> None:
         self._lock_fd = fd
@@ -79,8 +68,6 @@ class Store(Replay, Commit):
         fs.ensure_private_dir(self.root)
         fs.check_state_dir(self.root)
         fs.ensure_private_dir(self.jobs)
-        from qex.store import layout
-
         layout.learn(self)
 
     @property
@@ -95,7 +82,7 @@ class Store(Replay, Commit):
 
     # ---- records (no lock needed to read) ---------------------------------
     def read_status_dict(self, job_id: str) -> dict:
-        path = self.path(job_id, "status.json")
+        path = self.path(job_id, layout.STATUS)
         try:
             data = fs.read_json(path)
         except FileNotFoundError:
@@ -177,8 +164,8 @@ class Store(Replay, Commit):
         try:
             return codec.load(Status, data)
         except Exception as exc:  # cattrs raises several kinds; all mean "damaged"
-            raise BrokenRecord(f"the record {self.path(job_id, 'status.json')} is damaged "
-                               f"({codec.describe(exc, 'status.json')}); qex clean {job_id} removes it") from None
+            raise BrokenRecord(f"the record {self.path(job_id, layout.STATUS)} is damaged "
+                               f"({codec.describe(exc, layout.STATUS)}); qex clean {job_id} removes it") from None
 
     def read_spec(self, job_id: str, must_own: bool = False):
         """The job's spec (a ``records.NewSpec``: the fields of ``Spec``, read without
@@ -187,7 +174,7 @@ class Store(Replay, Commit):
         another user could have put there)."""
         from qex.store.records import NewSpec
 
-        path = self.path(job_id, "spec.json")
+        path = self.path(job_id, layout.SPEC)
         try:
             data = fs.read_json(path, owner=os.getuid() if must_own else None)
             check.spec(data)
@@ -229,12 +216,12 @@ class Store(Replay, Commit):
         from qex.store.records import spec_json
 
         final = self.job_dir(spec.id)
-        tmp = os.path.join(self.jobs, f".new-{spec.id}")
+        tmp = os.path.join(self.jobs, layout.new_job_dir(spec.id))
         fd = -1
         try:
             os.mkdir(tmp, 0o700)
             data = fs.json_bytes(spec_json(spec))
-            fd = os.open(os.path.join(tmp, "spec.json"),
+            fd = os.open(os.path.join(tmp, layout.SPEC),
                          os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
                 fs.write_all(fd, data)
@@ -245,13 +232,11 @@ class Store(Replay, Commit):
                     os.close(fd)
                     fd = -1
             if self.shared:
-                from qex.store import layout
-
                 layout.open_job_dir(tmp)
             os.rename(tmp, final)
             if later:
                 dir_fd = os.open(self.jobs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                fs.sync_in_background([(fd, os.path.join(final, "spec.json")), (dir_fd, self.jobs)])
+                fs.sync_in_background([(fd, os.path.join(final, layout.SPEC)), (dir_fd, self.jobs)])
                 fd = -1  # (the syncer's now: it closes both)
             elif sync:
                 fs.fsync_dir(self.jobs)

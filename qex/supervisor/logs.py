@@ -71,7 +71,11 @@ class CutState:
 
 
 def cut_path(path: str) -> str:
-    return path + ".cut"
+    """The cut record of the log at ``path``. Not in the minimal watcher, which imports
+    nothing that imports ``os`` (the layout does): a ``Sink`` has its own, ``cut``."""
+    from qex.store.layout import CUT
+
+    return path + CUT
 
 
 def read_cut(path: str) -> "CutState | None | bool":
@@ -105,6 +109,7 @@ class Sink:
         from qex.store import fs
 
         self.path, self.label, self.setting = path, label, setting
+        self.cut = cut_path(path)  # (made here, before the minimal watcher: see cut_path)
         self.failed: str | None = None
         self.room = 0  # bytes this log may write before it looks at the free space again
         try:  # never a symlink, a FIFO, nor another user's file (a shared directory): the log stops, not the job
@@ -135,14 +140,15 @@ class Sink:
     def handover(self) -> tuple:
         """What the process this one execs into needs to go on writing this log."""
         return (self.path, self.label, self.setting, self.failed, self.room, self.fd, self.size, self.limit,
-                self.bytes, self.lines, self.cut_fd, self.state.encode() if self.state else None, self.changed)
+                self.bytes, self.lines, self.cut_fd, self.state.encode() if self.state else None, self.changed,
+                self.cut)
 
     @classmethod
     def resume(cls, handed: tuple) -> "Sink":
         """The Sink ``handover`` described, in the process that inherited its fds."""
         self = cls.__new__(cls)
         (self.path, self.label, self.setting, self.failed, self.room, self.fd, self.size, self.limit,
-         self.bytes, self.lines, self.cut_fd, state, self.changed) = handed
+         self.bytes, self.lines, self.cut_fd, state, self.changed, self.cut) = handed
         self.state = CutState.decode(state) if state else None
         return self
 
@@ -261,7 +267,7 @@ class Sink:
 
     def _put_cut(self) -> None:
         if self.cut_fd is None:
-            self.cut_fd = os.open(cut_path(self.path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            self.cut_fd = os.open(self.cut, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                                   0o600)
         os.pwrite(self.cut_fd, self.state.encode(), 0)
 

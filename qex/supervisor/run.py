@@ -19,7 +19,7 @@ from qex.queue import engine, reconcile
 from qex.queue.context import Context, Launch
 from qex.queue.launch import after_pass
 from qex.queue.txn import Txn
-from qex.store import fs
+from qex.store import fs, layout
 from qex.store.state import LAZY
 from qex.supervisor import ending, spawn
 from qex.supervisor.ending import DRAIN_AFTER_EXIT
@@ -59,7 +59,7 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
     def fail(txn):
         rec = txn.record(launch.job_id)
         if rec["state"] in HOLDING:
-            pid = rec.get("pid") or (pidfile.launched(ctx.store.path(launch.job_id, pidfile.NAME)) or (None,))[0]
+            pid = rec.get("pid") or (pidfile.launched(ctx.store.path(launch.job_id, layout.PID)) or (None,))[0]
             if pid:
                 signal_group(pid, signal.SIGKILL)  # a job spawned but not yet recorded has only its pid file
             reconcile.release_cgroup(ctx, launch.job_id)  # (one in its cgroup may have only the intent line yet)
@@ -196,7 +196,7 @@ def make_logs(store, job_id: str) -> None:
     script that sees it running opens them); a job's logs are made when it starts, not
     when it is queued. The watch's ``Sink`` opens them again, and says what went wrong
     (a link or a FIFO planted there) in the record: here it is left to it."""
-    for name in ("stdout.log", "stderr.log"):
+    for name in (layout.STDOUT, layout.STDERR):
         try:
             os.close(fs.open_regular(store.path(job_id, name), os.O_WRONLY | os.O_CREAT))
         except OSError:
@@ -235,8 +235,8 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
 
     store = ctx.store
     limit, setting = _log_limit(ctx.config)
-    sinks = {proc.stdout.fileno(): Sink(store.path(rec["id"], "stdout.log"), limit, "stdout", setting),
-             proc.stderr.fileno(): Sink(store.path(rec["id"], "stderr.log"), limit, "stderr", setting)}
+    sinks = {proc.stdout.fileno(): Sink(store.path(rec["id"], layout.STDOUT), limit, "stdout", setting),
+             proc.stderr.fileno(): Sink(store.path(rec["id"], layout.STDERR), limit, "stderr", setting)}
     started = rec.get("started_at") or time.time()
     timeout_at = started + rec["timeout"] if rec.get("timeout") else None
     handoff_at = time.time() + watch.GRACE if launch is not None else None
@@ -335,7 +335,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     if own_next is not None:
         own_next.fresh = True  # admitted by this process's pass a moment ago (see _start)
         own_next.follows = True
-        detach_stdio(ctx.store.path(own_next.job_id, "supervisor.log"))
+        detach_stdio(ctx.store.path(own_next.job_id, layout.SUPERVISOR_LOG))
     return own_next
 
 

@@ -11,7 +11,7 @@ from qex.base.errors import StoreError
 from qex.linux import cgroup, pidfile
 from qex.linux.proc import signal_group
 from qex.queue.context import Context, Launch
-from qex.store import fs
+from qex.store import fs, layout
 from qex.supervisor.memory import Meter
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
@@ -72,7 +72,7 @@ def spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
     starts it again), the job's pid and start time right after.
     """
     store = ctx.store
-    pid_path = store.path(launch.job_id, pidfile.NAME)
+    pid_path = store.path(launch.job_id, layout.PID)
     mode = 0o640 if store.shared else 0o600
     if not meter.job_dir:  # (an early supervisor made it before the commit's byte: prepare_early)
         meter.prepare(store.job_dir(launch.job_id), launch.job_id, rec.get("attempt", 1))

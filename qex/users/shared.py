@@ -34,7 +34,7 @@ import os
 import stat
 
 from qex.base.errors import PermissionRefused, QexError, UsageError
-from qex.store.layout import DIR_MODE, SUBDIRS, ensure_file, is_shared
+from qex.store.layout import DIR_MODE, HOOKS_PENDING, INDEX, JOBS, JOURNAL, LOCK, SUBDIRS, ensure_file, is_shared
 
 
 def describe(store) -> str:
@@ -78,7 +78,7 @@ def _member(gid: int) -> bool:
 
 
 def _looks_like_queue(path: str) -> bool:
-    return any(os.path.lexists(os.path.join(path, n)) for n in ("index.json", "journal.jsonl", "jobs", "lock"))
+    return any(os.path.lexists(os.path.join(path, n)) for n in (INDEX, JOURNAL, JOBS, LOCK))
 
 
 def init_shared(path: str, group: str | None) -> dict:
@@ -106,7 +106,7 @@ def init_shared(path: str, group: str | None) -> dict:
                 os.mkdir(sub, 0o700)
             os.chown(sub, -1, gid)
             os.chmod(sub, DIR_MODE)
-        ensure_file(os.path.join(path, "lock"), 0o660)
+        ensure_file(os.path.join(path, LOCK), 0o660)
         _hook_markers(path, gid)
     except OSError as exc:
         raise QexError(f"cannot set up {path}: {exc.strerror}") from None
@@ -117,8 +117,6 @@ def init_shared(path: str, group: str | None) -> dict:
 def _hook_markers(path: str, gid: int) -> None:
     """The stop hooks' pending markers (qex.hooks.markers): every member's pass adds one
     per job it ends, and only its owner removes it: setgid, sticky, group-writable."""
-    from qex.store.layout import HOOKS_PENDING
-
     sub = os.path.join(path, HOOKS_PENDING)
     if not os.path.isdir(sub) or os.path.islink(sub):
         os.mkdir(sub, 0o700)
@@ -139,7 +137,7 @@ def _check_existing(path: str) -> None:
         return  # again on a shared directory: repairs the modes
     names = [n for n in os.listdir(path) if not n.startswith(".")]
     if _looks_like_queue(path):
-        jobs = os.path.join(path, "jobs")
+        jobs = os.path.join(path, JOBS)
         n = len(os.listdir(jobs)) if os.path.isdir(jobs) else 0
         raise QexError(f"{path} holds a private queue ({n} job directories); its records are private "
                        "to you. Give a new directory to qex init --shared (the private queue stays as it is)")
