@@ -148,7 +148,8 @@ class Sink:
         """The Sink ``handover`` described, in the process that inherited its fds."""
         self = cls.__new__(cls)
         (self.path, self.label, self.setting, self.failed, self.room, self.fd, self.size, self.limit,
-         self.bytes, self.lines, self.cut_fd, state, self.changed, self.cut) = handed
+         self.bytes, self.lines, self.cut_fd, state, self.changed) = handed[:13]
+        self.cut = handed[13] if len(handed) > 13 else None  # (None: handed over by a qex before this one)
         self.state = CutState.decode(state) if state else None
         return self
 
@@ -267,6 +268,7 @@ class Sink:
 
     def _put_cut(self) -> None:
         if self.cut_fd is None:
+            self.cut = self.cut or cut_path(self.path)  # (imports the layout: only after an upgrade)
             self.cut_fd = os.open(self.cut, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                                   0o600)
         os.pwrite(self.cut_fd, self.state.encode(), 0)
