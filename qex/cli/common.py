@@ -20,7 +20,7 @@ def print_json(obj) -> None:
 
 
 def context():
-    from qex.queue.context import Context
+    from qex.config.context import Context
 
     return Context.load()
 

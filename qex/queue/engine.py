@@ -5,17 +5,23 @@ and the waker run ``run_pass``. The lock is held for the load, the decisions
 and the writes only; supervisors are forked after it is released.
 """
 
+from __future__ import annotations
+
 import os
 import time
 
 from qex.base.states import HOLDING
 from qex.linux.proc import close_quietly
 from qex.queue import views
-from qex.queue.context import Context, Launch, PassResult
+from qex.queue.context import Launch, PassResult
 from qex.queue.reconcile import reconcile_locked
 from qex.queue.txn import Txn
 from qex.store.lock import hold
 from qex.store.state import Index
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
 
 def run_pass(ctx: Context, mutate=None, save_index=True, early=None) -> PassResult:

@@ -6,12 +6,18 @@ does not (its pages are copies there); this module does not know that code:
 a forked child returns its Launch to the caller, which becomes the supervisor.
 """
 
+from __future__ import annotations
+
 import os
 
 from qex.base.errors import QexError
 from qex.linux.proc import close_quietly, detach_stdio, reap_later
-from qex.queue.context import Context, Launch
+from qex.queue.context import Launch
 from qex.store import fs
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:

@@ -6,10 +6,16 @@ the stack of the process it was forked from, and the code here makes it the
 supervisor (``qex.supervisor.run.main_loop``), which never returns.
 """
 
+from __future__ import annotations
+
 import os
 
 from qex.queue import fork
-from qex.queue.context import Context, Launch, PassResult
+from qex.queue.context import Launch, PassResult
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 

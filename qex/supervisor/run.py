@@ -7,6 +7,8 @@ of what that pass admitted, and exits; a child that becomes the next job's
 supervisor continues in the same flat loop (``main_loop``).
 """
 
+from __future__ import annotations
+
 import _signal as signal  # the C module: signal.py builds enums, ~2 ms of a starting supervisor
 import os
 import time
@@ -16,7 +18,7 @@ from qex.base.states import HOLDING
 from qex.linux import pidfile
 from qex.linux.proc import KILL_GRACE, detach_stdio, signal_group
 from qex.queue import engine, reconcile
-from qex.queue.context import Context, Launch
+from qex.queue.context import Launch
 from qex.queue.launch import after_pass
 from qex.queue.txn import Txn
 from qex.store import fs
@@ -24,6 +26,10 @@ from qex.store.state import LAZY
 from qex.supervisor import ending, spawn
 from qex.supervisor.ending import DRAIN_AFTER_EXIT
 from qex.supervisor.memory import Meter
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
 RUNNING_AFTER = 0.02  # the longest a spawned job waits for its 'running' record while the lock is busy
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use

@@ -3,6 +3,8 @@ into its process group (and memory cgroup), and its pid file around the spawn
 (``qex.linux.pidfile``). The supervisor (``qex.supervisor.run``) calls ``spawn``.
 """
 
+from __future__ import annotations
+
 import _signal as signal  # the C module: signal.py builds enums, ~2 ms of a starting supervisor
 import os
 import stat
@@ -10,9 +12,13 @@ import stat
 from qex.base.errors import StoreError
 from qex.linux import cgroup, pidfile
 from qex.linux.proc import signal_group
-from qex.queue.context import Context, Launch
+from qex.queue.context import Launch
 from qex.store import fs
 from qex.supervisor.memory import Meter
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:
