@@ -24,7 +24,8 @@ if _CRASH:
     from qex.base import faults
 
 
-def launch_all(ctx: Context, launches: list[Launch], close_in_child=(), leaving: bool = False) -> Launch | None:
+def launch_all(ctx: Context, launches: list[Launch], close_in_child: tuple[int, ...] = (),
+               leaving: bool = False) -> Launch | None:
     """Fork one supervisor per launch, in a session of its own.
 
     A double fork, so that no supervisor is the child of a process that lives on

@@ -11,7 +11,8 @@ if TYPE_CHECKING:
     from qex.config.context import Context
 
 
-def after_pass(ctx: Context, result: PassResult, close_in_child=(), leaving: bool = False) -> Launch | None:
+def after_pass(ctx: Context, result: PassResult, close_in_child: tuple[int, ...] = (),
+               leaving: bool = False) -> Launch | None:
     """Fork the supervisors of a pass and make sure a waker exists if work waits.
     ``leaving``: the caller exits as soon as it has answered (see ``launch_all``).
 

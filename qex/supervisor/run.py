@@ -29,7 +29,10 @@ from qex.supervisor.memory import Meter
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from qex.config.context import Context
+    from qex.store.state import Store
 
 RUNNING_AFTER = 0.02  # the longest a spawned job waits for its 'running' record while the lock is busy
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
@@ -96,7 +99,7 @@ class Interrupt:
     def _on(self, signum, frame):
         self.requested = "kill" if signum == signal.SIGUSR1 else "term"
 
-    def close(self):
+    def close(self) -> None:
         signal.set_wakeup_fd(-1)
         os.close(self.r)
         os.close(self.w)
@@ -197,7 +200,7 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, inter
     return proc, current
 
 
-def make_logs(store, job_id: str) -> None:
+def make_logs(store: Store, job_id: str) -> None:
     """The job's stdout.log and stderr.log, empty, before its record says 'running' (a
     script that sees it running opens them); a job's logs are made when it starts, not
     when it is queued. The watch's ``Sink`` opens them again, and says what went wrong
@@ -281,7 +284,7 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
     return ending.classify(rec, end.wait_status, end.rusage, end.stop_reason, interrupt, sinks, end.incomplete, meter)
 
 
-def resume(ctx: Context, launch: Launch, interrupt: Interrupt, ended) -> None:
+def resume(ctx: Context, launch: Launch, interrupt: Interrupt, ended: Callable[[], dict]) -> None:
     """The supervisor after its exec back from the minimal watcher (``qex.supervisor.handoff``):
     ``ended()`` classifies the job's end; record it as ``supervise`` does, then go on as
     ``main_loop``. Never returns."""
