@@ -8,9 +8,9 @@ import signal
 
 import pytest
 
+from qex.config.context import Context
 from qex.config.model import Config
 from qex.jobs.submit import Request, build
-from qex.queue.context import Context
 from qex.queue.txn import Txn
 from qex.store import index, replay, state
 from qex.store.state import LAZY, Store

@@ -18,7 +18,7 @@ LAYERS = (
     ("base",),             # leaf: errors, units, text, ids, paths, states, machine facts, records' base
     ("admit", "store"),    # pure admission; the state directory on disk
     ("linux",),            # the kernel's mechanisms: cgroups, processes
-    ("config",),           # the config file and its cache
+    ("config",),           # the config file and its cache; a process's Context
     ("hooks", "users"),    # the stop hook; several users (peers, shared directories)
     ("queue",),            # the pass and its actors: engine, pause, queue view, waker
     ("jobs",),             # submission: requests, job files, fan-out, pipelines, groups, names

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from qex.admit import DeviceUse, PeerHold
 from qex.base.paths import user_name
+from qex.config.context import Context
 from qex.config.keys import PoolDef
 from qex.config.model import Config
-from qex.queue.context import Context
 from qex.store.state import Index, Store
 from qex.users import peer_scan, peers
 

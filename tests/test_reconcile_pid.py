@@ -47,9 +47,9 @@ def test_another_users_job_with_only_its_intent_line_is_out_of_reach_while_its_c
     """A supervisor lost within its job's first 20 ms leaves the intent line only (the
     pid line comes with 'running'): in a shared directory, another user's pass must
     leave that job alone while the cgroup its intent line names still holds processes."""
+    from qex.config.context import Context
     from qex.linux import cgroup
     from qex.queue import reconcile
-    from qex.queue.context import Context
 
     class Cg:
         def __init__(self, members):

@@ -6,8 +6,8 @@ import stat
 import pytest
 
 from qex.base.errors import QexError
+from qex.config.context import Context
 from qex.config.model import Config
-from qex.queue.context import Context
 from qex.store.state import Store
 from qex.users import shared
 

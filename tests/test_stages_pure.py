@@ -89,9 +89,9 @@ def test_a_fan_out_line_built_like_the_first_is_what_build_would_make_of_it(tmp_
     its record and spec are ``build``'s, but for the job's own id and submission time."""
     import os
 
+    from qex.config.context import Context
     from qex.config.model import Config
     from qex.jobs.submit import Request, build, build_like
-    from qex.queue.context import Context
     from qex.store.state import Store
 
     store = Store(str(tmp_path / "state"))

@@ -148,7 +148,7 @@ class Front:
         self.note = note
 
 
-def order_key(job: Queued):
+def order_key(job: Queued) -> tuple[int, int, str]:
     return (-job.priority, job.seq, job.id)
 
 

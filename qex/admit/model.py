@@ -59,7 +59,7 @@ class Value:
         raise FrozenInstanceError(f"{self.__class__.__name__}.{name} cannot be deleted")
 
 
-def evolve(value: Value, **changes) -> Value:
+def evolve(value: Value, **changes: object) -> Value:
     """A copy of ``value`` with some fields changed (like ``attrs.evolve``)."""
     fields = {name: getattr(value, name) for name in value.__slots__}
     unknown = set(changes) - set(fields)

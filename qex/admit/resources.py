@@ -12,11 +12,17 @@ from __future__ import annotations
 
 from .model import Claim, DeviceUse, PeerHold, Running, Snapshot
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from typing import Iterable
+
+    from .model import Queued
+
 LOCK, PLAIN, INDEXED = "lock", "plain", "indexed"
 CPU, MEM, AVAIL = "cpu", "mem", "avail"
 
 
-def get(pairs: tuple, name: str, default=None):
+def get(pairs: tuple[tuple[str, int], ...], name: str, default: int | None = None) -> int | None:
     """The value for ``name`` in a tuple of (name, value) pairs."""
     for key, value in pairs:
         if key == name:
@@ -24,7 +30,7 @@ def get(pairs: tuple, name: str, default=None):
     return default
 
 
-def put(pairs: tuple, name: str, value) -> tuple:
+def put(pairs: tuple[tuple[str, int], ...], name: str, value: int) -> tuple[tuple[str, int], ...]:
     """``pairs`` with ``name`` set to ``value``, kept sorted by name."""
     rest = tuple(p for p in pairs if p[0] != name)
     return tuple(sorted(rest + ((name, value),), key=lambda p: p[0]))
@@ -127,7 +133,7 @@ def own_holder(m: Machine, job: Running) -> Holder:
     return Holder(job.id, False, job.cpu, job.mem, _units_of(m, job.claims), _indexed_only(m, job.assigned))
 
 
-def started_holder(m: Machine, job, assigned: tuple[DeviceUse, ...]) -> Holder:
+def started_holder(m: Machine, job: Queued, assigned: tuple[DeviceUse, ...]) -> Holder:
     """A queued job started in this pass."""
     units = _units_of(m, job.claims) if job.claims else ()
     return Holder(job.id, False, job.cpu, job.mem, units, assigned, started=True)
@@ -233,7 +239,7 @@ class Ledger:
         return led
 
 
-def ledger_of(m: Machine, holders) -> Ledger:
+def ledger_of(m: Machine, holders: Iterable[Holder]) -> Ledger:
     led = Ledger()
     for h in holders:
         led.add(m, h)
@@ -342,7 +348,7 @@ def is_whole(m: Machine, claim: Claim) -> bool:
     return len(caps) == 1 and (claim.size is None or claim.size >= caps[0])
 
 
-def holders_of(led: Ledger, dims) -> tuple[Holder, ...]:
+def holders_of(led: Ledger, dims: tuple[str, ...]) -> tuple[Holder, ...]:
     """The holders (own first, then peers; each sorted) that hold any of ``dims``."""
     found = [h for h in led.holders if h.who and any(h.holds(d) for d in dims)]
     own = sorted((h for h in found if not h.peer), key=lambda h: h.who)

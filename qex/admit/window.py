@@ -21,8 +21,12 @@ from __future__ import annotations
 from .admit import decide
 from .model import Plan, Queued, Snapshot, Wait
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from .model import Claim
 
-def shape(job: Queued):
+
+def shape(job: Queued) -> tuple[int, int, tuple[Claim, ...], bool] | None:
     """The key that decides a job's verdict with what is held, the front and the
     allowance (a retry is not held by a queue pause); None for a job whose
     verdict depends on more (needs, after, a deadline)."""

@@ -9,6 +9,10 @@ from qex.base.units import format_cores, format_size
 from .model import Dep, Queued
 from .resources import AVAIL, CPU, INDEXED, LOCK, MEM, Fit, Holder, Ledger, Machine, device_free
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from .model import Claim
+
 _LIST_LIMIT = 4
 
 
@@ -89,7 +93,7 @@ def _need(m: Machine, led: Ledger | None, job: Queued, dim: str) -> str:
     return _need_units(m, led, job, dim)
 
 
-def needs(m: Machine, led: Ledger | None, job: Queued, dims) -> str:
+def needs(m: Machine, led: Ledger | None, job: Queued, dims: tuple[str, ...]) -> str:
     """What the job needs in ``dims``, with what is free when ``led`` is given."""
     parts = [_need(m, led, job, d) for d in dims]
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
@@ -116,7 +120,7 @@ def _peer_part(m: Machine, h: Holder, dim: str) -> list[str]:
     return parts
 
 
-def peer_amounts(m: Machine, holders: tuple[Holder, ...], dims) -> str:
+def peer_amounts(m: Machine, holders: tuple[Holder, ...], dims: tuple[str, ...]) -> str:
     """"alice holds 3 cores, 4GB; bob holds gpu 1" for the peers among holders."""
     out = []
     for h in (h for h in holders if h.peer):
@@ -125,7 +129,7 @@ def peer_amounts(m: Machine, holders: tuple[Holder, ...], dims) -> str:
     return "; ".join(out)
 
 
-def held_by(m: Machine, holders: tuple[Holder, ...], dims) -> str:
+def held_by(m: Machine, holders: tuple[Holder, ...], dims: tuple[str, ...]) -> str:
     own = any(not h.peer for h in holders)
     peers = any(h.peer for h in holders)
     text = own_jobs(holders) if own else ""
@@ -158,14 +162,14 @@ def whole_thing(m: Machine, name: str) -> str:
     return f"lock {name}" if m.kind(name) == LOCK else f"all of {name}"
 
 
-def lock_wait(m: Machine, names, holders: tuple[Holder, ...]) -> str:
+def lock_wait(m: Machine, names: tuple[str, ...], holders: tuple[Holder, ...]) -> str:
     things = ", ".join(whole_thing(m, n) for n in names)
     if any(not h.peer for h in holders):
         return f"waits for {things}: held by {held_by(m, holders, names)}"
     return f"{PEER_WORDS} ({peer_amounts(m, holders, names)}): it needs {things}"
 
 
-def also_locks(m: Machine, names, holders: tuple[Holder, ...]) -> str:
+def also_locks(m: Machine, names: tuple[str, ...], holders: tuple[Holder, ...]) -> str:
     if not names:
         return ""
     return f"; it also waits for {', '.join(whole_thing(m, n) for n in names)}: held by {held_by(m, holders, names)}"
@@ -215,7 +219,7 @@ def _never_claim(m: Machine, c) -> str:
             f"{big} of its {len(caps)} devices hold that much")
 
 
-def never_wait(m: Machine, claim) -> str:
+def never_wait(m: Machine, claim: Claim) -> str:
     return f"this job can never start: {_never_claim(m, claim)}; give it a smaller claim or declare a larger [[pool]] {claim.name}"
 
 
@@ -224,7 +228,7 @@ def idle_own_wait(m: Machine, job: Queued, holders: tuple[Holder, ...]) -> str:
             f"else holds capacity: waits for {own_jobs(holders)} to end")
 
 
-def idle_peer_wait(m: Machine, job: Queued, holders: tuple[Holder, ...], dims) -> str:
+def idle_peer_wait(m: Machine, job: Queued, holders: tuple[Holder, ...], dims: tuple[str, ...]) -> str:
     return (f"{PEER_WORDS} ({peer_amounts(m, holders, dims)}): it is larger than the budget "
             f"({_over_budget(m, job)}) and runs alone when nothing else holds capacity")
 

@@ -4,10 +4,16 @@ Read from the environment on every call (tests and users change it between
 commands); no I/O beyond what ``os.environ`` holds.
 """
 
+from __future__ import annotations
+
 import os
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
-def state_dir(env=os.environ) -> str:
+
+def state_dir(env: Mapping[str, str] = os.environ) -> str:
     explicit = env.get("QEX_STATE_DIR")
     if explicit:
         return os.path.abspath(explicit)
@@ -15,7 +21,7 @@ def state_dir(env=os.environ) -> str:
     return os.path.join(base, "qex")
 
 
-def config_path(env=os.environ) -> str:
+def config_path(env: Mapping[str, str] = os.environ) -> str:
     explicit = env.get("QEX_CONFIG")
     if explicit:
         return os.path.abspath(explicit)

@@ -18,6 +18,12 @@ where they are made (``qex.config.parse`` does, key by key).
         ...
 """
 
+from __future__ import annotations
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from typing import Self
+
 
 class Factory:
     """A default made afresh for each instance (a list, a dict)."""
@@ -105,7 +111,7 @@ class Plain:
         inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._fields)
         return f"{type(self).__name__}({inner})"
 
-    def evolve(self, **changes):
+    def evolve(self, **changes: object) -> Self:
         """A copy with ``changes`` (what ``attrs.evolve`` does)."""
         return type(self)(**{**self.asdict(shallow=True), **changes})
 

@@ -9,6 +9,8 @@ all 1024 bytes), as ``free`` and Slurm read them. Cores are counted in whole
 millicores (1 core = 1000), so arithmetic on claims stays exact.
 """
 
+from __future__ import annotations
+
 import re
 
 from qex.base.errors import SpecError
@@ -23,10 +25,10 @@ class _Lazy:
     def __init__(self, pattern: str, flags: int = 0):
         self.pattern, self.flags = pattern, flags
 
-    def fullmatch(self, text: str):
+    def fullmatch(self, text: str) -> re.Match[str] | None:
         return re.fullmatch(self.pattern, text, self.flags)
 
-    def findall(self, text: str):
+    def findall(self, text: str) -> list:
         return re.findall(self.pattern, text, self.flags)
 
     def sub(self, repl: str, text: str) -> str:

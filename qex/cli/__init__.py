@@ -4,10 +4,16 @@ Only the parser of the command given is built, and only its module is
 imported: every agent command pays start-up.
 """
 
+from __future__ import annotations
+
 import sys
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
-def main(argv=None) -> None:
+
+def main(argv: Iterable[str] | None = None) -> None:
     code = run(sys.argv[1:] if argv is None else list(argv))
     _leave(code)
 

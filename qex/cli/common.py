@@ -1,7 +1,13 @@
 """Small helpers shared by the command modules: output, id files, the context."""
 
+from __future__ import annotations
+
 import os
 import sys
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
 
 def out(text: str = "") -> None:
@@ -13,14 +19,14 @@ def err(text: str) -> None:
     sys.stderr.flush()
 
 
-def print_json(obj) -> None:
+def print_json(obj: object) -> None:
     import json
 
     sys.stdout.write(json.dumps(obj, indent=None, sort_keys=True) + "\n")
 
 
-def context():
-    from qex.queue.context import Context
+def context() -> Context:
+    from qex.config.context import Context
 
     return Context.load()
 

@@ -1,10 +1,18 @@
 """qex kill, cancel, clean."""
 
+from __future__ import annotations
+
 from qex.base.errors import SpecError
 from qex.cli.common import context, err, out
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from argparse import Namespace
 
-def cmd_kill(args) -> int:
+    from qex.config.context import Context
+
+
+def cmd_kill(args: Namespace) -> int:
     from qex.control.actions import kill_jobs
     from qex.jobs.resolve import resolve
 
@@ -35,7 +43,7 @@ def cmd_kill(args) -> int:
     return code
 
 
-def cmd_cancel(args) -> int:
+def cmd_cancel(args: Namespace) -> int:
     from qex.control.actions import cancel_jobs
 
     ctx = context()
@@ -58,7 +66,7 @@ def cmd_cancel(args) -> int:
     return code
 
 
-def _targets(ctx, words: list[str]) -> tuple[list[str], set[str]]:
+def _targets(ctx: Context, words: list[str]) -> tuple[list[str], set[str]]:
     """The jobs named by ``words`` in order, once each, and those that came from a group."""
     from qex.jobs.resolve import resolve
 
@@ -72,7 +80,7 @@ def _targets(ctx, words: list[str]) -> tuple[list[str], set[str]]:
     return job_ids, in_group
 
 
-def cmd_clean(args) -> int:
+def cmd_clean(args: Namespace) -> int:
     import time
 
     from qex.base.states import FINAL
@@ -106,7 +114,7 @@ def cmd_clean(args) -> int:
     return 1 if refused and args.ids else 0
 
 
-def _select(ctx, args, final_states, now: float) -> list[str]:
+def _select(ctx: Context, args, final_states, now: float) -> list[str]:
     from qex.base.units import parse_duration
 
     older = parse_duration(args.older_than, "--older-than") if args.older_than is not None else None

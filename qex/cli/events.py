@@ -1,5 +1,7 @@
 """qex events: follow the journal; one line per change of any job."""
 
+from __future__ import annotations
+
 import os
 import select
 import sys
@@ -7,6 +9,10 @@ import time
 
 from qex.base.errors import UsageError
 from qex.base.states import FINAL
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from argparse import Namespace
 
 
 def _options(args):
@@ -27,7 +33,7 @@ def _options(args):
     return since, limit
 
 
-def cmd_events(args) -> int:
+def cmd_events(args: Namespace) -> int:
     from qex.base import paths
     from qex.store import fs
     from qex.store.events import Reader, Watch

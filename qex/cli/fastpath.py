@@ -25,7 +25,7 @@ SUBMIT_DEFAULTS = {
 }
 
 
-def plain_submit(argv: list[str]):
+def plain_submit(argv: list[str]) -> SimpleNamespace | None:
     """The parsed arguments of ``submit CMD...`` / ``submit -- CMD...``, or None
     when the line needs the parser."""
     if len(argv) < 2 or argv[0] != "submit" or (argv[1] != "--" and argv[1].startswith("-")):

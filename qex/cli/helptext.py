@@ -1,7 +1,13 @@
 """qex help TOPIC and qex completions SHELL (generated from the parser)."""
 
+from __future__ import annotations
+
 from qex.base.errors import UsageError
 from qex.cli.common import out
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from argparse import Namespace
 
 CONFIG_KEYS = "{CONFIG_KEYS}"  # in a topic: the key lines of the config, made from its table of keys
 
@@ -333,7 +339,7 @@ One job per line of FILE (- reads stdin), all in one group:
 }
 
 
-def cmd_help(args) -> int:
+def cmd_help(args: Namespace) -> int:
     if not args.topic:
         from qex.cli.parser import build
 
@@ -373,7 +379,7 @@ def _tree():
     return tree
 
 
-def cmd_completions(args) -> int:
+def cmd_completions(args: Namespace) -> int:
     tree = _tree()
     names = " ".join(n for n, _, _ in tree)
     if args.shell == "bash":

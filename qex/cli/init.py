@@ -1,9 +1,15 @@
 """qex init --shared DIR [--group G]: make a state directory several users share."""
 
+from __future__ import annotations
+
 from qex.cli.common import err, out
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from argparse import Namespace
 
-def cmd_init(args) -> int:
+
+def cmd_init(args: Namespace) -> int:
     from qex.users.shared import init_shared
 
     done = init_shared(args.shared, args.group)

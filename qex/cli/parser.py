@@ -1,7 +1,13 @@
 """The command line, declared once: the parser, the help and the completions
 all come from here, so they can never disagree."""
 
+from __future__ import annotations
+
 import argparse
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 # name -> (one-line help, "module:function" that runs it)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -32,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 class Parser(argparse.ArgumentParser):
     """argparse that exits 2 with one line, not a usage dump, on a bad command line."""
 
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         from qex.base.errors import UsageError
 
         raise UsageError(f"{message} (see {self.prog} --help)")
@@ -61,7 +67,7 @@ def _help_width() -> int:
     return (columns or 80) - 2
 
 
-def add_claims(p) -> None:
+def add_claims(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("claims")
     g.add_argument("--cpu", metavar="N", help="cores: a number, or guess|half (half the budget), full|max")
     g.add_argument("--mem", metavar="SIZE", help="memory: 512MB, 2GB, 1.5GiB, or guess|half|full|max")
@@ -71,7 +77,7 @@ def add_claims(p) -> None:
     g.add_argument("--lock", metavar="NAME", action="append", default=[], help="one unit of NAME; an undeclared name is a lock (repeatable)")
 
 
-def add_job_options(p) -> None:
+def add_job_options(p: argparse.ArgumentParser) -> None:
     add_claims(p)
     g = p.add_argument_group("job")
     g.add_argument("--name", help="a name: letters, digits, - _ . (at most 128)")

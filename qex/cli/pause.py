@@ -4,6 +4,8 @@ The pause list (``qex pause`` alone) goes to stdout; what a command did goes
 to stderr.
 """
 
+from __future__ import annotations
+
 import os
 import time
 
@@ -12,11 +14,17 @@ from qex.base.states import HOLDING
 from qex.cli.common import context, err, out, print_json
 from qex.store import layout
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from argparse import Namespace
+
+    from qex.config.context import Context
+
 DRAIN_POLL, NUDGE_EVERY = 0.1, 1.0
 MAX_REASON = 500
 
 
-def cmd_pause(args) -> int:
+def cmd_pause(args: Namespace) -> int:
     ctx = context()
     if args.what is None:
         if args.name or args.reason is not None or args.duration is not None or args.drain:
@@ -48,7 +56,7 @@ def cmd_pause(args) -> int:
     return 0
 
 
-def cmd_resume(args) -> int:
+def cmd_resume(args: Namespace) -> int:
     from qex.queue import engine, pause
 
     ctx = context()
@@ -121,11 +129,11 @@ def _reason(text) -> str:
 
 # ---- what happened ---------------------------------------------------------------
 
-def _index_jobs(ctx) -> dict:
+def _index_jobs(ctx: Context) -> dict:
     return ctx.store.read_index_jobs()
 
 
-def _show(ctx, as_json: bool) -> int:
+def _show(ctx: Context, as_json: bool) -> int:
     from qex.queue import pause
 
     now = time.time()
@@ -140,7 +148,7 @@ def _show(ctx, as_json: bool) -> int:
     return 0
 
 
-def _tell_paused(ctx, p, made: bool, jobs: dict) -> None:
+def _tell_paused(ctx: Context, p, made: bool, jobs: dict) -> None:
     from qex.base.units import format_duration, safe_text
     from qex.queue import pause
 
@@ -177,7 +185,7 @@ def _busy(jobs: dict, p) -> list[str]:
                   or (e.get("state") == "queued" and e.get("attempt", 1) > 1))
 
 
-def _drain(ctx, p) -> int:
+def _drain(ctx: Context, p) -> int:
     """Wait until nothing runs (a lock: until no job holds it). Ctrl-C stops the wait; the pause stays."""
     import signal
 
@@ -210,7 +218,7 @@ def _drain(ctx, p) -> int:
     return 0
 
 
-def _still(ctx, p) -> bool:
+def _still(ctx: Context, p) -> bool:
     from qex.queue import pause
 
     now = time.time()
@@ -221,7 +229,7 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _nudge(ctx, busy: list[str]) -> None:
+def _nudge(ctx: Context, busy: list[str]) -> None:
     """A job whose supervisor died holds nothing: a pass notices (no waker runs without queued work)."""
     from qex.queue import engine
     from qex.store.lock import is_held

@@ -17,7 +17,7 @@ def claims_text(claims: dict) -> str:
     return ", ".join(parts)
 
 
-def devices_text(assigned) -> str:
+def devices_text(assigned: list[dict] | None) -> str:
     return "; ".join(f"{safe_text(a['pool'])} {','.join(str(d) for d in a['devices'])}"
                      for a in assigned or () if a.get("devices"))
 

@@ -1,9 +1,19 @@
 """A submission's Request from the command line (``qex submit``, ``run``, ``--each-line``)."""
 
+from __future__ import annotations
+
 from qex.cli.common import command_after_dashes
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from argparse import Namespace
+    from types import SimpleNamespace
 
-def request_from_args(args, ctx):
+    from qex.config.context import Context
+    from qex.jobs.submit import Request
+
+
+def request_from_args(args: Namespace | SimpleNamespace, ctx: Context) -> Request:
     """A Request from the command line, on top of a job file when --job is given."""
     from qex.jobs.submit import Request
 

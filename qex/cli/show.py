@@ -1,5 +1,7 @@
 """qex list, logs, info, config show, schema, version."""
 
+from __future__ import annotations
+
 import os
 import sys
 import time
@@ -8,8 +10,14 @@ from qex.base.errors import QexError, SpecError
 from qex.cli.common import context, err, out, print_json
 from qex.store import layout
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from argparse import Namespace
 
-def cmd_version(args) -> int:
+    from qex.config.context import Context
+
+
+def cmd_version(args: Namespace) -> int:
     from qex.base.version import VERSION
 
     out(f"qex {VERSION}")
@@ -27,7 +35,7 @@ def _wanted_states(args) -> set[str] | None:
     return wanted
 
 
-def cmd_list(args) -> int:
+def cmd_list(args: Namespace) -> int:
     from qex.base.states import ACTIVE
     from qex.cli.render import LIST_HEADER, list_row
 
@@ -138,7 +146,7 @@ def _list_all(store, args, states, cwd) -> int:
     return 0
 
 
-def cmd_logs(args) -> int:
+def cmd_logs(args: Namespace) -> int:
     from qex.jobs.resolve import resolve
 
     ctx = context()
@@ -194,7 +202,7 @@ def _grep(args):
         raise SpecError(f"--grep: {args.grep!r} is not a regular expression ({exc})") from None
 
 
-def _hook_log(ctx, rec: dict, args) -> int:
+def _hook_log(ctx: Context, rec: dict, args) -> int:
     """qex logs ID --hook: the hook's output on stdout, the verdict on stderr."""
     from qex.hooks.runner import describe
 
@@ -231,7 +239,7 @@ def _print_log(path: str, stream, tail, pattern) -> None:
     stream.flush()
 
 
-def cmd_info(args) -> int:
+def cmd_info(args: Namespace) -> int:
     from qex.queue.info import gather
 
     ctx = context()
@@ -245,7 +253,7 @@ def cmd_info(args) -> int:
     return 0
 
 
-def cmd_config(args) -> int:
+def cmd_config(args: Namespace) -> int:
     from qex.base import machine
     from qex.config.file import load_config
 
@@ -263,7 +271,7 @@ def cmd_config(args) -> int:
     return 0
 
 
-def cmd_schema(args) -> int:
+def cmd_schema(args: Namespace) -> int:
     from qex.cli.schema import schema_for
 
     print_json(schema_for(args.kind))

@@ -5,7 +5,13 @@ id and name go to stderr. ``--id-file`` gets one line per handle, ``ID NAME``,
 the group first.
 """
 
+from __future__ import annotations
+
 from qex.cli.common import context, err, out, write_id_file
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from argparse import Namespace
 
 
 def _report(group_id: str, group_name: str, jobs: list[tuple[str, str]], args) -> None:
@@ -18,7 +24,7 @@ def _report(group_id: str, group_name: str, jobs: list[tuple[str, str]], args) -
         write_id_file(args.id_file, [f"{group_id} {group_name}"] + [f"{j} {n}" for n, j in jobs])
 
 
-def cmd_pipeline(args) -> int:
+def cmd_pipeline(args: Namespace) -> int:
     from qex.jobs import pipeline
 
     ctx = context()
@@ -33,7 +39,7 @@ def cmd_pipeline(args) -> int:
     return 0
 
 
-def cmd_rerun(args) -> int:
+def cmd_rerun(args: Namespace) -> int:
     from qex.base.errors import SpecError
     from qex.control import rerun
     from qex.jobs.resolve import resolve
@@ -58,7 +64,7 @@ def cmd_rerun(args) -> int:
     return 0
 
 
-def cmd_each_line(args) -> int:
+def cmd_each_line(args: Namespace) -> int:
     """qex submit --each-line: validate every line, then queue every job in one lock hold."""
     from qex.cli.request import request_from_args
     from qex.jobs import fanout, groups

@@ -1,12 +1,21 @@
 """qex submit and qex run."""
 
+from __future__ import annotations
+
 import os
 
 from qex.base.errors import SpecError
 from qex.cli.common import context, err, out, print_json, write_id_file
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from argparse import Namespace
+    from types import SimpleNamespace
 
-def _submit_one(args, ctx, leaving: bool = False):
+    from qex.config.context import Context
+
+
+def _submit_one(args, ctx: Context, leaving: bool = False):
     from qex.cli.request import request_from_args
     from qex.jobs.submit import build, submit_many
     from qex.supervisor import become
@@ -24,7 +33,7 @@ def _submit_one(args, ctx, leaving: bool = False):
     return ids[0], result, (checker.hit if checker is not None else None)
 
 
-def _say_what_happened(ctx, job_id: str, hit) -> None:
+def _say_what_happened(ctx: Context, job_id: str, hit) -> None:
     """On stderr: the job that holds the key, or the pause the new job waits for."""
     if hit is not None:
         from qex.jobs.dedupe import describe
@@ -38,7 +47,7 @@ def _say_what_happened(ctx, job_id: str, hit) -> None:
         err(f"qex: {note}")
 
 
-def cmd_submit(args) -> int:
+def cmd_submit(args: Namespace | SimpleNamespace) -> int:
     from qex.linux.cgroup import warm
 
     warm()  # the first cgroup move's wait runs beside this submission (qex.linux.cgroup.warm)
@@ -83,7 +92,7 @@ def _wait_limit(args):
     return parse_duration(args.wait_timeout, "--wait-timeout")
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: Namespace) -> int:
     from qex.cli import wait as waiting
 
     if args.each_line is not None:
@@ -108,7 +117,7 @@ def cmd_run(args) -> int:
         stopper.restore()
 
 
-def _follow_holder(ctx, job_id: str) -> int:
+def _follow_holder(ctx: Context, job_id: str) -> int:
     import signal
 
     from qex.base import outcome
@@ -132,7 +141,7 @@ def _raise_interrupt(signum, frame):
 class _Stopper:
     """Ctrl-C or SIGTERM during `qex run`: stop the job (125); a second one exits at once."""
 
-    def __init__(self, ctx, job_id: str):
+    def __init__(self, ctx: Context, job_id: str):
         import signal
 
         self.ctx, self.job_id, self.count = ctx, job_id, 0
@@ -151,7 +160,7 @@ class _Stopper:
         except Exception as exc:  # the wait goes on and reports the end
             err(f"qex: {exc}")
 
-    def restore(self):
+    def restore(self) -> None:
         import signal
 
         for s, h in self.old.items():

@@ -1,5 +1,7 @@
 """qex wait and qex status (and the output follower that run and submit use)."""
 
+from __future__ import annotations
+
 import signal
 import sys
 import time
@@ -8,6 +10,13 @@ from qex.base import outcome
 from qex.base.states import FINAL, HOLDING
 from qex.cli.common import context, err, out, print_json
 from qex.store import layout
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from argparse import Namespace
+    from collections.abc import Callable
+
+    from qex.config.context import Context
 
 POLL_FIRST, POLL_MAX, LIVENESS_EVERY = 0.02, 0.2, 1.0
 
@@ -37,8 +46,9 @@ class AttemptNotes:
         self.seen[job_id] = len(attempts)
 
 
-def await_final(ctx, job_ids: list[str], limit: float | None, first: bool = False, on_tick=None,
-                on_record=None) -> dict:
+def await_final(ctx: Context, job_ids: list[str], limit: float | None, first: bool = False,
+                on_tick: Callable[[], object] | None = None,
+                on_record: Callable[[dict], None] | None = None) -> dict:
     """Poll the records (no lock) until every job (or, with ``first``, one) is final."""
     deadline = None if limit is None else time.monotonic() + limit
     done: dict[str, dict] = {}
@@ -66,7 +76,7 @@ def await_final(ctx, job_ids: list[str], limit: float | None, first: bool = Fals
         delay = min(POLL_MAX, delay * 1.5)
 
 
-def _nudge(ctx, pending: list[str]) -> None:
+def _nudge(ctx: Context, pending: list[str]) -> None:
     """A running job whose supervisor died, or queued work with no waker: run a pass."""
     from qex.queue import engine, waker
     from qex.store.lock import is_held
@@ -89,7 +99,7 @@ def _nudge(ctx, pending: list[str]) -> None:
         become.finish_pass(ctx, result)
 
 
-def wait_and_print(ctx, job_id: str, limit, print_record: bool = True) -> int:
+def wait_and_print(ctx: Context, job_id: str, limit: float | None, print_record: bool = True) -> int:
     old = _sigterm_as_interrupt()
     try:
         rec = await_final(ctx, [job_id], limit, on_record=AttemptNotes())[job_id]
@@ -125,7 +135,7 @@ class Tail:
             self.stream.flush()
 
 
-def follow(ctx, job_id: str, limit, on_interrupt=None) -> int:
+def follow(ctx: Context, job_id: str, limit: float | None, on_interrupt: object = None) -> int:
     """Stream the job's output as it is written; return the job's exit code."""
     tails = [Tail(ctx.store.path(job_id, layout.STDOUT), sys.stdout),
              Tail(ctx.store.path(job_id, layout.STDERR), sys.stderr)]
@@ -159,7 +169,7 @@ def _limit(args):
     return parse_duration(text, "--timeout")
 
 
-def cmd_wait(args) -> int:
+def cmd_wait(args: Namespace) -> int:
     from qex.jobs.resolve import resolve_jobs
 
     ctx = context()
@@ -202,7 +212,7 @@ def _wait_notes():
     return note
 
 
-def cmd_status(args) -> int:
+def cmd_status(args: Namespace) -> int:
     from qex.jobs.resolve import resolve
 
     ctx = context()
@@ -246,7 +256,7 @@ def cmd_status(args) -> int:
     return 0
 
 
-def _show_env(ctx, rec: dict) -> None:
+def _show_env(ctx: Context, rec: dict) -> None:
     from qex.control.actions import check_owner
 
     check_owner(ctx, rec, "read the environment of")

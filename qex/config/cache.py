@@ -36,12 +36,18 @@ on timing), and its failure is a ``StoreError``, where a failed cache write
 is nothing.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import stat
 
 from qex.config.keys import KEYS, Percent, PoolDef
 from qex.config.model import Config, assemble
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 FILE = "config.json"
 FORMAT = 1
@@ -52,7 +58,7 @@ COARSE_RACY_NS = 3_000_000_000   # timestamps in whole seconds (FAT keeps 2 s)
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def directory(env=os.environ) -> str:
+def directory(env: Mapping[str, str] = os.environ) -> str:
     base = env.get("XDG_CACHE_HOME")
     if not base or not os.path.isabs(base):
         home = env.get("HOME") or os.path.expanduser("~")
@@ -73,11 +79,11 @@ def key_of(path: str) -> dict | None:
     return {"path": path, "real": real, "stat": stat_key(st), "code": _code_stamp()}
 
 
-def stat_key(st) -> list:
+def stat_key(st: os.stat_result) -> list:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def lookup(path: str, env=os.environ, out: list | None = None) -> dict | None:
+def lookup(path: str, env: Mapping[str, str] = os.environ, out: list | None = None) -> dict | None:
     """The cached body for the config at ``path``, or None (then parse it).
     ``out`` receives the key the body was found under."""
     key = key_of(path)
@@ -96,7 +102,8 @@ def lookup(path: str, env=os.environ, out: list | None = None) -> dict | None:
     return None
 
 
-def store(path: str, st, body: dict, env=os.environ, now_ns: int | None = None) -> None:
+def store(path: str, st: os.stat_result, body: dict, env: Mapping[str, str] = os.environ,
+          now_ns: int | None = None) -> None:
     """Remember ``body`` (JSON values) for the config at ``path`` read with
     stat ``st``; quietly does nothing when it cannot or should not."""
     import time

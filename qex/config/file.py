@@ -17,13 +17,19 @@ is needed:
 - ``show``: ``qex config show`` and the key lines of ``qex help config``.
 """
 
+from __future__ import annotations
+
 import os
 
 from qex.base.paths import config_path
 from qex.config.model import Config, assemble
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
-def load_config(path: str | None = None, env=os.environ) -> Config:
+
+def load_config(path: str | None = None, env: Mapping[str, str] = os.environ) -> Config:
     """Read and check the config at ``path`` (default: ``config_path(env)``).
 
     A file unchanged since a command of this user read it comes from the

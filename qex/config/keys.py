@@ -24,10 +24,16 @@ the table names as text (``parse``), as it names ``config show``'s words
 (``show``). (It is one module, not two, for the start-up of every command.)
 """
 
+from __future__ import annotations
+
 import os
 
 from qex.base.plain import Plain
 from qex.base.states import FINAL_RAN
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 DEFAULT_PEER_DIR = "/tmp/qex-peers"
 PEER_DIR_ENV = "QEX_PEER_DIR"
@@ -97,7 +103,7 @@ def resolve_word(word: str, budget: int) -> int:
     raise ValueError(f"not a claim word: {word!r}")
 
 
-def peer_dir(config, env=os.environ) -> str:
+def peer_dir(config: object, env: Mapping[str, str] = os.environ) -> str:
     """The peer directory: ``$QEX_PEER_DIR``, else ``[peers] dir``, else /tmp/qex-peers."""
     return env.get(PEER_DIR_ENV) or config.peers_dir or DEFAULT_PEER_DIR
 

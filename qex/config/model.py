@@ -3,10 +3,16 @@ the table of keys (qex/config/keys.py), and ``assemble``, which makes one of
 the checked values a file sets (read from the file or from the parsed-config
 cache) and says where each value came from."""
 
+from __future__ import annotations
+
 import os
 
 from qex.base.plain import Factory, Plain
 from qex.config.keys import BY_KEY, KEYS, MODES, SOURCE_KEYS, Percent, PoolDef, resolve_word
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 def _default_sources() -> dict[str, str]:
@@ -74,13 +80,13 @@ class Config(_Fields, frozen=True):
 
     # -- qex config show (qex/config/show.py) --------------------------------
 
-    def show(self, cores: int, mem_total: int, env=None) -> list[tuple[str, str, str]]:
+    def show(self, cores: int, mem_total: int, env: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:
         """Rows (key, value in words, source) for ``qex config show``."""
         from qex.config import show
 
         return show.rows(self, cores, mem_total, os.environ if env is None else env)
 
-    def show_json(self, cores: int, mem_total: int, env=None) -> dict:
+    def show_json(self, cores: int, mem_total: int, env: Mapping[str, str] | None = None) -> dict:
         """``{"path", "exists", "from_cache", "values": {key: {"value", "resolved", "source"}}}``
         for ``qex config show --json`` (``qex.config.show.as_json``)."""
         from qex.config import show

@@ -7,6 +7,8 @@ as a refusal names it (``[budget] cpu``), and returns the value qex holds; the
 table of keys (qex/config/keys.py) names a parser for each key.
 """
 
+from __future__ import annotations
+
 import os
 
 from qex.base import units
@@ -15,16 +17,23 @@ from qex.base.states import FINAL
 from qex.config.keys import Percent
 from qex.config.text import printable
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import NoReturn, TypeVar
+
+    R = TypeVar("R")  # what a parser of qex.base.units gives
+
 FINAL_STATES = FINAL  # the order of the sentence that lists them (qex.base.states)
 MIN_LOG_LIMIT = 4096  # qex.supervisor.logs.MIN_LIMIT
 
 
-def fail(path: str, message: str):
+def fail(path: str, message: str) -> NoReturn:
     """Refuse the file over a key: ``PATH: [budget] cpu = ...; remedy``."""
     raise ConfigError(f"{path}: {message}")
 
 
-def type_name(value) -> str:
+def type_name(value: object) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int):
@@ -40,25 +49,25 @@ def type_name(value) -> str:
     return "a date or time"
 
 
-def shown(value) -> str:
+def shown(value: object) -> str:
     """A value from the file, quoted, in printable ASCII, at most 60 characters."""
     text = printable(value if isinstance(value, str) else repr(value))
     text = text if len(text) <= 60 else text[:59] + "…"
     return f"'{text}'" if isinstance(value, str) else text
 
 
-def is_int(value) -> bool:
+def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_number(value) -> bool:
+def is_number(value: object) -> bool:
     return is_int(value) or isinstance(value, float)
 
 
 _PERCENT_FORM = r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*"
 
 
-def percent_number(value) -> float | None:
+def percent_number(value: object) -> float | None:
     """The number in ``"75%"``, or None when ``value`` is not a percentage."""
     import re
 
@@ -66,11 +75,11 @@ def percent_number(value) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def is_none_word(value) -> bool:
+def is_none_word(value: object) -> bool:
     return isinstance(value, str) and value.strip().lower() == "none"
 
 
-def did_you_mean(word, choices) -> str:
+def did_you_mean(word: object, choices: Iterable[str]) -> str:
     import difflib
 
     close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
@@ -83,22 +92,22 @@ class Checks:
     def __init__(self, path: str):
         self.path = path
 
-    def fail(self, key: str, message: str):
+    def fail(self, key: str, message: str) -> NoReturn:
         fail(self.path, f"{key} {message}")
 
-    def units_call(self, parse, value, key: str):
+    def units_call(self, parse: Callable[[str, str], R], value: str, key: str) -> R:
         try:
             return parse(value, key)
         except SpecError as e:
             fail(self.path, str(e))
 
-    def want(self, key: str, value, ok: bool, expected: str):
+    def want(self, key: str, value: object, ok: bool, expected: str) -> None:
         if not ok:
             self.fail(key, f"must be {expected}, not {type_name(value)} ({shown(value)})")
 
     # -- one parser per kind of value; each returns the value qex holds --
 
-    def budget_cpu(self, key, value):
+    def budget_cpu(self, key: str, value: object) -> int | Percent:
         forms = 'use a percentage like "75%" or a number of cores like 2 or "1.5"'
         if (pct := percent_number(value)) is not None:
             return self.percent(key, value, pct, "an absolute number of cores")
@@ -111,7 +120,7 @@ class Checks:
             self.fail(key, f"= {shown(value)} is not a percentage or a positive number of cores; {forms}")
         return millicores
 
-    def budget_mem(self, key, value):
+    def budget_mem(self, key: str, value: object) -> int | Percent:
         forms = 'use a percentage like "75%" or a size like "16GB" (or a number of bytes)'
         if (pct := percent_number(value)) is not None:
             return self.percent(key, value, pct, 'an absolute size like "64GB"')
@@ -121,14 +130,14 @@ class Checks:
         except ConfigError:
             self.fail(key, f"= {shown(value)} is not a percentage or a positive size; {forms}")
 
-    def percent(self, key, value, pct: float, absolute: str) -> Percent:
+    def percent(self, key: str, value: object, pct: float, absolute: str) -> Percent:
         if pct > 100:
             self.fail(key, f'= {shown(value)} is above 100%; use at most "100%", or {absolute} to go above the machine')
         if pct <= 0:
             self.fail(key, f"= {shown(value)} is not above 0%; use a percentage like \"75%\", or remove the key")
         return Percent(pct)
 
-    def cores(self, key, value):
+    def cores(self, key: str, value: object) -> str | int:
         """A number of cores (int, float or string) or a claim word -> millicores or word."""
         if isinstance(value, float):
             if value != value or value in (float("inf"), float("-inf")):
@@ -136,32 +145,32 @@ class Checks:
             value = repr(value)
         return self.units_call(units.parse_cpu, str(value), key)
 
-    def cpu_claim(self, key, value):
+    def cpu_claim(self, key: str, value: object) -> str | int:
         forms = 'a number of cores like 1 or "0.5", or one of "guess", "half", "full", "max"'
         self.want(key, value, is_number(value) or isinstance(value, str), forms)
         return self.cores(key, value)
 
-    def mem_claim(self, key, value):
+    def mem_claim(self, key: str, value: object) -> str | int:
         forms = 'a size like "2GB" or one of "guess", "half", "full", "max"'
         self.want(key, value, is_int(value) or isinstance(value, str), forms)
         return self.units_call(units.parse_mem, str(value), key)
 
-    def size(self, key, value) -> int:
+    def size(self, key: str, value: object) -> int:
         self.want(key, value, is_int(value) or isinstance(value, str), 'a size like "512MB" or a number of bytes')
         if is_int(value) and value < 0:
             self.fail(key, f"= {value} is negative; use a size like \"512MB\" or 0")
         return self.units_call(units.parse_size, str(value), key)
 
-    def positive_size(self, key, value) -> int:
+    def positive_size(self, key: str, value: object) -> int:
         n = self.size(key, value)
         if n <= 0:
             self.fail(key, f"= {shown(value)} is zero; use a positive size like \"512MB\", or remove the key")
         return n
 
-    def optional_positive_size(self, key, value) -> int | None:
+    def optional_positive_size(self, key: str, value: object) -> int | None:
         return None if is_none_word(value) else self.positive_size(key, value)
 
-    def log_limit(self, key, value) -> int | None:
+    def log_limit(self, key: str, value: object) -> int | None:
         if isinstance(value, str) and value.strip().lower() in ("none", "unlimited"):
             return None
         n = self.size(key, value) or None
@@ -170,7 +179,7 @@ class Checks:
                            "and a tail; use at least \"4KB\", or 0 for no limit")
         return n
 
-    def duration(self, key, value) -> float:
+    def duration(self, key: str, value: object) -> float:
         forms = 'a duration like "90s", "30m", "4h", "7d" or a number of seconds'
         self.want(key, value, is_number(value) or isinstance(value, str), forms)
         if is_number(value) and not (0 <= value < 1e15):  # also NaN and inf
@@ -180,39 +189,39 @@ class Checks:
             self.fail(key, f"= {shown(value)} is zero; use a positive duration like \"30m\", or remove the key")
         return seconds
 
-    def optional_duration(self, key, value) -> float | None:
+    def optional_duration(self, key: str, value: object) -> float | None:
         return None if is_none_word(value) else self.duration(key, value)
 
-    def count(self, key, value, minimum: int) -> int:
+    def count(self, key: str, value: object, minimum: int) -> int:
         self.want(key, value, is_int(value), f"an integer of at least {minimum}")
         if value < minimum:
             self.fail(key, f"= {value} is below {minimum}; use an integer of at least {minimum}")
         return value
 
-    def nonneg_int(self, key, value) -> int:
+    def nonneg_int(self, key: str, value: object) -> int:
         return self.count(key, value, 0)
 
-    def positive_int(self, key, value) -> int:
+    def positive_int(self, key: str, value: object) -> int:
         return self.count(key, value, 1)
 
-    def boolean(self, key, value) -> bool:
+    def boolean(self, key: str, value: object) -> bool:
         self.want(key, value, isinstance(value, bool), "true or false")
         return value
 
-    def choice(self, key, value, options: tuple[str, ...]) -> str:
+    def choice(self, key: str, value: object, options: tuple[str, ...]) -> str:
         listed = ", ".join(f'"{o}"' for o in options)
         self.want(key, value, isinstance(value, str), f"one of {listed}")
         if value not in options:
             self.fail(key, f"= {shown(value)} is not one of {listed}; use one of them")
         return value
 
-    def margin(self, key, value) -> float:
+    def margin(self, key: str, value: object) -> float:
         pct = percent_number(value)
         if pct is None or pct > 100:
             self.fail(key, f"= {shown(value)} is not a percentage from 0% to 100%; use one like \"20%\"")
         return pct / 100
 
-    def argv(self, key, value) -> tuple[str, ...]:
+    def argv(self, key: str, value: object) -> tuple[str, ...]:
         example = 'a list of strings, the command and its arguments, e.g. ["notify-send", "qex"]'
         self.want(key, value, isinstance(value, list), example)
         if not value:
@@ -225,7 +234,7 @@ class Checks:
             self.fail(key, "starts with an empty program name; put the program first")
         return tuple(value)
 
-    def states(self, key, value) -> tuple[str, ...]:
+    def states(self, key: str, value: object) -> tuple[str, ...]:
         self.want(key, value, isinstance(value, list), "a list of state names, e.g. [\"failed\", \"oom\"]")
         for item in value:
             self.want(key, item, isinstance(item, str), "a list of state names")
@@ -234,7 +243,7 @@ class Checks:
                 self.fail(key, f"names {shown(item)}, which is not a final state; use some of {listed}")
         return tuple(dict.fromkeys(value))
 
-    def abs_dir(self, key, value) -> str:
+    def abs_dir(self, key: str, value: object) -> str:
         self.want(key, value, isinstance(value, str), "an absolute directory path")
         if not os.path.isabs(value) or "\0" in value:
             self.fail(key, f"= {shown(value)} is not an absolute path; give a path that starts with /")

@@ -42,7 +42,7 @@ class Reader(Checks):
         values, keys = self.read(data)
         return assemble(self.path, values, keys)
 
-    def parse(self, key: Key, where: str, value):
+    def parse(self, key: Key, where: str, value: object) -> object:
         """``value`` checked by the parser the table names for ``key``."""
         check = getattr(self, key.parse)
         return check(where, value, key.options) if key.options else check(where, value)
@@ -77,7 +77,7 @@ class Reader(Checks):
 
     # -- [[pool]] --
 
-    def pools(self, where, content) -> tuple[PoolDef, ...]:
+    def pools(self, where: str, content: object) -> tuple[PoolDef, ...]:
         if isinstance(content, dict):
             fail(self.path, "[pool] must be written [[pool]] (one [[pool]] per pool); add the second bracket")
         if not isinstance(content, list) or not all(isinstance(p, dict) for p in content):

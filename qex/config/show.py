@@ -7,8 +7,14 @@ of the value held and of this machine that gives the words, the value as JSON
 and what it resolves to here.
 """
 
+from __future__ import annotations
+
 from qex.base import units
 from qex.config.keys import KEYS, Key, Percent, PoolDef, peer_dir
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 class _Here:
@@ -21,7 +27,7 @@ class _Here:
         self.budget = config.resolve_budget(cores, mem_total)
 
 
-def rows(config, cores: int, mem_total: int, env) -> list[tuple[str, str, str]]:
+def rows(config: object, cores: int, mem_total: int, env: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """Rows (key, value in words, source) for ``qex config show``."""
     here, out = _Here(config, cores, mem_total, env), []
     for key in KEYS:
@@ -33,7 +39,7 @@ def rows(config, cores: int, mem_total: int, env) -> list[tuple[str, str, str]]:
     return out
 
 
-def as_json(config, cores: int, mem_total: int, env) -> dict:
+def as_json(config: object, cores: int, mem_total: int, env: Mapping[str, str]) -> dict:
     """``{"path", "exists", "from_cache", "values": {key: {"value", "resolved", "source"}}}``.
 
     ``value`` is the setting as qex holds it (cores in millicores, sizes in
@@ -177,7 +183,7 @@ def _help_of(key: Key) -> str:
     return text.replace("{default}", as_written(key, key.default)) if "{default}" in text else text
 
 
-def as_written(key: Key, value) -> str:
+def as_written(key: Key, value: object) -> str:
     """``value`` as the file would say it (``"2GB"``, ``"30s"``, ``true``, ``2``, ``["oom"]``)."""
     if isinstance(value, bool):
         return "true" if value else "false"

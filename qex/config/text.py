@@ -5,16 +5,22 @@ UTF-8, not TOML) raises ``ConfigError`` naming the file and the remedy; a FIFO
 is never opened. tomlkit is imported only when there is a text to parse.
 """
 
+from __future__ import annotations
+
 import os
 import stat
 
 from qex.base import units
 from qex.base.errors import ConfigError
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from typing import NoReturn
+
 MAX_CONFIG_BYTES = 1024 * 1024  # a config larger than this is a mistake, not a config
 
 
-def fail_file(path: str, message: str):
+def fail_file(path: str, message: str) -> NoReturn:
     """Refuse the file as a whole: ``PATH is a directory, ...; remedy``."""
     raise ConfigError(f"{path} {message}")
 

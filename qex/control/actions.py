@@ -1,5 +1,7 @@
 """kill, cancel and clean: the decisions, made under the lock; the CLI prints."""
 
+from __future__ import annotations
+
 import os
 import signal
 import time
@@ -10,8 +12,12 @@ from qex.queue import engine
 from qex.store import layout
 from qex.store.lock import is_held
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
-def check_owner(ctx, rec_or_entry: dict, verb: str) -> None:
+
+def check_owner(ctx: Context, rec_or_entry: dict, verb: str) -> None:
     """No user can kill, cancel or clean another user's job (root excepted)."""
     uid = rec_or_entry.get("uid")
     if ctx.uid != 0 and uid is not None and uid != ctx.uid:
@@ -20,7 +26,7 @@ def check_owner(ctx, rec_or_entry: dict, verb: str) -> None:
                                 f"only its owner (or root) can {verb} it")
 
 
-def _owned_active(ctx, txn, job_id: str, verb: str, answer: dict) -> dict | None:
+def _owned_active(ctx: Context, txn, job_id: str, verb: str, answer: dict) -> dict | None:
     """The index entry of an active job the caller may act on; an ended job is
     answered "ended:<state>" and gives None; another user's job is refused."""
     entry = txn.idx.jobs.get(job_id)
@@ -31,7 +37,7 @@ def _owned_active(ctx, txn, job_id: str, verb: str, answer: dict) -> dict | None
     return entry
 
 
-def kill_jobs(ctx, job_ids: list[str], wait: bool = True, cancel_queued: bool = False) -> dict[str, str]:
+def kill_jobs(ctx: Context, job_ids: list[str], wait: bool = True, cancel_queued: bool = False) -> dict[str, str]:
     """Mark each running job killed-on-request, then signal its supervisor.
 
     Returns, per id: "killed" (or the final state it reached), "queued" (use
@@ -68,7 +74,7 @@ def kill_jobs(ctx, job_ids: list[str], wait: bool = True, cancel_queued: bool = 
     return answer
 
 
-def _signal_supervisor(ctx, job_id: str) -> None:
+def _signal_supervisor(ctx: Context, job_id: str) -> None:
     try:
         rec = ctx.store.read_status_dict(job_id)
     except Exception:
@@ -81,7 +87,7 @@ def _signal_supervisor(ctx, job_id: str) -> None:
             pass
 
 
-def _await_final(ctx, job_ids: list[str], answer: dict) -> None:
+def _await_final(ctx: Context, job_ids: list[str], answer: dict) -> None:
     from qex.supervisor.run import KILL_GRACE
 
     deadline = time.time() + KILL_GRACE + 5
@@ -108,7 +114,7 @@ def _cancel(txn, job_id: str, why: str) -> None:
                blocked_reason=None, blocked_holder=None)
 
 
-def cancel_jobs(ctx, job_ids: list[str]) -> dict[str, str]:
+def cancel_jobs(ctx: Context, job_ids: list[str]) -> dict[str, str]:
     """Take queued jobs out: "cancelled", "running" (use kill) or "ended:<state>"."""
     def mark(txn):
         answer = {}
@@ -131,7 +137,7 @@ def cancel_jobs(ctx, job_ids: list[str]) -> dict[str, str]:
     return result.value
 
 
-def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
+def clean_jobs(ctx: Context, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
     """Remove the directories of ended jobs. Returns (removed, refused: id -> why)."""
     import shutil
 
@@ -169,7 +175,7 @@ def clean_jobs(ctx, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
     return removed, refused
 
 
-def _remove_cgroup(ctx, job_id: str) -> None:
+def _remove_cgroup(ctx: Context, job_id: str) -> None:
     """An ended job's memory cgroup goes with its record (if a process it left keeps it, it stays)."""
     from qex.linux import cgroup
 
@@ -179,7 +185,7 @@ def _remove_cgroup(ctx, job_id: str) -> None:
         pass
 
 
-def _sweep_cgroups(ctx, idx, removed: list[str]) -> None:
+def _sweep_cgroups(ctx: Context, idx, removed: list[str]) -> None:
     from qex.linux import cgroup
 
     try:
@@ -188,7 +194,7 @@ def _sweep_cgroups(ctx, idx, removed: list[str]) -> None:
         pass
 
 
-def sweep_unfinished_dirs(ctx, older_than: float = 3600.0) -> int:
+def sweep_unfinished_dirs(ctx: Context, older_than: float = 3600.0) -> int:
     """Remove job directories that never got a record (a submission killed
     half-way) once they are old enough that no submission can still be making them."""
     import shutil

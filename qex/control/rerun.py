@@ -8,12 +8,21 @@ be. Never the old dedupe key (a rerun is asked for on purpose), never the old
 group (the group is the handle of what was submitted together).
 """
 
+from __future__ import annotations
+
 from qex.base.errors import SpecError
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
+    from qex.jobs.submit import Request
+    from qex.queue.context import PassResult
+    from qex.store.records import NewSpec
 
 DROPPED = ("dedupe_key", "dedupe_window", "group", "group_name", "rerun_of")
 
 
-def request_of(ctx, job_id: str):
+def request_of(ctx: Context, job_id: str) -> tuple[Request, NewSpec]:
     """The Request that repeats job ``job_id``."""
     import os
 
@@ -37,7 +46,7 @@ def request_of(ctx, job_id: str):
     return req, spec
 
 
-def submit(ctx, job_id: str):
+def submit(ctx: Context, job_id: str) -> tuple[str, PassResult, list[str]]:
     """Queue the rerun; returns (new id, PassResult, warnings)."""
     from qex.jobs.submit import build, submit_many
 

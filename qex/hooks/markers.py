@@ -27,25 +27,33 @@ The config is read when the job ends, so a change applies to the next job.
 This module is what every pass may touch; the runner is ``qex.hooks.runner``, and its start ``qex.hooks.pending``.
 """
 
+from __future__ import annotations
+
 import os
 
 from qex.base.states import FINAL
 from qex.store import layout
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
+    from qex.config.model import Config
+    from qex.store.state import Store
+
 FAULT = "QEX_TEST_FAULT"  # "before-hook": SIGKILL this process where a crash would leave a hook pending
 
 
-def pending_dir(store) -> str:
+def pending_dir(store: Store) -> str:
     return os.path.join(store.root, layout.HOOKS_PENDING)
 
 
-def wanted(config, state: str) -> bool:
+def wanted(config: Config, state: str) -> bool:
     return bool(config.hook_on_stop) and state in config.hook_states
 
 
 # ---- 1. under the lock: mark --------------------------------------------------------
 
-def mark_locked(ctx, txn) -> None:
+def mark_locked(ctx: Context, txn: object) -> None:
     """A marker for each job this pass makes final (lock held, before the commit)."""
     directory = None
     for rec, previous, _change in txn.changes:
@@ -75,7 +83,7 @@ def _ensure_dir(store) -> str:
     return directory
 
 
-def decide(ctx, job_id: str) -> str:
+def decide(ctx: Context, job_id: str) -> str:
     """"run", "drop" (the marker is done with), or "wait" (the record is not final yet)."""
     if os.path.lexists(ctx.store.path(job_id, layout.HOOK_RAN)):
         return "drop"

@@ -4,14 +4,20 @@ what the runner runs). Light on purpose: every command and supervisor that
 ends a pass imports this module, and only the forked runner imports the rest.
 """
 
+from __future__ import annotations
+
 import os
 
 from qex.hooks.markers import FAULT, decide, pending_dir, unlink_quietly
 from qex.linux.proc import detach_stdio, max_fd, reap_later
 from qex.store import layout
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
-def start_pending(ctx, close_in_child=()) -> None:
+
+def start_pending(ctx: Context, close_in_child: tuple[int, ...] = ()) -> None:
     """Fork a detached runner for this user's pending hooks (none: no fork)."""
     directory = pending_dir(ctx.store)
     try:
@@ -38,7 +44,7 @@ def start_pending(ctx, close_in_child=()) -> None:
     _fork_runner(ctx, todo, close_in_child)
 
 
-def _fork_runner(ctx, job_ids: list[str], close_in_child=()) -> None:
+def _fork_runner(ctx: Context, job_ids: list[str], close_in_child=()) -> None:
     from qex.store import fs
 
     try:

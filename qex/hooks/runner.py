@@ -2,6 +2,8 @@
 judges the stop hooks of this user's pending markers (see ``qex.hooks.markers``
 for when and why it is started)."""
 
+from __future__ import annotations
+
 import json
 import os
 import signal
@@ -12,6 +14,10 @@ from qex.base.text import one_line
 from qex.hooks.markers import decide, pending_dir, unlink_quietly
 from qex.linux.proc import KILL_GRACE
 from qex.store import layout
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
 OUTPUT_CAP = 1 << 20
 DRAIN_AFTER_EXIT = 2.0
@@ -35,7 +41,7 @@ class _Hook:
         self.error = None
 
 
-def run_hooks(ctx, job_ids: list[str]) -> None:
+def run_hooks(ctx: Context, job_ids: list[str]) -> None:
     """Claim each job (``hook.ran`` with O_EXCL), start its hook, watch them all."""
     ctx.reload_config()
     config = ctx.config
@@ -49,7 +55,7 @@ def run_hooks(ctx, job_ids: list[str]) -> None:
         _verdict(hook, config.hook_timeout)
 
 
-def _claim(ctx, job_id: str, config) -> "_Hook | None":
+def _claim(ctx: Context, job_id: str, config) -> "_Hook | None":
     marker = os.path.join(pending_dir(ctx.store), layout.hook_marker(ctx.uid, job_id))
     decision = decide(ctx, job_id)
     if decision != "run":
@@ -229,7 +235,7 @@ def _verdict(h: _Hook, timeout: float) -> None:
 
 # ---- reading the result (qex logs ID --hook) ----------------------------------------
 
-def describe(ctx, rec: dict) -> tuple[str | None, str]:
+def describe(ctx: Context, rec: dict) -> tuple[str | None, str]:
     """(hook.log path or None, one sentence: the verdict, or why there is none)."""
     from qex.store import fs
 

@@ -21,12 +21,20 @@ A key belongs to its user: in a shared state directory another user's job
 with the same key does not stop yours.
 """
 
+from __future__ import annotations
+
 import os
 import time
 
 from qex.base.errors import SpecError
 from qex.base.plain import Plain
 from qex.store import layout
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
+    from qex.queue.txn import Txn
+    from qex.store.state import Store
 
 RECENT = layout.DEDUPE_RECENT  # (tests have it from here)
 MAX_RECENT = 1000
@@ -35,7 +43,7 @@ MAX_KEY = 512
 
 # ---- checking what a user gave ------------------------------------------------
 
-def check_key(key, option: str = "--dedupe-key") -> str:
+def check_key(key: object, option: str = "--dedupe-key") -> str:
     """A key is any text of 1 to MAX_KEY characters without control characters."""
     from qex.base.units import safe_text
 
@@ -51,7 +59,7 @@ def check_key(key, option: str = "--dedupe-key") -> str:
     return key
 
 
-def parse_window(text, option: str = "--dedupe-window") -> float:
+def parse_window(text: object, option: str = "--dedupe-window") -> float:
     from qex.base.units import parse_duration, safe_text
 
     value = parse_duration(str(text), option)
@@ -60,7 +68,7 @@ def parse_window(text, option: str = "--dedupe-window") -> float:
     return value
 
 
-def check_request(req) -> None:
+def check_request(req: object) -> None:
     """Refuse a bad key, a bad window, or a window without a key (121)."""
     if req.dedupe_key is not None:
         check_key(req.dedupe_key)
@@ -70,7 +78,7 @@ def check_request(req) -> None:
         parse_window(req.dedupe_window)
 
 
-def refuse_key_for(kind: str, key) -> None:
+def refuse_key_for(kind: str, key: str | None) -> None:
     """A pipeline stage or a fan-out takes no key: N jobs cannot share one
     (``kind`` = "a pipeline stage" | "a fan-out (--each-line)")."""
     if key is not None:
@@ -102,7 +110,7 @@ class Checker:
     After the submission, ``hit`` says which job holds the key (None: a new job).
     """
 
-    def __init__(self, ctx, key: str, window: float | None = None):
+    def __init__(self, ctx: Context, key: str, window: float | None = None):
         self.ctx, self.key, self.window = ctx, key, window
         self.hit: Hit | None = None
 
@@ -111,14 +119,14 @@ class Checker:
         return [self.hit.id] if self.hit is not None else None
 
 
-def checker_for(ctx, req) -> "Checker | None":
+def checker_for(ctx: Context, req: object) -> "Checker | None":
     if req.dedupe_key is None:
         return None
     window = parse_window(req.dedupe_window) if req.dedupe_window is not None else None
     return Checker(ctx, req.dedupe_key, window)
 
 
-def find_locked(ctx, txn, key: str, window: float | None, now: float) -> Hit | None:
+def find_locked(ctx: Context, txn: Txn, key: str, window: float | None, now: float) -> Hit | None:
     """The job of this user that holds ``key``: an active one, else (with a
     window) one that completed within it. The state lock must be held."""
     holders = sorted((e["seq"], job_id) for job_id, e in txn.idx.jobs.items()
@@ -146,7 +154,7 @@ def find_locked(ctx, txn, key: str, window: float | None, now: float) -> Hit | N
 
 # ---- what a success leaves behind (the supervisor's final pass) -----------------
 
-def remember_locked(store, rec: dict) -> None:
+def remember_locked(store: Store, rec: dict) -> None:
     """A job with a key completed: keep its key for later windows. Lock held.
 
     Written before the pass commits; a reader believes it only while the

@@ -21,12 +21,22 @@ file's stem (``--name`` names the group instead). Every job keeps the
 template command (``template``), the key the learner measures them under.
 """
 
+from __future__ import annotations
+
 import os
 import stat
 
 from qex.base import units
 from qex.base.errors import SpecError
 from qex.base.plain import Plain
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from argparse import Namespace
+    from collections.abc import Callable
+
+    from qex.config.context import Context
+    from qex.jobs.submit import Built, Request
 
 MAX_INPUT = 64 << 20
 DEFAULT_MAX_JOBS = 1000
@@ -158,7 +168,7 @@ def group_name_for(source: str, name: str | None) -> str:
 
 # ---- the submission -----------------------------------------------------------
 
-def check_options(args) -> int:
+def check_options(args: Namespace) -> int:
     """Refuse the options that mean one job; returns --max-jobs."""
     for attr, option in ONE_JOB:
         if getattr(args, attr, None):
@@ -171,7 +181,8 @@ def check_options(args) -> int:
     return max_jobs
 
 
-def prepare(ctx, args, request_of):
+def prepare(ctx: Context, args: Namespace, request_of: Callable[[Namespace, Context], Request]
+            ) -> tuple[str, str, Lines, list[Built]]:
     """Everything checked, every job built; nothing written yet.
     ``request_of(args, ctx)``: the Request the command line gives (its command
     is the template; ``qex.cli.request``), asked for once the options pass.

@@ -9,21 +9,32 @@ member that is absent (cleaned, or a submission killed before its commit) is
 left out by ``qex.jobs.resolve``. ``clean`` removes the file with its last member.
 """
 
+from __future__ import annotations
+
 import os
 import time
 
 from qex.store import fs, layout
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
-def directory(store) -> str:
+    from qex.config.context import Context
+    from qex.jobs.submit import Built
+    from qex.queue.context import PassResult
+    from qex.store.state import Store
+
+
+def directory(store: Store) -> str:
     return os.path.join(store.root, layout.GROUPS)
 
 
-def path(store, group_id: str) -> str:
+def path(store: Store, group_id: str) -> str:
     return os.path.join(directory(store), layout.group_file(group_id))
 
 
-def write_locked(ctx, group_id: str, name: str, members: list[str], kind: str, sync: bool = True) -> None:
+def write_locked(ctx: Context, group_id: str, name: str, members: list[str], kind: str, sync: bool = True) -> None:
     """Write the group file (the state lock must be held)."""
     d = directory(ctx.store)
     if not os.path.isdir(d):
@@ -33,14 +44,14 @@ def write_locked(ctx, group_id: str, name: str, members: list[str], kind: str, s
     fs.write_json(path(ctx.store, group_id), data, mode=ctx.store.status_mode, sync_dir=sync, sync=sync)
 
 
-def remove_quietly(store, group_id: str) -> None:
+def remove_quietly(store: Store, group_id: str) -> None:
     try:
         os.unlink(path(store, group_id))
     except OSError:
         pass
 
 
-def submit(ctx, built: list, group_id: str, name: str, kind: str):
+def submit(ctx: Context, built: list[Built], group_id: str, name: str, kind: str) -> tuple[list[str], PassResult]:
     """Queue every job of ``built`` and the group file in one lock hold.
 
     Returns (ids, PassResult). Nothing is left behind if it fails.
@@ -59,7 +70,7 @@ def submit(ctx, built: list, group_id: str, name: str, kind: str):
         raise
 
 
-def of_jobs(store, job_ids: list[str]) -> set[str]:
+def of_jobs(store: Store, job_ids: list[str]) -> set[str]:
     """The groups that these jobs belong to (from their records)."""
     found = set()
     for job_id in job_ids:
@@ -72,7 +83,7 @@ def of_jobs(store, job_ids: list[str]) -> set[str]:
     return found
 
 
-def all_ids(store) -> list[str]:
+def all_ids(store: Store) -> list[str]:
     try:
         names = os.listdir(directory(store))
         return sorted(g for n in names if not n.startswith(".") and (g := layout.group_of(n)) is not None)
@@ -80,7 +91,7 @@ def all_ids(store) -> list[str]:
         return []
 
 
-def prune(ctx, group_ids=None) -> list[str]:
+def prune(ctx: Context, group_ids: Iterable[str] | None = None) -> list[str]:
     """Remove the files of groups none of whose members exist any more (None: look at every group)."""
     removed = []
     if group_ids is None:
@@ -104,7 +115,7 @@ def _read(store, group_id: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def stage_names(store, members: list[str], limit: int = 20) -> str:
+def stage_names(store: Store, members: list[str], limit: int = 20) -> str:
     """'prep (1a2b3c4d), train (5e6f7a8b) and 3 more' for a message."""
     from qex.base.units import safe_text
 

@@ -6,6 +6,10 @@ from attrs import field, frozen
 
 from qex.base.errors import SpecError
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.jobs.submit import Request
+
 
 @frozen
 class Resources:
@@ -91,7 +95,7 @@ def structure(data: dict, where: str) -> JobFile:
     return job
 
 
-def apply_to(req, job, path: str) -> None:
+def apply_to(req: "Request", job: JobFile, path: str) -> None:
     """What a job file (or a pipeline stage, qex.jobs.pipeline) says, put into ``req``."""
     command = job.command
     if isinstance(command, str):

@@ -27,11 +27,17 @@ a zero claim; a damaged file is moved aside (``learn.json.corrupt-<time>``)
 before the next write, so nothing is destroyed in silence.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import time
 
 from qex.store import layout
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 FILE = layout.LEARN  # (tests have it from here)
 FORMAT = 1
@@ -49,7 +55,7 @@ def path_of(state_dir: str) -> str:
     return os.path.join(state_dir, layout.LEARN)
 
 
-def key_of(command, template=None) -> str:
+def key_of(command: Sequence[str], template: Sequence[str] | None = None) -> str:
     """The key of a command (a list of strings); a fan-out passes its template.
 
     BLAKE2b from CPython's built-in ``_blake2`` (0.2 ms to import; ``hashlib``
@@ -122,7 +128,7 @@ def suggest(store: dict, key: str, margin: float, minimum: int = MIN_CLAIM) -> t
     return claim, words
 
 
-def claim_for(state_dir: str, command, template, margin: float,
+def claim_for(state_dir: str, command: Sequence[str], template: Sequence[str] | None, margin: float,
               minimum: int = MIN_CLAIM) -> tuple[tuple[int, str] | None, str | None]:
     """For the submit path: ((bytes, words) or None, warning or None). Never raises."""
     try:

@@ -19,6 +19,12 @@ from qex.base import units
 from qex.base.errors import SpecError
 from qex.jobs.jobfile import JobFile, apply_to
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
+    from qex.jobs.submit import Built
+    from qex.queue.context import PassResult
+
 
 @frozen
 class PipelineFile:
@@ -119,7 +125,7 @@ def _cycle(by_name, waiting, done) -> str:
     return " -> ".join(loop)
 
 
-def build_all(ctx, plan: Plan, path: str, group_id: str) -> list:
+def build_all(ctx: "Context", plan: Plan, path: str, group_id: str) -> "list[Built]":
     """Every stage as qex submit would build it (all checked); needs/after become ids."""
     from qex.jobs.submit import Request, build
 
@@ -142,7 +148,7 @@ def build_all(ctx, plan: Plan, path: str, group_id: str) -> list:
     return built
 
 
-def submit(ctx, path: str):
+def submit(ctx: "Context", path: str) -> "tuple[str, str, list[tuple[str, str]], PassResult, list[Built]]":
     """Check and queue a pipeline file. Returns (group id, group name, [(stage name, id)], PassResult)."""
     from qex.base.ids import new_id
     from qex.jobs import groups

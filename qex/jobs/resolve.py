@@ -2,11 +2,18 @@
 characters), a name of a queued or running job, a group id or a group name.
 A word that matches two things is refused and lists them."""
 
+from __future__ import annotations
+
 import os
 
 from qex.base import units
 from qex.base.errors import AmbiguousId, NoSuchJob, SpecError
 from qex.store import fs, layout
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
+    from qex.store.state import Store
 
 MIN_PREFIX = 4
 
@@ -33,7 +40,7 @@ def _groups_dir(store) -> str:
     return os.path.join(store.root, layout.GROUPS)
 
 
-def read_group(store, group_id: str) -> dict | None:
+def read_group(store: Store, group_id: str) -> dict | None:
     """A group file with only the members that exist (None: no such group, or none left)."""
     try:
         data = fs.read_json(os.path.join(_groups_dir(store), layout.group_file(group_id)))
@@ -46,7 +53,7 @@ def read_group(store, group_id: str) -> dict | None:
     return {**data, "members": members} if members else None
 
 
-def resolve(store, word: str) -> Target:
+def resolve(store: Store, word: str) -> Target:
     """One word -> a Target, or NoSuchJob (127) / AmbiguousId (2)."""
     word = word.strip()
     if not word:
@@ -110,7 +117,7 @@ def _groups_named(store, word: str) -> dict[str, Target]:
     return active or named
 
 
-def resolve_jobs(store, words: list[str]) -> list[str]:
+def resolve_jobs(store: Store, words: list[str]) -> list[str]:
     """Every job named by ``words`` (groups expand to members), in order, once each."""
     seen, out = set(), []
     for word in words:
@@ -121,7 +128,7 @@ def resolve_jobs(store, words: list[str]) -> list[str]:
     return out
 
 
-def resolve_dependencies(ctx, words: list[str], option: str) -> list[str]:
+def resolve_dependencies(ctx: Context, words: list[str], option: str) -> list[str]:
     """--needs/--after: ids must exist; a name must name a queued or running job."""
     store = ctx.store
     out = []

@@ -5,6 +5,8 @@ record without touching the queue; ``submit_many`` then writes every job of a
 submission in one lock hold and runs the pass that may start them.
 """
 
+from __future__ import annotations
+
 import functools
 import os
 import time
@@ -14,6 +16,14 @@ from qex.base.errors import SpecError
 from qex.base.plain import Factory, Plain
 from qex.store import layout
 from qex.store.records import FORMAT, NewSpec
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from qex.config.context import Context
+    from qex.queue.context import Launch, PassResult
+    from qex.queue.txn import Txn
 
 MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ")
 
@@ -57,7 +67,7 @@ class Built(Plain):
     warnings: list[str] = Factory(list)
 
 
-def build(ctx, req: Request, now: float | None = None, found: set | None = None) -> Built:
+def build(ctx: Context, req: Request, now: float | None = None, found: set | None = None) -> Built:
     """Validate ``req`` and make its spec and first record; raises SpecError (121).
     ``found``: see ``_check_program`` (one set for the jobs of one submission)."""
     from qex.base.ids import new_id
@@ -208,7 +218,7 @@ def _count(value, option: str, default: int) -> int:
 
 # ---- claims -------------------------------------------------------------------
 
-def resolve_claims(ctx, req: Request) -> tuple[dict, dict, list[str]]:
+def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
     """The claim map of a request: cores, memory, pools and locks, all checked."""
     from qex.config.keys import resolve_word
 
@@ -257,7 +267,7 @@ def resolve_claims(ctx, req: Request) -> tuple[dict, dict, list[str]]:
     return claims, sources, warnings
 
 
-def _learned_mem(ctx, req: Request, default: int, budget: int, sources: dict, warnings: list) -> int:
+def _learned_mem(ctx: Context, req: Request, default: int, budget: int, sources: dict, warnings: list) -> int:
     """What the learner knows about this command (a fan-out: its template), capped at the budget."""
     from qex.jobs import learn
 
@@ -282,7 +292,7 @@ def _claim_once(root: str, command: tuple, template: tuple | None, margin: float
     return learn.claim_for(root, command, template, margin, minimum=minimum)
 
 
-def pool_claims(ctx, req: Request) -> dict[str, tuple[int, int | None]]:
+def pool_claims(ctx: Context, req: Request) -> dict[str, tuple[int, int | None]]:
     """--gpu/--vram, --claim and --lock as one map: name -> (count, size)."""
     config = ctx.config
     pools = {p.name: p for p in config.pools}
@@ -379,7 +389,10 @@ def _check_claim(config, pool, name: str, count: int, size) -> None:
 
 # ---- writing ------------------------------------------------------------------
 
-def submit_many(ctx, built: list[Built], on_locked=None, early=None):
+def submit_many(ctx: Context, built: list[Built],
+                on_locked: Callable[[Txn, list[Built]], list[str] | None] | None = None,
+                early: Callable[[Context, list[Launch], tuple[int, int]], int] | None = None
+                ) -> tuple[list[str], PassResult]:
     """Write every job in one lock hold, then the pass; returns (ids, PassResult).
 
     ``on_locked(txn, built)`` may replace the submission (dedupe) and returns
@@ -423,7 +436,7 @@ def submit_many(ctx, built: list[Built], on_locked=None, early=None):
     return result.value, result
 
 
-def _discard(ctx, built: list[Built]) -> None:
+def _discard(ctx: Context, built: list[Built]) -> None:
     for b in built:
         if not os.path.exists(ctx.store.path(b.spec.id, layout.STATUS)):
             import shutil  # only here: shutil (and bz2, lzma) cost ~1.5 ms

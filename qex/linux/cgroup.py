@@ -26,8 +26,14 @@ remove it. (Supervisors before this kept it in a file ``jobs/<id>/cgroup`` of
 its own, made and removed per job; ``recorded`` still reads that.)
 """
 
+from __future__ import annotations
+
 import os
 import time
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.store.state import Store
 
 PREFIX = "qex-"
 SWEEP_UNKNOWN_AFTER = 60.0  # an empty qex-* cgroup of no job we know is removed after this
@@ -423,7 +429,7 @@ def _kill_all(cg: JobCgroup) -> None:
             pass
 
 
-def sweep(store, active: set[str], now: float | None = None, known: set[str] = frozenset()) -> list[str]:
+def sweep(store: Store, active: set[str], now: float | None = None, known: set[str] = frozenset()) -> list[str]:
     """Remove the empty ``qex-<id>-<n>`` cgroups beside ours whose job is not running.
 
     Cheap by design: one listdir of our own memory cgroup, called only when a

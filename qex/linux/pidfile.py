@@ -17,7 +17,7 @@ import os
 _READ = 4096
 
 
-def write(path: str, pid, start, mode: int = 0o600, note: str = "") -> None:
+def write(path: str, pid: int | str, start: int | str | None, mode: int = 0o600, note: str = "") -> None:
     """``<pid> <start time>`` of the job, or the supervisor's intent (``pid`` is ``-``
     and ``start`` the supervisor's ``<pid> <start>``), then the job's cgroup if it has
     one (``note``: ``cgroup.note``). A start time that cannot be read is ``0`` when a

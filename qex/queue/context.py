@@ -1,53 +1,10 @@
-"""What one process knows while it works on one state directory (``Context``),
-a job it admitted and must start (``Launch``), and what a pass decided that its
-caller acts on once the lock is let go (``PassResult``).
+"""A job a pass admitted and this process must start (``Launch``), and what a
+pass decided that its caller acts on once the lock is let go (``PassResult``).
+What the process knows while it works on a state directory, ``Context``, is in
+``qex.config.context``.
 
 Plain classes here: the submit path imports this module, and building attrs
 classes at import costs every command milliseconds."""
-
-import os
-
-from qex.base.errors import QexError
-from qex.store.state import Store
-
-
-class Context:
-    """What one process knows while it works on one state directory."""
-
-    __slots__ = ("store", "config", "uid", "user", "cores", "mem_total")
-
-    def __init__(self, store: Store, config, uid: int, user: str, cores: int, mem_total: int):
-        self.store, self.config, self.uid, self.user = store, config, uid, user
-        self.cores, self.mem_total = cores, mem_total
-
-    @classmethod
-    def load(cls, config=None) -> "Context":
-        from qex.base import machine, paths
-        from qex.config.file import load_config
-
-        store = Store(paths.state_dir())
-        store.ensure()
-        try:
-            store.repair_after_reboot()  # (a reader without the lock reads repaired records too)
-        except QexError:
-            pass  # a command that only reads still answers; the next pass that can write repairs
-        return cls(store=store, config=config or load_config(), uid=os.getuid(),
-                   user=paths.user_name(), cores=machine.cores(), mem_total=machine.mem_total())
-
-    def reload_config(self) -> None:
-        """Read the config again; a config broken meanwhile keeps the one in force."""
-        from qex.base.errors import QexError
-        from qex.config.file import load_config
-
-        try:
-            self.config = load_config()
-        except QexError as exc:
-            import sys
-
-            print(f"qex: keeping the config in force: {exc}", file=sys.stderr)
-
-    def budget(self) -> tuple[int, int]:
-        return self.config.resolve_budget(self.cores, self.mem_total)
 
 
 class Launch:

@@ -5,21 +5,31 @@ and the waker run ``run_pass``. The lock is held for the load, the decisions
 and the writes only; supervisors are forked after it is released.
 """
 
+from __future__ import annotations
+
 import os
 import time
 
 from qex.base.states import HOLDING
 from qex.linux.proc import close_quietly
 from qex.queue import views
-from qex.queue.context import Context, Launch, PassResult
+from qex.queue.context import Launch, PassResult
 from qex.queue.reconcile import reconcile_locked
 from qex.queue.txn import Txn
 from qex.store import layout
 from qex.store.lock import hold
 from qex.store.state import Index
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def run_pass(ctx: Context, mutate=None, save_index=True, early=None) -> PassResult:
+    from qex.admit import Plan, Queued, Snapshot
+    from qex.config.context import Context
+
+
+def run_pass(ctx: Context, mutate: Callable[[Txn], object] | None = None, save_index: bool = True,
+             early: Callable[[Context, list[Launch], tuple[int, int]], int] | None = None) -> PassResult:
     """One pass; ``mutate(txn)`` makes the command's own change in the same hold.
     ``save_index``: see ``Store.commit_locked`` (a supervisor's pass saves it lazily).
     ``early``: None, or ``early(ctx, launches, locks) -> gate``, which forks the
@@ -117,7 +127,7 @@ def admit_locked(ctx: Context, txn: Txn, window: bool = False) -> list[Launch]:
     return launches
 
 
-def snapshot(ctx: Context, txn: Txn, now: float, part=None):
+def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[str]] | None = None) -> Snapshot:
     """What ``admit`` decides on: every queued job of the index, or ``part``:
     (the queued jobs to decide, the ids of the jobs starting or running) from
     the queue's view (``_admit_head``)."""
@@ -209,7 +219,7 @@ def _dep(txn: Txn, job_id: str):
     return A.Dep(job_id, rec.get("state", "missing"), rec.get("skipped_root"))
 
 
-def apply_plan(ctx: Context, txn: Txn, plan, now: float) -> list[Launch]:
+def apply_plan(ctx: Context, txn: Txn, plan: Plan, now: float) -> list[Launch]:
     launches = []
     for start in plan.start:
         entry = txn.idx.jobs[start.id]

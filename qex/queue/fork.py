@@ -6,19 +6,26 @@ does not (its pages are copies there); this module does not know that code:
 a forked child returns its Launch to the caller, which becomes the supervisor.
 """
 
+from __future__ import annotations
+
 import os
 
 from qex.base.errors import QexError
 from qex.linux.proc import close_quietly, detach_stdio, reap_later
-from qex.queue.context import Context, Launch
+from qex.queue.context import Launch
 from qex.store import fs, layout
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:
     from qex.base import faults
 
 
-def launch_all(ctx: Context, launches: list[Launch], close_in_child=(), leaving: bool = False) -> Launch | None:
+def launch_all(ctx: Context, launches: list[Launch], close_in_child: tuple[int, ...] = (),
+               leaving: bool = False) -> Launch | None:
     """Fork one supervisor per launch, in a session of its own.
 
     A double fork, so that no supervisor is the child of a process that lives on

@@ -1,11 +1,17 @@
 """What `qex info` shows: the budget, what is held and by whom, the pools,
 the peers, and one queue-health line. Gathered read-only (no record changes)."""
 
+from __future__ import annotations
+
 from qex.base.states import HOLDING
 from qex.base.units import format_cores, format_duration, format_size, safe_text
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
-def gather(ctx) -> dict:
+
+def gather(ctx: Context) -> dict:
     import time
 
     from qex import admit as A
@@ -51,7 +57,7 @@ def gather(ctx) -> dict:
     }
 
 
-def _pauses(ctx, idx) -> list[dict]:
+def _pauses(ctx: Context, idx) -> list[dict]:
     from qex.queue import pause
 
     return pause.listing(ctx.store, idx.jobs, __import__("time").time())

@@ -1,11 +1,18 @@
 """After a pass: fork what it admitted, start the pending stop hooks, and make
 sure a waker exists while this user has work queued or running."""
 
+from __future__ import annotations
+
 from qex.queue import fork
-from qex.queue.context import Context, Launch, PassResult
+from qex.queue.context import Launch, PassResult
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
 
-def after_pass(ctx: Context, result: PassResult, close_in_child=(), leaving: bool = False) -> Launch | None:
+def after_pass(ctx: Context, result: PassResult, close_in_child: tuple[int, ...] = (),
+               leaving: bool = False) -> Launch | None:
     """Fork the supervisors of a pass and make sure a waker exists if work waits.
     ``leaving``: the caller exits as soon as it has answered (see ``launch_all``).
 

@@ -25,6 +25,8 @@ again (a no-op where it was counted) and removes it.
 Functions whose name ends in ``_locked`` must be called with the state lock held.
 """
 
+from __future__ import annotations
+
 import os
 import time
 
@@ -32,6 +34,12 @@ from qex.base.plain import Plain
 from qex.base.states import HOLDING
 from qex.store import layout
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.admit import Pause
+    from qex.config.context import Context
+    from qex.queue.txn import Txn
+    from qex.store.state import Store
 FORMAT = 1
 KEEP_IDS = 16
 
@@ -64,15 +72,15 @@ class PauseFile(Plain):
 
 # ---- where pauses live ----------------------------------------------------------
 
-def directory(store) -> str:
+def directory(store: Store) -> str:
     return os.path.join(store.root, layout.PAUSE)
 
 
-def path_for(store, kind: str, name: str | None = None) -> str:
+def path_for(store: Store, kind: str, name: str | None = None) -> str:
     return os.path.join(directory(store), layout.PAUSE_QUEUE if kind == "queue" else layout.pause_lock(name))
 
 
-def valid_name(name) -> bool:
+def valid_name(name: object) -> bool:
     """A lock or pool name (``qex.base.names``)."""
     from qex.base.names import is_pool_name
 
@@ -88,7 +96,7 @@ def _kind_of(filename: str) -> tuple[str, str | None] | None:
     return None
 
 
-def read_all(store) -> list[PauseFile]:
+def read_all(store: Store) -> list[PauseFile]:
     """Every pause file, in force or not, broken ones included."""
     d = directory(store)
     try:
@@ -149,11 +157,11 @@ def _float_or_none(v):
     return float(v)
 
 
-def in_force(store, now: float) -> list[PauseFile]:
+def in_force(store: Store, now: float) -> list[PauseFile]:
     return [p for p in read_all(store) if p.in_force(now)]
 
 
-def next_end(store, now: float) -> float | None:
+def next_end(store: Store, now: float) -> float | None:
     """When the earliest timed pause in force ends (the waker sleeps to it)."""
     ends = [p.until for p in in_force(store, now) if p.until is not None and p.broken is None]
     return min(ends, default=None)
@@ -161,7 +169,7 @@ def next_end(store, now: float) -> float | None:
 
 # ---- what the admission sees ----------------------------------------------------
 
-def current(ctx, now: float):
+def current(ctx: Context, now: float) -> Pause:
     """The pauses in force as ``qex.admit.Pause``: the queue with its words, and
     the locks a person holds with theirs."""
     from qex import admit as A
@@ -211,7 +219,7 @@ def lock_words(p: PauseFile) -> str:
 
 # ---- making and ending pauses (under the lock) ------------------------------------
 
-def pause_locked(ctx, txn, kind: str, name: str | None, reason: str, until: float | None,
+def pause_locked(ctx: Context, txn: Txn, kind: str, name: str | None, reason: str, until: float | None,
                  now: float) -> tuple[PauseFile, bool]:
     """Pause the queue or a lock. A pause already in force is kept as it is
     (its end and its reason): returns (the pause in force, made now?)."""
@@ -255,7 +263,7 @@ def _ensure_dir(store) -> None:
         raise StoreError(f"cannot create {d}: {exc.strerror or exc}") from None
 
 
-def resume_locked(ctx, txn, kind: str, name: str | None, now: float) -> PauseFile | None:
+def resume_locked(ctx: Context, txn: Txn, kind: str, name: str | None, now: float) -> PauseFile | None:
     """End the pause in force; None if there is none. Refuses another user's pause."""
     existing = _existing(path_for(ctx.store, kind, name), kind, name)
     if existing is None or not existing.in_force(now):
@@ -265,7 +273,7 @@ def resume_locked(ctx, txn, kind: str, name: str | None, now: float) -> PauseFil
     return existing
 
 
-def check_may_end(ctx, p: PauseFile) -> None:
+def check_may_end(ctx: Context, p: PauseFile) -> None:
     """The person who paused, the owner of the state directory, or root."""
     from qex.base.errors import PermissionRefused
 
@@ -276,14 +284,14 @@ def check_may_end(ctx, p: PauseFile) -> None:
                             "or root can resume it")
 
 
-def state_owner(ctx) -> int | None:
+def state_owner(ctx: Context) -> int | None:
     try:
         return os.stat(ctx.store.root).st_uid
     except OSError:
         return None
 
 
-def check_may_pause_queue(ctx) -> None:
+def check_may_pause_queue(ctx: Context) -> None:
     """In a state directory shared with others, only its owner (or root) pauses the whole queue."""
     from qex.base.errors import PermissionRefused
 
@@ -297,7 +305,7 @@ def check_may_pause_queue(ctx) -> None:
                             "qex pause lock NAME instead")
 
 
-def end_locked(ctx, txn, p: PauseFile, end: float) -> None:
+def end_locked(ctx: Context, txn: Txn, p: PauseFile, end: float) -> None:
     """End pause ``p`` at ``end``: stop its clock for every queued job, remove its file."""
     from qex.store import fs
 
@@ -311,7 +319,7 @@ def end_locked(ctx, txn, p: PauseFile, end: float) -> None:
         _unlink(p.path)
 
 
-def settle_locked(ctx, txn, now: float) -> None:
+def settle_locked(ctx: Context, txn: Txn, now: float) -> None:
     """Each pass: end the timed pauses whose time has come, and finish the
     accounting of queue pauses ended by a pass that did not commit."""
     d = directory(ctx.store)
@@ -386,7 +394,7 @@ def holders(index_jobs: dict, name: str) -> list[str]:
                   if e.get("state") in HOLDING and name in (e.get("pools") or {}))
 
 
-def listing(store, index_jobs: dict, now: float) -> list[dict]:
+def listing(store: Store, index_jobs: dict, now: float) -> list[dict]:
     """The pauses in force, for `qex pause`, `qex info` and their --json."""
     out = []
     for p in in_force(store, now):
@@ -420,7 +428,7 @@ def render(item: dict, now: float) -> str:
     return line
 
 
-def submission_note(ctx, job_id: str) -> str | None:
+def submission_note(ctx: Context, job_id: str) -> str | None:
     """After a submission: the pause it waits for, if any (costs a listdir when nothing is paused)."""
     try:
         if not os.listdir(directory(ctx.store)):

@@ -18,6 +18,13 @@ from qex.admit import order_key
 from qex.admit.window import shape
 from qex.base.states import HOLDING
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from qex.admit import Queued
+    from qex.store.index import Index
+
 SCAN_MAX = 256  # the furthest past the head a pass looks for a shape's first job
 
 
@@ -33,7 +40,7 @@ class QueueView:
         self.unshaped: dict[str, tuple] = {}  # job id -> order key, of queued jobs without a shape
         self.holding: set[str] = set()  # the jobs starting or running
 
-    def update(self, job_id: str, entry: dict | None, queued_of) -> None:
+    def update(self, job_id: str, entry: dict | None, queued_of: Callable[[str, dict], Queued]) -> None:
         """Take in the entry of one job now (None: dropped); ``queued_of(job_id, entry)``
         gives a queued job's admission view."""
         old = self.info.pop(job_id, None)
@@ -67,7 +74,7 @@ class QueueView:
             _count(self.shapes, sh, 1)
             _count(self.held, (sh, holder), 1)
 
-    def head(self, k: int):
+    def head(self, k: int) -> tuple[list[Queued], dict, dict] | None:
         """(the first ``k`` queued jobs, {shape: the first job of that shape past
         them}, {shape: how many jobs past them have it}), or None when a job past
         the head has no shape, or a shape's first job is far past it."""
@@ -111,7 +118,7 @@ def _count(counts: dict, key, n: int) -> None:
         del counts[key]
 
 
-def view_of(idx, queued_of) -> QueueView:
+def view_of(idx: Index, queued_of: Callable[[str, dict], Queued]) -> QueueView:
     """The index's view, brought up to date with the entries touched since it last looked."""
     view = idx.view
     if view is None:

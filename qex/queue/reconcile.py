@@ -1,14 +1,19 @@
 """Reconcile: jobs whose supervisor is gone, one rule per case (docs/design.md, "The pass")."""
 
+from __future__ import annotations
+
 import os
 
 from qex.base.states import FINAL, HOLDING
 from qex.linux import pidfile
 from qex.queue import views
-from qex.queue.context import Context
 from qex.queue.txn import Txn
 from qex.store import layout
 from qex.store.lock import is_held
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
 
 def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:

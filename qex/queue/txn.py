@@ -1,9 +1,15 @@
 """The changes of one lock hold (``Txn``): records read once, changed, and
 applied to the index as they are made; committed through the journal."""
 
+from __future__ import annotations
+
 from qex.base.errors import QexError
 from qex.store import fs
 from qex.store.state import Index, Store, live_reason
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class Txn:
@@ -65,13 +71,13 @@ class Txn:
         self.changes.append((rec, previous, change))
         self.store.index_put(self.idx, rec)
 
-    def update(self, job_id: str, change: str = "state", **fields) -> dict:
+    def update(self, job_id: str, change: str = "state", **fields: object) -> dict:
         old = self.record(job_id)
         rec = {**old, **fields}
         self.put(rec, old["state"], change)
         return rec
 
-    def commit(self, save_index: bool = True, applied=None) -> list[dict]:
+    def commit(self, save_index: bool = True, applied: Callable[[], None] | None = None) -> list[dict]:
         if self.settle_first:
             fs.settle()  # what the journal will point at is durable first (qex.jobs.submit.submit_many)
         return self.store.commit_locked(self.idx, self.changes, False if self.windowed else save_index, applied)

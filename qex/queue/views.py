@@ -3,6 +3,12 @@ entry. Kept apart from the queue's view (``qex.queue.queueview``, with its
 bisect and the window's shapes): every pass builds these, and only a
 supervisor's windowed pass needs that view."""
 
+from __future__ import annotations
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.admit import Queued, Running
+
 
 # A queued job's admission view, kept while its index entry is the same object: a
 # process that keeps its committed index (Store._cache) builds only what changed, so
@@ -11,7 +17,7 @@ supervisor's windowed pass needs that view."""
 QUEUED_MEMO: dict = {}
 
 
-def queued_of(job_id: str, e: dict):
+def queued_of(job_id: str, e: dict) -> Queued:
     """A queued job's admission view (kept while its entry is the same object)."""
     known = QUEUED_MEMO.get(job_id)
     if known is not None and known[0] is e:
@@ -26,7 +32,7 @@ def queued_of(job_id: str, e: dict):
     return q
 
 
-def running_of(job_id: str, e: dict):
+def running_of(job_id: str, e: dict) -> Running:
     from qex import admit as A
 
     claims = tuple(A.Claim(name, c, s) for name, (c, s) in sorted(e["pools"].items()))

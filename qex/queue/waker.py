@@ -15,6 +15,8 @@ run (none queued), it does not run passes: it checks their liveness locks
 each interval and runs a pass only when one is free.
 """
 
+from __future__ import annotations
+
 import os
 import time
 
@@ -24,6 +26,10 @@ from qex.queue import engine, fork
 from qex.queue.context import Launch
 from qex.store import layout
 from qex.store.lock import hold
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
 INTERVAL = float(os.environ.get("QEX_WAKER_INTERVAL", "1.0"))
 # The kinds of wait (``blocked_holder``) that only the end of a job of this state
@@ -39,11 +45,11 @@ WATCH = 0.2  # how often a sleeping waker looks for a changed queue (two stats)
 LOOK = 1.0
 
 
-def lock_path(ctx) -> str:
+def lock_path(ctx: Context) -> str:
     return os.path.join(ctx.store.root, layout.waker_lock(ctx.uid))
 
 
-def ensure(ctx, close_in_child=(), next_deadline: float | None = None) -> "Launch | None":
+def ensure(ctx: Context, close_in_child: tuple[int, ...] = (), next_deadline: float | None = None) -> "Launch | None":
     """Fork a waker unless one holds the lock. Returns a Launch only in a
     supervisor forked by the waker (see ``qex.queue.launch.after_pass``).
     ``next_deadline`` is the earliest --max-queue-time deadline of the pass."""
@@ -80,7 +86,7 @@ def ensure(ctx, close_in_child=(), next_deadline: float | None = None) -> "Launc
     return None
 
 
-def wake_time(ctx, next_deadline: float | None, now: float) -> float:
+def wake_time(ctx: Context, next_deadline: float | None, now: float) -> float:
     """The next pass: at the earliest deadline or end of a timed pause still to
     come, and at most ``INTERVAL`` from now."""
     from qex.queue import pause
@@ -96,7 +102,7 @@ def wake_time(ctx, next_deadline: float | None, now: float) -> float:
     return wake
 
 
-def _sleep_until(ctx, wake: float) -> None:
+def _sleep_until(ctx: Context, wake: float) -> None:
     """Sleep to ``wake``, but look every ``WATCH`` seconds whether the queue or
     the pauses changed (a file's mtime): a new or moved deadline, or a new
     timed pause, may call for an earlier pass. A queue that keeps changing is
@@ -126,7 +132,7 @@ def _sleep_until(ctx, wake: float) -> None:
             wake = min(wake, wake_time(ctx, _earliest_deadline(ctx, now), now))
 
 
-def _stamp(ctx) -> tuple:
+def _stamp(ctx: Context) -> tuple:
     out = []
     for path in (ctx.store.index_path, ctx.store.journal_path, os.path.join(ctx.store.root, layout.PAUSE)):
         try:
@@ -136,7 +142,7 @@ def _stamp(ctx) -> tuple:
     return tuple(out)
 
 
-def _earliest_deadline(ctx, now: float) -> float | None:
+def _earliest_deadline(ctx: Context, now: float) -> float | None:
     """The earliest deadline still to come of a queued job, read from the index without the lock."""
     try:
         jobs = ctx.store.read_index_jobs()
@@ -146,7 +152,7 @@ def _earliest_deadline(ctx, now: float) -> float | None:
     return min((t for t in times if t > now), default=None)
 
 
-def _loop(ctx, fd: int, next_deadline: float | None = None) -> "Launch | None":
+def _loop(ctx: Context, fd: int, next_deadline: float | None = None) -> "Launch | None":
     """Pass until nothing of this user is queued; return a Launch in a forked supervisor."""
     import traceback
 
@@ -177,7 +183,7 @@ def _loop(ctx, fd: int, next_deadline: float | None = None) -> "Launch | None":
             return None
 
 
-def _still_found(ctx, fd: int) -> bool:
+def _still_found(ctx: Context, fd: int) -> bool:
     """Whether the lock this waker holds is still the file at its path. Once
     someone removes (or replaces) the state directory, no command can find this
     waker any more and every pass would fail: it must end, not loop."""
@@ -191,7 +197,7 @@ def _still_found(ctx, fd: int) -> bool:
     return (seen.st_dev, seen.st_ino) == (held.st_dev, held.st_ino)
 
 
-def _needs_pass(ctx) -> bool | None:
+def _needs_pass(ctx: Context) -> bool | None:
     """True: a job of this user waits on something only a pass notices (see
     ``INSIDE``), or a job lost its supervisor; False: their jobs run, or wait on
     jobs of this queue that run, all supervised; None: nothing of theirs left."""
@@ -222,7 +228,7 @@ def _needs_pass(ctx) -> bool | None:
     return any(_lost(ctx, j, e) for j, e in holding)
 
 
-def _lost(ctx, job_id: str, entry: dict) -> bool:
+def _lost(ctx: Context, job_id: str, entry: dict) -> bool:
     from qex.store.lock import is_held
 
     try:

@@ -82,7 +82,7 @@ def _assigned(items, where: str) -> None:
             raise Damaged(f"{where}assigned holds a bad entry")
 
 
-def status(data) -> None:
+def status(data: object) -> None:
     """Raise Damaged unless ``data`` is a job record whose known fields have their types."""
     if not isinstance(data, dict):
         raise Damaged(f"it holds a JSON {_kind(data)}, not a record")
@@ -132,7 +132,7 @@ SPEC_FIELDS = {"id": str, "command": list, "cwd": str, "env": dict, "format": in
                "hints": bool, "request": dict}
 
 
-def spec(data) -> None:
+def spec(data: object) -> None:
     """Raise Damaged unless ``data`` is a job spec whose known fields have their types."""
     if not isinstance(data, dict):
         raise Damaged(f"it holds a JSON {_kind(data)}, not a spec")
@@ -147,7 +147,7 @@ def spec(data) -> None:
     _strings(data["env"].values(), "the field env")
 
 
-def index(data) -> None:
+def index(data: object) -> None:
     """Raise Damaged unless ``data`` is an active index whose entries a pass can use."""
     if not isinstance(data, dict):
         raise Damaged(f"it holds a JSON {_kind(data)}")

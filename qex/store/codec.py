@@ -4,11 +4,21 @@ Built lazily on first use: importing cattrs costs ~15 ms, paid only by the
 commands that read or write a record.
 """
 
+from __future__ import annotations
+
 import functools
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    from cattrs import Converter
+
+    R = TypeVar("R")  # the record class load makes
 
 
 @functools.cache
-def tolerant():
+def tolerant() -> Converter:
     """For records qex wrote: unknown keys ignored, missing ones defaulted."""
     import cattrs
 
@@ -18,7 +28,7 @@ def tolerant():
 
 
 @functools.cache
-def strict():
+def strict() -> Converter:
     """For what a person writes: an unknown key is an error."""
     import cattrs
 
@@ -38,12 +48,12 @@ def _tuple_hooks(conv) -> None:
     configure_union_passthrough(typing.Union[str, int, float, bool, None, list, dict], conv)
 
 
-def load(cls, data: dict):
+def load(cls: type[R], data: dict) -> R:
     """A record of ``cls`` from a dict that qex wrote (any format version)."""
     return tolerant().structure(data, cls)
 
 
-def dump(obj) -> dict:
+def dump(obj: object) -> dict:
     return tolerant().unstructure(obj)
 
 

@@ -18,6 +18,10 @@ from qex.store import fs, history, journal, layout
 from qex.store.index import LAZY, Index
 from qex.store.records import ACTIVE
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 _MARK_BYTES = 128    # the first bytes of the journal that tell one journal file from another (Store._journal_mark)
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:
@@ -84,7 +88,7 @@ class Commit:
         return True
 
     def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]],
-                      save_index: bool = True, applied=None) -> list[dict]:
+                      save_index: bool = True, applied: Callable[[], None] | None = None) -> list[dict]:
         """Apply changes: (new record dict, previous state, change kind).
 
         Journal first (fsynced), then each status.json, then the index.

@@ -55,7 +55,7 @@ class BadSince(ValueError):
     pass
 
 
-def parse_since(text: str | None):
+def parse_since(text: str | None) -> str | tuple[str, int]:
     """``start``, ``now``, or (stream, seq)."""
     if text is None or text in ("start", "now"):
         return text or "now"
@@ -352,7 +352,7 @@ class Watch:
         except (OSError, AttributeError):
             self.fd = None
 
-    def fileno(self):
+    def fileno(self) -> int | None:
         return self.fd
 
     def relevant(self) -> bool:

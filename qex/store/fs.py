@@ -9,6 +9,8 @@ When the writes become durable (the syncs left to a lock's release or to
 are named here too (``fs.settle``), as their callers know them.
 """
 
+from __future__ import annotations
+
 import errno
 import json
 import os
@@ -29,6 +31,10 @@ from qex.store.syncs import (  # noqa: F401 (their home: qex.store.syncs; caller
     syncfs,
     syncfs_in_background,
 )
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:
@@ -82,7 +88,7 @@ def read_bytes(path: str, limit: int | None = None, owner: int | None = None) ->
         os.close(fd)
 
 
-def read_json(path: str, limit: int = 16 << 20, owner: int | None = None):
+def read_json(path: str, limit: int = 16 << 20, owner: int | None = None) -> Any:
     """Parse a JSON file; raises OSError or ValueError (never hangs)."""
     data = read_bytes(path, limit, owner)
     if len(data) > limit:
@@ -202,12 +208,12 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def json_bytes(obj) -> bytes:
+def json_bytes(obj: object) -> bytes:
     """The bytes of a JSON file qex writes: compact, keys sorted, one line."""
     return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode() + b"\n"
 
 
-def write_json(path: str, obj, mode: int = 0o600, sync_dir: bool = True, sync: bool = True) -> None:
+def write_json(path: str, obj: object, mode: int = 0o600, sync_dir: bool = True, sync: bool = True) -> None:
     write_atomic(path, json_bytes(obj), mode, sync_dir, sync)
 
 

@@ -28,22 +28,29 @@ Each line starts ``{"seq":N,"id":"..."`` so a reader can sort the file by
 submission order without parsing every line as JSON.
 """
 
+from __future__ import annotations
+
 import json
 import os
 
 from qex.base.states import FINAL
 from qex.store import layout
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from qex.base.errors import BrokenRecord
 ERROR_CHARS = 240  # a list row shows at most 160 characters of the error
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 _LINE = rb'^\{"seq":(\d+),"id":"([0-9A-Za-z_.-]+)",'  # how line_of starts a line
 
 
-def path_of(store) -> str:
+def path_of(store: object) -> str:
     return os.path.join(store.root, layout.HISTORY)
 
 
-def line_of(rec: dict, store=None) -> bytes:
+def line_of(rec: dict, store: object = None) -> bytes:
     """The history line of a final record: what a list row and the list filters need,
     and ``st``, the identity of its status.json (a reader that finds another file there
     reads the record: one ``stat`` per row finds a record damaged or rewritten since)."""
@@ -77,7 +84,7 @@ def identity(st: os.stat_result) -> list[int]:
 
 # ---- writers (state lock held) ------------------------------------------------------
 
-def note_final_locked(store, changes) -> None:
+def note_final_locked(store: object, changes: list[tuple[dict, str | None, str]]) -> None:
     """After a commit's status files: a line for each job it made final."""
     entering = None
     for rec, previous, _change in changes:
@@ -94,7 +101,7 @@ def note_final_locked(store, changes) -> None:
     _append_locked(store, [line_of(r, store) for r in last.values() if r.get("state") in FINAL])
 
 
-def note_replayed_locked(store, records: list[dict]) -> None:
+def note_replayed_locked(store: object, records: list[dict]) -> None:
     """After a replay of events a dead pass left: the final jobs the file misses (idempotent)."""
     finals = [r for r in records if r.get("state") in FINAL]
     if not finals:
@@ -151,7 +158,7 @@ def _present(store, wanted: set) -> set:
     return found
 
 
-def forget_locked(store, removed) -> None:
+def forget_locked(store: object, removed: Iterable[str]) -> None:
     """``qex clean``: rewrite the file with only the jobs that exist, once each (it drops
     the removed jobs, damaged lines and what an earlier clean that died left)."""
     gone = set(removed)
@@ -271,7 +278,7 @@ def ids_in(data: bytes) -> set[str]:
     return {job_id for _seq, job_id, _line in scan(data)}
 
 
-def listing(store, active: dict, on_broken) -> tuple[list[tuple], list[dict]]:
+def listing(store: object, active: dict, on_broken: Callable[[BrokenRecord], None]) -> tuple[list[tuple], list[dict]]:
     """Every job of the store in submission order, and the final records the history missed.
 
     Each job is (seq, id, history line or None, record or None): a job with neither is
@@ -320,7 +327,7 @@ def _first(item: tuple) -> int:
     return item[0]
 
 
-def repair(store, records: list[dict]) -> None:
+def repair(store: object, records: list[dict]) -> None:
     """Append the final jobs a reader found missing (a store from an older qex, a damaged
     file): under the state lock, each once. Best effort: a reader may not write."""
     if not records:

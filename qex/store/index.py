@@ -96,7 +96,7 @@ def live_reason(rec: dict, entry: dict) -> dict:
     return {**rec, "blocked_reason": entry["reason"], "blocked_holder": entry.get("holder")}
 
 
-def usable_event(event, applied_seq: int) -> dict | None:
+def usable_event(event: object, applied_seq: int) -> dict | None:
     """The record an unapplied journal event carries, if it is whole and names a job directory."""
     if not isinstance(event, dict) or event.get("event") != "job":
         return None

@@ -152,11 +152,11 @@ def hook_marker_job(filename: str, uid: int) -> str | None:
 DIR_MODE = 0o2770                    # a shared directory's folders: setgid, the group may write
 
 
-def is_shared(st) -> bool:
+def is_shared(st: os.stat_result) -> bool:
     return bool(st.st_mode & stat.S_ISGID) and bool(st.st_mode & stat.S_IWGRP)
 
 
-def learn(store) -> None:
+def learn(store: object) -> None:
     """Set ``store.shared`` and ``store.owner_uid`` from the directory itself."""
     try:
         st = os.stat(store.root)

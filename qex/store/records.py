@@ -234,7 +234,7 @@ class NewSpec(Plain):
         return self.asdict()
 
 
-def spec_json(spec) -> dict:
+def spec_json(spec: object) -> dict:
     """spec.json's content for a ``NewSpec`` (or a ``Spec`` read back)."""
     if isinstance(spec, NewSpec):
         return spec.as_json()

@@ -28,7 +28,7 @@ from qex.store.replay import Replay
 
 TYPE_CHECKING = False  # (typing itself is not imported: qex submit's start-up)
 if TYPE_CHECKING:
-    from qex.store.records import Spec, Status
+    from qex.store.records import NewSpec, Spec, Status
 
 
 class Store(Replay, Commit):
@@ -167,7 +167,7 @@ class Store(Replay, Commit):
             raise BrokenRecord(f"the record {self.path(job_id, layout.STATUS)} is damaged "
                                f"({codec.describe(exc, layout.STATUS)}); qex clean {job_id} removes it") from None
 
-    def read_spec(self, job_id: str, must_own: bool = False):
+    def read_spec(self, job_id: str, must_own: bool = False) -> NewSpec:
         """The job's spec (a ``records.NewSpec``: the fields of ``Spec``, read without
         cattrs, which a supervisor would import before every first job); ``must_own``:
         only a spec.json of this process's user (a supervisor never runs a spec

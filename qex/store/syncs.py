@@ -7,10 +7,16 @@ fsyncs a supervisor defers to ``settle`` (``defer_syncs``), the syncer thread
 names these for its callers (``fs.settle``, ``fs.syncfs``...).
 """
 
+from __future__ import annotations
+
 import errno
 import os
 
 from qex.base.errors import StoreError
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # Files a rename replaced while the state lock is held, kept open so that the
 # kernel frees them when this process lets the lock go, not under it
@@ -194,7 +200,7 @@ def _sync_file_range():
     return libc_call("sync_file_range", [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint])
 
 
-def libc_call(name: str, argtypes=None):
+def libc_call(name: str, argtypes: list | None = None) -> Callable[..., int] | bool:
     """The C library's function ``name`` (through ctypes: calls the os module lacks), or False."""
     try:
         import ctypes

@@ -6,10 +6,18 @@ the stack of the process it was forked from, and the code here makes it the
 supervisor (``qex.supervisor.run.main_loop``), which never returns.
 """
 
+from __future__ import annotations
+
 import os
 
 from qex.queue import fork
-from qex.queue.context import Context, Launch, PassResult
+from qex.queue.context import Launch, PassResult
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from qex.config.context import Context
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 
@@ -22,7 +30,7 @@ def become_supervisor_if(ctx: Context, launch: Launch | None) -> None:
         main_loop(ctx, launch)
 
 
-def finish_pass(ctx: Context, result: PassResult, close_in_child=(), leaving: bool = False) -> None:
+def finish_pass(ctx: Context, result: PassResult, close_in_child: tuple[int, ...] = (), leaving: bool = False) -> None:
     """Fork what the pass admitted (``qex.queue.launch.after_pass``); in a forked
     supervisor, supervise and never return."""
     from qex.queue.launch import after_pass
@@ -32,7 +40,7 @@ def finish_pass(ctx: Context, result: PassResult, close_in_child=(), leaving: bo
     become_supervisor_if(ctx, after_pass(ctx, result, close_in_child, leaving))
 
 
-def early(leaving: bool):
+def early(leaving: bool) -> Callable[[Context, list[Launch], tuple[int, int]], int]:
     """``run_pass``'s ``early``: the supervisors of what the pass admits are
     forked before its commit (``fork_early``)."""
     return lambda ctx, launches, locks: fork_early(ctx, launches, locks, leaving)

@@ -2,15 +2,27 @@
 supervisor saw (``classify``), and the record that says so, or its retry
 (``record_end``, in the pass after the job)."""
 
+from __future__ import annotations
+
 import os
 import time
 
 from qex.supervisor.memory import Meter, settle
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from qex.config.context import Context
+    from qex.queue.context import Launch
+    from qex.queue.txn import Txn
+    from qex.supervisor.logs import Sink
+
 DRAIN_AFTER_EXIT = 2.0  # seconds the job's output is still read after it exited (a child may hold it)
 
 
-def classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplete, meter=None) -> dict:
+def classify(rec: dict, wait_status: int, rusage: object, stop_reason: str | None, interrupt: object,
+             sinks: dict[int, Sink], incomplete: bool, meter: Meter | None = None) -> dict:
     out, err = sinks.values()
     usage, oom_evidence = (meter or Meter()).end(rusage, wait_status, stopped_by_qex=stop_reason is not None)
     outcome = {
@@ -51,7 +63,8 @@ def classify(rec, wait_status, rusage, stop_reason, interrupt, sinks, incomplete
     return {**rec, "_outcome": outcome}
 
 
-def record_end(ctx, txn, launch, rec: dict, outcome: dict, lessons: list, let_go) -> None:
+def record_end(ctx: Context, txn: Txn, launch: Launch, rec: dict, outcome: dict, lessons: list,
+               let_go: Callable[[], None]) -> None:
     """In the pass after the job ended (lock held): its final record, or its retry
     queued (``--retries``, or a bigger claim after an OOM). ``let_go()`` lets go of
     the job's locks (the supervisor's ``_close_and_end``): a retry frees its

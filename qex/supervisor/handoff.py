@@ -73,9 +73,9 @@ class _Rusage:
 def _context(root: str):
     from qex.base import machine, paths
     from qex.base.errors import QexError
+    from qex.config.context import Context
     from qex.config.file import load_config
     from qex.config.model import Config
-    from qex.queue.context import Context
     from qex.store.state import Store
 
     store = Store(root)

@@ -163,7 +163,7 @@ class Sink:
         return self.state.dropped_lines if self.state else 0
 
     # ---- writing ------------------------------------------------------------
-    def write(self, data, n: int | None = None) -> None:
+    def write(self, data: bytes | bytearray, n: int | None = None) -> None:
         """Write ``data`` (bytes), or the first ``n`` bytes of the buffer ``data`` (the watch
         loop reads into one reused buffer: no allocation per read)."""
         if n is None:

@@ -17,10 +17,16 @@ doubled (capped at the budget) while ``--oom-retries`` allows, and the learner
 is taught (a completed attempt's peak; an OOM attempt's floor).
 """
 
+from __future__ import annotations
+
 import _signal as signal  # the C module (see qex.supervisor.run)
 import os
 
 from qex.linux import cgroup
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
 
 
 class Meter:
@@ -88,7 +94,7 @@ class Meter:
                 self.cg.remove()
             self.cg, self.inside = None, False
 
-    def end(self, rusage, wait_status: int, stopped_by_qex: bool) -> tuple[dict, str | None]:
+    def end(self, rusage: object, wait_status: int, stopped_by_qex: bool) -> tuple[dict, str | None]:
         """After the job ended (wait4 done): (usage, OOM evidence). Removes the cgroup."""
         rss = rusage.ru_maxrss * 1024 if rusage is not None else None
         usage = {"max_rss": rss, "cpu_secs": round(rusage.ru_utime + rusage.ru_stime, 3) if rusage else None,
@@ -126,7 +132,7 @@ EVIDENCE_WORDS = {
 }
 
 
-def settle(ctx, current: dict, outcome: dict, lessons: list | None = None) -> dict | None:
+def settle(ctx: Context, current: dict, outcome: dict, lessons: list | None = None) -> dict | None:
     """Decide the end of an attempt in the final pass (lock held).
 
     Mutates ``outcome`` (state, error, oom_evidence) and returns the fields of
@@ -149,7 +155,7 @@ def settle(ctx, current: dict, outcome: dict, lessons: list | None = None) -> di
     return retry
 
 
-def _answer_oom(ctx, current: dict, outcome: dict) -> dict | None:
+def _answer_oom(ctx: Context, current: dict, outcome: dict) -> dict | None:
     from qex.base.units import format_size
 
     claims = current.get("claims") or {}
@@ -185,7 +191,7 @@ def _join(first: str, rest: str | None) -> str:
     return f"{first}. {rest}" if rest else first
 
 
-def _lesson(ctx, current: dict, outcome: dict) -> tuple | None:
+def _lesson(ctx: Context, current: dict, outcome: dict) -> tuple | None:
     """What this attempt teaches the learner: (command, template, kind, bytes, name), or None."""
     if not ctx.config.learn_enabled:
         return None
@@ -201,7 +207,7 @@ def _lesson(ctx, current: dict, outcome: dict) -> tuple | None:
     return current.get("command") or (), current.get("template"), kind, nbytes, current.get("name", "")
 
 
-def teach(ctx, lessons: list) -> None:
+def teach(ctx: Context, lessons: list) -> None:
     """Teach the learner lessons (``_lesson``) under its own lock, in one write."""
     from qex.jobs import learn
 

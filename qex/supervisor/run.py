@@ -7,6 +7,8 @@ of what that pass admitted, and exits; a child that becomes the next job's
 supervisor continues in the same flat loop (``main_loop``).
 """
 
+from __future__ import annotations
+
 import _signal as signal  # the C module: signal.py builds enums, ~2 ms of a starting supervisor
 import os
 import time
@@ -16,7 +18,7 @@ from qex.base.states import HOLDING
 from qex.linux import pidfile
 from qex.linux.proc import KILL_GRACE, detach_stdio, signal_group
 from qex.queue import engine, reconcile
-from qex.queue.context import Context, Launch
+from qex.queue.context import Launch
 from qex.queue.launch import after_pass
 from qex.queue.txn import Txn
 from qex.store import fs, layout
@@ -24,6 +26,13 @@ from qex.store.state import LAZY
 from qex.supervisor import ending, spawn
 from qex.supervisor.ending import DRAIN_AFTER_EXIT
 from qex.supervisor.memory import Meter
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from qex.config.context import Context
+    from qex.store.state import Store
 
 RUNNING_AFTER = 0.02  # the longest a spawned job waits for its 'running' record while the lock is busy
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
@@ -90,7 +99,7 @@ class Interrupt:
     def _on(self, signum, frame):
         self.requested = "kill" if signum == signal.SIGUSR1 else "term"
 
-    def close(self):
+    def close(self) -> None:
         signal.set_wakeup_fd(-1)
         os.close(self.r)
         os.close(self.w)
@@ -191,7 +200,7 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, inter
     return proc, current
 
 
-def make_logs(store, job_id: str) -> None:
+def make_logs(store: Store, job_id: str) -> None:
     """The job's stdout.log and stderr.log, empty, before its record says 'running' (a
     script that sees it running opens them); a job's logs are made when it starts, not
     when it is queued. The watch's ``Sink`` opens them again, and says what went wrong
@@ -275,7 +284,7 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
     return ending.classify(rec, end.wait_status, end.rusage, end.stop_reason, interrupt, sinks, end.incomplete, meter)
 
 
-def resume(ctx: Context, launch: Launch, interrupt: Interrupt, ended) -> None:
+def resume(ctx: Context, launch: Launch, interrupt: Interrupt, ended: Callable[[], dict]) -> None:
     """The supervisor after its exec back from the minimal watcher (``qex.supervisor.handoff``):
     ``ended()`` classifies the job's end; record it as ``supervise`` does, then go on as
     ``main_loop``. Never returns."""

@@ -3,6 +3,8 @@ into its process group (and memory cgroup), and its pid file around the spawn
 (``qex.linux.pidfile``). The supervisor (``qex.supervisor.run``) calls ``spawn``.
 """
 
+from __future__ import annotations
+
 import _signal as signal  # the C module: signal.py builds enums, ~2 ms of a starting supervisor
 import os
 import stat
@@ -10,9 +12,17 @@ import stat
 from qex.base.errors import StoreError
 from qex.linux import cgroup, pidfile
 from qex.linux.proc import signal_group
-from qex.queue.context import Context, Launch
+from qex.queue.context import Launch
 from qex.store import fs, layout
 from qex.supervisor.memory import Meter
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from subprocess import Popen
+
+    from qex.config.context import Context
+    from qex.config.model import Config
+    from qex.store.records import NewSpec
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:
@@ -23,7 +33,7 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NU
                "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "GOMAXPROCS", "JULIA_NUM_THREADS")
 
 
-def job_env(spec, rec: dict, config) -> dict:
+def job_env(spec: NewSpec, rec: dict, config: Config) -> dict:
     env = dict(spec.env)
     pools = {p.name: p for p in config.pools}
     for p in pools.values():
@@ -58,7 +68,7 @@ def _env_name(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name).upper()
 
 
-def spawn(ctx: Context, launch: Launch, spec, rec: dict, meter: Meter):
+def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) -> tuple[Child | Popen | None, dict | None]:
     """Spawn a 'starting' job in its process group (and memory cgroup) and write its pid
     file. Returns (process, None), or (None, the outcome of a start that failed).
 
@@ -124,7 +134,7 @@ def _not_started(spec, exc: BaseException) -> dict:
     return {"state": "failed", "error": f"cannot start {spec.command[0]!r}: {getattr(exc, 'strerror', None) or exc}"}
 
 
-def pid_line_now(proc) -> None:
+def pid_line_now(proc: Child | Popen) -> None:
     """The job is recorded running (or watched by another program from now on): its
     pid line is written first. A failure is said in supervisor.log; the job, in its
     cgroup, goes on (the intent line still names that cgroup)."""
@@ -135,7 +145,7 @@ def pid_line_now(proc) -> None:
               "supervisor lost stops the job through its cgroup", flush=True)
 
 
-def write_pid_line(proc) -> None:
+def write_pid_line(proc: Child | Popen) -> None:
     """The job's ``<pid> <start time> [cgroup]`` over the intent line, once (``spawn``).
 
     A job born in its cgroup, which the intent line names, gets it only when it is
@@ -164,7 +174,7 @@ class Child:
         self.pid_line = None  # (path, mode, cgroup note) of the pid line still to write (write_pid_line)
 
     @classmethod
-    def spawn(cls, path: str, argv, env: dict) -> "Child":
+    def spawn(cls, path: str, argv: list[str] | tuple[str, ...], env: dict) -> "Child":
         """stdin from /dev/null, stdout and stderr to pipes, its own process group,
         SIGPIPE and SIGXFSZ back to their defaults (as subprocess's restore_signals;
         every other disposition as the supervisor has it), an empty signal mask. Every

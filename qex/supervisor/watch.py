@@ -28,6 +28,14 @@ import select
 import sys
 import time
 
+TYPE_CHECKING = False  # (typing itself is not imported; nor is __future__: the minimal watcher)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from qex.config.context import Context
+    from qex.queue.context import Launch
+    from qex.supervisor.memory import Meter
+
 READ_SIZE = 1 << 16  # a pipe's whole buffer in one read
 MAX_WAIT = 3600.0  # seconds one poll() may sleep at most
 # Seconds a job runs under the forked supervisor before the supervisor slims down
@@ -52,7 +60,7 @@ class Interrupt:
     def _on(self, signum, frame):
         self.requested = "kill" if signum == _signal.SIGUSR1 else "term"
 
-    def close(self):
+    def close(self) -> None:
         _signal.set_wakeup_fd(-1)
         os.close(self.r)
         os.close(self.w)
@@ -70,8 +78,8 @@ class End:
         self.incomplete, self.handoff, self.open_pipes = incomplete, handoff, tuple(open_pipes)
 
 
-def loop(pid: int, sinks: dict, open_pipes, interrupt, timeout_at: float | None, kill_grace: float,
-         drain: float, handoff_at: float | None = None) -> End:
+def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, timeout_at: float | None,
+         kill_grace: float, drain: float, handoff_at: float | None = None) -> End:
     """Watch the job ``pid`` (leader of its process group) until it has ended and its
     pipes are read (or ``drain`` seconds after its end), or until ``handoff_at``."""
     open_pipes = set(open_pipes)
@@ -171,7 +179,7 @@ def signal_group(pgid: int, sig: int) -> None:
 
 # ---- the two execs: the data they hand over, the fds they keep ---------------------
 
-def write_handover(data) -> int:
+def write_handover(data: tuple) -> int:
     """An inheritable memfd holding ``data`` (marshal: builtin, and no size limit as argv has)."""
     fd = os.memfd_create("qex-handover", 0)
     blob = marshal.dumps(data)
@@ -182,7 +190,7 @@ def write_handover(data) -> int:
     return fd
 
 
-def read_handover(fd: int):
+def read_handover(fd: int) -> tuple:
     chunks = []
     while True:
         chunk = os.read(fd, 1 << 16)
@@ -193,7 +201,7 @@ def read_handover(fd: int):
     return marshal.loads(b"".join(chunks))
 
 
-def exec_keeping(argv: list, keep) -> None:
+def exec_keeping(argv: list, keep: "Iterable[int | None]") -> None:
     """execv ``argv`` with the signals that stop a job blocked (the new image installs its
     handlers, then unblocks: a kill in between waits, it is not lost nor fatal), keeping
     exactly the fds ``keep`` besides 0, 1 and 2. Returns only if the exec failed, with
@@ -241,7 +249,8 @@ def _package_parent() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def become_watcher(ctx, launch, pid: int, rec: dict, interrupt, meter, sinks: dict, open_pipes,
+def become_watcher(ctx: "Context", launch: "Launch", pid: int, rec: dict, interrupt: object, meter: "Meter",
+                   sinks: dict, open_pipes: "Iterable[int]",
                    timeout_at: float | None, kill_grace: float, drain: float) -> None:
     """Exec into the minimal watcher (see ``qex.supervisor.handoff``). Returns only
     if the exec failed (the caller then goes on watching in this process). Runs in

@@ -14,6 +14,10 @@ import time
 
 from qex.users.peer_dir import ADMIT_LOCK, directory, open_dir
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
+
 ADMIT_WAIT = 0.5
 
 
@@ -25,7 +29,7 @@ class admission:
     lockable): after ``ADMIT_WAIT`` seconds a pass goes on without it, so a
     hostile holder slows passes down but never stops a queue."""
 
-    def __init__(self, ctx, wanted: bool):
+    def __init__(self, ctx: Context, wanted: bool):
         self.ctx, self.wanted, self.fd = ctx, wanted, None
 
     def __enter__(self):

@@ -31,20 +31,24 @@ import stat
 
 from qex.users.peer_record import BadRecord
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
+
 _OPEN_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 ADMIT_LOCK = ".admit.lock"    # the admission turn's lock file (qex.users.peer_admission)
 
 
 # ---- names ---------------------------------------------------------------------
 
-def directory(ctx) -> str:
+def directory(ctx: Context) -> str:
     """Where the peer directory is (``qex.config.keys.peer_dir``)."""
     from qex.config.keys import peer_dir
 
     return peer_dir(ctx.config)
 
 
-def key(ctx) -> str:
+def key(ctx: Context) -> str:
     """The name of this queue's record (without .json): its user and state directory."""
     return key_for(ctx.uid, ctx.store.root)
 
@@ -145,7 +149,7 @@ def list_names(fd: int) -> list[str]:
         return []
 
 
-def open_entry(dir_fd: int, name: str):
+def open_entry(dir_fd: int, name: str) -> tuple[int, os.stat_result]:
     """Open one entry for reading: (fd, stat), or BadRecord with the reason."""
     try:
         fd = os.open(name, _OPEN_READ, dir_fd=dir_fd)
@@ -192,7 +196,7 @@ def unlink_quietly(dir_fd: int, name: str) -> None:
 
 # ---- the liveness lock of one job ----------------------------------------------
 
-def lock_held(dir_fd: int, name, uid: int) -> bool:
+def lock_held(dir_fd: int, name: str | None, uid: int) -> bool:
     """True while the job's supervisor holds its lock file (owned by the record's owner)."""
     if not name:
         return False
@@ -212,7 +216,7 @@ def lock_held(dir_fd: int, name, uid: int) -> bool:
         os.close(fd)  # releases the shared lock we may have taken
 
 
-def hold_job_lock(ctx, job_id: str) -> tuple[int, str | None]:
+def hold_job_lock(ctx: Context, job_id: str) -> tuple[int, str | None]:
     """Create and lock this job's liveness file in the peer directory.
 
     Returns (fd, name); the caller's supervisor keeps fd for the job's life.
@@ -243,7 +247,7 @@ def hold_job_lock(ctx, job_id: str) -> tuple[int, str | None]:
         os.close(fd_dir)
 
 
-def release_job_lock(ctx, fd: int, name: str | None) -> None:
+def release_job_lock(ctx: Context, fd: int, name: str | None) -> None:
     """The job has ended and its record says so: remove its lock file, then let go."""
     if name:
         try:
@@ -273,7 +277,7 @@ def _ident(fd: int):
 
 # ---- for the waker ------------------------------------------------------------------
 
-def dir_version(ctx, since=None):
+def dir_version(ctx: Context, since: tuple | None = None) -> tuple[tuple[int, int], tuple[str, ...] | None] | None:
     """Changes whenever another queue's record or lock file in the peer directory
     is added, replaced or removed (a peer's job started or ended). ``since``: the
     version returned before; while the directory's own stat is unchanged, that is

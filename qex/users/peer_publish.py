@@ -30,9 +30,14 @@ from qex.users.peer_dir import (
 )
 from qex.users.peer_record import MAX_RECORD, BadRecord, job_entries, record_from
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
+    from qex.store.index import Index
+
 # ---- publishing (the state lock is held) -------------------------------------------
 
-def own_jobs(ctx, idx, holding=None) -> list[tuple[str, dict]]:
+def own_jobs(ctx: Context, idx: Index, holding: list[str] | None = None) -> list[tuple[str, dict]]:
     """This user's jobs of this state directory that hold capacity. ``holding``: the
     ids of the index's starting and running jobs, when the caller knows them (a
     supervisor's queue view: no walk of a long queue)."""
@@ -44,7 +49,7 @@ def own_jobs(ctx, idx, holding=None) -> list[tuple[str, dict]]:
     return [(j, e) for j, e in jobs.items() if e["state"] in HOLDING and e.get("uid") == ctx.uid]
 
 
-def publish_locked(ctx, idx, holding=None) -> str | None:
+def publish_locked(ctx: Context, idx: Index, holding: list[str] | None = None) -> str | None:
     """Make this queue's record say what its running jobs hold now (or remove it
     when they hold nothing). Call with the state lock held, after the commit.
     Returns a problem sentence, or None. Writes nothing when nothing changed.
@@ -157,7 +162,7 @@ def _unlink_own(dir_fd: int, name: str) -> None:
         unlink_quietly(dir_fd, name)
 
 
-def _sweep(dir_fd: int, ctx, keep: set) -> None:
+def _sweep(dir_fd: int, ctx: Context, keep: set) -> None:
     """Remove this queue's lock files that nobody holds any more (supervisors
     killed before they could) and its temp files older than a minute."""
     prefix = key(ctx) + "."
@@ -181,7 +186,7 @@ def _sweep(dir_fd: int, ctx, keep: set) -> None:
 
 # ---- for qex info ------------------------------------------------------------------
 
-def publish_check(ctx) -> str | None:
+def publish_check(ctx: Context) -> str | None:
     """Why this queue's record is not what its running jobs hold, or None."""
     fd, problem, _ = open_dir(directory(ctx), create=False)
     if fd is None:

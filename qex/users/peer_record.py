@@ -23,6 +23,10 @@ from __future__ import annotations
 import json
 import os
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
+
 FORMAT = 1
 KIND = "qex-peer"
 MAX_RECORD = 1 << 20          # bytes; a larger file is not a record
@@ -58,7 +62,7 @@ def state_identity(root: str) -> tuple[str, str]:
 
 # ---- writing (``qex.users.peer_publish``) ---------------------------------------
 
-def record_of(ctx, jobs: list[tuple[str, dict]]) -> dict:
+def record_of(ctx: Context, jobs: list[tuple[str, dict]]) -> dict:
     """The record of what ``jobs`` hold. A job entry names no job: what it holds
     and the lock its supervisor holds, in the order of their locks, so that a
     supervisor that goes on to its next job of the same claims (it keeps its
@@ -67,7 +71,7 @@ def record_of(ctx, jobs: list[tuple[str, dict]]) -> dict:
     return record_from(ctx, job_entries(ctx, jobs))
 
 
-def job_entries(ctx, jobs: list[tuple[str, dict]]) -> list[dict]:
+def job_entries(ctx: Context, jobs: list[tuple[str, dict]]) -> list[dict]:
     """The ``jobs`` entries of a record of what ``jobs`` hold (see ``record_of``)."""
     plain = {p.name for p in ctx.config.pools if p.count is not None}  # locks are never published
     entries = []
@@ -82,7 +86,7 @@ def job_entries(ctx, jobs: list[tuple[str, dict]]) -> list[dict]:
     return entries
 
 
-def record_from(ctx, entries: list[dict]) -> dict:
+def record_from(ctx: Context, entries: list[dict]) -> dict:
     """The whole record around its ``jobs`` entries (``job_entries``)."""
     from qex.base import machine
     from qex.base.version import VERSION

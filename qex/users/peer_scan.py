@@ -21,6 +21,11 @@ from qex.base.plain import Plain
 from qex.users.peer_dir import directory, key, list_names, lock_held, open_dir, open_entry, owner_name, read_fd
 from qex.users.peer_record import FORMAT, MAX_RECORD, BadRecord, parse, state_identity
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.admit import PeerHold
+    from qex.config.context import Context
+
 # ---- what a scan finds ---------------------------------------------------------
 
 class Peer(Plain, frozen=True):
@@ -55,7 +60,7 @@ class Scan(Plain, frozen=True):
 
 # ---- reading -------------------------------------------------------------------
 
-def holdings(ctx) -> list:
+def holdings(ctx: Context) -> list[PeerHold]:
     """What every live peer holds, as ``qex.admit.PeerHold`` (for the pass).
 
     A pass in a queue that no other queue shares the peer directory with (its
@@ -98,7 +103,7 @@ _TICK_NS = 20_000_000  # a file time is the kernel's coarse clock: a tick is at 
 _COARSE_NS = 2_000_000_000  # a file system that keeps whole seconds
 
 
-def scan(ctx) -> Scan:
+def scan(ctx: Context) -> Scan:
     """Read every record of the peer directory but this queue's own; never
     blocks, never raises for what is in the directory."""
     path = directory(ctx)

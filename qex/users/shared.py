@@ -30,14 +30,20 @@ records by writing files directly; they trust each other not to sabotage
 the queue (use private directories and the peer directory otherwise).
 """
 
+from __future__ import annotations
+
 import os
 import stat
 
 from qex.base.errors import PermissionRefused, QexError, UsageError
 from qex.store.layout import DIR_MODE, HOOKS_PENDING, INDEX, JOBS, JOURNAL, LOCK, SUBDIRS, ensure_file, is_shared
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.store.state import Store
 
-def describe(store) -> str:
+
+def describe(store: Store) -> str:
     """One line for qex info."""
     if not store.shared:
         return "private (only its owner's jobs)"

@@ -40,8 +40,8 @@ GOOD = {"command": ["true"], "name": "j1", "tags": ["a"], "priority": 1, "timeou
 
 def _ctx(tmp_path, config_text: str = ""):
     from qex.base import machine
+    from qex.config.context import Context
     from qex.config.file import load_config
-    from qex.queue.context import Context
     from qex.store.state import Store
 
     config = tmp_path / "qex.toml"
@@ -242,8 +242,9 @@ def _index_with(entry_damage):
 def test_a_damaged_index_or_journal_is_rebuilt_or_skipped_never_a_traceback(tmp_path, raw, journal):
     from qex.base import machine
     from qex.base.errors import QexError
+    from qex.config.context import Context
     from qex.config.file import load_config
-    from qex.queue.engine import Context, Txn, admit_locked
+    from qex.queue.engine import Txn, admit_locked
     from qex.store.state import Store
 
     store = Store(str(tmp_path / "state"))

@@ -1,0 +1,56 @@
+"""What one process knows while it works on one state directory: its store and
+config, who it runs as, the machine's size (``Context``).
+
+A plain class: the submit path imports this module, and building attrs classes
+at import costs every command milliseconds. It lives in config/ (below hooks/,
+users/ and queue/) so that every layer that takes a ``ctx`` can name its type."""
+
+from __future__ import annotations
+
+import os
+
+from qex.base.errors import QexError
+from qex.store.state import Store
+
+TYPE_CHECKING = False  # (typing itself is not imported: qex submit's start-up)
+if TYPE_CHECKING:
+    from qex.config.model import Config
+
+
+class Context:
+    """What one process knows while it works on one state directory."""
+
+    __slots__ = ("store", "config", "uid", "user", "cores", "mem_total")
+
+    def __init__(self, store: Store, config: Config, uid: int, user: str, cores: int, mem_total: int):
+        self.store, self.config, self.uid, self.user = store, config, uid, user
+        self.cores, self.mem_total = cores, mem_total
+
+    @classmethod
+    def load(cls, config: Config | None = None) -> Context:
+        from qex.base import machine, paths
+        from qex.config.file import load_config
+
+        store = Store(paths.state_dir())
+        store.ensure()
+        try:
+            store.repair_after_reboot()  # (a reader without the lock reads repaired records too)
+        except QexError:
+            pass  # a command that only reads still answers; the next pass that can write repairs
+        return cls(store=store, config=config or load_config(), uid=os.getuid(),
+                   user=paths.user_name(), cores=machine.cores(), mem_total=machine.mem_total())
+
+    def reload_config(self) -> None:
+        """Read the config again; a config broken meanwhile keeps the one in force."""
+        from qex.base.errors import QexError
+        from qex.config.file import load_config
+
+        try:
+            self.config = load_config()
+        except QexError as exc:
+            import sys
+
+            print(f"qex: keeping the config in force: {exc}", file=sys.stderr)
+
+    def budget(self) -> tuple[int, int]:
+        return self.config.resolve_budget(self.cores, self.mem_total)
