@@ -27,7 +27,10 @@ def env_for(root: str) -> dict:
     with open(config, "w") as fh:
         fh.write('[budget]\ncpu = 2\n[defaults]\nmem = "64MB"\n')
     env = {**os.environ, "QEX_STATE_DIR": os.path.join(root, "state"), "QEX_CONFIG": config,
-           "QEX_PEER_DIR": os.path.join(root, "peers")}
+           "QEX_PEER_DIR": os.path.join(root, "peers"),
+           # a cache of parsed configs of its own: two versions sharing one would each miss
+           # on the other's entries (an older qex reads no entry of a newer one's file)
+           "XDG_CACHE_HOME": os.path.join(root, "cache")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
