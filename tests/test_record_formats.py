@@ -53,3 +53,30 @@ status = st.builds(Status, id=text, seq=st.integers(0, 10 ** 9), state=st.sample
 @given(status)
 def test_a_record_round_trips_through_real_json(rec):
     assert codec.load(Status, json.loads(json.dumps(codec.dump(rec)))) == rec
+
+
+def test_the_read_check_knows_every_field_of_the_record_and_takes_its_default():
+    """store/check.py's table is written apart from the Status class (the check runs on
+    every read, and the class costs attrs): each field of the class is in it, no
+    other, and the field's default as JSON passes it."""
+    import attrs
+
+    from qex.store import check
+    from qex.store.records import status_defaults
+
+    fields = {f.name for f in attrs.fields(Status)}
+    assert set(check.STATUS_FIELDS) == fields
+    defaults = json.loads(json.dumps(status_defaults()))
+    check.status({**defaults, "id": "x", "seq": 1, "state": "queued", "command": ["true"], "cwd": "/",
+                  "owner": "me", "uid": 0})
+
+
+def test_the_read_check_refuses_a_damaged_field_it_once_let_through():
+    import pytest
+
+    from qex.store import check
+
+    for field, bad in (("supervisor_lost", "yes"), ("template", "echo {}"), ("queue_pauses", 3),
+                       ("rerun_of", 7), ("peer_lock", [])):
+        with pytest.raises(check.Damaged, match=field):
+            check.status({"id": "x", field: bad})

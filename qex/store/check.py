@@ -17,7 +17,8 @@ _OPT_NUM = (int, float, type(None))
 _OPT_STR = (str, type(None))
 _OPT_INT = (int, type(None))
 
-# status.json: field -> accepted types (bool is refused where a number is meant)
+# status.json: field -> accepted types (bool is refused where a number is meant). One entry per
+# field of qex.store.records.Status: tests/test_record_formats.py holds the two to each other.
 STATUS_FIELDS = {
     "id": str, "seq": int, "state": str, "name": str, "command": list, "cwd": str, "owner": str,
     "uid": int, "format": int, "group": _OPT_STR, "group_name": _OPT_STR, "tags": list, "priority": int,
@@ -28,6 +29,8 @@ STATUS_FIELDS = {
     "passed_by": int, "dedupe_key": _OPT_STR, "needs": list, "after": list, "skipped_root": _OPT_STR,
     "logs_dropped": dict, "timeout": _OPT_NUM, "retries": int, "oom_retries": int,
     "max_queue_time": _OPT_NUM, "queue_pause_secs": NUM, "kill_requested": bool, "oom_evidence": _OPT_STR,
+    "queue_pauses": list, "supervisor_lost": bool, "template": (list, type(None)), "rerun_of": _OPT_STR,
+    "peer_lock": _OPT_STR,
 }
 ATTEMPT_FIELDS = {"number": int, "state": str, "claims": (dict, type(None)), "started_at": _OPT_NUM,
                   "ended_at": _OPT_NUM, "exit_code": _OPT_INT, "signal": _OPT_STR, "usage": (dict, type(None)),
