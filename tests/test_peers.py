@@ -21,7 +21,8 @@ from qex.config.context import Context
 from qex.config.keys import PoolDef
 from qex.config.model import Config
 from qex.store.state import Index, Store
-from qex.users import peer_scan, peers
+from qex.users import peer_admission, peer_publish, peer_record, peer_scan
+from qex.users import peer_dir as pdir  # (peer_dir is a fixture here)
 
 GB = 1 << 30
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -51,11 +52,11 @@ def entry(cpu=1000, mem=GB, pools=None, assigned=(), lock=None, uid=None, state=
 def publish(ctx, jobs: dict) -> str | None:
     idx = Index({})
     idx.jobs.update(jobs)
-    return peers.publish_locked(ctx, idx)
+    return peer_publish.publish_locked(ctx, idx)
 
 
 def start_job(ctx, job_id: str, **kw):
-    fd, name = peers.hold_job_lock(ctx, job_id)
+    fd, name = pdir.hold_job_lock(ctx, job_id)
     assert fd >= 0 and name.endswith(".lock")
     return fd, entry(lock=name, **kw)
 
@@ -87,23 +88,23 @@ def test_a_published_record_counts_for_another_queue_while_its_job_lock_is_held(
 
     st_dir = os.stat(peer_dir)
     assert stat.S_IMODE(st_dir.st_mode) == 0o1777  # made like /tmp: sticky
-    rec_path = os.path.join(peer_dir, peers.key(a) + ".json")
+    rec_path = os.path.join(peer_dir, pdir.key(a) + ".json")
     assert stat.S_IMODE(os.stat(rec_path).st_mode) == 0o644
     rec = json.load(open(rec_path))
     assert rec["kind"] == "qex-peer" and rec["format"] == 1 and len(rec["jobs"]) == 2
     assert all("target" not in j["pools"] for j in rec["jobs"])  # a lock is never published
 
     me = user_name()  # the owner is the file's owner, whatever the record says
-    assert peers.holdings(b) == [PeerHold(me, 3500, 5 * GB, (("net", 1),), (DeviceUse("gpu", (1,), None),))]
-    assert peers.scan(a).peers == () and peers.scan(a).ignored == ()  # a queue never counts itself
+    assert peer_scan.holdings(b) == [PeerHold(me, 3500, 5 * GB, (("net", 1),), (DeviceUse("gpu", (1,), None),))]
+    assert peer_scan.scan(a).peers == () and peer_scan.scan(a).ignored == ()  # a queue never counts itself
 
     os.close(fd2)  # job2's supervisor is gone: only job1 counts
-    [p] = peers.scan(b).peers
+    [p] = peer_scan.scan(b).peers
     assert (p.cpu, p.mem, p.jobs, p.stale_jobs, p.assigned) == (3000, 4 * GB, 1, 1, ())
     os.close(fd1)  # every supervisor gone: the record stops counting
-    scan = peers.scan(b)
+    scan = peer_scan.scan(b)
     assert scan.peers == ()
-    assert reasons(scan)[peers.key(a) + ".json"] == (
+    assert reasons(scan)[pdir.key(a) + ".json"] == (
         f"stale: no lock of its jobs is held (the qex processes of {me} that held them are gone)")
 
 
@@ -111,7 +112,7 @@ def test_publishing_writes_only_on_change_and_removes_the_record_when_nothing_is
     a = make_ctx(tmp_path, "a")
     fd, e = start_job(a, "job1-aaaa")
     publish(a, {"job1-aaaa": e})
-    path = os.path.join(peer_dir, peers.key(a) + ".json")
+    path = os.path.join(peer_dir, pdir.key(a) + ".json")
     first = os.stat(path)
     publish(a, {"job1-aaaa": e})
     assert os.stat(path).st_ino == first.st_ino  # nothing changed: nothing written
@@ -138,7 +139,7 @@ def test_the_format_1_record_on_disk_loads_forever_and_counts(tmp_path, peer_dir
     data = open(os.path.join(DATA, "peer-record-format1.json"), "rb").read()
     write(os.path.join(peer_dir, "u1000-638068458206511b.json"), data)
     fds = [hold_named(peer_dir, j["lock"]) for j in json.loads(data)["jobs"]]
-    [p] = peers.scan(b).peers
+    [p] = peer_scan.scan(b).peers
     assert (p.cpu, p.mem, p.units, p.assigned, p.jobs, p.state_dir) == (
         3500, 5 * GB, (("net", 1),), (("gpu", (1,), None),), 2, "/home/alice/.local/state/qex")
     for fd in fds:
@@ -151,7 +152,7 @@ def test_a_record_of_a_newer_format_parses_and_its_cores_and_memory_count(tmp_pa
     data = open(os.path.join(DATA, "peer-record-newer.json"), "rb").read()
     write(os.path.join(peer_dir, "u1000-aaaaaaaaaaaaaaaa.json"), data)
     fds = [hold_named(peer_dir, j["lock"]) for j in json.loads(data)["jobs"]]
-    [p] = peers.scan(b).peers
+    [p] = peer_scan.scan(b).peers
     assert (p.cpu, p.mem, p.format) == (3250, 2 * GB, 7)
     assert p.units == (("net", 2),) and p.assigned == (("gpu", (0, 2), 8 * GB),)
     for fd in fds:
@@ -164,7 +165,7 @@ def test_a_record_of_an_older_shape_with_only_cpu_mem_and_lock_counts(tmp_path, 
     write(os.path.join(peer_dir, "old.json"),
           b'{"kind":"qex-peer","jobs":[{"cpu":1,"mem":1048576,"lock":"old.1.lock"}]}')
     fd = hold_named(peer_dir, "old.1.lock")
-    [p] = peers.scan(b).peers
+    [p] = peer_scan.scan(b).peers
     assert (p.cpu, p.mem, p.units, p.assigned, p.state_dir) == (1000, 1 << 20, (), (), "")
     os.close(fd)
 
@@ -175,7 +176,7 @@ def test_a_record_of_an_older_shape_with_only_cpu_mem_and_lock_counts(tmp_path, 
 def scan_with_deadline(ctx, seconds=10.0):
     """Scan in a thread: a hang fails the test instead of blocking the suite."""
     box = {}
-    t = threading.Thread(target=lambda: box.setdefault("scan", peers.scan(ctx)), daemon=True)
+    t = threading.Thread(target=lambda: box.setdefault("scan", peer_scan.scan(ctx)), daemon=True)
     t.start()
     t.join(seconds)
     assert not t.is_alive(), "scanning the peer directory hung"
@@ -191,7 +192,7 @@ def test_hostile_entries_are_ignored_with_a_reason_and_never_hang(tmp_path, peer
     os.symlink(victim, os.path.join(peer_dir, "link.json"))
     os.mkfifo(os.path.join(peer_dir, "fifo.json"))
     os.mkfifo(os.path.join(peer_dir, "fifo.lock"))
-    write(os.path.join(peer_dir, "big.json"), b" " * (peers.MAX_RECORD + 1))
+    write(os.path.join(peer_dir, "big.json"), b" " * (peer_record.MAX_RECORD + 1))
     write(os.path.join(peer_dir, "cut.json"), good[:30])
     write(os.path.join(peer_dir, "foreign.json"), b'{"hello": "world"}')
     write(os.path.join(peer_dir, "hard.json"), good)
@@ -229,9 +230,9 @@ def test_a_lock_file_owned_by_someone_else_proves_nothing(tmp_path, peer_dir):
     write(os.path.join(peer_dir, "r.json"), b'{"kind":"qex-peer","jobs":[{"cpu":1,"mem":0,"lock":"r.1.lock"}]}')
     fd = hold_named(peer_dir, "r.1.lock")
     os.chown(os.path.join(peer_dir, "r.1.lock"), 4242, 4242)  # planted by another user
-    assert peers.scan(b).peers == ()
+    assert peer_scan.scan(b).peers == ()
     os.chown(os.path.join(peer_dir, "r.1.lock"), 0, 0)
-    assert len(peers.scan(b).peers) == 1
+    assert len(peer_scan.scan(b).peers) == 1
     os.close(fd)
 
 
@@ -240,10 +241,10 @@ def test_a_symlink_as_the_peer_directory_is_refused_and_nothing_is_written_throu
     target.mkdir()
     os.symlink(str(target), peer_dir)
     a = make_ctx(tmp_path, "a")
-    assert peers.hold_job_lock(a, "job1-aaaa") == (-1, None)
+    assert pdir.hold_job_lock(a, "job1-aaaa") == (-1, None)
     problem = publish(a, {"job1-aaaa": entry(lock=None)})
     assert "symbolic link" in problem
-    assert "symbolic link" in peers.scan(a).problem
+    assert "symbolic link" in peer_scan.scan(a).problem
     assert os.listdir(target) == []
 
 
@@ -251,8 +252,8 @@ def test_a_peer_directory_writable_by_others_without_the_sticky_bit_is_refused(t
     os.makedirs(peer_dir)
     os.chmod(peer_dir, 0o777)
     a = make_ctx(tmp_path, "a")
-    assert "sticky" in peers.scan(a).problem
-    assert peers.hold_job_lock(a, "job1-aaaa") == (-1, None)
+    assert "sticky" in peer_scan.scan(a).problem
+    assert pdir.hold_job_lock(a, "job1-aaaa") == (-1, None)
 
 
 def test_a_symlink_planted_at_this_queues_record_name_is_never_followed(tmp_path, peer_dir):
@@ -261,7 +262,7 @@ def test_a_symlink_planted_at_this_queues_record_name_is_never_followed(tmp_path
     os.chmod(peer_dir, 0o1777)
     victim = str(tmp_path / "victim.txt")
     write(victim, b"precious\n")
-    name = os.path.join(peer_dir, peers.key(a) + ".json")
+    name = os.path.join(peer_dir, pdir.key(a) + ".json")
     os.symlink(victim, name)
     fd, e = start_job(a, "job1-aaaa")
     publish(a, {"job1-aaaa": e})
@@ -299,7 +300,7 @@ def test_what_a_record_says_is_what_the_reader_counts(tmp_path_factory, jobs):
             else:
                 os.close(fd)
         publish(a, entries)
-        held = peers.holdings(b)
+        held = peer_scan.holdings(b)
         if not fds:
             assert held == []
         else:
@@ -326,7 +327,7 @@ def test_a_pass_waits_for_another_queues_admission_and_then_sees_its_record(tmp_
                             default_mem=1 << 20, reserve_mem=0)
     built = [build(b, Request(command=["true"], cpu="3"))]
     box = {}
-    with peers.admission(a, True) as held:
+    with peer_admission.admission(a, True) as held:
         assert held.fd is not None
         worker = threading.Thread(target=lambda: box.setdefault("result", submit_many(b, built)), daemon=True)
         worker.start()
@@ -344,8 +345,8 @@ def test_a_pass_waits_for_another_queues_admission_and_then_sees_its_record(tmp_
 
 def test_a_hostile_holder_of_the_admission_lock_slows_a_pass_down_but_never_stops_it(tmp_path, peer_dir):
     a, b = make_ctx(tmp_path, "a"), make_ctx(tmp_path, "b")
-    with peers.admission(a, True):
-        with peers.admission(b, True) as second:  # gives up after ADMIT_WAIT
+    with peer_admission.admission(a, True):
+        with peer_admission.admission(b, True) as second:  # gives up after ADMIT_WAIT
             assert second.fd is None
 
 
@@ -355,17 +356,17 @@ def test_a_scan_that_found_nothing_is_not_made_again_while_the_directory_is_unch
     a_fd, a_job = start_job(a, "aaaaaaaa-1")
     publish(a, {"aaaaaaaa-1": a_job})  # only a's own record and lock: nothing for a to count
     scans = []
-    real = peers.scan
+    real = peer_scan.scan
     monkeypatch.setattr(peer_scan, "scan", lambda ctx: (scans.append(1), real(ctx))[1])  # what holdings calls
     old = os.stat(peer_dir).st_mtime_ns - 10**9
     os.utime(peer_dir, ns=(old, old))  # a directory time older than the clock's tick
-    assert peers.holdings(a) == [] and peers.holdings(a) == [] and len(scans) == 1
+    assert peer_scan.holdings(a) == [] and peer_scan.holdings(a) == [] and len(scans) == 1
     b_fd, b_job = start_job(b, "bbbbbbbb-1")
     publish(b, {"bbbbbbbb-1": b_job})  # another queue's record: the directory changes
-    assert [h.cpu for h in peers.holdings(a)] == [1000] and len(scans) == 2
-    assert [h.cpu for h in peers.holdings(a)] == [1000] and len(scans) == 3  # a peer: looked at every time
+    assert [h.cpu for h in peer_scan.holdings(a)] == [1000] and len(scans) == 2
+    assert [h.cpu for h in peer_scan.holdings(a)] == [1000] and len(scans) == 3  # a peer: looked at every time
     os.close(b_fd)  # its supervisor is gone: its lock is let go, the directory stays as it was
-    assert peers.holdings(a) == [] and len(scans) == 4
+    assert peer_scan.holdings(a) == [] and len(scans) == 4
     os.close(a_fd)
 
 
@@ -376,7 +377,7 @@ def queue_with_a_published_job(tmp_path, monkeypatch):
     fd, job = start_job(a, "aaaaaaaa-1")
     publish(a, {"aaaaaaaa-1": job})
     scans = []
-    real = peers.scan
+    real = peer_scan.scan
     monkeypatch.setattr(peer_scan, "scan", lambda ctx: (scans.append(1), real(ctx))[1])  # what holdings calls
     return a, fd, scans
 
@@ -385,7 +386,7 @@ def test_a_directory_changed_within_the_clocks_tick_of_a_scan_is_scanned_again(t
     a, fd, scans = queue_with_a_published_job(tmp_path, monkeypatch)
     now = os.stat(peer_dir).st_mtime_ns + 10**9  # a time the next scan cannot be a tick past
     os.utime(peer_dir, ns=(now, now))
-    assert peers.holdings(a) == [] and peers.holdings(a) == [] and len(scans) == 2
+    assert peer_scan.holdings(a) == [] and peer_scan.holdings(a) == [] and len(scans) == 2
     os.close(fd)
 
 
@@ -397,8 +398,8 @@ def test_a_directory_with_whole_second_times_is_trusted_only_two_seconds_on(tmp_
 
     second = (time.time_ns() // 10**9 - 1) * 10**9  # a whole second, one ago
     os.utime(peer_dir, ns=(second, second))
-    assert peers.holdings(a) == [] and peers.holdings(a) == [] and len(scans) == 2
+    assert peer_scan.holdings(a) == [] and peer_scan.holdings(a) == [] and len(scans) == 2
     older = second - 2 * 10**9
     os.utime(peer_dir, ns=(older, older))
-    assert peers.holdings(a) == [] and peers.holdings(a) == [] and len(scans) == 3
+    assert peer_scan.holdings(a) == [] and peer_scan.holdings(a) == [] and len(scans) == 3
     os.close(fd)

@@ -81,14 +81,14 @@ def test_a_peer_whose_qex_processes_were_all_killed_stops_counting(world):
 def test_a_planted_symlink_is_never_followed_and_a_fifo_never_hangs_a_command(world, users):
     if users is None:
         pytest.skip("needs two real users (root): the symlink must belong to another user")
-    from qex.users import peers
+    from qex.users import peer_dir
 
     a, b = world.actor(0), world.actor(1)
     victim = os.path.join(world.dir, "victim.txt")  # a file of user A
     with open(victim, "w") as fh:
         fh.write("precious\n")
     os.chown(victim, users.uid(a.name), -1)
-    name = peers.key_for(users.uid(a.name), a.state) + ".json"
+    name = peer_dir.key_for(users.uid(a.name), a.state) + ".json"
     b.run("help", check=0)  # B plants, as B: a symlink at A's record name, another one, and FIFOs
     plant = ("import os,sys; d=sys.argv[1]; os.symlink(sys.argv[2], os.path.join(d, sys.argv[3])); "
              "os.symlink(sys.argv[2], os.path.join(d, 'trap.json')); os.mkfifo(os.path.join(d, 'fifo.json')); "
