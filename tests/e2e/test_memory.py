@@ -335,7 +335,10 @@ def test_a_corrupted_learner_store_does_not_break_submission(q):
     assert "learner store cannot be used" in proc.stderr
     rec = json.loads(proc.stdout)
     assert rec["claim_source"]["mem"] == "default" and rec["claims"]["mem"] > 0
-    # the damaged file was moved aside, not destroyed, and the store starts again
+    # the damaged file was moved aside, not destroyed, and the store starts again: the
+    # supervisor teaches after the job's final record (which ends --wait), so the new
+    # store is awaited (it moves the old one aside, then writes the new one)
+    q.wait_for(lambda: os.path.exists(store), timeout=20, what="the learner's new store")
     aside = [n for n in os.listdir(q.state) if n.startswith("learn.json.corrupt-")]
     assert len(aside) == 1
     with open(os.path.join(q.state, aside[0]), "rb") as fh:
