@@ -79,6 +79,15 @@ def test_a_hook_environment_and_a_sentence_carry_no_terminal_control(bad):
         assert bad not in value and not any(0x80 <= ord(c) < 0xA0 for c in value), repr(value)
 
 
+def test_a_config_error_echoes_the_file_by_the_same_rule(q):
+    """Letters as written, an escape sequence never: the old ASCII-only echo made
+    '75ü' read '75?' (and a control character '?' too)."""
+    q.write_config('[budget]\ncpu = "75\u00fc\\u001b[31m"\n')
+    proc = q.run("config", "show")
+    assert proc.returncode != 0
+    assert "75ü?[31m" in proc.stderr and "\x1b" not in proc.stderr, proc.stderr
+
+
 def test_plain_keeps_words_and_punctuation():
     assert plain("waits for 2 cores (job ab12cd34: «train»), 1.5GB free") == \
         "waits for 2 cores (job ab12cd34: «train»), 1.5GB free"
