@@ -16,11 +16,11 @@ def is_unsafe(c: str) -> bool:
     return o < 32 or 0x7F <= o < 0xA0 or 0x202A <= o <= 0x202E or 0x2066 <= o <= 0x2069
 
 
-def plain(text: str, limit: int = 400, instead: str = "?") -> str:
+def plain(text: str, limit: int | None = 400, instead: str = "?") -> str:
     """``text`` with each unsafe character replaced by ``instead``, cut to ``limit``
-    characters (the last one ``…``)."""
+    characters (the last one ``…``; None: never cut)."""
     out = "".join(instead if is_unsafe(c) else c for c in str(text))
-    return out if len(out) <= limit else out[: limit - 1] + "…"
+    return out if limit is None or len(out) <= limit else out[: limit - 1] + "…"
 
 
 def one_line(text: str, limit: int = 4096) -> str:

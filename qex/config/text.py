@@ -90,7 +90,7 @@ def printable(text: str) -> str:
     """What a parser's message echoes of the file, safe for a terminal (``qex.base.text``)."""
     from qex.base.text import plain
 
-    return plain(text, limit=len(text) + 1)
+    return plain(text, limit=None)
 
 
 def _file_kind(mode: int) -> str:

@@ -96,8 +96,3 @@ def decide(ctx: Context, job_id: str) -> str:
     return "run" if wanted(ctx.config, rec["state"]) else "drop"
 
 
-def unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

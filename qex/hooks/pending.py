@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 
-from qex.hooks.markers import FAULT, decide, pending_dir, unlink_quietly
+from qex.hooks.markers import FAULT, decide, pending_dir
 from qex.linux.proc import detach_stdio, max_fd, reap_later
-from qex.store import layout
+from qex.store import fs, layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def start_pending(ctx: Context, close_in_child: tuple[int, ...] = ()) -> None:
         if decision == "run":
             todo.append(job_id)
         elif decision == "drop":
-            unlink_quietly(marker)
+            fs.unlink_quietly(marker)
     if not todo:
         return
     if os.environ.get(FAULT) == "before-hook":
@@ -45,7 +45,6 @@ def start_pending(ctx: Context, close_in_child: tuple[int, ...] = ()) -> None:
 
 
 def _fork_runner(ctx: Context, job_ids: list[str], close_in_child=()) -> None:
-    from qex.store import fs
 
     try:
         fs.settle(frees=True)  # a hook runs for a final record that is durable (fs.defer_syncs)

@@ -11,9 +11,9 @@ import time
 
 from qex.base.states import FINAL
 from qex.base.text import one_line
-from qex.hooks.markers import decide, pending_dir, unlink_quietly
+from qex.hooks.markers import decide, pending_dir
 from qex.linux.proc import KILL_GRACE
-from qex.store import layout
+from qex.store import fs, layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -60,16 +60,16 @@ def _claim(ctx: Context, job_id: str, config) -> "_Hook | None":
     decision = decide(ctx, job_id)
     if decision != "run":
         if decision == "drop":
-            unlink_quietly(marker)
+            fs.unlink_quietly(marker)
         return None
     job_dir = ctx.store.job_dir(job_id)
     try:
         fd = os.open(os.path.join(job_dir, layout.HOOK_RAN), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                      | os.O_CLOEXEC, 0o644)
     except OSError:
-        unlink_quietly(marker)  # another runner has it (or the job is gone)
+        fs.unlink_quietly(marker)  # another runner has it (or the job is gone)
         return None
-    unlink_quietly(marker)
+    fs.unlink_quietly(marker)
     try:
         rec = ctx.store.read_status_dict(job_id)
         hook = _Hook(job_id, job_dir, rec, config.hook_on_stop)
@@ -204,7 +204,6 @@ def _group(h: _Hook, sig: int) -> None:
 
 def _verdict(h: _Hook, timeout: float) -> None:
     from qex.base.units import format_duration
-    from qex.store import fs
 
     ended = time.time()
     result = {"command": list(h.argv), "started_at": h.started, "ended_at": ended, "state": h.rec.get("state"),
@@ -237,7 +236,6 @@ def _verdict(h: _Hook, timeout: float) -> None:
 
 def describe(ctx: Context, rec: dict) -> tuple[str | None, str]:
     """(hook.log path or None, one sentence: the verdict, or why there is none)."""
-    from qex.store import fs
 
     job_id = rec["id"]
     ran = ctx.store.path(job_id, layout.HOOK_RAN)

@@ -14,9 +14,9 @@ import os
 import time
 
 from qex.base.errors import StoreError
+from qex.base.states import ACTIVE
 from qex.store import fs, history, journal, layout
 from qex.store.index import LAZY, Index
-from qex.store.records import ACTIVE
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:

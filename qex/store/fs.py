@@ -144,7 +144,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = Tru
         if _CRASH:
             faults.hit("fs.after_rename")
     except OSError as exc:
-        _unlink_quietly(tmp)
+        unlink_quietly(tmp)
         raise StoreError(describe_write_failure(path, exc)) from None
     if sync_dir:
         fsync_dir(directory)
@@ -217,7 +217,8 @@ def write_json(path: str, obj: object, mode: int = 0o600, sync_dir: bool = True,
     write_atomic(path, json_bytes(obj), mode, sync_dir, sync)
 
 
-def _unlink_quietly(path: str) -> None:
+def unlink_quietly(path: str) -> None:
+    """Remove ``path`` if it can be; a file already gone (or not ours) is no error."""
     try:
         os.unlink(path)
     except OSError:

@@ -60,8 +60,6 @@ def append(path: str, events: list[dict], mode: int = 0o600, sync: bool = True, 
     """
     if data is None:
         data = b"".join(encode(e) for e in events)
-    from qex.store import fs
-
     fd = fs.open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)  # never a symlink or a FIFO
     try:
         if mode != 0o600:
@@ -143,8 +141,6 @@ def read_from(path: str, offset: int) -> tuple[list[dict], int]:
     an event and is left out (the next append truncates nothing; see ``trim``).
     """
     from qex.base.errors import StoreError
-    from qex.store import fs
-
     try:
         fd = fs.open_regular(path)
     except FileNotFoundError:
@@ -198,8 +194,6 @@ def read_committed(path: str, offset: int, info: dict | None = None,
     and the seqs of those events would be given again.
     """
     from qex.base.errors import StoreError
-    from qex.store import fs
-
     try:
         fd = fs.open_regular(path)  # never follows a symlink nor blocks on a FIFO
     except FileNotFoundError:
@@ -258,8 +252,6 @@ def _whole_appends(data: bytes) -> tuple[list[dict], int, int]:
 
 def trim(path: str, offset: int) -> None:
     """Cut a half-written last line so the next append starts on a line boundary."""
-    from qex.store import fs
-
     try:
         fd = fs.open_regular(path, os.O_WRONLY)
     except OSError:

@@ -15,11 +15,10 @@ the submit path needs only the plain forms below, ``status_defaults()`` and
 """
 
 from qex.base.plain import Factory, Plain
+from qex.base.states import FINAL
 
 FORMAT = 1
 
-# (the state sets live in qex.base.states; peers and the store still read them from here)
-from qex.base.states import ACTIVE, FINAL, HOLDING, STATES  # noqa: E402, F401
 
 _CLASSES = ("PoolClaim", "Claims", "Assigned", "Usage", "LogsDropped", "Attempt", "Status", "Spec")
 

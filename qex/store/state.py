@@ -12,6 +12,7 @@ from __future__ import annotations  # the record classes are declared on first u
 import os
 
 from qex.base.errors import BrokenRecord, NoSuchJob, StoreError
+from qex.base.states import ACTIVE
 from qex.store import check, fs, journal, layout
 from qex.store.commit import Commit
 from qex.store.index import (
@@ -23,7 +24,6 @@ from qex.store.index import (
     usable_event,
 )
 from qex.store.lock import StateLock
-from qex.store.records import ACTIVE
 from qex.store.replay import Replay
 
 TYPE_CHECKING = False  # (typing itself is not imported: qex submit's start-up)

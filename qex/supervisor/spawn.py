@@ -114,7 +114,7 @@ def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) 
             _go_home(home)
     except (OSError, ValueError, StoreError) as exc:  # ValueError: what posix_spawn refuses to pass (a NUL,
         if intent:                                       # an env name with =); StoreError: a failed fsync
-            _unlink_quietly(pid_path)  # it never ran: a pass may start it again
+            fs.unlink_quietly(pid_path)  # it never ran: a pass may start it again
         return None, _not_started(spec, exc)
     if _CRASH:
         faults.hit("supervisor.after_spawn")
@@ -271,12 +271,6 @@ def _go_home(fd: int) -> None:
     finally:
         os.close(fd)
 
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def no_inherited_fds() -> None:

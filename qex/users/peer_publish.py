@@ -41,7 +41,7 @@ def own_jobs(ctx: Context, idx: Index, holding: list[str] | None = None) -> list
     """This user's jobs of this state directory that hold capacity. ``holding``: the
     ids of the index's starting and running jobs, when the caller knows them (a
     supervisor's queue view: no walk of a long queue)."""
-    from qex.store.records import HOLDING
+    from qex.base.states import HOLDING
 
     jobs = idx.jobs
     if holding is not None:
