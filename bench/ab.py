@@ -46,11 +46,27 @@ def wait_idle(env: dict, limit: float = 10.0) -> None:
                     states.append(json.load(fh).get("state"))
             except (OSError, ValueError):
                 states.append(None)
-        if all(s in ENDED for s in states):
-            if not subprocess.run(["pgrep", "-f", state], capture_output=True).stdout.strip():
-                return
+        if all(s in ENDED for s in states) and not _processes_of(state):
+            return
         time.sleep(0.01)
     raise SystemExit(f"the queue in {state} did not go idle in {limit}s")
+
+
+def _processes_of(state: str) -> bool:
+    """Is any process of this queue (its environment names the state directory) alive?
+    A supervisor or a waker is not found by its command line, which is the submit's."""
+    needle = f"QEX_STATE_DIR={state}".encode()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    if needle in fh.read().split(b"\0"):
+                        with open(f"/proc/{pid}/stat", "rb") as st:
+                            if b") Z" not in st.read():
+                                return True
+            except OSError:
+                continue
+    return False
 
 
 def submit_once(qex: str, env: dict) -> float:
