@@ -23,10 +23,12 @@ def test_init_makes_a_shared_directory_that_the_store_recognises(tmp_path):
     root = str(tmp_path / "lab" / "queue")
     done = shared.init_shared(root, None)
     assert done["created"] and done["gid"] == os.getgid()
-    assert stat.S_IMODE(os.stat(root).st_mode) == 0o2770
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o3770
     ctx = ctx_for(root, os.getuid())
-    assert ctx.store.shared and ctx.store.owner_uid == os.getuid()
-    assert ctx.store.file_mode == 0o660 and ctx.store.status_mode == 0o640
+    assert ctx.store.shared and ctx.store.owner_uid == os.getuid() and ctx.store.shared_root == root
+    assert ctx.store.root == os.path.join(root, f"member-{os.getuid()}")  # its own directory in it
+    assert stat.S_IMODE(os.stat(ctx.store.root).st_mode) == 0o2750
+    assert ctx.store.file_mode == 0o640 and ctx.store.status_mode == 0o640
     assert shared.init_shared(root, None)["created"] is False  # again: repairs, refuses nothing
     assert not ctx_for(str(tmp_path / "private"), os.getuid()).store.shared
 
@@ -44,3 +46,33 @@ def test_init_refuses_a_private_queue_a_non_empty_directory_and_a_symlink(tmp_pa
     os.symlink(str(tmp_path / "elsewhere"), str(tmp_path / "link"))
     with pytest.raises(QexError, match="symbolic link"):
         shared.init_shared(str(tmp_path / "link"), None)
+
+
+def test_a_squatted_member_name_is_passed_by_and_never_used(tmp_path):
+    root = str(tmp_path / "lab")
+    shared.init_shared(root, None)
+    squat = os.path.join(root, f"member-{os.getuid()}")
+    os.mkdir(squat)
+    os.chown(squat, 65534, -1)  # another user's entry under this user's name
+    ctx = ctx_for(root, os.getuid())
+    assert ctx.store.root != squat and os.path.basename(ctx.store.root).startswith(f"member-{os.getuid()}-")
+    assert ctx_for(root, os.getuid()).store.root == ctx.store.root  # and found again, the same
+    assert any("is named as a member's directory but is not theirs" in w
+               for w in shared.init_shared(root, None)["warnings"])
+
+
+def test_a_first_format_shared_directory_is_refused_until_its_owner_upgrades_it(tmp_path):
+    root = tmp_path / "old"
+    root.mkdir()
+    (root / "jobs").mkdir()
+    (root / "index.json").write_text('{"jobs": {}}')
+    os.chmod(root, 0o2770)  # the first format: setgid, group-writable, not sticky
+    with pytest.raises(QexError, match="older qex.*qex init --shared"):
+        ctx_for(str(root), os.getuid())
+    done = shared.init_shared(str(root), None)
+    assert any("moved to" in w for w in done["warnings"])
+    assert ctx_for(str(root), os.getuid()).store.shared
+    (root / "index.json").write_text('{"jobs": {"j": {"state": "running"}}}')
+    os.chmod(root, 0o2770)
+    with pytest.raises(QexError, match="1 jobs queued or running"):
+        shared.init_shared(str(root), None)

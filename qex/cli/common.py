@@ -31,6 +31,17 @@ def context() -> Context:
     return Context.load()
 
 
+def reading_context() -> Context:
+    """The context of a command that only reads (list, status, info, logs): it also
+    makes sure a live waker will start this user's queued work (a waker can be
+    SIGKILLed; then any qex command of the user's revives it)."""
+    from qex.supervisor.become import revive_waker
+
+    ctx = context()
+    revive_waker(ctx)
+    return ctx
+
+
 def write_id_file(path: str, lines: list[str]) -> None:
     """Write and fsync the id file before any wait begins."""
     from qex.base.errors import RefusedError

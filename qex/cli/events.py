@@ -35,12 +35,13 @@ def _options(args):
 
 def cmd_events(args: Namespace) -> int:
     from qex.base import paths
-    from qex.store import fs
     from qex.store.events import Reader, Watch
+    from qex.store.state import Store
 
     since, limit = _options(args)
-    root = paths.state_dir()
-    fs.ensure_private_dir(root)
+    store = Store(paths.state_dir())
+    store.ensure()  # (refuses what every command refuses; in a shared directory: this member's events)
+    root = store.root
     deadline = None if limit is None else time.monotonic() + limit
     watch = Watch(root)
     reader = Reader(root, since)

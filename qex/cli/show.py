@@ -7,7 +7,7 @@ import sys
 import time
 
 from qex.base.errors import QexError, SpecError
-from qex.cli.common import context, err, out, print_json
+from qex.cli.common import err, out, print_json, reading_context
 from qex.store import layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -39,7 +39,7 @@ def cmd_list(args: Namespace) -> int:
     from qex.base.states import ACTIVE
     from qex.cli.render import LIST_HEADER, list_row
 
-    ctx = context()
+    ctx = reading_context()
     store = ctx.store
     states = _wanted_states(args)
     members = None
@@ -65,6 +65,8 @@ def cmd_list(args: Namespace) -> int:
         if rec is not None and _listed(rec, args, states, cwd):
             records.append(rec)
     records.sort(key=lambda r: r.get("seq", 0))
+    if members is None:
+        records += [r for r in _others_active(store) if _listed(r, args, states, cwd)]
     if args.json:
         print_json(records)
         return 0
@@ -102,7 +104,7 @@ def _list_all(store, args, states, cwd) -> int:
     before, and streams the same array."""
     import json
 
-    from qex.cli.render import LIST_HEADER, list_row
+    from qex.cli.render import LIST_HEADER
     from qex.store import history
 
     index = store.read_index_jobs()
@@ -132,13 +134,10 @@ def _list_all(store, args, states, cwd) -> int:
             rec = _read_row(store, job_id, index)
         if rec is None or not _listed(rec, args, states, cwd):
             continue
-        if args.json:
-            write(("[" if first else ", ") + json.dumps(rec, sort_keys=True))
-        else:
-            write(list_row(rec, now) + "\n")
-        if first:
-            sys.stdout.flush()  # the first row at once, whatever the size of the store
-            first = False
+        first = _row(rec, args, write, now, first)
+    for rec in _others_active(store):  # a shared directory: the other members' queued and running jobs
+        if _listed(rec, args, states, cwd):
+            first = _row(rec, args, write, now, first)
     if args.json:
         write("[]\n" if first else "]\n")
     sys.stdout.flush()
@@ -146,10 +145,39 @@ def _list_all(store, args, states, cwd) -> int:
     return 0
 
 
+def _row(rec: dict, args, write, now: float, first: bool) -> bool:
+    import json
+
+    from qex.cli.render import list_row
+
+    if args.json:
+        write(("[" if first else ", ") + json.dumps(rec, sort_keys=True))
+    else:
+        write(list_row(rec, now) + "\n")
+    if first:
+        sys.stdout.flush()  # the first row at once, whatever the size of the store
+    return False
+
+
+def _others_active(store) -> list[dict]:
+    """The other members' queued and running jobs (a shared directory), oldest first."""
+    if store.shared_root is None:
+        return []
+
+    out = []
+    for _uid, other in store.others():
+        index = other.read_index_jobs()
+        for job_id in index:
+            rec = _read_row(other, job_id, index)
+            if rec is not None:
+                out.append(rec)
+    return sorted(out, key=lambda r: r.get("submitted_at") or 0)
+
+
 def cmd_logs(args: Namespace) -> int:
     from qex.jobs.resolve import resolve
 
-    ctx = context()
+    ctx = reading_context()
     target = resolve(ctx.store, args.id)
     if target.is_group:
         from qex.base.errors import UsageError
@@ -161,7 +189,7 @@ def cmd_logs(args: Namespace) -> int:
     rec = ctx.store.read_status_dict(job_id)
     from qex.control.actions import check_owner
 
-    check_owner(ctx, rec, "read the logs of")
+    check_owner(ctx, rec, "read the logs of", changes=False)
     if args.hook:
         return _hook_log(ctx, rec, args)
     streams = [(layout.STDOUT, sys.stdout), (layout.STDERR, sys.stderr)]
@@ -242,7 +270,7 @@ def _print_log(path: str, stream, tail, pattern) -> None:
 def cmd_info(args: Namespace) -> int:
     from qex.queue.info import gather
 
-    ctx = context()
+    ctx = reading_context()
     info = gather(ctx)
     if args.json:
         print_json(info)

@@ -8,7 +8,7 @@ import time
 
 from qex.base import outcome
 from qex.base.states import FINAL, HOLDING
-from qex.cli.common import context, err, out, print_json
+from qex.cli.common import context, err, out, print_json, reading_context
 from qex.store import layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -215,7 +215,7 @@ def _wait_notes():
 def cmd_status(args: Namespace) -> int:
     from qex.jobs.resolve import resolve
 
-    ctx = context()
+    ctx = reading_context()
     target = resolve(ctx.store, args.id)
     if args.follow:
         if target.is_group:
@@ -236,7 +236,7 @@ def cmd_status(args: Namespace) -> int:
         from qex.control.actions import check_owner
 
         for rec in records:  # refuse before printing anything
-            check_owner(ctx, rec, "read the environment of")
+            check_owner(ctx, rec, "read the environment of", changes=False)
     if not args.quiet:
         if args.json:
             print_json(records if target.is_group else records[0])
@@ -259,7 +259,7 @@ def cmd_status(args: Namespace) -> int:
 def _show_env(ctx: Context, rec: dict) -> None:
     from qex.control.actions import check_owner
 
-    check_owner(ctx, rec, "read the environment of")
+    check_owner(ctx, rec, "read the environment of", changes=False)
     spec = ctx.store.read_spec(rec["id"])
     out("environment:")
     for key in sorted(spec.env):

@@ -17,13 +17,22 @@ if TYPE_CHECKING:
     from qex.config.context import Context
 
 
-def check_owner(ctx: Context, rec_or_entry: dict, verb: str) -> None:
-    """No user can kill, cancel or clean another user's job (root excepted)."""
+def check_owner(ctx: Context, rec_or_entry: dict, verb: str, changes: bool = True) -> None:
+    """No user can kill, cancel or clean another user's job, or read its secrets
+    (root excepted). In a shared directory, even root's qex changes only the jobs
+    in its own member directory (``changes``): it never acts on files another
+    member wrote; it reads them."""
     uid = rec_or_entry.get("uid")
-    if ctx.uid != 0 and uid is not None and uid != ctx.uid:
-        owner = rec_or_entry.get("owner") or uid
-        raise PermissionRefused(f"job {rec_or_entry.get('id', '')[:8]} belongs to {owner}; "
-                                f"only its owner (or root) can {verb} it")
+    if uid is None or uid == ctx.uid:
+        return
+    job = rec_or_entry.get("id", "")
+    owner = rec_or_entry.get("owner") or uid
+    if ctx.uid != 0:
+        raise PermissionRefused(f"job {job[:8]} belongs to {owner}; only its owner (or root) can {verb} it")
+    if changes and ctx.store.shared_root is not None and not os.path.isdir(ctx.store.job_dir(job)):
+        raise PermissionRefused(f"job {job[:8]} belongs to {owner}, in their own directory of the shared state "
+                                f"directory; root's qex acts on it only as its owner would: "
+                                f"sudo -u {owner} qex {verb} {job[:8]}")
 
 
 def _owned_active(ctx: Context, txn, job_id: str, verb: str, answer: dict) -> dict | None:
@@ -31,7 +40,9 @@ def _owned_active(ctx: Context, txn, job_id: str, verb: str, answer: dict) -> di
     answered "ended:<state>" and gives None; another user's job is refused."""
     entry = txn.idx.jobs.get(job_id)
     if entry is None:
-        answer[job_id] = f"ended:{txn.record(job_id).get('state')}"
+        rec = txn.record(job_id)  # (another member's job: refused, never "ended")
+        check_owner(ctx, {**rec, "id": job_id}, verb)
+        answer[job_id] = f"ended:{rec.get('state')}"
         return None
     check_owner(ctx, {**entry, "id": job_id}, verb)
     return entry

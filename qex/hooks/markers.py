@@ -73,11 +73,8 @@ def mark_locked(ctx: Context, txn: object) -> None:
 
 def _ensure_dir(store) -> str:
     directory = pending_dir(store)
-    shared = store.shared
     try:
         os.mkdir(directory, 0o700)
-        if shared:  # the umask trims mkdir's mode: set it, so every member can leave a marker
-            os.chmod(directory, 0o3770)
     except OSError:
         pass  # it exists, or cannot be made: a hook is a message and never fails a pass
     return directory

@@ -79,6 +79,8 @@ def resolve(store: Store, word: str) -> Target:
             if entry.get("name") == word:
                 matches[f"job {job_id} ({entry.get('state')})"] = Target(word, job=job_id)
         matches.update(_groups_named(store, word))
+    if not matches and store.shared_root is not None:
+        matches.update(_others_matching(store, word))
     if len(matches) == 1:
         return next(iter(matches.values()))
     shown = units.safe_text(word)
@@ -86,6 +88,33 @@ def resolve(store: Store, word: str) -> Target:
         raise NoSuchJob(f"no job or group with the id {shown!r}")
     listed = "; ".join(sorted(matches)[:10])
     raise AmbiguousId(f"{shown!r} matches {len(matches)} things: {listed}; give more of the id")
+
+
+def _others_matching(store: Store, word: str) -> dict[str, Target]:
+    """A shared directory: another member's job, by its id, a prefix of it, or
+    ``user/name`` (a bare name names one's own jobs only, never another's silently)."""
+    from qex.base.paths import user_name
+
+    user, _, name = word.rpartition("/") if "/" in word else ("", "", "")
+    prefix = len(word) >= MIN_PREFIX and all(c in "0123456789abcdef-" for c in word.lower())
+    found: dict[str, Target] = {}
+    for uid, other in store.others():
+        who = user_name(uid)
+        if user:
+            if user == who:
+                for job_id, entry in other.read_index_jobs().items():
+                    if entry.get("name") == name:
+                        found[f"job {job_id} of {who} ({entry.get('state')})"] = Target(word, job=job_id)
+            continue
+        if "/" in word or word.startswith("."):
+            continue
+        if os.path.isdir(other.job_dir(word)):
+            return {f"job {word} of {who}": Target(word, job=word)}
+        if prefix:
+            for job_id in other.job_ids():
+                if job_id.startswith(word.lower()):
+                    found[f"job {job_id} of {who}"] = Target(word, job=job_id)
+    return found
 
 
 def _group_ids(store) -> list[str]:

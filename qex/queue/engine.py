@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 def run_pass(ctx: Context, mutate: Callable[[Txn], object] | None = None, save_index: bool = True,
-             early: Callable[[Context, list[Launch], tuple[int, int]], int] | None = None) -> PassResult:
+             early: Callable[[Context, list[Launch], tuple[int, ...]], int] | None = None) -> PassResult:
     """One pass; ``mutate(txn)`` makes the command's own change in the same hold.
     ``save_index``: see ``Store.commit_locked`` (a supervisor's pass saves it lazily).
     ``early``: None, or ``early(ctx, launches, locks) -> gate``, which forks the
@@ -52,7 +52,7 @@ def run_pass(ctx: Context, mutate: Callable[[Txn], object] | None = None, save_i
             mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
             gate = -1
             if early is not None and launches:
-                gate = early(ctx, launches, (held.fd, -1 if turn.fd is None else turn.fd))
+                gate = early(ctx, launches, (*held.fds(), -1 if turn.fd is None else turn.fd))
                 launches = []
             try:
                 # the gate opens once the commit is durable, before the index file is saved
@@ -116,7 +116,7 @@ def admit_locked(ctx: Context, txn: Txn, window: bool = False) -> list[Launch]:
     for _ in range(8):  # an expiry or a skip settles its dependents in the same hold
         if not any(e["state"] == "queued" for e in txn.idx.jobs.values()):
             break
-        plan = _admit_head(ctx, txn, now) if window else None
+        plan = _admit_head(ctx, txn, now) if window and ctx.store.shared_root is None else None
         window = False  # (what an expiry or a skip settles is decided on the whole queue)
         if plan is None:
             plan = A.admit(snapshot(ctx, txn, now))
@@ -158,6 +158,8 @@ def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[
                     dep_ids.update(q.needs, q.after)
             elif state in HOLDING:
                 running.append(views.running_of(job_id, e))
+    if part is None and ctx.store.shared_root is not None:
+        queued = _one_order(ctx, txn, queued)
     from qex.base import machine
 
     avail = machine.meminfo().get("MemAvailable")
@@ -171,6 +173,18 @@ def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[
         pools=tuple(A.PoolSpec(p.name, p.count, tuple(p.devices)) for p in ctx.config.pools),
         running=tuple(running), peers=tuple(peer_scan.holdings(ctx)), queued=tuple(queued),
         deps=tuple(deps), pause=pause.current(ctx, now))
+
+
+def _one_order(ctx: Context, txn: Txn, queued: list[Queued]) -> list[Queued]:
+    """A shared directory: this member's queued jobs and the other members' that
+    count now, in one order (``qex.queue.others``)."""
+    from qex.queue import others
+
+    foreign = others.queued(ctx)
+    if not foreign:
+        return queued
+    jobs = txn.idx.jobs
+    return others.order([(float(jobs[q.id]["submitted_at"]), ctx.uid, q) for q in queued], foreign)
 
 
 HEAD = 4  # the queued jobs a windowed pass decides one by one (the drain's front and the few behind it)
@@ -222,11 +236,8 @@ def _dep(txn: Txn, job_id: str):
 def apply_plan(ctx: Context, txn: Txn, plan: Plan, now: float) -> list[Launch]:
     launches = []
     for start in plan.start:
-        entry = txn.idx.jobs[start.id]
-        if entry["uid"] != ctx.uid:
-            _set_reasons(txn, [(start.id, "admitted: its owner's qex starts it (capacity reserved)", "reserved")],
-                         now)
-            continue
+        if start.id not in txn.idx.jobs:
+            continue  # another member's job (a shared directory): its capacity is reserved; its owner starts it
         try:
             fd = hold(ctx.store.path(start.id, layout.ALIVE))
         except FileNotFoundError:  # its directory was removed by hand: it is no job any more
@@ -249,9 +260,13 @@ def apply_plan(ctx: Context, txn: Txn, plan: Plan, now: float) -> list[Launch]:
         launches.append(launch)
     _set_reasons(txn, [(wait.id, wait.reason, wait.holder) for wait in plan.wait], now)
     for skip in plan.skip:
+        if skip.id not in txn.idx.jobs:
+            continue
         txn.update(skip.id, state="skipped", ended_at=now, error=skip.reason,
                    skipped_root=skip.root, blocked_reason=None, blocked_holder=None)
     for exp in plan.expire:
+        if exp.id not in txn.idx.jobs:
+            continue
         txn.update(exp.id, state="expired", ended_at=now, error=exp.reason,
                    blocked_reason=None, blocked_holder=None)
     for job_id, n in plan.passed:

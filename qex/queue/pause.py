@@ -124,9 +124,15 @@ def read_file(path: str, kind: str, name: str | None) -> PauseFile:
         why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         return _broken(path, kind, name, f"the pause file {path} cannot be read, {why}")
     try:
+        owner = os.lstat(path).st_uid  # who paused is the file's owner (a field could say anyone)
+    except OSError as exc:
+        return _broken(path, kind, name, f"the pause file {path} cannot be read, {exc.strerror}")
+    from qex.base.paths import user_name
+
+    try:
         return PauseFile(
             path, kind, name, id=str(data["id"]), reason=str(data.get("reason") or ""),
-            user=str(data.get("user") or "?"), uid=_int_or_none(data.get("uid")),
+            user=user_name(owner), uid=owner,
             pid=_int_or_none(data.get("pid")), ppid=_int_or_none(data.get("ppid")),
             since=_float_or_none(data.get("since")), until=_float_or_none(data.get("until")))
     except (KeyError, TypeError, ValueError, AttributeError):
@@ -174,12 +180,26 @@ def current(ctx: Context, now: float) -> Pause:
     the locks a person holds with theirs."""
     from qex import admit as A
 
-    if not os.path.lexists(directory(ctx.store)):
+    pauses = in_force(ctx.store, now) if os.path.lexists(directory(ctx.store)) else []
+    pauses += _others_in_force(ctx, now)
+    if not pauses:
         return A.Pause()
-    pauses = in_force(ctx.store, now)
     queue = [p for p in pauses if p.kind == "queue"]
     locks = tuple(sorted((p.name, lock_words(p)) for p in pauses if p.kind == "lock"))
     return A.Pause(queue=bool(queue), queue_reason=queue_words(queue[0]) if queue else "", locks=locks)
+
+
+def _others_in_force(ctx: Context, now: float) -> list[PauseFile]:
+    """In a shared directory: the other members' pauses that hold this member's jobs
+    too: every lock a member paused, and the queue if the directory's owner (or
+    root) paused it. Whose a pause is comes from its file's owner, never a field."""
+
+    out = []
+    for uid, other in ctx.store.others():
+        for p in in_force(other, now):
+            if p.broken is None and p.uid == uid and (p.kind == "lock" or uid in (0, ctx.store.owner_uid)):
+                out.append(p)
+    return out
 
 
 def clock(t: float, ref: float | None = None) -> str:
@@ -285,6 +305,8 @@ def check_may_end(ctx: Context, p: PauseFile) -> None:
 
 
 def state_owner(ctx: Context) -> int | None:
+    if ctx.store.shared_root is not None:
+        return ctx.store.owner_uid  # the shared directory's owner
     try:
         return os.stat(ctx.store.root).st_uid
     except OSError:
@@ -300,7 +322,7 @@ def check_may_pause_queue(ctx: Context) -> None:
         return
     from qex.base.paths import user_name
 
-    raise PermissionRefused(f"the state directory {ctx.store.root} belongs to {user_name(owner)}: only its "
+    raise PermissionRefused(f"the state directory {ctx.store.shared_root or ctx.store.root} belongs to {user_name(owner)}: only its "
                             "owner (or root) can pause the whole queue; hold what you need with "
                             "qex pause lock NAME instead")
 

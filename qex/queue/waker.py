@@ -53,7 +53,9 @@ def ensure(ctx: Context, close_in_child: tuple[int, ...] = (), next_deadline: fl
     """Fork a waker unless one holds the lock. Returns a Launch only in a
     supervisor forked by the waker (see ``qex.queue.launch.after_pass``).
     ``next_deadline`` is the earliest --max-queue-time deadline of the pass."""
-    fd = hold(lock_path(ctx))
+    # (in a shared directory the other members read it: their passes reserve capacity
+    # for this user's queued jobs only while it is held, qex.store.members.starter_alive)
+    fd = hold(lock_path(ctx), layout.MEMBER_FILE_MODE if ctx.store.shared else 0o600)
     if fd is None:
         return None
     try:
@@ -84,6 +86,25 @@ def ensure(ctx: Context, close_in_child: tuple[int, ...] = (), next_deadline: fl
     os.close(fd)
     reap_later(pid)
     return None
+
+
+def revive(ctx: Context) -> "Launch | None":
+    """For a command that only reads (list, status, info, logs): when this user has
+    work queued or running and no waker lives (it was SIGKILLed: the OOM killer, a
+    logout), start one, so that no work is left for a process that is gone. Costs
+    a lock test when a waker lives. Returns what ``ensure`` returns."""
+    from qex.base.states import ACTIVE
+    from qex.store.lock import is_held
+
+    try:
+        if is_held(lock_path(ctx)):
+            return None
+        jobs = ctx.store.read_index_jobs()
+    except OSError:
+        return None
+    if not any(e.get("state") in ACTIVE and e.get("uid") == ctx.uid for e in jobs.values()):
+        return None
+    return ensure(ctx)
 
 
 def wake_time(ctx: Context, next_deadline: float | None, now: float) -> float:
@@ -220,6 +241,8 @@ def _needs_pass(ctx: Context) -> bool | None:
     now = time.time()
     if any(e.get("holder") not in INSIDE or (e.get("deadline") or now + 1) <= now for e in queued):
         return True  # (a --max-queue-time reached expires the job)
+    if queued and ctx.store.shared_root is not None:
+        return True  # the other members' jobs take part in the order: only a pass sees them go
     # Every queued job of theirs waits on what a job of this queue holds, whose end
     # runs a pass: none is needed unless a job's supervisor is gone.
     holding = [(j, e) for j, e in jobs.items() if e.get("state") in HOLDING]

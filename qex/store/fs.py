@@ -237,12 +237,13 @@ def ensure_private_dir(path: str, mode: int = 0o700) -> None:
         raise StoreError(f"{path} is not a directory; set QEX_STATE_DIR to a directory qex can own")
 
 
-def check_state_dir(path: str) -> None:
-    """Refuse a state directory that someone else could change under us.
+def check_state_dir(path: str) -> os.stat_result:
+    """Refuse a state directory that someone else could change under us; returns its lstat.
 
     A private one must belong to this user and be writable by nobody else. A
     shared one (``qex init --shared``: setgid and group-writable) may belong to
-    another member and be group-writable. None may be world-writable.
+    another member and be group-writable (each member's pass then works in a
+    directory of its own in it: ``qex.store.members``). None may be world-writable.
     """
     st = os.lstat(path)
     mode = stat.S_IMODE(st.st_mode)
@@ -253,7 +254,7 @@ def check_state_dir(path: str) -> None:
         raise StoreError(f"the state directory {path} is writable by every user (mode {mode:o}), so anyone "
                          f"could change the queue; make it private with chmod 700 {path}")
     if shared:
-        return
+        return st
     if st.st_uid != os.getuid():
         from qex.base.paths import user_name
 
@@ -264,3 +265,5 @@ def check_state_dir(path: str) -> None:
         raise StoreError(f"the state directory {path} is group-writable (mode {mode:o}) but is not a shared "
                          f"queue; make it private with chmod 700 {path} "
                          "(a queue several users share is made with qex init --shared DIR)")
+    return st
+

@@ -31,10 +31,11 @@ name follows from the final one): ``.<name>.<pid>.tmp`` while a file is written
 atomically (``qex.store.fs.write_atomic``), ``.<log>.final`` while a cut log is
 made final (``qex.supervisor.logs``).
 
-A directory is *shared* (``qex init --shared``) when it is setgid and
+A directory is *shared* (``qex init --shared``) when it is setgid, sticky and
 group-writable: only its owner or root can make it so, so no member can
-switch a directory between the two modes. Private and shared directories
-hold the same names with other modes (docs/multiuser.md).
+switch a directory between the two modes. It holds the shared lock and a
+state directory per member (``member_dir``), each with the layout above,
+written by that member alone and readable by the group (docs/multiuser.md).
 """
 
 import os
@@ -57,7 +58,6 @@ LEARN = "learn.json"                 # the learner's store (qex.jobs.learn)
 LEARN_LOCK = "learn.lock"            # held while the learner's store is rewritten (qex.jobs.learn)
 DEDUPE_RECENT = "dedupe-recent.json"  # the dedupe keys of recently ended jobs (qex.jobs.dedupe)
 
-SUBDIRS = (JOBS, GROUPS, PAUSE)      # the folders made with the directory (qex.users.shared)
 
 
 def waker_lock(uid: int) -> str:
@@ -149,23 +149,37 @@ def hook_marker_job(filename: str, uid: int) -> str | None:
 
 # ---- is it shared --------------------------------------------------------------------------
 
-DIR_MODE = 0o2770                    # a shared directory's folders: setgid, the group may write
+# A shared state directory (qex init --shared; docs/multiuser.md) holds one
+# state directory per member, ``member-<uid>`` (``member-<uid>-<hex>`` when a
+# squatter took the plain name), each written by that member alone; the shared
+# lock every member's pass takes; and nothing else any member writes.
+SHARED_MODE = 0o3770                 # the shared directory: setgid, sticky, the group may add entries
+MEMBER_MODE = 0o2750                 # a member's folders: the group reads, only the member writes
+MEMBER_FILE_MODE = 0o640             # a member's files that the group reads (records, index, journal)
+_MEMBER = "member-"
+
+
+def member_dir(uid: int, suffix: str = "") -> str:
+    """In a shared directory: the state directory of member ``uid``."""
+    return f"{_MEMBER}{uid}{'-' + suffix if suffix else ''}"
+
+
+def member_of(name: str) -> int | None:
+    """The uid a shared directory's entry names as its member, or None if it names none."""
+    if not name.startswith(_MEMBER):
+        return None
+    word = name[len(_MEMBER):].split("-", 1)[0]
+    return int(word) if word.isdigit() and len(word) <= 10 else None
 
 
 def is_shared(st: os.stat_result) -> bool:
+    """Made shared by its owner: setgid and group-writable (format 1 or 2)."""
     return bool(st.st_mode & stat.S_ISGID) and bool(st.st_mode & stat.S_IWGRP)
 
 
-def learn(store: object) -> None:
-    """Set ``store.shared`` and ``store.owner_uid`` from the directory itself."""
-    try:
-        st = os.stat(store.root)
-    except OSError:
-        return
-    store.shared = is_shared(st)
-    store.owner_uid = st.st_uid
-    if store.shared:
-        ensure_file(os.path.join(store.root, LOCK), 0o660)
+def is_old_shared(st: os.stat_result) -> bool:
+    """A shared directory of format 1 (before member directories): not sticky."""
+    return is_shared(st) and not st.st_mode & stat.S_ISVTX
 
 
 def ensure_file(path: str, mode: int) -> None:
@@ -180,9 +194,3 @@ def ensure_file(path: str, mode: int) -> None:
             os.fchmod(fd, mode)
     finally:
         os.close(fd)
-
-
-def open_job_dir(path: str) -> None:
-    """A new job directory of a shared state directory (before it is renamed into view)."""
-    os.chmod(path, DIR_MODE)
-    ensure_file(os.path.join(path, ALIVE), 0o640)

@@ -33,10 +33,13 @@ if TYPE_CHECKING:
 
 class Store(Replay, Commit):
     # Its loading of the index and its commit are in their own modules (Replay, Commit).
-    # A shared state directory (qex init --shared; see qex.store.layout) gives the
-    # group what other users' passes need; ``ensure`` finds out which it is.
+    # In a shared state directory (qex init --shared; qex.store.members) the store is
+    # this user's member directory in it (``ensure`` finds out): the group reads
+    # it, only its user writes it, and a pass also holds the shared lock.
     shared = False
-    owner_uid: int | None = None
+    shared_root: str | None = None
+    owner_uid: int | None = None    # the shared directory's owner
+    member_uid: int | None = None   # another member's store (qex.store.members.others): its uid
 
     def __init__(self, root: str):
         self.root = root
@@ -55,7 +58,8 @@ class Store(Replay, Commit):
 
     def lock(self, wait: bool = True) -> StateLock:
         """The state lock; ``wait=False``: ``qex.store.lock.Busy`` if another process holds it."""
-        return StateLock(os.path.join(self.root, layout.LOCK), on_hold=self._held, wait=wait)
+        outer = None if self.shared_root is None else os.path.join(self.shared_root, layout.LOCK)
+        return StateLock(os.path.join(self.root, layout.LOCK), on_hold=self._held, wait=wait, outer=outer)
 
     def _held(self, fd: int | None) -> None:
         self._lock_fd = fd
@@ -66,26 +70,36 @@ class Store(Replay, Commit):
 
     def ensure(self) -> None:
         fs.ensure_private_dir(self.root)
-        fs.check_state_dir(self.root)
-        fs.ensure_private_dir(self.jobs)
-        layout.learn(self)
+        st = fs.check_state_dir(self.root)
+        if layout.is_shared(st):
+            from qex.store import members
+
+            root = self.root
+            self.__init__(members.enter(root, st))  # the store is now this user's member directory in it
+            self.shared, self.shared_root, self.owner_uid = True, root, st.st_uid
+            fs.check_state_dir(self.root)
+        fs.ensure_private_dir(self.jobs, layout.MEMBER_MODE if self.shared else 0o700)
 
     @property
     def file_mode(self) -> int:
-        """Mode of the files every pass writes (index, journal, lock)."""
-        return 0o660 if self.shared else 0o600
+        """Mode of the files every pass writes (index, journal, history): the other
+        members of a shared directory read them."""
+        return layout.MEMBER_FILE_MODE if self.shared else 0o600
 
     @property
     def status_mode(self) -> int:
-        """Mode of status.json, alive.lock and pid: readable by the other users' passes."""
-        return 0o640 if self.shared else 0o644
+        """Mode of status.json and pid."""
+        return layout.MEMBER_FILE_MODE if self.shared else 0o644
 
     # ---- records (no lock needed to read) ---------------------------------
     def read_status_dict(self, job_id: str) -> dict:
         path = self.path(job_id, layout.STATUS)
         try:
-            data = fs.read_json(path)
+            data = fs.read_json(path, owner=self.member_uid)
         except FileNotFoundError:
+            other = self.other_member_of(job_id)
+            if other is not None:
+                return other.read_status_dict(job_id)
             raise NoSuchJob(f"no job or group with the id {job_id}") from None
         except (OSError, ValueError) as exc:
             raise _broken(job_id, f"the record {path} cannot be read ({_why(exc)}); "
@@ -96,7 +110,37 @@ class Store(Replay, Commit):
             raise _broken(job_id, f"the record {path} is damaged ({exc}); qex clean {job_id} removes it") from None
         from qex.store.records import status_defaults
 
+        if self.member_uid is not None:  # another member's: whose it is comes from where it is, never a field
+            from qex.base.paths import user_name
+
+            data = {**data, "uid": self.member_uid, "owner": user_name(self.member_uid)}
         return {**status_defaults(), **data}
+
+    def other_member_of(self, job_id: str) -> Store | None:
+        """In a shared directory: the store of the other member whose job ``job_id`` is
+        (to read and show; a pass never writes into it), else None."""
+        if self.shared_root is None or self.member_uid is not None or "/" in job_id or job_id.startswith("."):
+            return None
+        for _uid, other in self.others():
+            if os.path.isdir(other.job_dir(job_id)):
+                return other
+        return None
+
+    def others(self) -> list[tuple[int, Store]]:
+        """In a shared directory: the other members' state directories, as stores to
+        read (never to write; ``qex.store.members``)."""
+        if self.shared_root is None:
+            return []
+        from qex.store import members
+
+        out = []
+        for uid, path in sorted(members.members(self.shared_root).items()):
+            if path != self.root:
+                other = Store(path)
+                other.shared, other.shared_root, other.owner_uid, other.member_uid = (
+                    True, self.shared_root, self.owner_uid, uid)
+                out.append((uid, other))
+        return out
 
     def cached_record(self, job_id: str) -> dict | None:
         """The record of ``job_id`` as this process's last commit wrote it, if nothing
@@ -120,20 +164,28 @@ class Store(Replay, Commit):
         its last pass gave (the active index keeps the words; the record keeps
         the kind of wait). ``index``: the index's jobs, read once by a caller
         that reads many records."""
+        if self.shared_root is not None and self.member_uid is None and not os.path.isdir(self.job_dir(job_id)):
+            other = self.other_member_of(job_id)
+            if other is not None:
+                return other.read_live(job_id)
         rec = self.read_status_dict(job_id)
         if rec.get("state") != "queued":
             return rec
         entry = (self.read_index_jobs() if index is None else index).get(job_id)
-        if not isinstance(entry, dict) or not isinstance(entry.get("reason"), str):
-            return rec
-        return live_reason(rec, entry)
+        if isinstance(entry, dict) and isinstance(entry.get("reason"), str):
+            rec = live_reason(rec, entry)
+        if self.member_uid is not None:
+            from qex.store import members
+
+            rec = members.waiting_for_owner(self.root, self.member_uid, rec)
+        return rec
 
     def read_index_jobs(self) -> dict:
         """The active index's entries as of the journal's end, read without the lock
         (a reader's view; {} if unreadable). The file may be behind the journal by a
         few events (``LAZY``): those are applied here, as the next pass would."""
         try:
-            data = fs.read_json(self.index_path)
+            data = fs.read_json(self.index_path, owner=self.member_uid)
             jobs, seq, offset = data.get("jobs", {}), int(data.get("seq", 0)), int(data.get("offset", 0))
         except (OSError, ValueError, AttributeError, TypeError):
             return {}
@@ -232,7 +284,7 @@ class Store(Replay, Commit):
                     os.close(fd)
                     fd = -1
             if self.shared:
-                layout.open_job_dir(tmp)
+                os.chmod(tmp, layout.MEMBER_MODE)  # the group reads its record; spec.json stays 0600
             os.rename(tmp, final)
             if later:
                 dir_fd = os.open(self.jobs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -30,6 +30,15 @@ def become_supervisor_if(ctx: Context, launch: Launch | None) -> None:
         main_loop(ctx, launch)
 
 
+def revive_waker(ctx: Context) -> None:
+    """A reading command makes sure a live waker will pass for this user's queued
+    work (``qex.queue.waker.revive``); in the process that becomes a supervisor
+    through it, supervise and never return."""
+    from qex.queue import waker
+
+    become_supervisor_if(ctx, waker.revive(ctx))
+
+
 def finish_pass(ctx: Context, result: PassResult, close_in_child: tuple[int, ...] = (), leaving: bool = False) -> None:
     """Fork what the pass admitted (``qex.queue.launch.after_pass``); in a forked
     supervisor, supervise and never return."""
@@ -40,13 +49,13 @@ def finish_pass(ctx: Context, result: PassResult, close_in_child: tuple[int, ...
     become_supervisor_if(ctx, after_pass(ctx, result, close_in_child, leaving))
 
 
-def early(leaving: bool) -> Callable[[Context, list[Launch], tuple[int, int]], int]:
+def early(leaving: bool) -> Callable[[Context, list[Launch], tuple[int, ...]], int]:
     """``run_pass``'s ``early``: the supervisors of what the pass admits are
     forked before its commit (``fork_early``)."""
     return lambda ctx, launches, locks: fork_early(ctx, launches, locks, leaving)
 
 
-def fork_early(ctx: Context, launches: list[Launch], locks: tuple[int, int], leaving: bool) -> int:
+def fork_early(ctx: Context, launches: list[Launch], locks: tuple[int, ...], leaving: bool) -> int:
     """Fork the supervisors of a pass before its commit, under the lock; return the
     write end of their gate.
 

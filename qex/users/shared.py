@@ -1,33 +1,26 @@
 """A state directory several users share: ``qex init --shared DIR --group G``.
 
-One queue, one order, exact accounting: every user's jobs are in one index,
-and each user's passes see all of them. A directory is *shared* when it is
-setgid and group-writable (what ``init`` makes; only its owner or root can
-make it so, so no member can switch a directory between the two modes).
+One queue, one order, one budget: each member's passes see every member's
+jobs. A directory is *shared* when it is setgid and group-writable (what
+``init`` makes; only its owner or root can make it so, so no member can switch
+a directory between the two modes). Its layout (docs/multiuser.md)::
 
-The layout is the private one with other modes (docs/multiuser.md):
+    DIR/                  3770 owner:G  setgid, sticky: a member adds their own entry;
+                                        nobody renames or removes another's
+    DIR/lock              0640 of DIR's owner: every member's pass holds it (read-only)
+    DIR/member-<uid>/     2750 of that member: their own state directory, written by
+                          them alone, read by the group (qex.store.members)
+      index.json, journal.jsonl, history.jsonl   0640
+      jobs/<id>/          2750: status.json 0640; spec.json, logs 0600
 
-    DIR/                   2770 owner:G  setgid, so all inside gets group G
-    DIR/lock               0660          every user's pass takes it
-    DIR/index.json         0660          rewritten (by rename) by every pass
-    DIR/journal.jsonl      0660          appended to by every pass
-    DIR/history.jsonl      0660          appended to by every pass that ends a job
-    DIR/jobs/, groups/, pause/   2770
-    DIR/<hooks pending>/   3770          markers of stop hooks to run (sticky)
-    DIR/jobs/<id>/         2770 of the job's owner: other users' passes must
-                           replace status.json in it (reasons, reserve, expiry)
-      status.json          0640   the public record; any member's pass rewrites it
-      alive.lock, pid      0640   other users' passes check liveness with them
-      spec.json            0600   command and environment: the owner's secret
-      stdout.log, stderr.log, supervisor.log   0600   the owner's only
-
-What it promises: nobody reads another user's environment or logs (file
-modes; qex also refuses politely first), nobody runs anything as another user
-(a supervisor runs only a spec.json that its own user owns, and the kernel
-keeps signals to one's own processes), and the budget is shared exactly.
-What it does not: the members of G can damage the shared index or cancel
-records by writing files directly; they trust each other not to sabotage
-the queue (use private directories and the peer directory otherwise).
+The rule: **no member's qex acts on anything another member could have
+written**: it never runs it, signals on its word, writes it back as itself,
+or trusts a number in it unchecked. Records of others are read as claims
+(their queued jobs' place in the one order and the capacity reserved for
+them, ``qex.queue.others``; their running jobs through the peer records) and
+shown. A directory of the first format (2770, one index every member
+rewrote) is refused until its owner runs ``qex init --shared DIR`` again,
+which upgrades it.
 """
 
 from __future__ import annotations
@@ -36,7 +29,7 @@ import os
 import stat
 
 from qex.base.errors import PermissionRefused, QexError, UsageError
-from qex.store.layout import DIR_MODE, HOOKS_PENDING, INDEX, JOBS, JOURNAL, LOCK, SUBDIRS, ensure_file, is_shared
+from qex.store.layout import INDEX, JOBS, JOURNAL, LOCK, SHARED_MODE, ensure_file, is_old_shared, is_shared
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -50,7 +43,7 @@ def describe(store: Store) -> str:
     from qex.base.paths import user_name
 
     try:
-        st = os.stat(store.root)
+        st = os.stat(store.shared_root or store.root)
         import grp
 
         group = grp.getgrgid(st.st_gid).gr_name
@@ -104,30 +97,51 @@ def init_shared(path: str, group: str | None) -> dict:
         except OSError as exc:
             raise QexError(f"cannot create {path}: {exc.strerror}; choose a directory you can create") from None
     try:
+        moved = _upgrade(path) if existed and is_old_shared(os.lstat(path)) else None
         os.chown(path, -1, gid)
-        os.chmod(path, DIR_MODE)
-        for name in SUBDIRS:
-            sub = os.path.join(path, name)
-            if not os.path.isdir(sub) or os.path.islink(sub):
-                os.mkdir(sub, 0o700)
-            os.chown(sub, -1, gid)
-            os.chmod(sub, DIR_MODE)
-        ensure_file(os.path.join(path, LOCK), 0o660)
-        _hook_markers(path, gid)
+        os.chmod(path, SHARED_MODE)
+        lock = os.path.join(path, LOCK)
+        ensure_file(lock, 0o640)
+        if os.stat(lock).st_uid == os.getuid():
+            os.chown(lock, -1, gid)
     except OSError as exc:
         raise QexError(f"cannot set up {path}: {exc.strerror}") from None
-    return {"path": path, "group": gname, "gid": gid, "created": not existed,
-            "warnings": _reach_warnings(path, gid)}
+    from qex.store import members
+
+    warnings = _reach_warnings(path, gid)
+    if moved:
+        warnings.append(f"the first format's files were moved to {moved} (their jobs had all ended)")
+    warnings += [f"{os.path.join(path, n)} is named as a member's directory but is not theirs; remove it"
+                 for n in members.squatters(path)]
+    return {"path": path, "group": gname, "gid": gid, "created": not existed, "warnings": warnings}
 
 
-def _hook_markers(path: str, gid: int) -> None:
-    """The stop hooks' pending markers (qex.hooks.markers): every member's pass adds one
-    per job it ends, and only its owner removes it: setgid, sticky, group-writable."""
-    sub = os.path.join(path, HOOKS_PENDING)
-    if not os.path.isdir(sub) or os.path.islink(sub):
-        os.mkdir(sub, 0o700)
-    os.chown(sub, -1, gid)
-    os.chmod(sub, 0o3770)
+def _upgrade(path: str) -> str:
+    """A shared directory of the first format (one index every member rewrote): its
+    files move aside to ``format1-<time>/`` once no job of it is queued or running."""
+    import json
+    import time
+
+    try:
+        with open(os.path.join(path, INDEX), "rb") as f:
+            jobs = json.load(f).get("jobs") or {}
+    except FileNotFoundError:
+        jobs = {}
+    except (OSError, ValueError, AttributeError) as exc:
+        raise QexError(f"cannot read {os.path.join(path, INDEX)} ({exc}) to upgrade {path}; "
+                       "move its files away by hand, then run qex init --shared again") from None
+    from qex.base.states import ACTIVE
+
+    active = [j for j, e in jobs.items() if isinstance(e, dict) and e.get("state") in ACTIVE]
+    if active:
+        raise QexError(f"{path} is a shared directory of the first format with {len(active)} jobs queued or "
+                       "running; let them end (or cancel them), then run qex init --shared again to upgrade it")
+    aside = os.path.join(path, time.strftime("format1-%Y%m%d-%H%M%S"))
+    os.mkdir(aside, 0o700)
+    for name in os.listdir(path):
+        if name not in (os.path.basename(aside), LOCK):
+            os.rename(os.path.join(path, name), os.path.join(aside, name))
+    return aside
 
 
 def _check_existing(path: str) -> None:
@@ -140,7 +154,7 @@ def _check_existing(path: str) -> None:
         raise PermissionRefused(f"{path} belongs to {user_name(st.st_uid)}; only its owner (or root) "
                                 "can make it shared")
     if is_shared(st):
-        return  # again on a shared directory: repairs the modes
+        return  # again on a shared directory: repairs the modes (and upgrades the first format)
     names = [n for n in os.listdir(path) if not n.startswith(".")]
     if _looks_like_queue(path):
         jobs = os.path.join(path, JOBS)

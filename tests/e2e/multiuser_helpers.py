@@ -177,8 +177,24 @@ class Actor:
         return wait_for(check, timeout, f"job {job_id[:8]} of {self.user} to be {sorted(states)}")
 
 
+def stores(state: str) -> list[str]:
+    """The state directories in ``state``: itself, or (a shared directory) its members'."""
+    if not os.path.isdir(state) or os.path.isdir(os.path.join(state, "jobs")):
+        return [state]
+    return [os.path.join(state, n) for n in sorted(os.listdir(state)) if n.startswith("member-")] or [state]
+
+
+def job_dir(state: str, job_id: str) -> str:
+    """Where job ``job_id``'s directory is (in whichever member's directory it is)."""
+    for store in stores(state):
+        path = os.path.join(store, "jobs", job_id)
+        if os.path.isdir(path):
+            return path
+    return os.path.join(state, "jobs", job_id)
+
+
 def read_record(state: str, job_id: str) -> dict:
-    with open(os.path.join(state, "jobs", job_id, "status.json")) as fh:
+    with open(os.path.join(job_dir(state, job_id), "status.json")) as fh:
         return json.load(fh)
 
 
@@ -205,10 +221,10 @@ def held_cpu(state: str) -> float:
         fcntl.flock(fd, fcntl.LOCK_SH)
         from qex.store.state import Store
 
-        jobs = Store(state).read_index_jobs()  # the index, and the journal events it lags by
+        jobs = [e for s in stores(state) for e in Store(s).read_index_jobs().values()]  # (and the journal's tail)
     finally:
         os.close(fd)
-    return sum(e["cpu"] for e in jobs.values() if e["state"] in HOLDING) / 1000
+    return sum(e["cpu"] for e in jobs if e["state"] in HOLDING) / 1000
 
 
 def qex_pids(state: str) -> list[int]:

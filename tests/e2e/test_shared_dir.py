@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from multiuser_helpers import World, gated, held_cpu, open_gate, users_or_skip, wait_for
+from multiuser_helpers import World, gated, held_cpu, job_dir, open_gate, users_or_skip, wait_for
 
 CONFIG = '[budget]\ncpu = 3\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
 
@@ -37,15 +37,18 @@ def mode(path: str) -> int:
 def test_init_makes_a_setgid_group_directory_and_refuses_what_it_must(lab, users):
     w, one, two = lab
     root = one.state
-    assert mode(root) == 0o2770 and os.stat(root).st_gid == users.gid()
-    assert mode(os.path.join(root, "jobs")) == 0o2770 and mode(os.path.join(root, "lock")) == 0o660
-    assert mode(os.path.join(root, "hooks-pending")) == 0o3770  # stop-hook markers: sticky
+    assert mode(root) == 0o3770 and os.stat(root).st_gid == users.gid()  # setgid, sticky, group-writable
+    assert mode(os.path.join(root, "lock")) == 0o640 and os.stat(os.path.join(root, "lock")).st_uid == users.uid(one.name)
     job = one.submit("--env", "SECRET=s3cret", "--", "true")
     one.wait_state(job, "completed")
-    jobdir = os.path.join(root, "jobs", job)
-    assert mode(jobdir) == 0o2770 and mode(os.path.join(jobdir, "spec.json")) == 0o600
+    mine = os.path.join(root, f"member-{users.uid(one.name)}")  # one's own state directory in it
+    assert mode(mine) == 0o2750 and os.stat(mine).st_uid == users.uid(one.name)
+    assert mode(os.path.join(mine, "jobs")) == 0o2750
+    jobdir = job_dir(root, job)
+    assert os.path.dirname(os.path.dirname(jobdir)) == mine
+    assert mode(jobdir) == 0o2750 and mode(os.path.join(jobdir, "spec.json")) == 0o600
     assert mode(os.path.join(jobdir, "stdout.log")) == 0o600 and mode(os.path.join(jobdir, "status.json")) == 0o640
-    assert mode(os.path.join(root, "index.json")) == 0o660 and mode(os.path.join(root, "journal.jsonl")) == 0o660
+    assert mode(os.path.join(mine, "index.json")) == 0o640 and mode(os.path.join(mine, "journal.jsonl")) == 0o640
     info = two.run("info", check=0).stdout
     assert f"shared by the group {users.group} (owner {one.user})" in info, info
 
@@ -78,7 +81,7 @@ def test_another_user_cannot_kill_cancel_clean_or_read_the_secrets_of_my_jobs(la
     assert {j: one.record(j)["state"] for j in (running, queued)} == before  # untouched
     assert not one.record(running).get("kill_requested")
 
-    spec = os.path.join(one.state, "jobs", running, "spec.json")
+    spec = os.path.join(job_dir(one.state, running), "spec.json")
     peek = subprocess.run(w.users.wrap(two.name, ["cat", spec]), capture_output=True, text=True)
     assert peek.returncode != 0 and "s3cret" not in peek.stdout  # the file itself is closed to them
 
@@ -87,9 +90,9 @@ def test_another_user_cannot_kill_cancel_clean_or_read_the_secrets_of_my_jobs(la
     one.wait_state(done, "completed")
     r = two.run("clean", done)
     assert r.returncode == 1 and f"belongs to {one.user}" in r.stderr
-    assert os.path.isdir(os.path.join(one.state, "jobs", done))
+    assert os.path.isdir(job_dir(one.state, done))
     assert one.run("clean", done, check=0).returncode == 0  # its owner can
-    assert not os.path.exists(os.path.join(one.state, "jobs", done))
+    assert not os.path.exists(job_dir(one.state, done))
 
 
 def test_the_two_users_jobs_share_one_budget_exactly(lab):
@@ -108,7 +111,7 @@ def test_the_two_users_jobs_share_one_budget_exactly(lab):
         jobs.append((one, one.submit("--cpu", "1", "--", *gated(w.gate(f"1-{i}")))))
         jobs.append((two, two.submit("--cpu", "1", "--", *gated(w.gate(f"2-{i}")))))
     wait_for(lambda: held_cpu(one.state) == 3, 10, "the budget to be full")
-    owners = {json.load(open(os.path.join(one.state, "jobs", j, "status.json")))["owner"]
+    owners = {json.load(open(os.path.join(job_dir(one.state, j), "status.json")))["owner"]
               for _, j in jobs if one.record(j)["state"] in ("starting", "running")}
     assert owners == {one.user, two.user}  # both users' jobs run at once, in one budget
     for i in range(3):
@@ -123,24 +126,25 @@ def test_the_two_users_jobs_share_one_budget_exactly(lab):
     assert max(seen) == 3 and len(seen) > 50, (max(seen), len(seen))  # exactly full, never over
 
 
-def test_a_spec_put_in_place_by_another_user_is_never_run(lab):
+def test_a_member_cannot_put_anything_into_another_members_job_directory(lab):
     w, one, two = lab
     blocker = one.submit("--cpu", "3", "--", *gated(w.gate("b")))
     one.wait_state(blocker, "running")
     ok = os.path.join(w.dir, "ran-the-real-spec")
     bad = os.path.join(w.dir, "ran-the-planted-spec")
     victim = one.submit("--cpu", "1", "--", "touch", ok)
-    target = os.path.join(one.state, "jobs", victim, "spec.json")
+    target = os.path.join(job_dir(one.state, victim), "spec.json")
     planted = json.dumps({"id": victim, "command": ["touch", bad], "cwd": w.dir, "env": {}})
     swap = ("import os,sys; t=sys.argv[1]; open(t+'.x','w').write(sys.argv[2]); os.rename(t+'.x', t)")
-    subprocess.run(w.users.wrap(two.name, [w.users.python, "-c", swap, target, planted]), check=True,
-                   env=w.users.env({}), cwd=w.dir)
-    assert os.stat(target).st_uid == w.users.uid(two.name)  # the group-writable job directory allowed it
+    tried = subprocess.run(w.users.wrap(two.name, [w.users.python, "-c", swap, target, planted]),
+                           env=w.users.env({}), cwd=w.dir, capture_output=True, text=True)
+    assert tried.returncode != 0 and "Permission denied" in tried.stderr  # the directory is one's alone
+    assert os.stat(target).st_uid == w.users.uid(one.name)
 
     open_gate(w.gate("b"))
     rec = one.wait_state(victim, ("failed", "completed"), timeout=15)
-    assert rec["state"] == "failed" and "not owned by the job's owner" in rec["error"], rec
-    assert not os.path.exists(bad) and not os.path.exists(ok)
+    assert rec["state"] == "completed", rec
+    assert os.path.exists(ok) and not os.path.exists(bad)
 
 
 def test_only_the_owner_pauses_the_whole_shared_queue_and_any_member_pauses_a_lock(lab):
