@@ -88,23 +88,20 @@ def ensure(ctx: Context, close_in_child: tuple[int, ...] = (), next_deadline: fl
     return None
 
 
-def revive(ctx: Context) -> "Launch | None":
-    """For a command that only reads (list, status, info, logs): when this user has
-    work queued or running and no waker lives (it was SIGKILLed: the OOM killer, a
-    logout), start one, so that no work is left for a process that is gone. Costs
-    a lock test when a waker lives. Returns what ``ensure`` returns."""
+def gone(ctx: Context) -> bool:
+    """This user has work queued or running and no waker lives (it was SIGKILLed:
+    the OOM killer, a logout): nothing would pass for it. Costs a lock test when
+    a waker lives (``qex.supervisor.become.revive_waker``)."""
     from qex.base.states import ACTIVE
     from qex.store.lock import is_held
 
     try:
         if is_held(lock_path(ctx)):
-            return None
+            return False
         jobs = ctx.store.read_index_jobs()
     except OSError:
-        return None
-    if not any(e.get("state") in ACTIVE and e.get("uid") == ctx.uid for e in jobs.values()):
-        return None
-    return ensure(ctx)
+        return False
+    return any(e.get("state") in ACTIVE and e.get("uid") == ctx.uid for e in jobs.values())
 
 
 def wake_time(ctx: Context, next_deadline: float | None, now: float) -> float:

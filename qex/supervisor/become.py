@@ -31,12 +31,15 @@ def become_supervisor_if(ctx: Context, launch: Launch | None) -> None:
 
 
 def revive_waker(ctx: Context) -> None:
-    """A reading command makes sure a live waker will pass for this user's queued
-    work (``qex.queue.waker.revive``); in the process that becomes a supervisor
-    through it, supervise and never return."""
-    from qex.queue import waker
+    """A reading command (list, status, info, logs) of a user whose waker is gone
+    while work of theirs waits or runs (``qex.queue.waker.gone``) runs a pass
+    first: what it shows is then true (no reason naming a holding that ended),
+    what fits starts, and a waker lives again. In a process forked by it to
+    supervise a job: supervise, never return."""
+    from qex.queue import engine, waker
 
-    become_supervisor_if(ctx, waker.revive(ctx))
+    if waker.gone(ctx):
+        finish_pass(ctx, engine.run_pass(ctx))
 
 
 def finish_pass(ctx: Context, result: PassResult, close_in_child: tuple[int, ...] = (), leaving: bool = False) -> None:

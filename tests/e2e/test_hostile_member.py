@@ -221,3 +221,27 @@ def test_a_reservation_lasts_only_while_its_owner_has_a_qex_alive(lab, users):
     assert alice.record(hers)["state"] == "queued"
     alice.run("list", check=0)  # any command of hers: her job starts
     alice.wait_state(hers, "completed", timeout=30)
+
+
+def test_a_killed_waker_leaves_no_work_behind_a_reason_that_is_no_longer_true(users):
+    """Issue 34, B, with private queues and one peer directory: alice's job waits
+    for bob's; her only process, her waker, is SIGKILLed; bob's job ends. Her
+    next command of any kind (here `list`) shows the truth and starts her job."""
+    w = World(users, users.base, CONFIG)
+    try:
+        alice, bob = w.actor(0), w.actor(1)
+        his = bob.submit("--cpu", "3", "--", *gated(w.gate("bob")))
+        bob.wait_state(his, "running")
+        hers = alice.submit("--cpu", "2", "--", "true")
+        assert bob.user in alice.record(hers)["blocked_reason"]
+        wait_for(lambda: processes_of(alice.state, users.uid(alice.name)), 10, "alice's waker")
+        for pid in processes_of(alice.state, users.uid(alice.name)):
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not processes_of(alice.state, users.uid(alice.name)), 10, "alice's processes to die")
+        open_gate(w.gate("bob"))
+        bob.wait_state(his, "completed")
+        listed = alice.run("list", check=0).stdout
+        assert bob.user not in listed, listed  # never a reason naming a holding that is gone
+        alice.wait_state(hers, "completed", timeout=30)
+    finally:
+        w.close()
