@@ -132,17 +132,21 @@ Several users on one machine -- two set-ups:
    qex info). Not promised: one order across users (each queue keeps its
    own), or accounting for a queue whose qex processes were killed.
 
-2. Several users share one state directory: one queue, one order, exact
-   accounting. Make it once: qex init --shared DIR --group G, then each
-   member sets QEX_STATE_DIR=DIR (and all use the same config, so all
-   compute one budget). Each user's qex starts only that user's jobs; a
-   pass that admits another user's job reserves its capacity and that
-   user's qex starts it within about a second. Promises: nobody can kill,
-   cancel, clean, rerun or read the environment or logs of another user's
-   job (root excepted; the files are the owner's, mode 0600); a supervisor
-   runs only a spec its own user wrote; only the directory's owner (or
-   root) pauses the whole queue. Not promised: protection from a member
-   who damages the shared index by hand -- the group trusts its members.
+2. Several users share one state directory: one queue, one order, one
+   budget. Make it once: qex init --shared DIR --group G, then each member
+   sets QEX_STATE_DIR=DIR (and all use the same config, so all compute one
+   budget). Each member's qex writes only in a directory of its own in DIR
+   (member-UID, which only they can change) and starts only their jobs; a
+   pass that admits another member's job reserves its capacity while a qex
+   of that member lives, and their qex starts it within about a second.
+   Promises: no member's qex runs, signals on the word of, rewrites or
+   trusts unchecked anything another member wrote; nobody can kill,
+   cancel, clean, rerun or read the environment or logs of another
+   member's job (root reads; it changes only as the owner would: sudo -u);
+   a name names your own jobs (another's: USER/NAME or its id); only the
+   directory's owner (or root) pauses the whole queue. Not promised: a
+   member who holds the queue lock or fills the budget slows the others
+   down (qex names who holds the lock after 2 s).
 """,
     "config": """\
 The config file: $QEX_CONFIG, else $XDG_CONFIG_HOME/qex.toml, else
