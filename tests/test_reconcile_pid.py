@@ -4,6 +4,7 @@ it: each write truncates it first) means the job may have run: it is never start
 again. The random crash harness once ran a job twice before this was so."""
 
 import os
+import time
 
 import pytest
 from test_window_pass import HELD, queue, run, two_cores
@@ -42,29 +43,33 @@ def test_a_starting_job_of_a_lost_supervisor_is_requeued_only_without_a_pid_file
         assert rec["state"] == "failed" and rec["supervisor_lost"], rec
 
 
-def test_another_users_job_with_only_its_intent_line_is_out_of_reach_while_its_cgroup_has_members(tmp_path,
-                                                                                                monkeypatch):
-    """A supervisor lost within its job's first 20 ms leaves the intent line only (the
-    pid line comes with 'running'): in a shared directory, another user's pass must
-    leave that job alone while the cgroup its intent line names still holds processes."""
-    from qex.config.context import Context
-    from qex.linux import cgroup
+def test_a_pass_signals_only_on_its_own_evidence(tmp_path):
+    """A pid file this user does not own is no evidence, and a process whose real uid is
+    another's is never signalled, even when the pid file's start time matches it."""
+    import shutil
+    import subprocess
+
+    from qex.base.machine import process_start_time
+    from qex.linux import pidfile
     from qex.queue import reconcile
 
-    class Cg:
-        def __init__(self, members):
-            self._members = members
-
-        def members(self):
-            return self._members
-
-    ctx = Context.__new__(Context)
-    ctx.uid = 4242  # not root, and not the job's owner
-    ctx.store = type("S", (), {"job_dir": staticmethod(lambda job_id: str(tmp_path))})()
-    entry = {"uid": 1000}
-    monkeypatch.setattr(cgroup, "recorded", lambda job_dir, job_id: Cg([31337]))
-    assert reconcile._runs_out_of_reach(ctx, "job-1", entry, None)
-    monkeypatch.setattr(cgroup, "recorded", lambda job_dir, job_id: Cg([]))
-    assert not reconcile._runs_out_of_reach(ctx, "job-1", entry, None)
-    monkeypatch.setattr(cgroup, "recorded", lambda job_dir, job_id: None)
-    assert not reconcile._runs_out_of_reach(ctx, "job-1", entry, None)
+    if os.getuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run a process as another user")
+    other = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "60"])
+    try:
+        wait = time.monotonic() + 5
+        while process_start_time(other.pid) is None and time.monotonic() < wait:
+            time.sleep(0.01)
+        start = process_start_time(other.pid)
+        path = str(tmp_path / "pid")
+        pidfile.write(path, other.pid, start)
+        assert pidfile.launched(path) == (other.pid, start)  # this user's file: read
+        os.chown(path, 65534, -1)
+        assert pidfile.launched(path) is None  # another's: no evidence
+        while open(f"/proc/{other.pid}/status").read().find("Uid:\t65534") < 0 and time.monotonic() < wait:
+            time.sleep(0.01)  # (setpriv has changed its uid before it execs sleep)
+        reconcile._stop_orphan((other.pid, process_start_time(other.pid)))
+        assert other.poll() is None  # another user's process: never signalled
+    finally:
+        other.kill()
+        other.wait()

@@ -55,6 +55,18 @@ def process_start_time(pid: int) -> int | None:
         return None
 
 
+def process_real_uid(pid: int) -> int | None:
+    """The real uid of ``pid`` (the Uid line of /proc/pid/status), or None."""
+    data = _read_proc(f"/proc/{pid}/status", 8192)
+    for line in (data or b"").splitlines():
+        if line.startswith(b"Uid:"):
+            try:
+                return int(line.split()[1])
+            except (ValueError, IndexError):
+                return None
+    return None
+
+
 _BOOT_ID: str | None = None
 
 

@@ -32,9 +32,11 @@ def write(path: str, pid: int | str, start: int | str | None, mode: int = 0o600,
 
 
 def _words(path: str, limit: int = 64) -> list[bytes]:
+    """The words of a pid file of this user's (one link): a file anyone else made
+    is never a reason to signal anything."""
     from qex.store import fs
 
-    return fs.read_bytes(path, limit).split()
+    return fs.read_bytes(path, limit, owner=os.getuid()).split()
 
 
 def launched(path: str) -> tuple[int, int | None] | None:

@@ -36,8 +36,6 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
             continue  # cannot look (another user's private directory): assume alive
         pid_path = ctx.store.path(job_id, layout.PID)
         launched = pidfile.launched(pid_path)
-        if _runs_out_of_reach(ctx, job_id, entry, launched):
-            continue  # another user's job still runs: only its owner's pass can stop it
         lost = True
         try:
             rec = txn.record(job_id)
@@ -99,31 +97,17 @@ def _sweep_cgroups(ctx: Context, txn: Txn) -> None:
         pass
 
 
-def _runs_out_of_reach(ctx: Context, job_id: str, entry: dict, launched) -> bool:
-    """Another user's job (a shared directory) whose processes provably still run: its
-    pid line names it, or its cgroup (named on the intent line of a job in one, before
-    its pid line is written) still has members."""
-    if ctx.uid == 0 or entry.get("uid") in (None, ctx.uid):
-        return False
-    if launched is None:
-        from qex.linux import cgroup
-
-        cg = cgroup.recorded(ctx.store.job_dir(job_id), job_id)
-        return cg is not None and bool(cg.members())
-    from qex.base.machine import process_start_time
-
-    pid, start = launched
-    return start is not None and process_start_time(pid) == start
-
-
 def _stop_orphan(launched) -> None:
-    """SIGKILL the job's process group, but only if its leader is provably the job."""
+    """SIGKILL the job's process group, but only if its leader is provably the job:
+    its start time is the pid file's (a pid file of this user's, in this user's
+    directory: ``qex.linux.pidfile``) and its real uid is this user's (root's
+    own jobs run as root)."""
     if launched is None:
         return
-    from qex.base.machine import process_start_time
+    from qex.base.machine import process_real_uid, process_start_time
 
     pid, start = launched
-    if start is not None and process_start_time(pid) == start:
+    if start is not None and process_start_time(pid) == start and process_real_uid(pid) == os.getuid():
         import _signal as signal
 
         try:
