@@ -32,7 +32,7 @@ class Txn:
             entry = self.idx.jobs.get(job_id)
             kept = self.idx.records.get(job_id)  # this process's last commit wrote it, and nobody's since
             try:
-                rec = dict(kept) if kept is not None else self.store.read_status_dict(job_id)
+                rec = dict(kept) if kept is not None else _known(self.store.read_status_dict(job_id))
             except QexError:
                 if entry is None:
                     raise
@@ -81,3 +81,11 @@ class Txn:
         if self.settle_first:
             fs.settle()  # what the journal will point at is durable first (qex.jobs.submit.submit_many)
         return self.store.commit_locked(self.idx, self.changes, False if self.windowed else save_index, applied)
+
+
+def _known(rec: dict) -> dict:
+    """A record read to be written again keeps only the fields this qex knows: what
+    it writes back is what it understood, never a field someone else put there."""
+    from qex.store.check import STATUS_FIELDS
+
+    return {k: v for k, v in rec.items() if k in STATUS_FIELDS}

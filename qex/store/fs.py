@@ -64,15 +64,16 @@ def open_regular(path: str, flags: int = _READ_FLAGS, mode: int = 0o600) -> int:
 def read_bytes(path: str, limit: int | None = None, owner: int | None = None) -> bytes:
     """The content of a regular file, at most ``limit`` bytes (+1 to detect more).
 
-    With ``owner``: the file must belong to that uid and have one link (in a
-    shared directory, another user could have put their own file there).
+    With ``owner``: the file must belong to that uid, have one link, and be
+    writable by nobody else (what it says must be that user's word alone).
     """
     fd = open_regular(path)
     try:
         if owner is not None:
             st = os.fstat(fd)
-            if st.st_uid != owner or st.st_nlink != 1:
-                raise NotRegular(errno.EPERM, "is not owned by the job's owner (replaced by another user?)", path)
+            if st.st_uid != owner or st.st_nlink != 1 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                raise NotRegular(errno.EPERM, "is not owned by the job's owner alone (replaced by another user?)",
+                                 path)
         chunks, total = [], 0
         while True:
             want = 1 << 20 if limit is None else min(1 << 20, limit + 1 - total)

@@ -228,8 +228,12 @@ class Store(Replay, Commit):
 
         path = self.path(job_id, layout.SPEC)
         try:
+            if must_own:
+                _own_dir(self.job_dir(job_id))
             data = fs.read_json(path, owner=os.getuid() if must_own else None)
             check.spec(data)
+            if must_own and data["id"] != job_id:
+                raise ValueError(f"it is the spec of job {str(data['id'])[:40]!r}")
         except Exception as exc:
             raise BrokenRecord(f"the job spec {path} cannot be read ({_why(exc)})") from None
         known = {k: data[k] for k in NewSpec.field_names() if k in data}
@@ -300,6 +304,15 @@ class Store(Replay, Commit):
         except StoreError:
             _remove_tree(tmp)
             raise
+
+
+def _own_dir(path: str) -> None:
+    """A directory of this user's that nobody else can write (a job's, before its spec is run)."""
+    import stat
+
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ValueError(f"its directory {path} is not this user's alone")
 
 
 def _broken(job_id: str, message: str) -> BrokenRecord:
