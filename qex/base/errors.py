@@ -41,6 +41,10 @@ class SpecError(RefusedError):
     """A submission (options, job file, pipeline) is invalid; no job was made."""
 
 
+class LockTimeout(RefusedError):
+    """A lock (the state directory's) stayed held past --lock-timeout: nothing was done."""
+
+
 class NoSuchJob(QexError):
     """No job or group with that id: 127 and nothing else means 127."""
 

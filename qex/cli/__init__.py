@@ -35,6 +35,7 @@ def run(argv: list[str]) -> int:
     from qex.base.errors import QexError
 
     try:
+        argv = _command_first(argv)
         return _dispatch(argv)
     except QexError as exc:
         _say(f"qex: {exc}")
@@ -91,8 +92,29 @@ def _dispatch(argv: list[str]) -> int:
     return _call(parser.COMMANDS[name][1], args)
 
 
+def _command_first(argv: list[str]) -> list[str]:
+    """``qex --lock-timeout 5 submit ...`` is ``qex submit --lock-timeout 5 ...``: a global
+    option (``parser.add_global_options``) may come before the command's name."""
+    head = argv[0] if argv else ""
+    if head != "--lock-timeout" and not head.startswith("--lock-timeout="):
+        return argv
+    words = 2 if head == "--lock-timeout" else 1
+    if len(argv) > words:
+        return [argv[words], *argv[:words], *argv[words + 1:]]
+    from qex.base.errors import UsageError
+
+    raise UsageError("--lock-timeout needs SECONDS and then a command, e.g. qex --lock-timeout 5 submit -- CMD "
+                     "(see qex --help)")
+
+
 def _call(target: str, args) -> int:
     """Run "module:function" with the parsed arguments."""
+    import os
+
+    if args.lock_timeout is not None or "QEX_LOCK_TIMEOUT" in os.environ:
+        from qex.store import lock
+
+        lock.set_timeout(args.lock_timeout)  # here: a bad value is refused even when the lock is free
     module, _, func = target.partition(":")
     import importlib
 

@@ -48,6 +48,11 @@ Exit codes of submit --wait/--follow, run, wait, status --wait|--follow|--quiet:
   127   no job or group with that id
 
 Other commands: 0 success, 1 failure, 2 bad command line, 127 no such job.
+
+A command waits for the state directory's lock: after 2 s it says on stderr
+who holds it (pid, user, command), and after --lock-timeout SECONDS (any
+command; default QEX_LOCK_TIMEOUT, else 60) it gives up with 121, nothing
+done. A job's supervisor and the waker wait as long as it takes.
 A group wait returns 0 if every job succeeded, else the code of the first
 job (in submission order) that did not.
 """,

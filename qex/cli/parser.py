@@ -143,13 +143,23 @@ def build(only: str | None = None) -> Parser:
     p = Parser(prog="qex", description="A daemonless job queue for one shared machine.",
                epilog="Topics: qex help agents|resources|states|exit-codes|events|config|job-file|each-line|pause|dedupe")
     p.add_argument("--version", action="store_true", help=argparse.SUPPRESS)
+    add_global_options(p)  # (shown in qex --help; before the command, they are moved after it: qex.cli.run)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, (text, _) in COMMANDS.items():
         if only is not None and name != only:
             continue
         c = sub.add_parser(name, help=text, description=text)
         globals()[f"_args_{name}"](c)
+        add_global_options(c)
     return p
+
+
+def add_global_options(p: argparse.ArgumentParser) -> None:
+    """The options every command takes, after its name or before it (``qex.cli.run``
+    moves them after it; ``qex.cli._call`` applies them)."""
+    p.add_argument("--lock-timeout", metavar="SECONDS", default=None,
+                   help="wait at most SECONDS for the state directory's lock, then give up (121); "
+                        "default: QEX_LOCK_TIMEOUT, else 60")
 
 
 def _args_submit(c):

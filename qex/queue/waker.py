@@ -25,7 +25,7 @@ from qex.linux.proc import detach_stdio, reap_later
 from qex.queue import engine, fork
 from qex.queue.context import Launch
 from qex.store import layout
-from qex.store.lock import hold
+from qex.store.lock import hold, never_give_up
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -174,6 +174,7 @@ def _loop(ctx: Context, fd: int, next_deadline: float | None = None) -> "Launch 
     """Pass until nothing of this user is queued; return a Launch in a forked supervisor."""
     import traceback
 
+    never_give_up()  # a pass waits for the state lock as long as it takes (no --lock-timeout)
     while True:
         _sleep_until(ctx, wake_time(ctx, next_deadline, time.time()))
         if not _still_found(ctx, fd):

@@ -7,6 +7,10 @@ lookup imports importlib.metadata), which every agent command would pay.
 An flock belongs to the open file description, which a forked child shares.
 A child that must not hold a lock closes the descriptor; it never unlocks it
 (unlocking in the child would release the parent's lock too).
+
+A held lock never hangs a command silently (``wait_lock``): after ``NOTICE``
+seconds of waiting it says on stderr who holds it, and it gives up after
+``timeout`` seconds with ``LockTimeout`` (121).
 """
 
 import errno
@@ -14,7 +18,17 @@ import fcntl
 import os
 import stat
 
-from qex.base.errors import StoreError
+from qex.base.errors import LockTimeout, StoreError
+
+NOTICE = 2.0  # seconds of waiting for a lock before qex says who holds it
+DEFAULT_TIMEOUT = 60.0
+ENV = "QEX_LOCK_TIMEOUT"
+FOREVER = float("inf")
+# Seconds a process waits for a lock before it gives up: --lock-timeout (the command
+# line sets it, ``set_timeout``), else QEX_LOCK_TIMEOUT, else 60; None: not read yet.
+# A background process (a supervisor, the waker) sets FOREVER: only it can write its
+# job's end, and a pass it gave up would leave that end to reconcile, as "lost".
+timeout: float | None = None
 
 
 class Busy(Exception):
@@ -56,10 +70,16 @@ class StateLock:
             raise StoreError(f"the shared queue's lock {self.outer} is not a regular file; its owner "
                              f"repairs it with qex init --shared {os.path.dirname(self.outer)}")
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if self.wait:
+                wait_lock(fd, self.outer, what="the shared directory's lock")
+            else:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise Busy(self.outer) from None
+        except BaseException:
+            os.close(fd)
+            raise
         return fd
 
     def _let_outer_go(self) -> None:
@@ -85,10 +105,16 @@ class StateLock:
             raise StoreError(f"the queue lock {self.path} is not a regular file; remove it "
                              "(qex makes a new one)")
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if self.wait:
+                wait_lock(fd, self.path)
+            else:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise Busy(self.path) from None
+        except BaseException:
+            os.close(fd)
+            raise
         self.fd = fd
         if self.on_hold is not None:
             self.on_hold(fd)
@@ -141,3 +167,200 @@ def is_held(path: str) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+# ---- waiting for a lock: who holds it, and for how long qex waits -------------------------
+
+def wait_lock(fd: int, path: str, what: str = "the queue lock") -> None:
+    """Take an exclusive flock on ``fd`` (open on ``path``), waiting for it.
+
+    A free lock costs one ``flock`` call, as a plain blocking one did. A held one is
+    waited for in a blocking ``flock`` (no polling: a drain contends for the state
+    lock all the time), cut by a timer after ``NOTICE`` seconds to say on stderr who
+    holds it (``what`` names the lock), then waited for up to ``timeout`` seconds in
+    all; then ``LockTimeout``. Off the main thread (no signal handler can be set) it
+    waits without a limit and says nothing.
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    import time
+
+    limit = current_timeout()
+    start = time.monotonic()
+    if _flock_within(fd, min(NOTICE, limit)):
+        return
+    if limit > NOTICE:
+        then = ("waiting as long as it takes (a supervisor or waker never gives up)" if limit == FOREVER
+                else f"giving up after {_secs(limit)} (--lock-timeout SECONDS, or {ENV}, to change it)")
+        _say(f"qex: waiting for {what} {path}, held by {holder(fd)}; {then}")
+        if _flock_within(fd, limit - (time.monotonic() - start)):
+            return
+    raise LockTimeout(f"{what} {path} is still held by {holder(fd)} after {_secs(limit)} of waiting, "
+                      "so nothing was done; ask its holder to let it go, or wait longer with "
+                      f"--lock-timeout SECONDS (or {ENV})")
+
+
+def current_timeout() -> float:
+    """The seconds ``wait_lock`` waits in all (see ``timeout``)."""
+    global timeout
+    if timeout is None:
+        set_timeout(None)
+    return timeout
+
+
+def never_give_up() -> None:
+    """A background process (a supervisor, the waker) waits for a lock as long as it
+    takes: its stderr is a log nobody reads in time, and a supervisor that gave up
+    a pass would leave its job's end unrecorded (reconcile would say "lost")."""
+    global timeout
+    timeout = FOREVER
+
+
+def set_timeout(text: str | None) -> None:
+    """``timeout`` from ``--lock-timeout``'s ``text``, else from QEX_LOCK_TIMEOUT, else
+    60 s. A bad value is refused with a sentence that names where it came from."""
+    global timeout
+    if text is not None:
+        timeout = parse_timeout(text, "--lock-timeout")
+        return
+    env = os.environ.get(ENV, "").strip()
+    timeout = parse_timeout(env, ENV) if env else DEFAULT_TIMEOUT
+
+
+def parse_timeout(text: str, source: str) -> float:
+    """Seconds from ``text`` (``60``, ``2.5``, ``90s``, ``5m``), more than 0. ``source``
+    is the option or the variable it came from: --lock-timeout is a bad command
+    line (``SpecError``), QEX_LOCK_TIMEOUT a bad setting (``ConfigError``)."""
+    from qex.base.errors import ConfigError, SpecError
+    from qex.base.units import parse_duration, safe_text
+
+    try:
+        seconds = parse_duration(text.strip(), source)
+    except SpecError:
+        seconds = 0.0
+    if seconds > 0:
+        return seconds
+    error = SpecError if source.startswith("-") else ConfigError
+    raise error(f"{source}: '{safe_text(text, 60)}' is not a time to wait for a lock; use a number of "
+                "seconds greater than 0 (60, 2.5) or a number with ms, s, m or h (90s, 5m)")
+
+
+def holder(fd: int) -> str:
+    """Who holds the lock on ``fd``'s file, in words: its pid, user and command, from
+    ``/proc/locks`` (``1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF``: pid, then
+    the file's device, major:minor in hex, and inode; a waiter's line has ``->``)."""
+    st = os.fstat(fd)
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    try:
+        with open("/proc/locks", "rb") as fh:
+            lines = fh.read().decode("ascii", "replace").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] == "->":
+            continue
+        try:
+            major, minor, ino = fields[5].split(":")
+            found = (int(major, 16), int(minor, 16), int(ino))
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        if found == want and pid > 0:
+            return _process(pid)
+    return "a process qex cannot see"
+
+
+def _process(pid: int) -> str:
+    """``pid 1234 (user mallory, command flock)``."""
+    from qex.base.units import safe_text
+
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return f"pid {pid}, which has ended (a process it started holds the lock now)"
+    try:
+        import pwd
+
+        user = pwd.getpwuid(uid).pw_name
+    except (KeyError, ImportError):
+        user = str(uid)
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as fh:
+            command = fh.read().decode("utf-8", "replace").strip()
+    except OSError:
+        command = "?"
+    return f"pid {pid} (user {safe_text(user, 32)}, command {safe_text(command, 32)})"
+
+
+def _secs(seconds: float) -> str:
+    return f"{seconds:g} s"
+
+
+def _say(line: str) -> None:
+    import sys
+
+    from qex.base.text import plain
+
+    try:
+        sys.stderr.write(plain(line, None) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass  # no stderr to say it on: wait all the same
+
+
+class _Alarm(Exception):
+    """The timer of ``_flock_within`` went off."""
+
+
+def _flock_within(fd: int, seconds: float) -> bool:
+    """A blocking exclusive flock, cut after ``seconds`` by ITIMER_REAL (SIGALRM), whose
+    handler and timer are put back after. True once held. Off the main thread: a
+    blocking flock without a limit. ``seconds`` FOREVER: no timer."""
+    import _signal as signal  # the C module (signal.py builds enums at import)
+    import time
+
+    if seconds == FOREVER:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    if seconds <= 0:
+        return _try(fd)
+    armed = [True]  # the handler raises only while the flock may still be waiting
+
+    def on_alarm(signum, frame):
+        if armed[0]:
+            armed[0] = False
+            raise _Alarm
+
+    try:
+        before = signal.signal(signal.SIGALRM, on_alarm)
+    except ValueError:  # not the main thread
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    began = time.monotonic()
+    prior = (0.0, 0.0)
+    try:
+        try:
+            prior = signal.setitimer(signal.ITIMER_REAL, seconds)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return True
+        finally:
+            armed[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _Alarm:
+        return _try(fd)  # (it may have gone off just after the flock got the lock)
+    finally:
+        signal.signal(signal.SIGALRM, before)  # (checks for a signal due first, under on_alarm)
+        if prior[0] > 0:  # someone's timer: what was left of it
+            signal.setitimer(signal.ITIMER_REAL, max(prior[0] - (time.monotonic() - began), 1e-6), prior[1])
+
+
+def _try(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True

@@ -21,7 +21,7 @@ from qex.queue import engine, reconcile
 from qex.queue.context import Launch
 from qex.queue.launch import after_pass
 from qex.queue.txn import Txn
-from qex.store import fs, layout
+from qex.store import fs, layout, lock
 from qex.store.state import LAZY
 from qex.supervisor import ending, spawn
 from qex.supervisor.ending import DRAIN_AFTER_EXIT
@@ -42,6 +42,7 @@ if _CRASH:
 
 def main_loop(ctx: Context, launch: Launch) -> None:
     """Supervise jobs until none is handed over; never returns."""
+    lock.never_give_up()  # (no --lock-timeout here: only this process can record its job's end)
     code = 0
     spawn.no_inherited_fds()
     fs.defer_syncs()  # its commits' fsyncs wait for the next spawn's preparation; _spawn settles them
@@ -288,6 +289,7 @@ def resume(ctx: Context, launch: Launch, interrupt: Interrupt, ended: Callable[[
     """The supervisor after its exec back from the minimal watcher (``qex.supervisor.handoff``):
     ``ended()`` classifies the job's end; record it as ``supervise`` does, then go on as
     ``main_loop``. Never returns."""
+    lock.never_give_up()
     try:
         launch = _finish(ctx, launch, ended(), interrupt)
     except BaseException as exc:

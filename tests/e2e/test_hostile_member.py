@@ -245,3 +245,26 @@ def test_a_killed_waker_leaves_no_work_behind_a_reason_that_is_no_longer_true(us
         alice.wait_state(hers, "completed", timeout=30)
     finally:
         w.close()
+
+
+def test_a_member_who_holds_the_shared_lock_is_named_and_nobody_hangs(lab, users):
+    w, bob, mallory = lab
+    hold = subprocess.Popen(
+        w.users.wrap(mallory.name, [w.users.python, "-c", textwrap.dedent("""
+            import fcntl, os, sys
+            fd = os.open(sys.argv[1], os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            print("held", flush=True)
+            sys.stdin.read()
+            """), os.path.join(bob.state, "lock")]),
+        env=w.users.env({}), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert hold.stdout.readline().strip() == "held"
+        r = bob.run("submit", "--lock-timeout", "3", "--", "true", timeout=30)
+        assert r.returncode == 121, (r.returncode, r.stderr)
+        assert f"pid {hold.pid}" in r.stderr or mallory.user in r.stderr, r.stderr
+        assert "shared directory's lock" in r.stderr, r.stderr
+    finally:
+        hold.stdin.close()
+        hold.wait()
+    assert bob.run("submit", "--wait", "--", "true", timeout=30).returncode == 0
