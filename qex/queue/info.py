@@ -54,6 +54,7 @@ def gather(ctx: Context) -> dict:
         "queue": {"running": len(running), "queued": len(queued), "health": plan.health,
                   "since": since, "state_dir": ctx.store.root, "sharing": shared.describe(ctx.store)},
         "pauses": _pauses(ctx, idx),
+        "shared": shared.members_summary(ctx.store),
     }
 
 
@@ -155,6 +156,7 @@ def render(info: dict) -> str:
     q = info["queue"]
     if q.get("sharing"):
         lines.append(f"state     {safe_text(q['state_dir'], 300)}: {q['sharing']}")
+    lines.extend(_member_lines(info.get("shared")))
     since = ""
     if q.get("since"):
         import time
@@ -197,4 +199,19 @@ def _peer_lines(info: dict) -> list[str]:
         lines.append(f"peers     note: {d['note']}")
     for i in d["ignored"]:
         lines.append(f"ignored   {safe_text(i['file'], 80)}: {i['reason']}")
+    return lines
+
+
+def _member_lines(shared: dict | None) -> list[str]:
+    """The other members of a shared directory, and what of it was passed by."""
+    if not shared:
+        return []
+    lines = []
+    for m in shared["members"]:
+        words = f"{m['queued']} queued, {m['running']} running"
+        if m["queued"]:
+            words += ("; a qex of theirs is running" if m["qex_running"]
+                      else "; no qex of theirs is running: their queued jobs hold nothing")
+        lines.append(f"member    {safe_text(m['user'], 40)}: {words}")
+    lines += [f"ignored   {safe_text(why, 300)}" for why in shared["ignored"]]
     return lines

@@ -52,6 +52,27 @@ def describe(store: Store) -> str:
     return f"shared by the group {group} (owner {user_name(store.owner_uid)})"
 
 
+def members_summary(store: Store) -> dict | None:
+    """For qex info: each other member's queued and running jobs, whether a qex of
+    theirs is running (their queued jobs hold capacity only then), and the entries
+    of the shared directory that were passed by. None for a private directory."""
+    if store.shared_root is None:
+        return None
+    from qex.base.paths import user_name
+    from qex.base.states import HOLDING
+    from qex.store import members
+
+    out = []
+    for uid, other in store.others():
+        states = [e.get("state") for e in other.read_index_jobs().values() if isinstance(e, dict)]
+        out.append({"user": user_name(uid), "uid": uid, "dir": other.root, "queued": states.count("queued"),
+                    "running": sum(1 for s in states if s in HOLDING),
+                    "qex_running": members.starter_alive(other.root, uid)})
+    ignored = [f"{os.path.join(store.shared_root, n)} is named as a member's directory but is not theirs"
+               for n in members.squatters(store.shared_root)]
+    return {"members": out, "ignored": ignored}
+
+
 # ---- qex init --shared DIR [--group G] --------------------------------------------------
 
 def _group(word: str | None) -> tuple[int, str]:

@@ -219,6 +219,8 @@ def test_a_reservation_lasts_only_while_its_owner_has_a_qex_alive(lab, users):
     words = bob.run("status", "--json", hers, check=0).stdout
     assert f"no qex of {alice.user}'s is running" in words, words
     assert alice.record(hers)["state"] == "queued"
+    info = bob.run("info", check=0).stdout
+    assert f"member    {alice.user}: 1 queued, 0 running; no qex of theirs is running" in info, info
     alice.run("list", check=0)  # any command of hers: her job starts
     alice.wait_state(hers, "completed", timeout=30)
 
