@@ -116,10 +116,11 @@ def admit_locked(ctx: Context, txn: Txn, window: bool = False) -> list[Launch]:
     for _ in range(8):  # an expiry or a skip settles its dependents in the same hold
         if not any(e["state"] == "queued" for e in txn.idx.jobs.values()):
             break
-        plan = _admit_head(ctx, txn, now) if window and ctx.store.shared_root is None else None
+        foreign = _foreign(ctx)
+        plan = _admit_head(ctx, txn, now) if window and not foreign else None
         window = False  # (what an expiry or a skip settles is decided on the whole queue)
         if plan is None:
-            plan = A.admit(snapshot(ctx, txn, now))
+            plan = A.admit(snapshot(ctx, txn, now, foreign=foreign))
         launches += apply_plan(ctx, txn, plan, now)
         txn.next_deadline = plan.next_deadline
         if not (plan.expire or plan.skip):
@@ -127,10 +128,12 @@ def admit_locked(ctx: Context, txn: Txn, window: bool = False) -> list[Launch]:
     return launches
 
 
-def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[str]] | None = None) -> Snapshot:
+def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[str]] | None = None,
+             foreign: list | None = None) -> Snapshot:
     """What ``admit`` decides on: every queued job of the index, or ``part``:
     (the queued jobs to decide, the ids of the jobs starting or running) from
-    the queue's view (``_admit_head``)."""
+    the queue's view (``_admit_head``). ``foreign``: the other members' queued
+    jobs that count (``_foreign``), when the caller has them already."""
     from qex import admit as A
     from qex.queue import pause
     from qex.users import peer_scan
@@ -159,7 +162,7 @@ def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[
             elif state in HOLDING:
                 running.append(views.running_of(job_id, e))
     if part is None and ctx.store.shared_root is not None:
-        queued = _one_order(ctx, txn, queued)
+        queued = _one_order(ctx, txn, queued, _foreign(ctx) if foreign is None else foreign)
     from qex.base import machine
 
     avail = machine.meminfo().get("MemAvailable")
@@ -175,12 +178,21 @@ def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[
         deps=tuple(deps), pause=pause.current(ctx, now))
 
 
-def _one_order(ctx: Context, txn: Txn, queued: list[Queued]) -> list[Queued]:
-    """A shared directory: this member's queued jobs and the other members' that
-    count now, in one order (``qex.queue.others``)."""
+def _foreign(ctx: Context) -> list:
+    """A shared directory: the other members' queued jobs that count now
+    (``qex.queue.others``); none in a private one. With none, a pass decides as a
+    private queue's does (by the head of a long queue too: ``_admit_head``)."""
+    if ctx.store.shared_root is None:
+        return []
     from qex.queue import others
 
-    foreign = others.queued(ctx)
+    return others.queued(ctx)
+
+
+def _one_order(ctx: Context, txn: Txn, queued: list[Queued], foreign: list) -> list[Queued]:
+    """This member's queued jobs and the other members' that count now, in one order."""
+    from qex.queue import others
+
     if not foreign:
         return queued
     jobs = txn.idx.jobs
