@@ -295,12 +295,29 @@ class Qex(Tool):
     def __init__(self, bench, config: str = CONFIG):
         super().__init__(bench, "qex")
         self.state = os.path.join(self.root, "state")
-        self.jobs = os.path.join(self.state, "jobs")
+        self._jobs = None
         cfg = os.path.join(self.root, "qex.toml")
         with open(cfg, "w") as fh:
             fh.write(config)
         self.env.update(QEX_STATE_DIR=self.state, QEX_CONFIG=cfg, QEX_PEER_DIR=os.path.join(self.root, "peers"))
         self._final: set[str] = set()
+        if bench.shared:  # --shared: the state directory is one that `qex init --shared` made
+            subprocess.run(self.argv("init", "--shared", self.state), env=self.env, cwd=self.root,
+                           capture_output=True, check=True)
+
+    @property
+    def jobs(self) -> str:
+        """The job directories: STATE/jobs, or (a shared directory of a qex with one
+        directory per member) the first member's, once it exists."""
+        if self._jobs is None:
+            plain = os.path.join(self.state, "jobs")
+            members = sorted(n for n in os.listdir(self.state) if n.startswith("member-")) \
+                if os.path.isdir(self.state) else []
+            if os.path.isdir(plain) or members:
+                self._jobs = plain if os.path.isdir(plain) else os.path.join(self.state, members[0], "jobs")
+            else:
+                return plain
+        return self._jobs
 
     def argv(self, *args) -> list[str]:
         return self.bench.qex + [str(a) for a in args]
@@ -353,6 +370,7 @@ class Bench:
     def __init__(self, sizes: Sizes, only, use_peers: bool, install: bool, results_dir: str | None,
                  quick: bool):
         self.sizes, self.only, self.quick = sizes, only, quick
+        self.shared = False  # --shared (execute sets it)
         self.use_peers, self.install = use_peers, install
         self.results_dir = results_dir
         self.qex, self.python = find_qex()
@@ -1457,6 +1475,8 @@ def parse_args(argv):
     p.add_argument("--results-dir", default=RESULTS, help="where <timestamp>.json goes (default bench/results)")
     p.add_argument("--no-settle", action="store_true",
                    help="neither wait after a recent run's removal of its files, nor note this run's")
+    p.add_argument("--shared", action="store_true",
+                   help="every qex state directory is made with `qex init --shared` (one member: this user)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a size, e.g. --set submit_n=10 --set history=0,1000")
     args = p.parse_args(argv)
@@ -1482,6 +1502,7 @@ def execute(argv) -> dict:
         settle()
     b = Bench(sizes, only, use_peers=not args.no_peers, install=not args.no_install,
               results_dir=args.results_dir, quick=args.quick)
+    b.shared = args.shared
     try:
         b.run()
         result = b.result()
