@@ -157,7 +157,12 @@ Several users on one machine -- two set-ups:
 The config file: $QEX_CONFIG, else $XDG_CONFIG_HOME/qex.toml, else
 ~/.config/qex.toml. Missing = the defaults. A file that cannot be read, a
 FIFO, a directory, an unknown key or a bad value is an error that names the
-file, the key and the remedy -- never the defaults in silence.
+file, the key and the remedy -- never the defaults in silence. So is a file
+that anyone but you or root could change, as ssh refuses such a key file
+(its stop hook runs as you): another user's file, or one that its group or
+every user may write, or a directory above it that is not sticky (a group
+that is its owner's own private group does not count). The refusal says
+what to chmod. `qex info` shows the stop hook in force and whose file it is.
 
 {CONFIG_KEYS}
 

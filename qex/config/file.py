@@ -2,8 +2,9 @@
 
 A missing file means the defaults. A file that exists but cannot be used (a
 directory, a FIFO, unreadable, not UTF-8, not TOML, an unknown table or key, a
-bad value) raises ``ConfigError`` naming the file, the key and the remedy; it
-never falls back to the defaults and never blocks (a FIFO is never opened).
+bad value, a file or directory that another user could change) raises
+``ConfigError`` naming the file, the key and the remedy; it never falls back
+to the defaults and never blocks (a FIFO is never opened).
 
 The config is made of these modules, none of which this one imports until it
 is needed:
@@ -11,6 +12,7 @@ is needed:
 - ``keys``: every key, declared once (its field, parser, default, words, doc),
   and the values they hold (``Percent``, ``PoolDef``, the peer directory);
 - ``model``: ``Config``, its fields and defaults made from the keys;
+- ``trust``: who could change the file: only the user or root, else refused;
 - ``text``: the file's text, read without blocking, parsed as TOML;
 - ``parse`` and ``read``: each value checked, each table and key known;
 - ``cache``: the parsed-config cache (a hit imports neither tomlkit nor the reader);
@@ -32,11 +34,15 @@ if TYPE_CHECKING:
 def load_config(path: str | None = None, env: Mapping[str, str] = os.environ) -> Config:
     """Read and check the config at ``path`` (default: ``config_path(env)``).
 
-    A file unchanged since a command of this user read it comes from the
-    parsed-config cache (``qex.config.cache``) without parsing TOML."""
+    A file that anyone but this user or root could change is refused
+    (``qex.config.trust``), from the cache or not. A file unchanged since a
+    command of this user read it comes from the parsed-config cache
+    (``qex.config.cache``) without parsing TOML."""
     from qex.config import cache as config_cache
+    from qex.config import trust
 
     path = config_path(env) if path is None else os.path.abspath(path)
+    trust.check_path(path)  # on every load: a cached config too (a chmod of a directory moves no key)
     known = _CACHED.get(path)
     if known is not None and config_cache.key_of(path) == known[0]:
         return known[1]  # a supervisor reloads it at each job's start and end: one stat

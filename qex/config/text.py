@@ -1,8 +1,9 @@
 """The config file's text: read without ever blocking, then parsed as TOML.
 
 A file that exists but cannot be used (a directory, a FIFO, unreadable, not
-UTF-8, not TOML) raises ``ConfigError`` naming the file and the remedy; a FIFO
-is never opened. tomlkit is imported only when there is a text to parse.
+UTF-8, not TOML, another user's or writable by others: ``qex.config.trust``)
+raises ``ConfigError`` naming the file and the remedy; a FIFO is never
+opened. tomlkit is imported only when there is a text to parse.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import stat
 
 from qex.base import units
 from qex.base.errors import ConfigError
+from qex.config import trust
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -62,6 +64,7 @@ def read_text(path: str, stat_out: list | None = None) -> str | None:
         st2 = os.fstat(fd)
         if not stat.S_ISREG(st2.st_mode) or (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino):
             fail_file(path, "changed while qex was reading it; run the command again")
+        trust.check_file(path, st2)  # the file read: the caller's or root's, and only theirs to write
         if stat_out is not None:
             stat_out.append(st2)
         chunks, size = [], 0

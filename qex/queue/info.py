@@ -1,5 +1,6 @@
 """What `qex info` shows: the budget, what is held and by whom, the pools,
-the peers, and one queue-health line. Gathered read-only (no record changes)."""
+the peers, one queue-health line, the pauses, and the stop hook in force and
+whose it is. Gathered read-only (no record changes)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,21 @@ def gather(ctx: Context) -> dict:
                   "since": since, "state_dir": ctx.store.root, "sharing": shared.describe(ctx.store)},
         "pauses": _pauses(ctx, idx),
         "shared": shared.members_summary(ctx.store),
+        "hooks": _hooks(ctx),
     }
+
+
+def _hooks(ctx: Context) -> dict | None:
+    """The stop hook in force and whose it is: the config file it came from,
+    that file's owner, and the user it runs as; None when there is none."""
+    from qex.config import trust
+
+    config = ctx.config
+    if not config.hook_on_stop:
+        return None
+    return {"on_stop": list(config.hook_on_stop), "states": list(config.hook_states),
+            "timeout": config.hook_timeout, "config": config.path, "owner": trust.owner_name(config.path),
+            "run_as": ctx.user}
 
 
 def _pauses(ctx: Context, idx) -> list[dict]:
@@ -146,6 +161,8 @@ def render(info: dict) -> str:
             lines.append(f"          held by {holder['id'][:8]} {safe_text(holder['name'], 30)}"
                          + (f" on {','.join(map(str, holder['devices']))}" if holder["devices"] else f" ({holder['count']})"))
     lines.extend(_peer_lines(info))
+    if info.get("hooks"):
+        lines.append(_hook_line(info["hooks"]))
     mem = info.get("memory") or {}
     if mem.get("per_job_cgroup"):
         lines.append(f"memory    a cgroup per job ({mem['kind']}, inside {safe_text(mem['parent'], 120)}): "
@@ -170,6 +187,12 @@ def render(info: dict) -> str:
         now = __import__("time").time()
         lines += [f"pause     {pause_line(p, now)}" for p in info["pauses"]]
     return "\n".join(lines)
+
+
+def _hook_line(h: dict) -> str:
+    command = " ".join(safe_text(a, 120) for a in h["on_stop"])
+    return (f'hooks     on_stop "{safe_text(command, 200)}" from {safe_text(h["config"], 200)} '
+            f"(owner {safe_text(h['owner'] or '?')}), run as you ({safe_text(h['run_as'])})")
 
 
 def _amounts(p: dict) -> str:
