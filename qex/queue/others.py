@@ -45,13 +45,13 @@ def queued(ctx: Context) -> list[tuple[float, int, Queued]]:
         if not members.starter_alive(other.root, uid):
             continue
         for job_id, e in entries.items():
-            if e.get("state") != "queued" or e.get("uid") != uid or e.get("holder") not in CAPACITY:
-                continue
             try:
-                check.index({"jobs": {job_id: e}})
-                q = views.queued_of(job_id, {**e, "needs": [], "after": [], "deadline": None})
-            except (check.Damaged, KeyError, TypeError, ValueError):
-                continue  # a damaged entry holds nothing (qex info names the member's index)
+                check.index({"jobs": {job_id: e}})  # (first: every field below has its type then)
+            except check.Damaged:
+                continue  # a damaged entry holds nothing
+            if e["state"] != "queued" or e["uid"] != uid or e["holder"] not in CAPACITY:
+                continue
+            q = views.queued_of(job_id, {**e, "needs": [], "after": [], "deadline": None})
             out.append((float(e["submitted_at"]), uid, q))
     return out
 
