@@ -276,6 +276,8 @@ def _ensure_dir(store) -> None:
     try:
         mode = os.stat(store.root).st_mode & 0o2777
         os.mkdir(d, mode | 0o700)
+        if store.shared:
+            os.chmod(d, layout.MEMBER_MODE)  # whatever the umask: the other members read the pauses
     except FileExistsError:
         if os.path.islink(d) or not os.path.isdir(d):
             raise StoreError(f"{d} is not a directory; remove it (qex keeps its pauses there)") from None

@@ -62,6 +62,16 @@ def own(root: str, uid: int) -> str:
                      f"ask its owner to remove what squats them (qex init --shared {root} lists them)")
 
 
+def readable(path: str) -> None:
+    """A folder of this member's that the others read: mode 2750 whatever the umask."""
+    try:
+        st = os.lstat(path)
+        if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) != layout.MEMBER_MODE:
+            os.chmod(path, layout.MEMBER_MODE)
+    except OSError:
+        pass  # the command that needs it says what is wrong
+
+
 def members(root: str) -> dict[int, str]:
     """uid -> the path of that member's directory: per uid, the first valid entry by name."""
     try:

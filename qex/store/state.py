@@ -79,6 +79,8 @@ class Store(Replay, Commit):
             self.shared, self.shared_root, self.owner_uid = True, root, st.st_uid
             fs.check_state_dir(self.root)
         fs.ensure_private_dir(self.jobs, layout.MEMBER_MODE if self.shared else 0o700)
+        if self.shared:
+            members.readable(self.jobs)  # whatever the umask: the other members read the records
 
     @property
     def file_mode(self) -> int:
