@@ -76,3 +76,15 @@ def test_a_first_format_shared_directory_is_refused_until_its_owner_upgrades_it(
     os.chmod(root, 0o2770)
     with pytest.raises(QexError, match="1 jobs queued or running"):
         shared.init_shared(str(root), None)
+
+
+def test_a_directory_shared_by_hand_is_refused_before_anything_is_made_in_it(tmp_path):
+    """chmod 2770 and chgrp, as a person makes one: never a half-shared directory."""
+    root = tmp_path / "byhand"
+    root.mkdir()
+    os.chmod(root, 0o2770)
+    with pytest.raises(QexError, match="qex init --shared did not make it.*qex init --shared"):
+        ctx_for(str(root), os.getuid())
+    assert os.listdir(root) == []
+    shared.init_shared(str(root), None)
+    assert ctx_for(str(root), os.getuid()).store.shared

@@ -32,8 +32,12 @@ def enter(root: str, st: os.stat_result) -> str:
     member directory in it (made if missing), or a refusal with the sentence a
     member or an outsider needs."""
     if layout.is_old_shared(st):
-        raise StoreError(f"{root} is a shared state directory of an older qex, in which members could act "
-                         f"on each other's files; its owner upgrades it with qex init --shared {root}")
+        if any(os.path.lexists(os.path.join(root, n)) for n in (layout.INDEX, layout.JOBS)):
+            raise StoreError(f"{root} is a shared state directory of an older qex, in which members could act "
+                             f"on each other's files; its owner upgrades it with qex init --shared {root}")
+        raise StoreError(f"{root} is setgid and group-writable, but qex init --shared did not make it, so nothing "
+                         f"in it would have the modes the members need; its owner makes it a shared queue with "
+                         f"qex init --shared {root} (or chmod 700 {root} keeps it private)")
     uid = os.getuid()
     if uid != 0 and uid != st.st_uid and st.st_gid != os.getgid() and st.st_gid not in os.getgroups():
         raise PermissionRefused(f"you are not in the group {_group_name(st.st_gid)} of the shared state directory "

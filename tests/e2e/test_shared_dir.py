@@ -159,3 +159,24 @@ def test_only_the_owner_pauses_the_whole_shared_queue_and_any_member_pauses_a_lo
     one.run("resume", "queue", check=0)
     two.run("resume", "lock", "dataset", check=0)
     one.wait_state(job, "completed")
+
+
+def test_a_directory_shared_by_hand_is_refused_with_the_command_that_makes_it(users):
+    """Issue 23, 12: chmod 2770 and chgrp, as a person makes one. Before, the first
+    user's qex made jobs/ private and the second user's submit failed."""
+    w = World(users, users.base, CONFIG)
+    try:
+        path = os.path.join(w.dir, "by-hand")
+        os.mkdir(path)
+        os.chown(path, users.uid(users.names[0]), users.gid())
+        os.chmod(path, 0o2770)
+        for i in (0, 1):
+            r = w.actor(i, path).run("submit", "--", "true")
+            assert r.returncode == 121 and f"qex init --shared {path}" in r.stderr, r.stderr
+        assert os.listdir(path) == []  # never half-shared
+        w.actor(0, path).run("init", "--shared", path, check=0)
+        for i in (0, 1):
+            actor = w.actor(i, path)
+            actor.wait_state(actor.submit("--", "true"), "completed")
+    finally:
+        w.close()
