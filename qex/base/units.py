@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from qex.base import numbers
 from qex.base.errors import SpecError
 
 
@@ -43,7 +44,7 @@ del _i, _letter, _spelling
 
 _SIZE_RE = _Lazy(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*", re.ASCII | re.IGNORECASE)
 _SIZE_FORMS = "use a number of bytes or a number with K, M, G or T (KB/KiB...), e.g. 512MB, 2GB, 1.5GiB"
-_MAX_SIZE = 2**63 - 1  # the largest size qex accepts: beyond that no machine has it
+_MAX_SIZE = numbers.BYTES  # the largest size qex accepts: beyond that no machine has it (nor reads it back)
 
 _SECONDS = {"": 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
@@ -124,7 +125,7 @@ def parse_duration(text: str, option: str) -> float:
     else:
         raise SpecError(f"{option}: {_shown(text)} is not a duration; {_DURATION_FORMS}")
     seconds = sum(float(number) * _SECONDS[unit.lower()] for number, unit in parts)
-    if seconds > 1e15:  # also catches inf from an absurdly long number
+    if not seconds <= numbers.DURATION:  # also catches inf from an absurdly long number
         raise SpecError(f"{option}: {_shown(text)} is too long a duration; {_DURATION_FORMS}")
     return seconds
 
@@ -142,8 +143,11 @@ def parse_cpu(text: str, option: str) -> str | int:
                 f"{option}: {_shown(text)} is finer than a thousandth of a core; {_CPU_FORMS}"
             )
         millicores = _scaled(whole, frac, 1000)
-        if 0 < millicores <= _MAX_SIZE:
+        if 0 < millicores <= numbers.MILLICORES:
             return millicores
+        if millicores > numbers.MILLICORES:
+            raise SpecError(f"{option}: {_shown(text)} is more cores than any machine has "
+                            f"(at most {numbers.CORES}); {_CPU_FORMS}")
     raise SpecError(f"{option}: {_shown(text)} is not a number of cores; {_CPU_FORMS}")
 
 

@@ -9,7 +9,7 @@ config comes from the cache never imports this module (nor tomlkit).
 
 import re
 
-from qex.base import names, units
+from qex.base import names, numbers, units
 from qex.config.keys import KEYS, POOL_KEYS, Key, PoolDef
 from qex.config.model import Config, assemble
 from qex.config.parse import Checks, did_you_mean, fail, shown, type_name
@@ -133,6 +133,8 @@ class Reader(Checks):
         if not isinstance(devices, list) or not devices:
             example = '["24GB", "24GB"]'
             fail(self.path, f"{label}: devices must be a non-empty list of sizes, one per device, e.g. {example}")
+        if len(devices) > numbers.DEVICE + 1:
+            fail(self.path, f"{label}: devices lists {len(devices)} devices; a pool has at most {numbers.DEVICE + 1}")
         sizes = tuple(self.positive_size(f"{label}: devices[{i}]", d) for i, d in enumerate(devices))
         size_label = table.get("size", "vram")
         if not isinstance(size_label, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", size_label, re.ASCII):
