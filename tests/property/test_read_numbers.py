@@ -167,7 +167,7 @@ def read_everything(ctx: Context, ids: list[str]) -> None:
     learn.claim_for(store.root, ["true", "0"], None, 0.2, most=ctx.mem_total)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(sorted(TARGETS)).flatmap(lambda t: st.tuples(st.just(t), st.sampled_from(TARGETS[t]))),
        json_values)
 def test_any_value_anywhere_is_read_or_refused_and_touches_no_other_job(where, value):
