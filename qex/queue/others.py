@@ -51,7 +51,7 @@ def queued(ctx: Context) -> list[tuple[float, int, Queued]]:
                 continue  # a damaged entry (a number out of its bounds too: -2 cores would free two) holds nothing
             if e["state"] != "queued" or e["uid"] != uid or e["holder"] not in CAPACITY:
                 continue
-            q = views.queued_of(job_id, {**e, "needs": [], "after": [], "deadline": None})
+            q = views.queued_of(job_id, {**e, "needs": [], "after": [], "deadline": None, "attempt": 1})
             out.append((float(e["submitted_at"]), uid, q))
     return out
 
