@@ -408,8 +408,9 @@ def test_127_only_for_no_such_job_or_group(qq):
     for verb in ("wait", "status", "kill", "cancel", "clean", "logs", "rerun"):
         proc = qq.run(verb, "feedface-0000-4000-8000-000000000000")
         assert proc.returncode == 127, (verb, proc.stderr)
-    for argv in (["wait"], ["status"], ["pipeline"], ["rerun"], ["wait", "--bogus", "x"]):
-        assert qq.run(*argv).returncode == 2, argv
+    for argv in (["wait"], ["pipeline"], ["rerun"], ["wait", "--bogus", "x"]):
+        assert qq.run(*argv).returncode == 121, argv  # a bad command line where the code is a job's
+    assert qq.run("status").returncode == 2  # status without --wait/--follow/--quiet: not the table's
     assert qq.run("pipeline", os.path.join(qq.root, "missing.toml")).returncode == 121
 
 
