@@ -112,6 +112,24 @@ def parse_size(text: str, option: str) -> int:
     return value
 
 
+BARE_SIZE_WARN = 1024**2  # a size given as a bare number below this is bytes, as written, with a warning
+
+
+def bare_size_warning(text: str | int, option: str) -> str | None:
+    """A sentence for a size given as a bare number under 1MiB (``--mem 100``): bytes,
+    as the forms say, but most likely a unit left out; None for any other size."""
+    m = _SIZE_RE.fullmatch(str(text)) if isinstance(text, (str, int)) and not isinstance(text, bool) else None
+    if m is None or m.group(2):
+        return None
+    whole, _, frac = m.group(1).partition(".")
+    value = _scaled(whole, frac, 1)
+    if value >= BARE_SIZE_WARN:
+        return None
+    number = m.group(1)
+    return (f"{option} {number} is {value} byte{'' if value == 1 else 's'} (a bare number is bytes); "
+            f"did you mean {number}MB?")
+
+
 def parse_duration(text: str, option: str) -> float:
     """Seconds from ``90s``, ``30m``, ``4h``, ``7d``, ``1.5h``, ``250ms``,
     ``1h30m`` (the form ``format_duration`` prints), bare = seconds."""

@@ -249,6 +249,10 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
     if req.mem is None and config.learn_enabled:
         mem = _learned_mem(ctx, req, mem, mem_budget, sources, warnings)
     pools = pool_claims(ctx, req)
+    for given, option in ((req.mem, "--mem"), (req.vram, "--vram")):
+        slip = units.bare_size_warning(given, option) if given is not None else None
+        if slip:
+            warnings.append(slip)  # --mem 100 is 100 bytes, as documented; most likely a slip
     over = []
     if cpu > cpu_budget:
         over.append(f"{units.format_cores(cpu)} cores (budget {units.format_cores(cpu_budget)})")
