@@ -381,13 +381,24 @@ def _claim_name(name: str, option: str) -> str:
     return name
 
 
+def _no_gpu_pool(where: str) -> str:
+    """The refusal of a GPU claim with no pool ``gpu``: with what the driver reports, where one answers."""
+    from qex.base import gpus
+
+    reading = gpus.read(timeout=gpus.QUICK)
+    if reading is not None and reading.gpus:
+        return (f"there is no pool 'gpu' in {where}, and this machine's driver reports {reading.summary()}: "
+                "run `qex config detect` to see them as a [[pool]], `qex config detect --write` to add it")
+    return (f"there is no pool 'gpu' in {where}: declare the devices with [[pool]] name = \"gpu\", "
+            "devices = [\"24GB\", ...] to use --gpu or --vram (`qex config detect` writes it where a driver answers)")
+
+
 def _check_claim(config, pool, name: str, count: int, size) -> None:
     """Refuse at submission what could never fit an empty machine."""
     where = f"the config ({config.path})"
     if pool is None:
         if name == "gpu":
-            raise SpecError(f"there is no pool 'gpu' in {where}: declare the devices with [[pool]] "
-                            "name = \"gpu\", devices = [\"24GB\", ...] to use --gpu or --vram")
+            raise SpecError(_no_gpu_pool(where))
         if count != 1:
             raise SpecError(f"{name!r} is not a pool in {where}, so it is a lock of one unit and "
                             f"{count} units of it can never be had; declare [[pool]] name = \"{name}\", count = N")
