@@ -119,12 +119,26 @@ qex's own), which gives the peak of its whole process tree and exact OOM
 evidence; `oom_evidence` in the record says what the verdict rests on.
 
 Pools ([[pool]] in the config): `count = N` (plain) or `devices = ["24GB", ...]`
-(indexed). An indexed pool admits a job when enough single devices each have
-the claimed size free: VRAM is never added across devices, so four 24GB
-devices are not 96GB for one job. No --vram takes whole devices. The job gets
-the pool's `env` variable (CUDA_VISIBLE_DEVICES for gpu), QEX_GPU_DEVICES and
-QEX_GPU_VRAM; devices are chosen most-free-first, lowest index on a tie. No
-driver is read: a machine with no GPU schedules GPU claims from the config.
+(indexed; a device may be `{ size = ..., index = N }` or `{ size = ...,
+uuid = "GPU-..." | "MIG-..." }`). An indexed pool admits a job when enough
+single devices each have the claimed size free: VRAM is never added across
+devices, so four 24GB devices are not 96GB for one job. No --vram takes whole
+devices. The job gets the pool's `env` variable(s) (CUDA_VISIBLE_DEVICES for
+gpu; a list gets the same value in each) naming its devices by index or UUID,
+CUDA_DEVICE_ORDER=PCI_BUS_ID beside indices (index N is nvidia-smi's GPU N),
+QEX_GPU_DEVICES and QEX_GPU_VRAM; devices are chosen most-free-first, lowest
+index on a tie. No driver is needed: a machine with no GPU schedules GPU
+claims from the config.
+
+The fence: with a pool gpu declared, a job with no GPU claim gets its
+variables set to no device (CUDA_VISIBLE_DEVICES="", ROCm's -1), whatever the
+caller exported; `fence = false` in the pool leaves them as captured. It is a
+convention CUDA honours, not isolation (see docs/gpus.md).
+
+`qex config detect` prints this machine's GPUs as a [[pool]] block (NVML or
+nvidia-smi; amd-smi/rocm-smi); `--write` adds it to the config file, once.
+A --gpu claim with no pool gpu on a machine whose driver answers names it;
+`qex info` says where the config and the driver disagree.
 
 Larger than the budget: [queue] oversized = run-when-idle (runs alone when
 nothing else runs, forced: true), reject, or queue.
