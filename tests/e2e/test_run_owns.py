@@ -7,7 +7,7 @@ import os
 import signal
 
 import pytest
-from e2e_helpers import FINAL, gated, group_members, open_gate, read_line, wait_until_waiting
+from e2e_helpers import FINAL, alive, gated, group_members, open_gate, read_line, wait_until_waiting
 
 SMALL = '[budget]\ncpu = 1\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'
 TWO = '[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'
@@ -176,3 +176,83 @@ def test_kill_of_a_queued_job_alone_cancels_it_and_cancel_still_refuses_a_runnin
     open_gate(small, "a")
     small.wait_state(first, "completed")
     assert not os.path.exists(os.path.join(small.root, "second-ran"))
+
+
+# -- point 9: kill and --timeout stop every descendant ---------------------------------------------
+
+ESCAPE = "setsid sh -c 'echo $$ > {pid}; exec sleep 300' >/dev/null 2>&1 </dev/null"
+
+
+def escaped_pid(q, path: str) -> int:
+    def read():
+        try:
+            with open(path) as fh:
+                text = fh.read().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
+    return q.wait_for(read, timeout=10, what="the setsid grandchild to write its pid")
+
+
+def cgroup_env(mode: str) -> dict:
+    return {"QEX_CGROUP": "off"} if mode == "no-cgroup" else {}
+
+
+@pytest.mark.parametrize("mode", ["cgroup", "no-cgroup"])
+@pytest.mark.parametrize("shape", ["child", "orphan"])
+def test_kill_stops_a_setsid_grandchild_that_left_the_process_group(q, mode, shape):
+    """``child``: the grandchild's parent (the job's shell) still runs; ``orphan``: its parent
+    is gone, so the supervisor (a child subreaper) adopted it."""
+    q.write_config(TWO)
+    pid_file = os.path.join(q.root, "escaped.pid")
+    escape = ESCAPE.format(pid=pid_file)
+    script = f"{escape} & wait" if shape == "child" else f"( {escape} & ); exec sleep 300"
+    job = q.submit("--", "sh", "-c", script, env=cgroup_env(mode))
+    rec = q.wait_state(job, "running")
+    escaped = escaped_pid(q, pid_file)
+    assert alive(escaped)
+    try:
+        kill = q.run("kill", job)
+        assert kill.returncode == 0, (kill.stdout, kill.stderr)
+        assert q.wait_state(job, FINAL)["state"] == "killed"
+        q.wait_for(lambda: not alive(escaped), timeout=10, what="the setsid grandchild to be stopped")
+        q.wait_for(lambda: not group_members(rec["pid"]), timeout=5, what="the job's group to be gone")
+    finally:
+        if alive(escaped):
+            os.kill(escaped, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("mode", ["cgroup", "no-cgroup"])
+def test_timeout_stops_a_setsid_grandchild_too(q, mode):
+    q.write_config(TWO)
+    pid_file = os.path.join(q.root, "escaped.pid")
+    script = f"( {ESCAPE.format(pid=pid_file)} & ); exec sleep 300"
+    job = q.submit("--timeout", "2", "--", "sh", "-c", script, env=cgroup_env(mode))
+    escaped = escaped_pid(q, pid_file)
+    try:
+        assert q.wait_state(job, FINAL)["state"] == "timeout"
+        q.wait_for(lambda: not alive(escaped), timeout=10, what="the setsid grandchild to be stopped")
+    finally:
+        if alive(escaped):
+            os.kill(escaped, signal.SIGKILL)
+
+
+def test_what_a_job_that_ended_by_itself_left_behind_keeps_running(q):
+    """Today's rule for a job that ends by itself (a guard, not a change): qex does not
+    stop what it left, even though its supervisor adopted it while it ran; nor does a
+    kill of a later job of the same supervisor."""
+    q.write_config(SMALL)
+    pid_file = os.path.join(q.root, "left.pid")
+    first = q.submit("--", "sh", "-c", f"( {ESCAPE.format(pid=pid_file)} & ); exit 0",
+                     env=cgroup_env("no-cgroup"))
+    second = q.submit("--", *gated(q, "never"), env=cgroup_env("no-cgroup"))
+    left = escaped_pid(q, pid_file)
+    try:
+        assert q.wait_state(first, FINAL)["state"] == "completed"
+        q.wait_state(second, "running")
+        assert q.run("kill", second).returncode == 0
+        assert q.wait_state(second, FINAL)["state"] == "killed"
+        assert alive(left)
+    finally:
+        if alive(left):
+            os.kill(left, signal.SIGKILL)
