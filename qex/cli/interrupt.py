@@ -14,8 +14,10 @@ and says so on stderr.
 
 The owner's handler only notes the signal: the stop is made from the wait's
 loop (``act``), never from inside a pass the signal interrupted (a pass of the
-wait's own, which holds the state lock). A waiter's handler raises
-KeyboardInterrupt at once, so that a wait held up by a lock ends too.
+wait's own, which holds the state lock). So is ``qex run``'s when it follows
+another caller's job (``--dedupe-key``): it leaves the job, from the loop. A
+waiter's handler raises KeyboardInterrupt at once, so that a wait held up by a
+lock ends too.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Interrupts:
 
     def __init__(self, owner: bool = False):
         self.owner = owner
+        self.noting = owner  # the first signal is noted for act(), not raised (qex run's, owner or not)
         self.job_id: str | None = None  # the owner's job, once it is submitted
         self.signum: int | None = None  # the first signal that came
         self.stop: str | None = None  # what the owner's stop did: "cancelled", "signal", "ended:..."
@@ -54,7 +57,7 @@ class Interrupts:
             signal.signal(s, handler)
 
     def _handle(self, signum, frame) -> None:
-        if self.owner and self.signum is None:
+        if self.noting and self.signum is None:
             self.signum = signum  # acted on by act(), from the wait's loop
             return
         self.signum = self.signum or signum

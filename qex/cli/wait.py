@@ -132,14 +132,17 @@ def follow(ctx: Context, job_id: str, limit: float | None, ints: Interrupts | No
     """Stream the job's output as it is written; return the job's exit code. ``ints``:
     the signal handlers the caller installed (``qex run``'s: it owns its job); without
     them a signal leaves the job (``qex.cli.interrupt``)."""
+    tails = [Tail(ctx.store.path(job_id, layout.STDOUT), sys.stdout),
+             Tail(ctx.store.path(job_id, layout.STDERR), sys.stderr)]
     if ints is None:
         from qex.cli.interrupt import Interrupts
 
         with Interrupts() as mine:
-            return follow(ctx, job_id, limit, mine)
-    tails = [Tail(ctx.store.path(job_id, layout.STDOUT), sys.stdout),
-             Tail(ctx.store.path(job_id, layout.STDERR), sys.stderr)]
+            return _follow(ctx, job_id, limit, tails, mine)
+    return _follow(ctx, job_id, limit, tails, ints)
 
+
+def _follow(ctx: Context, job_id: str, limit: float | None, tails: list[Tail], ints: Interrupts) -> int:
     def pump():
         for t in tails:
             try:
