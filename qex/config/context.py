@@ -54,3 +54,15 @@ class Context:
 
     def budget(self) -> tuple[int, int]:
         return self.config.resolve_budget(self.cores, self.mem_total)
+
+    def reserve(self) -> int:
+        """The memory reserve in bytes on this machine (``Config.resolve_reserve``)."""
+        return self.config.resolve_reserve(self.mem_total)
+
+    def holdable(self) -> tuple[int, int | None]:
+        """(millicores, bytes) that one job could ever hold on this machine when it is
+        idle: every core, and the memory less the reserve (None: the machine's memory is
+        unknown). A claim above either can never start, whatever the budget says (an
+        absolute budget may exceed the machine)."""
+        mem = max(self.mem_total - self.reserve(), 0) if self.mem_total > 0 else None
+        return self.cores * 1000, mem

@@ -242,12 +242,13 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
     else:
         mem = config.default_mem
         sources["mem"] = "default"
-        if mem is None:
-            mem = ctx.mem_total // max(1, ctx.cores)
+        if mem is None:  # (a 1-core machine: never more than an idle machine holds, which is less the reserve)
+            mem = min(ctx.mem_total // max(1, ctx.cores), ctx.holdable()[1] or ctx.mem_total)
     if isinstance(mem, str):
         mem = resolve_word(mem, mem_budget)
     if req.mem is None and config.learn_enabled:
         mem = _learned_mem(ctx, req, mem, mem_budget, sources, warnings)
+    _refuse_above_machine(ctx, req, cpu, mem)
     pools = pool_claims(ctx, req)
     for given, option in ((req.mem, "--mem"), (req.vram, "--vram")):
         slip = units.bare_size_warning(given, option) if given is not None else None
@@ -274,8 +275,28 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
     return claims, sources, warnings
 
 
+def _refuse_above_machine(ctx: Context, req: Request, cpu: int, mem: int) -> None:
+    """Refuse (121) a claim that no idle machine could hold: more cores than the
+    machine has, or more memory than it has less the reserve (``Context.holdable``).
+    Whatever ``[queue] oversized`` says: such a job would wait forever (a claim
+    above the budget but within the machine runs alone, or as ``oversized`` says)."""
+    cores, memory = ctx.holdable()
+    where = {"cpu": "--cpu" if req.cpu is not None else "[defaults] cpu",
+             "mem": "--mem" if req.mem is not None else "[defaults] mem"}
+    if cpu > cores:
+        raise SpecError(f"{where['cpu']}: this job claims {units.format_cores(cpu)} cores and this machine has "
+                        f"{units.format_cores(cores)}: it could never start; claim at most "
+                        f"{units.format_cores(cores)}")
+    if memory is not None and mem > memory:
+        reserve = ctx.reserve()
+        raise SpecError(f"{where['mem']}: this job claims {units.format_size(mem)} of memory and this machine has "
+                        f"{units.format_size(ctx.mem_total)}, of which {units.format_size(reserve)} is kept by "
+                        f"[system] reserve_mem: it could never start; claim at most {units.format_size(memory)}")
+
+
 def _learned_mem(ctx: Context, req: Request, default: int, budget: int, sources: dict, warnings: list) -> int:
-    """What the learner knows about this command (a fan-out: its template), capped at the budget."""
+    """What the learner knows about this command (a fan-out: its template), capped at the budget
+    (and at what an idle machine holds: an absolute budget may be above it)."""
     from qex.jobs import learn
 
     template = getattr(req, "template", None)
@@ -287,6 +308,9 @@ def _learned_mem(ctx: Context, req: Request, default: int, budget: int, sources:
     if found is None:
         return default
     nbytes, words = found
+    most = ctx.holdable()[1]
+    if most is not None and most < budget:
+        budget = most
     sources["mem"] = words if nbytes <= budget else f"{words}, capped at the budget"
     return min(nbytes, budget)
 
