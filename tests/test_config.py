@@ -233,6 +233,7 @@ cpu = "1.5"
 mem = "48GB"
 [system]
 reserve_mem = "1GB"
+stuck_after = "2h"
 [enforce]
 mode = "single-user"
 [queue]
@@ -263,7 +264,7 @@ max_records = 50
 """
     path = write(tmp_path, text)
     c = load_config(path, env={})
-    assert c.budget_cpu == 1500 and c.budget_mem == 48 * GiB and c.reserve_mem == GiB
+    assert c.budget_cpu == 1500 and c.budget_mem == 48 * GiB and c.reserve_mem == GiB and c.stuck_after == 7200
     assert c.mode == "single-user" and c.oversized == "reject" and c.max_bypass == 0
     assert c.default_cpu == 500 and c.default_mem == "guess"
     assert c.default_timeout == 4 * 3600 and c.default_vram == 8 * GiB and c.default_max_queue_time == 3600

@@ -168,6 +168,9 @@ KEYS = (
         "memory kept for the machine: a job starts only when available memory less this covers its claim "
         "(unset: 10% of the machine's memory, at most 2GB; single-user: at most 512MB)",
         help='= "1GB" (unset: 10% of memory, at most 2GB)'),
+    Key("system.stuck_after", "stuck_after", float, "duration", 3600.0, "duration",
+        "how long a queued job may wait while none of its user's jobs run before status and "
+        "submit --dedupe-key call it stuck", help="= {default}"),
     Key("enforce.mode", "mode", str, "choice", "cooperative", "text",
         "a machine shared by several users, or by one: sets the defaults of the budget and the reserve",
         help="= {options}", options=tuple(MODES)),
