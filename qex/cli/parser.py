@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("show one job (or group)", "qex.cli.wait:cmd_status"),
     "list": ("list jobs", "qex.cli.show:cmd_list"),
     "logs": ("print a job's output", "qex.cli.show:cmd_logs"),
-    "kill": ("stop running jobs (the whole process group)", "qex.cli.control:cmd_kill"),
+    "kill": ("stop jobs: every process of a running one; a queued one is cancelled", "qex.cli.control:cmd_kill"),
     "cancel": ("take queued jobs out of the queue", "qex.cli.control:cmd_cancel"),
     "clean": ("remove the records of ended jobs that no queued or running job needs",
               "qex.cli.control:cmd_clean"),
@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pause": ("pause the queue, or hold a lock for yourself; alone: show what is paused", "qex.cli.pause:cmd_pause"),
     "resume": ("end a pause of the queue or of a lock", "qex.cli.pause:cmd_resume"),
     "events": ("one line per change of any job, as it happens", "qex.cli.events:cmd_events"),
-    "config": ("show the config in force", "qex.cli.show:cmd_config"),
+    "config": ("show the config in force; detect this machine's GPUs", "qex.cli.show:cmd_config"),
     "schema": ("print the JSON Schema of a record", "qex.cli.show:cmd_schema"),
     "help": ("help on a topic", "qex.cli.helptext:cmd_help"),
     "completions": ("shell completions generated from this parser", "qex.cli.helptext:cmd_completions"),
@@ -300,8 +300,12 @@ def _args_resume(c):
 
 
 def _args_config(c):
-    c.add_argument("action", choices=("show",))
+    c.add_argument("action", choices=("show", "detect"),
+                   help="show: the config in force; detect: this machine's GPUs as a [[pool]] block")
     c.add_argument("--json", action="store_true")
+    c.add_argument("--write", action="store_true",
+                   help="detect: add the block to the config file (never changes a pool 'gpu' already there)")
+    c.add_argument("--uuid", action="store_true", help="detect: name each whole GPU by its UUID, not its index")
 
 
 def _args_schema(c):

@@ -303,16 +303,24 @@ def _print_log(path: str, stream, tail, pattern) -> None:
 
 
 def cmd_info(args: Namespace) -> int:
+    from qex.cli.gpus import info_line
     from qex.queue.info import gather
 
     ctx = reading_context()
     info = gather(ctx)
+    gpus = info_line(ctx.config)  # the driver against the pool gpu (qex.cli.gpus)
+    if gpus is not None:
+        info["gpu_check"] = gpus[1]
     if args.json:
         print_json(info)
         return 0
     from qex.queue.info import render
 
-    out(render(info))
+    lines = render(info).split("\n")
+    if gpus is not None:  # above the queue's health line, which ends what info says
+        at = next((i for i, line in enumerate(lines) if line.startswith("queue ")), len(lines))
+        lines.insert(at, f"gpus      {gpus[0]}")
+    out("\n".join(lines))
     return 0
 
 
@@ -320,6 +328,14 @@ def cmd_config(args: Namespace) -> int:
     from qex.base import machine
     from qex.config.file import load_config
 
+    if args.action == "detect":
+        from qex.cli.gpus import cmd_detect
+
+        return cmd_detect(args)
+    if args.write or args.uuid:
+        from qex.base.errors import UsageError
+
+        raise UsageError("--write and --uuid go with `qex config detect`, not with show")
     config = load_config()
     cores, mem = machine.cores(), machine.mem_total()
     if args.json:

@@ -225,7 +225,8 @@ def _plain(value):
     if isinstance(value, Percent):
         return {"percent": value.value}
     if isinstance(value, PoolDef):
-        return {"pool": [value.name, value.count, list(value.devices), value.size_label, value.env]}
+        return {"pool": [value.name, value.count, list(value.devices), value.size_label, _plain(value.env),
+                         value.fence, list(value.ids), list(value.names)]}
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
     return value
@@ -235,8 +236,9 @@ def _held(value):
     if isinstance(value, dict):
         if "percent" in value:
             return Percent(value["percent"])
-        name, count, devices, size_label, env = value["pool"]
-        return PoolDef(name=name, count=count, devices=tuple(devices), size_label=size_label, env=env)
+        name, count, devices, size_label, env, fence, ids, names = value["pool"]
+        return PoolDef(name=name, count=count, devices=tuple(devices), size_label=size_label,
+                       env=tuple(env) if isinstance(env, list) else env, fence=fence, ids=tuple(ids), names=tuple(names))
     if isinstance(value, list):
         return tuple(_held(v) for v in value)
     return value

@@ -72,17 +72,40 @@ def _exact_decimal(text: str) -> tuple[int, int]:
     return num, den * 10**-shift
 
 
+# What "no device" is in each variable a pool may give its devices in (the fence):
+# CUDA reads an empty list as none; ROCm documents its variables as the list of the
+# devices exposed and names no value for none, so qex writes -1, an index no device
+# has (HIP's runtime reads an empty HIP_VISIBLE_DEVICES as its default: unset).
+# Any other name: "". (docs/gpus.md)
+NO_DEVICE = {"CUDA_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": "-1", "HIP_VISIBLE_DEVICES": "-1",
+             "GPU_DEVICE_ORDINAL": "-1"}
+# Given with device indices in CUDA_VISIBLE_DEVICES, so that index N is nvidia-smi's
+# GPU N (CUDA's own default order is fastest first).
+DEVICE_ORDER = ("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+
+
 class PoolDef(Plain, frozen=True):
     """A ``[[pool]]``: plain (``count`` units, no devices) or indexed (one
-    capacity in bytes per device, ``env`` receives the device indices).
+    capacity in bytes per device, ``env`` receives the devices).
     ``size_label`` says what a device's capacity is (``vram``); it is empty for
-    a plain pool."""
+    a plain pool.
+
+    ``env`` is as written: one variable's name, or a tuple of names, each
+    given the same value (``variables``). ``ids`` says what those variables
+    name for each device when the config says (a device's ``index`` or
+    ``uuid``, as text); empty: each device is named by its position. ``names``
+    are the models the config gives (``""`` where none). ``fence`` as written
+    (None: unset; ``fenced`` resolves it: on for the pool ``gpu``).
+    """
 
     name: str
     count: int | None
     devices: tuple[int, ...] = ()
     size_label: str = ""
-    env: str | None = None
+    env: str | tuple[str, ...] | None = None
+    fence: bool | None = None
+    ids: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
 
     @property
     def indexed(self) -> bool:
@@ -92,6 +115,34 @@ class PoolDef(Plain, frozen=True):
     def total(self) -> int:
         """Units a claim may take: the count, or the number of devices."""
         return len(self.devices) if self.devices else (self.count or 0)
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The names of the variables that receive the devices."""
+        return (self.env,) if isinstance(self.env, str) else tuple(self.env or ())
+
+    @property
+    def fenced(self) -> bool:
+        """Whether a job with no claim on the pool gets its variables set to no device."""
+        return bool(self.variables) and (self.name == "gpu" if self.fence is None else self.fence)
+
+    def device_id(self, d: int) -> str:
+        """What the variables name for device ``d``: its index, or its UUID."""
+        return self.ids[d] if self.ids else str(d)
+
+    def job_env(self, devices: list[int] | None) -> dict[str, str]:
+        """The variables a job gets from this pool: ``devices`` (qex's numbers of
+        those it was given) named as the config says, with CUDA_DEVICE_ORDER
+        beside device indices in CUDA_VISIBLE_DEVICES; with no claim (None), no
+        device where the pool is fenced, else nothing (as captured)."""
+        names = self.variables
+        if devices is None:
+            return {n: NO_DEVICE.get(n, "") for n in names} if self.fenced else {}
+        value = ",".join(self.device_id(d) for d in devices)
+        out = dict.fromkeys(names, value)
+        if "CUDA_VISIBLE_DEVICES" in names:
+            out[DEVICE_ORDER[0]] = DEVICE_ORDER[1]
+        return out
 
 
 def resolve_word(word: str, budget: int) -> int:
@@ -155,7 +206,8 @@ MODES = {
 RESERVE_SHARE = Percent(10)  # the default reserve: this share of the machine's memory,
 RESERVE_MOST = {"cooperative": 2 * GiB, "single-user": 512 * MiB}  # at most this, by enforce.mode
 DEFAULT_HOOK_STATES = FINAL_RAN + ("expired",)
-POOL_KEYS = ("name", "count", "devices", "size", "env")  # the keys of one [[pool]]
+POOL_KEYS = ("name", "count", "devices", "size", "env", "fence")  # the keys of one [[pool]]
+DEVICE_KEYS = ("size", "index", "uuid", "name")  # the keys of a device given as a table
 
 KEYS = (
     Key("budget.cpu", "budget_cpu", Percent | int, "budget_cpu", Percent(75), "budget_cpu",
@@ -217,8 +269,10 @@ KEYS = (
     Key("store.max_records", "store_max_records", int, "positive_int", 10000, "text",
         "the most ended records `qex clean --auto` keeps", help="= {default}"),
     Key("pool", "pools", tuple[PoolDef, ...], "pools", (), "pools",
-        "the pools jobs claim: plain units (count), or devices with a size each (devices, size, env)",
-        help='name = "gpu", devices = ["24GB", "24GB"], env = "CUDA_VISIBLE_DEVICES"\nname = "net", count = 4'),
+        "the pools jobs claim: plain units (count), or devices with a size each (devices, size, env, fence)",
+        help='name = "gpu", devices = ["24GB", "24GB"], env = "CUDA_VISIBLE_DEVICES", fence = true\n'
+             'name = "gpu", devices = [{ index = 0, size = "80GB" }, { uuid = "MIG-...", size = "10GB" }]\n'
+             'name = "net", count = 4'),
 )  # fmt: skip
 
 BY_KEY = {k.key: k for k in KEYS}

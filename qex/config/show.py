@@ -162,11 +162,19 @@ def _words_pool(p: PoolDef) -> str:
     if not p.indexed:
         return f"{p.count} unit{'s' if p.count != 1 else ''}"
     sizes = ", ".join(units.format_size(d) for d in p.devices)
-    return f"{len(p.devices)} device{'s' if len(p.devices) != 1 else ''} of {p.size_label}: {sizes}; indices in {p.env}"
+    by_uuid = [not p.device_id(d).isdigit() for d in range(len(p.devices))]
+    named = "UUIDs" if all(by_uuid) else "indices and UUIDs" if any(by_uuid) else "indices"
+    fence = "; no claim: no device (fence)" if p.fenced else ""
+    return (f"{len(p.devices)} device{'s' if len(p.devices) != 1 else ''} of {p.size_label}: {sizes}; "
+            f"{named} in {', '.join(p.variables)}{fence}")
 
 
 def _pool_json(p: PoolDef) -> dict:
-    return {"name": p.name, "count": p.count, "devices": list(p.devices), "size": p.size_label or None, "env": p.env}
+    env = list(p.env) if isinstance(p.env, tuple) else p.env
+    out = {"name": p.name, "count": p.count, "devices": list(p.devices), "size": p.size_label or None, "env": env}
+    if p.indexed:
+        out.update(fence=p.fenced, ids=[p.device_id(d) for d in range(len(p.devices))], names=list(p.names) or None)
+    return out
 
 
 # -- qex help config ----------------------------------------------------------------

@@ -342,14 +342,39 @@ def pool_claims(ctx: Context, req: Request) -> dict[str, tuple[int, int | None]]
         _add(out, name, count, size, "--claim")
     for name in req.locks:
         _add(out, _claim_name(name, "--lock"), 1, None, "--lock")
-    explicit = explicit_env_names(req)
     for name, (count, size) in out.items():
         _check_claim(config, pools.get(name), name, count, size)
-        pool = pools.get(name)
-        if pool is not None and pool.env and pool.env in explicit:
-            raise SpecError(f"this job sets {pool.env} itself (--env or its job file), but qex sets it to the "
-                            f"devices of the pool {name!r} it assigns; remove it from the job's env")
+    _check_env(req, pools, out)
     return out
+
+
+def _check_env(req: Request, pools: dict, claimed: dict) -> None:
+    """Refuse a job whose own env (--env, its job file) sets what qex sets from a
+    pool: the variables of one it claims (and CUDA_DEVICE_ORDER beside them), or of a
+    fenced one it does not claim."""
+    explicit = explicit_env_names(req)
+    for name, pool in pools.items():
+        mine = [v for v in pool.variables if v in explicit]
+        if name in claimed and mine:
+            raise SpecError(f"this job sets {mine[0]} itself (--env or its job file), but qex sets it to the "
+                            f"devices of the pool {name!r} it assigns; remove it from the job's env")
+        if name in claimed and "CUDA_VISIBLE_DEVICES" in pool.variables and "CUDA_DEVICE_ORDER" in explicit:
+            if _explicit_value(req, "CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+                raise SpecError("this job sets CUDA_DEVICE_ORDER itself, but the indices qex gives in "
+                                "CUDA_VISIBLE_DEVICES count in PCI bus order (nvidia-smi's); remove it")
+        if name not in claimed and pool.fenced and mine:
+            raise SpecError(f"this job sets {mine[0]} itself (--env or its job file) but claims no device of the "
+                            f"pool {name!r}, whose jobs without a claim get no device (its fence); claim "
+                            f"{'--gpu N' if name == 'gpu' else f'--claim {name}=N'}, or set fence = false on the pool")
+
+
+def _explicit_value(req: Request, var: str) -> str | None:
+    value = req.job_env.get(var)
+    for item in req.env:
+        key, _, v = item.partition("=")
+        if key == var:
+            value = v
+    return value
 
 
 def _add(out: dict, name: str, count: int, size, option: str) -> None:
@@ -387,13 +412,24 @@ def _claim_name(name: str, option: str) -> str:
     return name
 
 
+def _no_gpu_pool(where: str) -> str:
+    """The refusal of a GPU claim with no pool ``gpu``: with what the driver reports, where one answers."""
+    from qex.base import gpus
+
+    reading = gpus.read(timeout=gpus.QUICK)
+    if reading is not None and reading.gpus:
+        return (f"there is no pool 'gpu' in {where}, and this machine's driver reports {reading.summary()}: "
+                "run `qex config detect` to see them as a [[pool]], `qex config detect --write` to add it")
+    return (f"there is no pool 'gpu' in {where}: declare the devices with [[pool]] name = \"gpu\", "
+            "devices = [\"24GB\", ...] to use --gpu or --vram (`qex config detect` writes it where a driver answers)")
+
+
 def _check_claim(config, pool, name: str, count: int, size) -> None:
     """Refuse at submission what could never fit an empty machine."""
     where = f"the config ({config.path})"
     if pool is None:
         if name == "gpu":
-            raise SpecError(f"there is no pool 'gpu' in {where}: declare the devices with [[pool]] "
-                            "name = \"gpu\", devices = [\"24GB\", ...] to use --gpu or --vram")
+            raise SpecError(_no_gpu_pool(where))
         if count != 1:
             raise SpecError(f"{name!r} is not a pool in {where}, so it is a lock of one unit and "
                             f"{count} units of it can never be had; declare [[pool]] name = \"{name}\", count = N")

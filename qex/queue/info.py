@@ -154,7 +154,7 @@ def _pool(pool, running, snap) -> dict:
                 for d in a.devices:
                     if d < len(used):
                         used[d] += a.size if a.size is not None else pool.devices[d]
-    out.update(kind="indexed", env=pool.env,
+    out.update(kind="indexed", env=", ".join(pool.variables),
                devices=[{"index": i, "capacity": cap, "free": max(0, cap - used[i])} for i, cap in enumerate(pool.devices)])
     return out
 

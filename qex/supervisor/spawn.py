@@ -56,14 +56,12 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NU
 def job_env(spec: NewSpec, rec: dict, config: Config) -> dict:
     env = dict(spec.env)
     pools = {p.name: p for p in config.pools}
-    for p in pools.values():
-        if p.env:
-            env.pop(p.env, None)
+    assigned = {a["pool"]: a["devices"] for a in rec.get("assigned") or ()}
+    for p in pools.values():  # its devices, or no device (the fence): PoolDef.job_env
+        env.update(p.job_env(assigned.get(p.name)))
     for a in rec.get("assigned") or ():
         pool = pools.get(a["pool"])
         devices = ",".join(str(d) for d in a["devices"])
-        if pool is not None and pool.env:
-            env[pool.env] = devices
         if a["pool"] == "gpu":
             env["QEX_GPU_DEVICES"] = devices
             size = a.get("size") or (min(pool.devices[d] for d in a["devices"]) if pool and a["devices"] else 0)
