@@ -66,3 +66,19 @@ class Context:
         absolute budget may exceed the machine)."""
         mem = max(self.mem_total - self.reserve(), 0) if self.mem_total > 0 else None
         return self.cores * 1000, mem
+
+    def check_holdable(self, cpu: int, mem: int, cpu_from: str, mem_from: str) -> None:
+        """Refuse (SpecError, 121) a claim of ``cpu`` millicores and ``mem`` bytes that no
+        idle machine could hold (``holdable``), whatever ``[queue] oversized`` says: it
+        would wait for ever. ``*_from`` name where each came from (``--mem``, ``[defaults] mem``)."""
+        from qex.base.errors import SpecError
+        from qex.base.units import format_cores, format_size
+
+        cores, memory = self.holdable()
+        if cpu > cores:
+            raise SpecError(f"{cpu_from}: this job claims {format_cores(cpu)} cores and this machine has "
+                            f"{format_cores(cores)}: it could never start; claim at most {format_cores(cores)}")
+        if memory is not None and mem > memory:
+            raise SpecError(f"{mem_from}: this job claims {format_size(mem)} of memory and this machine has "
+                            f"{format_size(self.mem_total)}, of which {format_size(self.reserve())} is kept by "
+                            f"[system] reserve_mem: it could never start; claim at most {format_size(memory)}")

@@ -248,7 +248,8 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
         mem = resolve_word(mem, mem_budget)
     if req.mem is None and config.learn_enabled:
         mem = _learned_mem(ctx, req, mem, mem_budget, sources, warnings)
-    _refuse_above_machine(ctx, req, cpu, mem)
+    ctx.check_holdable(cpu, mem, "--cpu" if req.cpu is not None else "[defaults] cpu",
+                       "--mem" if req.mem is not None else "[defaults] mem")
     pools = pool_claims(ctx, req)
     for given, option in ((req.mem, "--mem"), (req.vram, "--vram")):
         slip = units.bare_size_warning(given, option) if given is not None else None
@@ -273,25 +274,6 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
     claims = {"cpu": cpu / 1000, "mem": mem,
               "pools": {n: {"count": c, "size": s} for n, (c, s) in sorted(pools.items())}}
     return claims, sources, warnings
-
-
-def _refuse_above_machine(ctx: Context, req: Request, cpu: int, mem: int) -> None:
-    """Refuse (121) a claim that no idle machine could hold: more cores than the
-    machine has, or more memory than it has less the reserve (``Context.holdable``).
-    Whatever ``[queue] oversized`` says: such a job would wait forever (a claim
-    above the budget but within the machine runs alone, or as ``oversized`` says)."""
-    cores, memory = ctx.holdable()
-    where = {"cpu": "--cpu" if req.cpu is not None else "[defaults] cpu",
-             "mem": "--mem" if req.mem is not None else "[defaults] mem"}
-    if cpu > cores:
-        raise SpecError(f"{where['cpu']}: this job claims {units.format_cores(cpu)} cores and this machine has "
-                        f"{units.format_cores(cores)}: it could never start; claim at most "
-                        f"{units.format_cores(cores)}")
-    if memory is not None and mem > memory:
-        reserve = ctx.reserve()
-        raise SpecError(f"{where['mem']}: this job claims {units.format_size(mem)} of memory and this machine has "
-                        f"{units.format_size(ctx.mem_total)}, of which {units.format_size(reserve)} is kept by "
-                        f"[system] reserve_mem: it could never start; claim at most {units.format_size(memory)}")
 
 
 def _learned_mem(ctx: Context, req: Request, default: int, budget: int, sources: dict, warnings: list) -> int:
