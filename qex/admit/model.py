@@ -209,15 +209,17 @@ NO_PAUSE = Pause()
 
 class Snapshot(Value):
     """Everything ``admit`` may look at. ``mem_available`` is the machine's
-    available memory minus the reserve; None = unknown (no check)."""
+    available memory minus the reserve; None = unknown (no check).
+    ``mem_reserve`` is that reserve (``[system] reserve_mem``), for the words of
+    a job that waits on it."""
 
     __slots__ = ("now", "cpu_budget", "mem_budget", "mem_available", "oversized", "max_bypass", "pools",
-                 "running", "peers", "queued", "deps", "pause")
+                 "running", "peers", "queued", "deps", "pause", "mem_reserve")
 
     def __init__(self, now: float, cpu_budget: int, mem_budget: int, mem_available: int | None, oversized: str,
                  max_bypass: int, pools: tuple[PoolSpec, ...], running: tuple[Running, ...],
                  peers: tuple[PeerHold, ...], queued: tuple[Queued, ...], deps: tuple[Dep, ...] = (),
-                 pause: Pause = NO_PAUSE):
+                 pause: Pause = NO_PAUSE, mem_reserve: int = 0):
         s = _SETATTR(self)
         s("now", now)
         s("cpu_budget", cpu_budget)
@@ -231,6 +233,7 @@ class Snapshot(Value):
         s("queued", queued)
         s("deps", deps)
         s("pause", pause)
+        s("mem_reserve", mem_reserve)
 
 
 class Start(Value):

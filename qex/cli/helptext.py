@@ -109,7 +109,16 @@ A job starts only when its claims fit, together with everything running:
 
 Budget: [budget] cpu and mem, a percentage or an absolute value (default 75%;
 [enforce] mode = "single-user": 90%). Memory must also fit the machine's
-available memory minus [system] reserve_mem.
+available memory minus [system] reserve_mem (default: 10% of the machine's
+memory, at most 2GB; single-user: at most 512MB); a job that waits on the
+reserve says so and names the setting. A claim no idle machine could hold --
+more memory than it has less the reserve, more cores than it has -- is
+refused at submission (121, with the machine's size), whatever [queue]
+oversized says.
+
+Given both --cpu and --mem, a job gets QEX_CPU, QEX_MEM, OMP_NUM_THREADS,
+GOMAXPROCS and the other thread counts (never over a value it has): whole
+numbers, the cores rounded down, at least 1, so make -j"$QEX_CPU" works.
 
 No claim: [defaults] cpu (1 core) and mem (the machine's memory / cores),
 or, for memory, what qex learned about this command: the largest peak of its
@@ -118,9 +127,14 @@ too small, capped at the budget (claim_source says "learned from N runs").
 --mem always wins; [learn] enabled = false turns learning off.
 
 Out of memory: a job the kernel stops for memory ends its attempt `oom` and is
-retried with its memory claim doubled (capped at the budget), --oom-retries N
-times (default 1; 0 = report only). The message says the claim of X was too
-small and what the retry claims; out of retries the job ends oom (exit 99).
+retried with its memory claim doubled (capped at the budget and at what the
+machine holds), --oom-retries N times (default 1; 0 = report only). The
+message says the claim of X was too small and what the retry claims; out of
+retries the job ends oom (exit 99). When the job reached less than its claim,
+the memory ran out outside it: the message names the limit (the cgroup qex
+runs in, with its size, or the machine's), never calls the claim too small,
+and a retry keeps the same claim (none when that cgroup holds no more than
+the claim).
 A job runs in its own memory cgroup where the machine allows it (nested in
 qex's own), which gives the peak of its whole process tree and exact OOM
 evidence; `oom_evidence` in the record says what the verdict rests on.
@@ -295,6 +309,13 @@ job ends, or when its record is cleaned.
 
   --dedupe-window T   also give a job with KEY that completed (exit 0) within
                       T; a job that failed never holds its key.
+
+A job with KEY that has waited longer than [system] stuck_after (default 1h)
+while none of your jobs ran looks stuck (qex status says so too): the
+submission still gives its id, and says on stderr that it looks stuck, what
+to look at (qex status) and how to let the key go (qex cancel). A claim no
+machine this size could hold is refused at submission, so a typo in a
+crontab never makes such a job.
 
 `qex run` with a key held by another job follows that job's output and returns
 its code; Ctrl-C then stops only your wait (122), never the job. A key is

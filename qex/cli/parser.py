@@ -21,7 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("print a job's output", "qex.cli.show:cmd_logs"),
     "kill": ("stop jobs: every process of a running one; a queued one is cancelled", "qex.cli.control:cmd_kill"),
     "cancel": ("take queued jobs out of the queue", "qex.cli.control:cmd_cancel"),
-    "clean": ("remove the records of ended jobs", "qex.cli.control:cmd_clean"),
+    "clean": ("remove the records of ended jobs that no queued or running job needs",
+              "qex.cli.control:cmd_clean"),
     "info": ("budget, load, pools, peers, queue health", "qex.cli.show:cmd_info"),
     "pause": ("pause the queue, or hold a lock for yourself; alone: show what is paused", "qex.cli.pause:cmd_pause"),
     "resume": ("end a pause of the queue or of a lock", "qex.cli.pause:cmd_resume"),
@@ -242,10 +243,11 @@ def _args_logs(c):
     c.add_argument("id", metavar="ID")
     c.add_argument("--follow", action="store_true")
     c.add_argument("--tail", type=_int("--tail"), metavar="N")
-    c.add_argument("--grep", metavar="RE")
+    c.add_argument("--grep", metavar="RE", help="only the lines that match (with --follow too)")
     s = c.add_mutually_exclusive_group()
-    s.add_argument("--stdout", action="store_true")
-    s.add_argument("--stderr", action="store_true")
+    s.add_argument("--stdout", action="store_true", help="the job's stdout only")
+    s.add_argument("--stderr", action="store_true",
+                   help="the job's stderr only, written to stdout (pipe it); without either: both, each to its own")
     s.add_argument("--hook", action="store_true", help="the output of the stop hook, and its verdict")
 
 
@@ -274,6 +276,8 @@ def _args_clean(c):
     c.add_argument("--older-than", metavar="T")
     c.add_argument("--auto", action="store_true", help="apply [store] max_age and max_records")
     c.add_argument("--all", action="store_true", help="every ended job")
+    c.add_argument("--json", action="store_true",
+                   help="print what was removed, kept (still needed by queued or running work) and refused")
 
 
 def _args_info(c):

@@ -248,12 +248,16 @@ def cmd_status(args: Namespace) -> int:
         if args.json:
             print_json(records if target.is_group else records[0])
         else:
-            from qex.cli.render import describe
+            import time
 
+            from qex.cli.render import describe
+            from qex.jobs.stuck import stuck_words
+
+            now = time.time()
             for i, rec in enumerate(records):
                 if i:
                     out()
-                out(describe(rec))
+                out(describe(rec, stuck_words(ctx, rec, index, now)))
                 if args.show_env:
                     _show_env(ctx, rec)
         if args.json and args.show_env and not target.is_group:

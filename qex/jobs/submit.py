@@ -242,12 +242,14 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
     else:
         mem = config.default_mem
         sources["mem"] = "default"
-        if mem is None:
-            mem = ctx.mem_total // max(1, ctx.cores)
+        if mem is None:  # (a 1-core machine: never more than an idle machine holds, which is less the reserve)
+            mem = min(ctx.mem_total // max(1, ctx.cores), ctx.holdable()[1] or ctx.mem_total)
     if isinstance(mem, str):
         mem = resolve_word(mem, mem_budget)
     if req.mem is None and config.learn_enabled:
         mem = _learned_mem(ctx, req, mem, mem_budget, sources, warnings)
+    ctx.check_holdable(cpu, mem, "--cpu" if req.cpu is not None else "[defaults] cpu",
+                       "--mem" if req.mem is not None else "[defaults] mem")
     pools = pool_claims(ctx, req)
     for given, option in ((req.mem, "--mem"), (req.vram, "--vram")):
         slip = units.bare_size_warning(given, option) if given is not None else None
@@ -275,7 +277,8 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
 
 
 def _learned_mem(ctx: Context, req: Request, default: int, budget: int, sources: dict, warnings: list) -> int:
-    """What the learner knows about this command (a fan-out: its template), capped at the budget."""
+    """What the learner knows about this command (a fan-out: its template), capped at the budget
+    (and at what an idle machine holds: an absolute budget may be above it)."""
     from qex.jobs import learn
 
     template = getattr(req, "template", None)
@@ -287,6 +290,9 @@ def _learned_mem(ctx: Context, req: Request, default: int, budget: int, sources:
     if found is None:
         return default
     nbytes, words = found
+    most = ctx.holdable()[1]
+    if most is not None and most < budget:
+        budget = most
     sources["mem"] = words if nbytes <= budget else f"{words}, capped at the budget"
     return min(nbytes, budget)
 

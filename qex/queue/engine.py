@@ -178,16 +178,17 @@ def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[
     from qex.base import machine
 
     avail = machine.meminfo().get("MemAvailable")
+    reserve = ctx.reserve()
     deps = [_dep(txn, d) for d in sorted(dep_ids)]
     roots = sorted({d.root for d in deps if d.root and d.root not in dep_ids})
     deps += [_dep(txn, r) for r in roots]  # the first failed job of a chain, for the words
     return A.Snapshot(
         now=now, cpu_budget=cpu_budget, mem_budget=mem_budget,
-        mem_available=None if avail is None else avail - ctx.config.reserve_mem,
+        mem_available=None if avail is None else avail - reserve,
         oversized=ctx.config.oversized, max_bypass=ctx.config.max_bypass,
         pools=tuple(A.PoolSpec(p.name, p.count, tuple(p.devices)) for p in ctx.config.pools),
         running=tuple(running), peers=tuple(peer_scan.holdings(ctx)), queued=tuple(queued),
-        deps=tuple(deps), pause=pause.current(ctx, now))
+        deps=tuple(deps), pause=pause.current(ctx, now), mem_reserve=reserve)
 
 
 def _foreign(ctx: Context) -> list:

@@ -72,8 +72,8 @@ def job_env(spec: NewSpec, rec: dict, config: Config) -> dict:
             env[f"QEX_CLAIM_{_env_name(name)}"] = str(claim.get("count", 1))
     if spec.hints:
         claims = rec.get("claims") or {}
-        cores = max(1, int(float(claims.get("cpu", 1))))
-        env.setdefault("QEX_CPU", str(claims.get("cpu", 1)))
+        cores = max(1, int(float(claims.get("cpu", 1))))  # a whole number: make -j"$QEX_CPU" (0.5 -> 1, 2.7 -> 2)
+        env.setdefault("QEX_CPU", str(cores))
         env.setdefault("QEX_MEM", str(claims.get("mem", 0)))
         for var in THREAD_VARS:
             env.setdefault(var, str(cores))
