@@ -246,7 +246,7 @@ def _quiet_signals() -> None:
     """The dispositions a detached supervisor has (``engine.detach_stdio``); the
     interpreter's start set others."""
     _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
-    _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
+    _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
 
 
 def _package_parent() -> str:
@@ -303,6 +303,9 @@ def main() -> None:
 
     _quiet_signals()
     job_id, fd = sys.argv[2], int(sys.argv[3])
+    from qex.linux import title
+
+    title.supervisor(job_id, watching=True)
     watch, passed = read_handover(fd)
     interrupt = Interrupt()
     interrupt.requested = watch["requested"]
