@@ -198,17 +198,18 @@ def cmd_logs(args: Namespace) -> int:
         streams = streams[:1]
     elif args.stderr:
         streams = streams[1:]
-    if args.follow:
+    if args.follow:  # (a reader that came after the limit cut what it had not read says so: 1)
+        from qex.cli import stream
         from qex.cli import wait as waiting
 
-        tails = [waiting.Tail(ctx.store.path(job_id, name), stream) for name, stream in streams]
+        files = stream.Files([(ctx.store.path(job_id, name), "stdout" if out is sys.stdout else "stderr", out)
+                              for name, out in streams])
         try:
-            waiting.await_final(ctx, [job_id], None, on_tick=lambda: [t.pump() for t in tails])
+            waiting.await_final(ctx, [job_id], None, idle=files.idle)
         except KeyboardInterrupt:
-            return 0
-        for t in tails:
-            t.pump()
-        return 0
+            return 1 if files.skipped else 0
+        files.finish()
+        return 1 if files.skipped else 0
     pattern = _grep(args)
     for name, stream in streams:
         _print_log(ctx.store.path(job_id, name), stream, args.tail, pattern)

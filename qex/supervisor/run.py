@@ -26,6 +26,7 @@ from qex.store.state import LAZY
 from qex.supervisor import ending, spawn
 from qex.supervisor.ending import DRAIN_AFTER_EXIT
 from qex.supervisor.memory import Meter
+from qex.supervisor.pipes import grow, open_output
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -259,6 +260,12 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
     limit, setting = _log_limit(ctx.config)
     sinks = {proc.stdout.fileno(): Sink(store.path(rec["id"], layout.STDOUT), limit, "stdout", setting),
              proc.stderr.fileno(): Sink(store.path(rec["id"], layout.STDERR), limit, "stderr", setting)}
+    for (pipe, sink), name in zip(sinks.items(), (layout.STDOUT_PIPE, layout.STDERR_PIPE)):
+        path = store.path(rec["id"], name)  # the FIFO of its qex run, if one follows it (qex.supervisor.pipes)
+        fd = open_output(path)
+        if fd >= 0:
+            sink.attach(fd, path)
+            grow(pipe)
     started = rec.get("started_at") or time.time()
     timeout_at = started + rec["timeout"] if rec.get("timeout") else None
     handoff_at = time.time() + watch.GRACE if launch is not None else None
