@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from qex.supervisor.pipes import Ends
 
 CHUNK = 1 << 20
-_DONE = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
 
 class Broken(BrokenPipeError):
@@ -49,7 +48,6 @@ class _Out:
             self.splice = hasattr(os, "splice")
         except (OSError, ValueError, AttributeError):
             self.dst, self.splice = -1, False
-        self.moved = 0
 
     def pump(self) -> int:
         """Move what the FIFO has (one chunk); the bytes moved, 0 if it is empty now.
@@ -67,14 +65,12 @@ class _Out:
                     raise Broken from None
                 self.splice = False  # (a terminal, a file opened to append: read and write instead)
             else:
-                self.moved += n
                 return n
         try:
             data = os.read(self.src, CHUNK)
         except BlockingIOError:
             return 0
         self._write(data)
-        self.moved += len(data)
         return len(data)
 
     def _write(self, data: bytes) -> None:
@@ -111,7 +107,7 @@ class Pipes:
 
     def note(self, rec: dict) -> None:
         """Each record the wait reads: the job's input starts when the job runs."""
-        self.running = rec.get("state") == "running" or bool(rec.get("pid"))
+        self.running = rec.get("state") == "running"
 
     def idle(self, seconds: float, ints: Interrupts | None = None) -> None:
         """Copy for ``seconds`` (the wait's pause between two looks at the record), or
@@ -253,12 +249,13 @@ class Files:
         """Read what the files gain for ``seconds``: at once while output flows."""
         end, pause = time.monotonic() + seconds, 0.005
         while not _noted(ints):
-            if self.pump():
-                pause = 0.005
-                continue
+            moved = self.pump()
             left = end - time.monotonic()
             if left <= 0:
                 return
+            if moved:
+                pause = 0.005
+                continue
             time.sleep(min(left, pause))
             pause = min(pause * 2, 0.2)
 
