@@ -54,7 +54,7 @@ def wait_idle(env: dict, limit: float = 10.0) -> None:
 
 def _processes_of(state: str) -> bool:
     """Is any process of this queue (its environment names the state directory) alive?
-    A supervisor or a waker is not found by its command line, which is the submit's."""
+    (By its environment: a supervisor or a waker names itself `qex: ...` in ps.)"""
     needle = f"QEX_STATE_DIR={state}".encode()
     for pid in os.listdir("/proc"):
         if pid.isdigit() and int(pid) != os.getpid():

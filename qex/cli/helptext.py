@@ -45,6 +45,16 @@ Rules a script can rely on:
   - --dedupe-key KEY makes a submission idempotent: coming back to a session,
     submit again with the same key and get the id of the job that operates.
   - --max-queue-time T: a job that has not started after T ends expired (123).
+  - qex run is a pipe: every byte of the job's stdout reaches your stdout and
+    of its stderr your stderr, in order, whatever [logs] max_bytes keeps on
+    disk; your stdin reaches the job until its end of file, as with ssh (give
+    `< /dev/null` or --stdin FILE in a loop that reads its own stdin). Your
+    stdout closed early (`qex run ... | head`) stops the job, as a pipe does.
+  - qex submit gives a job /dev/null as stdin; --stdin FILE gives it FILE
+    (opened when it starts), --stdin - a copy of your stdin (at most 64MiB).
+  - what qex leaves running (a supervisor, the waker, the hook runner) holds
+    none of your descriptors: `flock -n LOCK qex submit ...` frees LOCK when
+    submit returns. ps calls them `qex: supervisor of ID`, `qex: waker ...`.
 """,
     "exit-codes": """\
 Exit codes of submit --wait/--follow, run, wait, status --wait|--follow|--quiet:
@@ -226,7 +236,10 @@ the job writes: the file keeps the first quarter of the limit, one marker line
 that says how many bytes and lines went and which setting to change, and the
 newest output; it never holds more than the limit plus the marker, and a job
 never fails because of it. `qex status` and `qex logs` say how much went
-(`logs_dropped` in the record); `qex logs --follow` reads on across the cut.
+(`logs_dropped` in the record). The limit is about the file only: qex run and
+submit --follow get every byte. `qex logs --follow` reads on across the cut;
+what the limit cut before it could read it is said on stderr, never in the
+data, and it then exits 1.
 
 The stop hook ([hooks], read when a job ends): on_stop runs, with no shell, in
 the job's record directory, once for each job that reaches a state in

@@ -116,6 +116,10 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
                    help="which of your environment the job gets (default all)")
     g.add_argument("--cwd", metavar="DIR", help="run in DIR (default: here)")
     g.add_argument("--nice", type=_int("--nice"), default=None, help="niceness of the job")
+    g.add_argument("--stdin", metavar="FILE|-",
+                   help="the job's standard input: FILE (opened when it starts), or - (a copy of this "
+                        "command's stdin, at most 64MiB); default: /dev/null for submit, "
+                        "this command's stdin for run")
     g.add_argument("--job", metavar="FILE", help="a job file (TOML, YAML or JSON)")
     g.add_argument("--id-file", metavar="FILE", help="write the id here (fsynced before any wait)")
 

@@ -59,6 +59,7 @@ class Request(Plain):
     origin: str = "submit"                           # option names in messages
     template: list[str] | None = None                # a fan-out's command with {} (the learner's key)
     rerun_of: str | None = None                      # qex rerun: the job it repeats
+    stdin: str | None = None                         # --stdin FILE|- (qex.supervisor.pipes.give_input)
 
 
 class Built(Plain):
@@ -97,6 +98,8 @@ def build(ctx: Context, req: Request, now: float | None = None, found: set | Non
     if not numbers.ok(req.priority, numbers.PRIORITY, -numbers.PRIORITY, whole=True):
         raise SpecError(f"--priority: {numbers.shown(req.priority)} is not a whole number "
                         f"from {-numbers.PRIORITY} to {numbers.PRIORITY}")
+    if req.stdin not in (None, "-"):
+        req.stdin = os.path.abspath(req.stdin)  # (as a shell's < FILE: from here; a rerun finds it again)
     spec = NewSpec(id=job_id, command=tuple(req.command), cwd=cwd, env=env, nice=req.nice, hints=hints,
                 request=_request_words(req))
     record = {
@@ -440,12 +443,14 @@ def _check_claim(config, pool, name: str, count: int, size) -> None:
 
 def submit_many(ctx: Context, built: list[Built],
                 on_locked: Callable[[Txn, list[Built]], list[str] | None] | None = None,
-                early: Callable[[Context, list[Launch], tuple[int, int]], int] | None = None
-                ) -> tuple[list[str], PassResult]:
+                early: Callable[[Context, list[Launch], tuple[int, int]], int] | None = None,
+                prepare: Callable[[str], None] | None = None) -> tuple[list[str], PassResult]:
     """Write every job in one lock hold, then the pass; returns (ids, PassResult).
 
     ``on_locked(txn, built)`` may replace the submission (dedupe) and returns
     the ids to report, or None to go on. ``early``: see ``engine.run_pass``.
+    ``prepare(job_dir)``: what else a job's directory holds before any pass can
+    start it (its input, a follower's pipes: ``qex.supervisor.pipes``).
     """
     from qex.queue import engine
 
@@ -453,6 +458,8 @@ def submit_many(ctx: Context, built: list[Built],
     try:
         for b in built:  # (one job: its fsyncs overlap the pass's admission; the commit settles them)
             ctx.store.create_job_dir(b.spec, sync=not bulk, later=not bulk)
+            if prepare is not None:
+                prepare(ctx.store.job_dir(b.spec.id))
         if bulk:
             from qex.store import fs
 

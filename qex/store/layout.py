@@ -13,7 +13,9 @@ literal out of them). Layout::
     <state>/jobs/<id>/             status.json, spec.json (0600); from its start:
                                    stdout.log, stderr.log (and their .cut records),
                                    supervisor.log, alive.lock, pid; after a stop
-                                   hook: hook.ran, hook.log; cgroup (an older qex's)
+                                   hook: hook.ran, hook.log; cgroup (an older qex's);
+                                   stdin (the job's input, when it has one);
+                                   stdout.pipe, stderr.pipe (while a qex run follows it)
     <state>/jobs/.new-<id>/        a job directory being made (renamed into view)
     <state>/jobs/.clean-<id>/      a job directory being removed (qex clean)
     <state>/groups/<id>.json       the members of a group
@@ -82,6 +84,9 @@ PID = "pid"                          # the pid file (qex.linux.pidfile; written 
 CGROUP = "cgroup"                    # names the job's cgroup: an older qex wrote it; read, removed (qex.linux.cgroup)
 HOOK_RAN = "hook.ran"                # its stop hook was started; then its verdict (qex.hooks.runner)
 HOOK_LOG = "hook.log"                # its stop hook's stdout and stderr (qex.hooks.runner)
+STDIN = "stdin"                      # its input: a copy (--stdin -), a link (--stdin FILE), a FIFO (qex run)
+STDOUT_PIPE = "stdout.pipe"          # FIFOs its qex run / submit --follow reads the output from
+STDERR_PIPE = "stderr.pipe"          # (qex.supervisor.pipes: made by the follower, written by the supervisor)
 CUT = ".cut"                         # after a log's name: the log's cut record (qex.supervisor.logs)
 _NEW_JOB = ".new-"                   # before a job's id: its directory being made (qex.store.state)
 _CLEANED = ".clean-"                 # before a job's id: its directory being removed (qex.control.actions)
