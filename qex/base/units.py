@@ -85,7 +85,20 @@ def check_name(name: str, option: str) -> str:
     """Return ``name`` if it is a valid user-chosen name, else raise SpecError."""
     if isinstance(name, str) and _NAME_RE.fullmatch(name):
         return name
-    raise SpecError(f"{option}: {_shown(name)} is not a valid name; {_NAME_RULE}")
+    shown = _escaped(str(name), 60)
+    bad = sorted({c for c in str(name) if not c.isascii()})
+    why = (f" ({', '.join(_escaped(c, 12) for c in bad[:5])}: only ASCII letters, a name is typed "
+           "in shells and crontabs everywhere)" if bad else "")
+    raise SpecError(f"{option}: {shown} is not a valid name{why}; {_NAME_RULE}")
+
+
+def _escaped(text: str, limit: int) -> str:
+    """``text`` quoted with every character outside printable ASCII written as its
+    code (``'caf\\xe9'``, as Python's ``ascii`` does): a refusal names what it refused,
+    never a ``?``."""
+    if len(text) > limit:
+        text = text[: limit - 1] + "\u2026"
+    return ascii(text)
 
 
 def _shown(text) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from qex.base.errors import SpecError
 from qex.cli.common import context, err, out
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -76,10 +75,12 @@ def cmd_clean(args: Namespace) -> int:
     from qex.control.actions import clean_jobs
     from qex.jobs.resolve import resolve_jobs
 
-    ctx = context()
     chosen = [bool(args.ids), bool(args.state), args.older_than is not None, args.auto, args.all]
-    if sum(chosen) == 0:
-        raise SpecError("clean needs ids, --state, --older-than, --auto or --all")
+    if sum(chosen) == 0:  # (a bad command line: 2, clean is outside the exit-code table)
+        from qex.base.errors import UsageError
+
+        raise UsageError("clean needs ids, --state, --older-than, --auto or --all")
+    ctx = context()
     if args.ids:
         job_ids = resolve_jobs(ctx.store, args.ids)
     else:
@@ -118,8 +119,6 @@ def _select(ctx: Context, args, final_states, now: float) -> list[str]:
     from qex.base.units import parse_duration
 
     older = parse_duration(args.older_than, "--older-than") if args.older_than is not None else None
-    if args.auto:
-        older = ctx.config.store_max_age
     states = set(args.state) if args.state else set(final_states)
     ended = []
     for job_id in ctx.store.job_ids():
@@ -131,7 +130,8 @@ def _select(ctx: Context, args, final_states, now: float) -> list[str]:
             continue
         ended.append((rec.get("ended_at") or rec.get("submitted_at") or 0, job_id))
     ended.sort()
-    chosen = {j for t, j in ended if older is None or now - t >= older}
-    if args.auto and len(ended) > ctx.config.store_max_records:
-        chosen |= {j for _, j in ended[: len(ended) - ctx.config.store_max_records]}
-    return [j for _, j in ended if j in chosen]
+    if args.auto:  # the keep rule, as a supervisor's pruning applies it (qex.queue.prune)
+        from qex.queue.prune import past_keep
+
+        return past_keep(ended, now, ctx.config.store_max_age, ctx.config.store_max_records)
+    return [j for t, j in ended if older is None or now - t >= older]

@@ -190,7 +190,8 @@ def _args_submit(c):
     g.add_argument("--wait", action="store_true", help="wait for the end; stdout carries the record")
     g.add_argument("--follow", action="store_true", help="stream the output; return the job's code")
     g.add_argument("--wait-timeout", metavar="T", help="stop waiting after T (124)")
-    g.add_argument("--quiet", action="store_true", help="print nothing on success")
+    g.add_argument("--quiet", action="store_true",
+                   help="print nothing on success; no notice on stderr (warnings and errors stay)")
     g = c.add_argument_group("fan-out (qex help each-line)")
     g.add_argument("--each-line", metavar="FILE|-", help="one job per line of FILE (- = stdin), the line where {} is")
     g.add_argument("--max-jobs", metavar="N", type=_int("--max-jobs"), default=None,
@@ -211,7 +212,11 @@ def _args_rerun(c):
 def _args_run(c):
     add_job_options(c)
     c.add_argument("--each-line", metavar="FILE", help=argparse.SUPPRESS)  # refused with a sentence
-    c.add_argument("--quiet", action="store_true", help="do not print the id on stderr")
+    c.add_argument("--quiet", action="store_true",
+                   help="no notice on stderr (the id, a deduplicated submission); warnings and errors stay")
+    c.add_argument("--output", choices=("all", "on-failure"), default="all",
+                   help="on-failure: hold the job's output and print it, after a one-line verdict on stderr, "
+                        "only when the job did not succeed (as chronic does; for cron); the exit code is the same")
     c.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND...")
 
 

@@ -125,7 +125,7 @@ def list_row(rec: dict, now: float) -> str:
     extra = rec.get("blocked_reason") if state == "queued" else ""
     if state in FINAL:
         extra = f"exit {outcome.exit_code(rec)}" + (f": {rec['error']}" if rec.get("error") else "")
-    return (f"{rec.get('id', '?')[:8]}  {state:<9} {safe_text(rec.get('name', ''), 24):<24} "
+    return (f"{rec.get('id', '?')[:8]}  {state:<9} {safe_text(rec.get('name', ''), 128):<24} "
             f"{age:>7}  {claims_text(rec.get('claims') or {}):<{CLAIMS_WIDTH}}  {plain(extra or '', 160)}").rstrip()
 
 

@@ -24,6 +24,8 @@ import time
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import SimpleNamespace
+    from typing import BinaryIO
 
     from qex.cli.interrupt import Interrupts
     from qex.supervisor.pipes import Ends
@@ -97,9 +99,10 @@ class Pipes:
     """The job's output from its FIFOs to our stdout and stderr; with ``forward``
     (``qex run``), our stdin to the job's once it runs, until our end of file."""
 
-    def __init__(self, ends: Ends):
+    def __init__(self, ends: Ends, sinks: tuple | None = None):
         self.ends = ends
-        self.outs = {ends.out: _Out(ends.out, sys.stdout), ends.err: _Out(ends.err, sys.stderr)}
+        out, err = sinks or (sys.stdout, sys.stderr)  # (``--output on-failure``: two files that hold it)
+        self.outs = {ends.out: _Out(ends.out, out), ends.err: _Out(ends.err, err)}
         self.on_broken: Callable[[], None] | None = None  # our output lost its reader (qex.cli.wait._follow)
         self.running = False  # the job has started: its stdin has a reader
         self.input_open = ends.stdin >= 0
@@ -292,6 +295,42 @@ class Files:
 
     def close(self) -> None:
         pass
+
+
+class Held:
+    """``qex run --output on-failure``: the job's output held in two temporary files
+    (every byte, as ``Pipes`` copies it) and given to our stdout and stderr only
+    when the job did not succeed (``release``); thrown away when it did."""
+
+    def __init__(self):
+        import tempfile
+
+        self.files = (tempfile.TemporaryFile(prefix="qex-out."), tempfile.TemporaryFile(prefix="qex-err."))
+
+    def release(self, verdict: str) -> None:
+        """The verdict on stderr, then what the job wrote: its stdout to ours, its stderr to ours."""
+        _say(verdict)
+        for held, stream in zip(self.files, (sys.stdout, sys.stderr)):
+            held.flush()
+            held.seek(0)
+            try:
+                stream.flush()
+                while data := held.read(CHUNK):
+                    stream.buffer.write(data)
+                stream.flush()
+            except (OSError, ValueError):
+                raise Broken from None
+
+    def close(self) -> None:
+        for held in self.files:
+            held.close()
+
+
+def as_text(binary: BinaryIO) -> SimpleNamespace:
+    """A binary file as ``Files`` writes to a stream (``stream.buffer``, ``flush``)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(buffer=binary, flush=binary.flush)
 
 
 def _say(text: str) -> None:

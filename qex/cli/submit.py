@@ -59,12 +59,16 @@ def _preparer(stdin: str | None, follow: bool, forward: bool, ends: list):
     return prepare
 
 
-def _say_what_happened(ctx: Context, job_id: str, hit) -> None:
-    """On stderr: the job that holds the key, or the pause the new job waits for."""
+def _say_what_happened(ctx: Context, job_id: str, hit, quiet: bool = False) -> None:
+    """On stderr: the job that holds the key, or the pause the new job waits for.
+    ``quiet``: only a warning (a key held by a job that looks stuck, ``describe``)."""
     if hit is not None:
         from qex.jobs.dedupe import describe
 
-        err(f"qex: {describe(hit)}")
+        if not quiet or hit.stuck:
+            err(f"qex: {describe(hit)}")
+        return
+    if quiet:
         return
     from qex.queue.pause import submission_note
 
@@ -93,7 +97,7 @@ def cmd_submit(args: Namespace | SimpleNamespace) -> int:
     from qex.supervisor import become
 
     become.finish_pass(ctx, result, leaving=leaving)
-    _say_what_happened(ctx, job_id, hit)
+    _say_what_happened(ctx, job_id, hit, args.quiet)
     if args.id_file:
         write_id_file(args.id_file, [job_id])
     if leaving:
@@ -102,7 +106,8 @@ def cmd_submit(args: Namespace | SimpleNamespace) -> int:
         elif not args.quiet:
             out(job_id)
         return 0
-    err(job_id)
+    if not args.quiet:
+        err(job_id)
     from qex.cli import wait as waiting
 
     if args.follow:
@@ -125,6 +130,12 @@ def cmd_run(args: Namespace) -> int:
     if args.each_line is not None:
         raise SpecError("qex run streams one job and cannot take --each-line; "
                         "use qex submit --each-line FILE -- CMD {}, then qex wait GROUP")
+    held = None
+    if args.output == "on-failure":  # (chronic's manners: a crontab mails only a failure)
+        from qex.cli.stream import Held
+
+        held = Held()
+    quiet = args.quiet or held is not None
     ctx = context()
     # qex run owns its job: a signal stops it, even one that comes while it is submitted
     # (qex.cli.interrupt). The forked supervisors set their own handlers (detach_stdio).
@@ -133,14 +144,55 @@ def cmd_run(args: Namespace) -> int:
         from qex.supervisor import become
 
         become.finish_pass(ctx, result)
-        _say_what_happened(ctx, job_id, hit)
+        _say_what_happened(ctx, job_id, hit, quiet)
         if args.id_file:
             write_id_file(args.id_file, [job_id])
-        if hit is not None:  # another caller's job: follow it; a signal stops only this wait (122)
-            ints.owner = False
-            err(f"qex: following job {job_id} instead; Ctrl-C stops only this wait, the job continues")
-        else:
-            ints.job_id = job_id
-            if not args.quiet:
-                err(f"qex: job {job_id}")
-        return waiting.follow(ctx, job_id, None, ints, ends=ends)
+        try:
+            sinks = held.files if held is not None else None
+            joined = False
+            if hit is not None:  # another caller's job: a signal stops only this wait (122)
+                from qex.supervisor.pipes import followed
+
+                ints.owner = False
+                joined = followed(ctx.store.job_dir(job_id))
+                if not quiet:
+                    err(f"qex: joining job {job_id}: " + (
+                        f"its output goes to the qex run that started it (qex logs {job_id[:8]})" if joined
+                        else "following its output") + "; Ctrl-C stops only this wait, the job continues")
+                if joined:  # its own follower prints its output: not twice into a `>> log`
+                    code = waiting.join(ctx, job_id, ints)
+                    if held is not None and code != 0:
+                        err(_verdict(ctx, job_id, code, joined=True))
+                    return code
+            else:
+                ints.job_id = job_id
+                if not quiet:
+                    err(f"qex: job {job_id}")
+            code = waiting.follow(ctx, job_id, None, ints, ends=ends, sinks=sinks)
+            if held is not None and code != 0:
+                held.release(_verdict(ctx, job_id, code))
+            return code
+        finally:
+            if held is not None:
+                held.close()
+
+
+def _verdict(ctx: Context, job_id: str, code: int, joined: bool = False) -> str:
+    """``--output on-failure``: the one line before the held output of a job that did not succeed."""
+    from qex.base.units import format_duration, safe_text
+
+    try:
+        rec = ctx.store.read_status_dict(job_id)
+    except Exception:
+        rec = {}
+    state = safe_text(str(rec.get("state") or "unknown"))
+    took = ""
+    if rec.get("started_at") and rec.get("ended_at"):
+        took = f" after {format_duration(max(0.0, rec['ended_at'] - rec['started_at']))}"
+    command = safe_text(" ".join(str(a) for a in rec.get("command") or []), 160)
+    what = f"qex: job {job_id[:8]} {state}{took}, exit {code}: {command}"
+    if joined:
+        what += f" (joined by its dedupe key: its output went to the run that started it; qex logs {job_id[:8]})"
+    else:
+        what += "; its output follows"
+    return what

@@ -114,7 +114,7 @@ def wait_and_print(ctx: Context, job_id: str, limit: float | None, print_record:
 
 
 def follow(ctx: Context, job_id: str, limit: float | None, ints: Interrupts | None = None,
-           ends: Ends | None = None) -> int:
+           ends: Ends | None = None, sinks: tuple | None = None) -> int:
     """Stream the job's output as it is written; return the job's exit code. ``ints``:
     the signal handlers the caller installed (``qex run``'s: it owns its job); without
     them a signal leaves the job (``qex.cli.interrupt``).
@@ -125,14 +125,16 @@ def follow(ctx: Context, job_id: str, limit: float | None, ints: Interrupts | No
     runs already) the log files, saying on stderr what their limit cut before this
     reader got to it (``stream.Files``). Our stdout or stderr closed by its reader
     (``qex run ... | head``) is a SIGPIPE to the owner (its job is stopped, as a
-    pipe's writer would be), and leaves the job to a waiter (122)."""
+    pipe's writer would be), and leaves the job to a waiter (122). ``sinks``: the two
+    files that take its stdout and stderr instead of ours (``stream.Held``)."""
     from qex.cli import stream
 
     if ends is not None:
-        streams = stream.Pipes(ends)
+        streams = stream.Pipes(ends, sinks)
     else:
-        streams = stream.Files([(ctx.store.path(job_id, layout.STDOUT), "stdout", sys.stdout),
-                                (ctx.store.path(job_id, layout.STDERR), "stderr", sys.stderr)])
+        out, err_ = (sys.stdout, sys.stderr) if sinks is None else (stream.as_text(f) for f in sinks)
+        streams = stream.Files([(ctx.store.path(job_id, layout.STDOUT), "stdout", out),
+                                (ctx.store.path(job_id, layout.STDERR), "stderr", err_)])
     try:
         if ints is None:
             from qex.cli.interrupt import Interrupts
@@ -173,6 +175,17 @@ def _follow(ctx: Context, job_id: str, limit: float | None, streams: Pipes | Fil
         return outcome.WAIT_LIMIT
     for line in said:
         err(f"qex: {line}")
+    return outcome.exit_code(rec)
+
+
+def join(ctx: Context, job_id: str, ints: Interrupts) -> int:
+    """A deduplicated ``qex run``: wait for the job that holds the key and return its
+    code, printing none of its output (its own follower, the earlier tick, prints it:
+    a ``>> log`` gets each line once). A signal ends this wait only (122)."""
+    try:
+        rec = await_final(ctx, [job_id], None, on_tick=lambda: ints.act(ctx), on_record=AttemptNotes())[job_id]
+    except KeyboardInterrupt:
+        return ints.ended(job_id)
     return outcome.exit_code(rec)
 
 

@@ -268,6 +268,9 @@ KEYS = (
         "the age past which `qex clean --auto` removes an ended job's record", help="= {default}"),
     Key("store.max_records", "store_max_records", int, "positive_int", 10000, "text",
         "the most ended records `qex clean --auto` keeps", help="= {default}"),
+    Key("store.prune_every", "store_prune_every", float | None, "optional_duration", 600.0, "optional_duration",
+        "how often a supervisor whose job ended removes the records past max_age and max_records "
+        '(none still needed); "none": never (qex clean --auto only)', help="= {default}"),
     Key("pool", "pools", tuple[PoolDef, ...], "pools", (), "pools",
         "the pools jobs claim: plain units (count), or devices with a size each (devices, size, env, fence)",
         help='name = "gpu", devices = ["24GB", "24GB"], env = "CUDA_VISIBLE_DEVICES", fence = true\n'

@@ -136,80 +136,11 @@ def _await_final(ctx: Context, job_ids: list[str], answer: dict) -> None:
 
 
 def clean_jobs(ctx: Context, job_ids: list[str]) -> tuple[list[str], dict[str, str], dict[str, dict]]:
-    """Remove the directories of ended jobs. Returns (removed, refused: id -> why,
-    kept: id -> {"why", "needed_by"}): a record that queued or running work still
-    needs stays (``qex.store.needed.still_needed``, decided under the lock)."""
-    import shutil
+    """Remove the directories of ended jobs (``qex.queue.prune.remove_ended``), none of
+    another user's. Returns (removed, refused: id -> why, kept: id -> {"why", "needed_by"})."""
+    from qex.queue.prune import remove_ended
 
-    from qex.store.needed import still_needed
-
-    removed, refused, trash = [], {}, []
-    with ctx.store.lock():
-        idx = ctx.store.load_index_locked()
-        candidates = {}
-        for job_id in job_ids:
-            if job_id in idx.jobs:
-                refused[job_id] = f"it is {idx.jobs[job_id]['state']}; kill or cancel it first"
-                continue
-            try:
-                rec = ctx.store.read_status_dict(job_id)
-                check_owner(ctx, rec, "clean")
-            except PermissionRefused as exc:
-                refused[job_id] = str(exc)
-                continue
-            except Exception:
-                rec = None  # a broken record may always be cleaned by whoever can
-            group = rec.get("group") if isinstance(rec, dict) else None
-            candidates[job_id] = group if isinstance(group, str) else None
-        kept = still_needed(_active_everywhere(ctx, idx), candidates) if candidates else {}
-        for job_id in candidates:
-            if job_id in kept:
-                continue
-            _remove_cgroup(ctx, job_id)
-            hidden = os.path.join(ctx.store.jobs, layout.cleaned_job_dir(job_id))
-            try:
-                os.rename(ctx.store.job_dir(job_id), hidden)
-            except OSError as exc:
-                refused[job_id] = exc.strerror or str(exc)
-                continue
-            trash.append(hidden)
-            removed.append(job_id)
-        if removed:
-            from qex.store import history
-
-            history.forget_locked(ctx.store, removed)  # qex list shows no cleaned job
-        _sweep_cgroups(ctx, idx, removed)
-    for path in trash:
-        shutil.rmtree(path, ignore_errors=True)
-    return removed, refused, kept
-
-
-def _active_everywhere(ctx: Context, idx) -> list[tuple[str, dict]]:
-    """The active jobs of this queue (its index, lock held) and, in a shared state
-    directory, of the other members (their index files, read)."""
-    active = list(idx.jobs.items())
-    for _uid, other in ctx.store.others():
-        active += list(other.read_index_jobs().items())
-    return active
-
-
-def _remove_cgroup(ctx: Context, job_id: str) -> None:
-    """An ended job's memory cgroup goes with its record (if a process it left keeps it, it stays)."""
-    from qex.linux import cgroup
-
-    try:
-        cgroup.stop_and_remove(ctx.store.job_dir(job_id), job_id, kill=False)
-    except OSError:
-        pass
-
-
-def _sweep_cgroups(ctx: Context, idx, removed: list[str]) -> None:
-    from qex.linux import cgroup
-
-    try:
-        cgroup.sweep(ctx.store, set(idx.jobs), known=set(removed))
-    except OSError:
-        pass
+    return remove_ended(ctx, job_ids, lambda rec: check_owner(ctx, rec, "clean"))
 
 
 def sweep_unfinished_dirs(ctx: Context, older_than: float = 3600.0) -> int:

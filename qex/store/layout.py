@@ -27,6 +27,7 @@ literal out of them). Layout::
     <state>/learn.json, learn.lock the learner's store and its lock
                                    (learn.json.corrupt-<time>: a damaged one, moved aside)
     <state>/dedupe-recent.json     the dedupe keys of recently ended jobs
+    <state>/pruned                 empty; its time says when old records were last pruned
 
 Named by their writers, beside the file they become (not here: a temporary
 name follows from the final one): ``.<name>.<pid>.tmp`` while a file is written
@@ -59,6 +60,7 @@ WAKER_LOG = "waker.log"              # a waker's stdout and stderr (qex.queue.wa
 LEARN = "learn.json"                 # the learner's store (qex.jobs.learn)
 LEARN_LOCK = "learn.lock"            # held while the learner's store is rewritten (qex.jobs.learn)
 DEDUPE_RECENT = "dedupe-recent.json"  # the dedupe keys of recently ended jobs (qex.jobs.dedupe)
+PRUNED = "pruned"                    # its time: when ended records were last pruned (qex.queue.prune)
 
 
 

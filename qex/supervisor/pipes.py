@@ -99,6 +99,19 @@ class Ends:
         self._made = {}
 
 
+def followed(job_dir: str) -> bool:
+    """Whether a follower (the ``qex run`` that started the job) streams this job's output:
+    its FIFOs are in the directory until it closes them (``Ends.close``)."""
+    return any(stat.S_ISFIFO(_mode(os.path.join(job_dir, n))) for n in (layout.STDOUT_PIPE, layout.STDERR_PIPE))
+
+
+def _mode(path: str) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
 def make(job_dir: str, forward_stdin: bool) -> Ends:
     """The FIFOs of a job that this process follows, made in its directory before the
     commit (``stdin`` too when ``forward_stdin``); raises OSError (the caller follows

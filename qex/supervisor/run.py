@@ -373,6 +373,8 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
         return child  # a forked supervisor of another admitted job (the fds above are closed in it)
     if own_next is None or len(_LESSONS) >= TEACH_EVERY or time.monotonic() >= _LESSONS_DUE:
         _teach(ctx)
+    if own_next is None:
+        _prune(ctx)
     _close_and_end(launch, ctx)
     if own_next is not None:
         own_next.fresh = True  # admitted by this process's pass a moment ago (see _start)
@@ -402,6 +404,21 @@ def _teach(ctx: Context) -> None:
         lessons = _LESSONS[:]
         del _LESSONS[:]
         teach(ctx, lessons)
+
+
+def _prune(ctx: Context) -> None:
+    """Old records go (``qex.queue.prune.auto``: at most once per ``[store] prune_every``),
+    and the files of the groups they were the last of. Never a reason to fail the job."""
+    try:
+        from qex.queue import prune
+
+        removed = prune.auto(ctx)
+        if removed:
+            from qex.jobs import groups
+
+            groups.prune(ctx)
+    except Exception:
+        _print_exc()
 
 
 def _until_recorded(ctx: Context, mutate):
