@@ -261,6 +261,7 @@ dir = "/srv/qex-peers"
 [store]
 max_age = "7d"
 max_records = 50
+prune_every = "none"
 """
     path = write(tmp_path, text)
     c = load_config(path, env={})
@@ -273,7 +274,7 @@ max_records = 50
     assert c.hook_on_stop == ("notify-send", "qex") and c.hook_states == ("failed", "oom") and c.hook_timeout == 10
     assert c.learn_enabled is False and c.learn_margin == pytest.approx(0.5)
     assert c.peers_dir == "/srv/qex-peers"
-    assert c.store_max_age == 7 * 86400 and c.store_max_records == 50
+    assert c.store_max_age == 7 * 86400 and c.store_max_records == 50 and c.store_prune_every is None
     assert all(source == path for key, source in c.sources.items() if key != "pool")
     assert c.sources["pool"] == "default"
 

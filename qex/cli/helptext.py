@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from qex.base.errors import UsageError
 from qex.cli.common import out
+from qex.cli.help_cron import CRON
 from qex.cli.help_resources import RESOURCES
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -71,7 +72,9 @@ Exit codes of submit --wait/--follow, run, wait, status --wait|--follow|--quiet:
   124   your wait reached its own limit; the job continues
   125   something stopped the job: kill, cancel, --timeout, a signal to qex run
   126   a job it needed did not succeed (state skipped)
-  127   no job or group with that id
+  127   no job or group with that id (from qex; the shell also returns 127
+        when it finds no command: qex not on the PATH, as in a crontab's
+        bare PATH -- its stderr says "not found")
 
 On these commands a bad command line (an unknown option, a missing argument,
 an ambiguous id or name) is 121, never 2: 2 is a job's own code there.
@@ -109,6 +112,7 @@ queued -> expired | cancelled | skipped (without running)
   skipped    a job it --needs did not succeed
 """,
     "resources": RESOURCES,
+    "cron": CRON,
     "config": """\
 The config file: $QEX_CONFIG, else $XDG_CONFIG_HOME/qex.toml, else
 ~/.config/qex.toml. Missing = the defaults. A file that cannot be read, a

@@ -202,6 +202,7 @@ def _args_submit(c):
 def _args_pipeline(c):
     c.add_argument("file", metavar="FILE", help="a pipeline file (TOML, YAML or JSON; qex help job-file)")
     c.add_argument("--id-file", metavar="FILE", help="write the group and each stage here, one 'ID NAME' a line")
+    c.add_argument("--quiet", action="store_true", help="no notice on stderr: only the group id, on stdout")
 
 
 def _args_rerun(c):

@@ -34,7 +34,8 @@ def cmd_pipeline(args: Namespace) -> int:
 
     become.finish_pass(ctx, result)
     _report(group_id, name, jobs, args)
-    err(f"qex: pipeline {name}: {len(jobs)} stage{'s' if len(jobs) != 1 else ''} queued as group {group_id[:8]}")
+    if not args.quiet:
+        err(f"qex: pipeline {name}: {len(jobs)} stage{'s' if len(jobs) != 1 else ''} queued as group {group_id[:8]}")
     out(group_id)
     return 0
 

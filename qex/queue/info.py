@@ -39,6 +39,7 @@ def gather(ctx: Context) -> dict:
         "budget": {"cpu": cpu_budget / 1000, "mem": mem_budget,
                    "cpu_above_machine": cpu_budget > ctx.cores * 1000, "mem_above_machine": mem_budget > ctx.mem_total,
                    "reserve_mem": ctx.reserve(), "mode": ctx.config.mode},
+        "defaults": _defaults(ctx, cpu_budget, mem_budget),
         "held": {"cpu": sum(e["cpu"] for _, e in running) / 1000, "mem": sum(e["mem"] for _, e in running),
                  "jobs": [{"id": j, "name": e["name"], "owner": e["owner"], "cpu": e["cpu"] / 1000, "mem": e["mem"],
                            "assigned": e["assigned"]} for j, e in sorted(running, key=lambda x: x[1]["seq"])]},
@@ -159,6 +160,14 @@ def _pool(pool, running, snap) -> dict:
     return out
 
 
+def _defaults(ctx: Context, cpu_budget: int, mem_budget: int) -> dict:
+    """What a job that claims nothing claims, and how many such jobs the budget runs at once."""
+    cpu = ctx.config.default_cpu_millicores(ctx.cores, ctx.mem_total)
+    mem = ctx.config.default_mem_bytes(ctx.cores, ctx.mem_total)
+    fit = min(cpu_budget // cpu if cpu > 0 else 0, mem_budget // mem if mem > 0 else cpu_budget // max(cpu, 1))
+    return {"cpu": cpu / 1000, "mem": mem, "fit": int(fit)}
+
+
 def render(info: dict) -> str:
     b, h, m = info["budget"], info["held"], info["machine"]
     lines = [
@@ -169,6 +178,11 @@ def render(info: dict) -> str:
         + (" — above the machine, as written in the config" if b["cpu_above_machine"] or b["mem_above_machine"] else ""),
         f"held      {format_cores(round(h['cpu'] * 1000))} cores, {format_size(h['mem'])} by {len(h['jobs'])} job(s) of this queue",
     ]
+    d = info.get("defaults")
+    if d:
+        lines.insert(2, f"defaults  {format_cores(round(d['cpu'] * 1000))} cores, {format_size(d['mem'])} for a job "
+                        f"that claims none ([defaults] cpu, mem; memory: or what qex learned): {d['fit']} such "
+                        "job(s) at once in the budget")
     for j in h["jobs"]:
         lines.append(f"          {j['id'][:8]} {safe_text(j['name'], 30)}: {format_cores(round(j['cpu'] * 1000))} cores, "
                      f"{format_size(j['mem'])}")

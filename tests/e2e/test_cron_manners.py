@@ -150,3 +150,21 @@ def test_list_shows_names_whole(qq):
     listed = qq.run("list", check=0).stdout
     for name in names:
         assert name in listed, listed
+
+
+def test_pipeline_quiet_prints_only_the_group_id(qq):
+    path = os.path.join(qq.root, "nightly.toml")
+    with open(path, "w") as fh:
+        fh.write('[[jobs]]\nname = "a"\ncommand = ["true"]\n[[jobs]]\nname = "b"\ncommand = ["true"]\nneeds = ["a"]\n')
+    proc = qq.run("pipeline", "--quiet", path)
+    assert proc.returncode == 0 and proc.stderr == "" and len(proc.stdout.strip()) == 36, proc
+    assert qq.run("wait", "--quiet", proc.stdout.strip()).returncode == 0
+
+
+def test_info_says_the_default_claims_and_how_many_such_jobs_run_at_once(qq):
+    text = qq.run("info", check=0).stdout
+    line = next(li for li in text.splitlines() if li.startswith("defaults"))
+    assert "0.5 cores, 50MB" in line and "4 such job(s) at once" in line, line  # budget 2 cores, 2GB
+    import json
+
+    assert json.loads(qq.run("info", "--json", check=0).stdout)["defaults"] == {"cpu": 0.5, "mem": 50 << 20, "fit": 4}
