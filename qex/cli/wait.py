@@ -240,6 +240,10 @@ def cmd_status(args: Namespace) -> int:
     if not args.quiet:
         if args.json:
             print_json(records if target.is_group else records[0])
+        elif target.is_group and not (args.all or args.show_env):
+            from qex.cli.render import group_summary
+
+            out(group_summary(records, target.group, target.group_name, time.time()))
         else:
             from qex.cli.render import describe
 
