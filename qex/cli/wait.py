@@ -170,14 +170,16 @@ def _limit(args):
 
 
 def cmd_wait(args: Namespace) -> int:
+    from qex.cli.progress import Progress
     from qex.jobs.resolve import resolve_jobs
 
     ctx = context()
     job_ids = resolve_jobs(ctx.store, args.ids)
+    live = Progress(len(job_ids), wanted=not args.quiet and len(job_ids) > 1)  # (a terminal's live line)
     old = _sigterm_as_interrupt()
     try:
         done = await_final(ctx, job_ids, _limit(args), first=args.next,
-                           on_record=None if args.quiet else _wait_notes())
+                           on_record=live.watch(None if args.quiet else _wait_notes()), on_tick=live.tick)
     except KeyboardInterrupt:
         err("qex: stopped waiting; the jobs continue")
         return outcome.INTERRUPTED
@@ -186,6 +188,7 @@ def cmd_wait(args: Namespace) -> int:
             err("qex: the wait reached its limit; the jobs continue")
         return outcome.WAIT_LIMIT
     finally:
+        live.close()
         signal.signal(signal.SIGTERM, old)
     records = [done[j] for j in job_ids if j in done]
     if args.json:
