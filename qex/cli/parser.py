@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("take queued jobs out of the queue", "qex.cli.control:cmd_cancel"),
     "clean": ("remove the records of ended jobs", "qex.cli.control:cmd_clean"),
     "info": ("budget, load, pools, peers, queue health", "qex.cli.show:cmd_info"),
+    "top": ("a live view of the queue: what runs, waits and ended; k kill, c cancel, l log", "qex.cli.top:cmd_top"),
     "pause": ("pause the queue, or hold a lock for yourself; alone: show what is paused", "qex.cli.pause:cmd_pause"),
     "resume": ("end a pause of the queue or of a lock", "qex.cli.pause:cmd_resume"),
     "events": ("one line per change of any job, as it happens", "qex.cli.events:cmd_events"),
@@ -302,6 +303,11 @@ def _args_clean(c):
     c.add_argument("--older-than", metavar="T")
     c.add_argument("--auto", action="store_true", help="apply [store] max_age and max_records")
     c.add_argument("--all", action="store_true", help="every ended job")
+
+
+def _args_top(c):
+    c.add_argument("--once", action="store_true",
+                   help="print one plain frame (no escape codes) and leave: for a pipe or a script")
 
 
 def _args_info(c):
