@@ -97,8 +97,9 @@ def test_a_history_line_of_an_older_qex_still_shows_elapsed_and_peak(q):
             lines.append(json.dumps(row, separators=(",", ":")).encode())
     with open(path, "wb") as fh:
         fh.write(b"\n".join(lines) + b"\n")
-    row = rows(q)[1]
-    assert row[0] == job[:8] and row[5] != "-" and row[6] != "-", row
+    table = rows(q)
+    assert table[0][5:7] == ["ELAPSED", "PEAK"] and table[1][0] == job[:8], table
+    assert table[1][5] != "-" and table[1][6] != "-", table
 
 
 def test_a_group_status_is_a_summary_and_all_gives_every_record(q):

@@ -70,7 +70,7 @@ class Pane:
         with open(script, "w") as fh:
             fh.write("\n".join(lines) + "\n")
         os.chmod(script, 0o755)
-        self.tm("new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height), script)
+        self.tm("new-session", "-d", "-s", self.name, "-c", self.dir, "-x", str(width), "-y", str(height), script)
         self.started = True
         self.tm("pipe-pane", "-o", "-t", self.name, f"cat >> {shlex.quote(self.path('raw'))}")
         open(go, "w").close()
