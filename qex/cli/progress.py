@@ -11,6 +11,7 @@ half overwritten. On a pipe, a file or ``TERM=dumb`` there is no line at all
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -36,6 +37,7 @@ class Progress:
         self.total, self.began, self.drawn_at = total, time.monotonic(), 0.0
         self.jobs: dict[str, dict] = {}  # id -> its last record read (the fields the line needs)
         self.shown = False
+        self.pid = os.getpid()  # (a supervisor forked by a pass of the wait has stderr on its log: no line there)
         self._saved = None
         if self.on:  # whatever else writes on stderr meanwhile erases the line first
             self._saved, sys.stderr = sys.stderr, _Above(sys.stderr, self)
@@ -102,6 +104,8 @@ class Progress:
         return work / max(1, len(running))
 
     def _write(self, text: str) -> None:
+        if os.getpid() != self.pid:
+            return
         try:
             self.stream.write(text)  # (the terminal's stderr itself, never the wrapper: _Above)
             self.stream.flush()
