@@ -172,7 +172,10 @@ def build(data: dict, width: int | None, height: int | None, selected: str | Non
     first = 0 if at < room else at - room + 1
     frame.table_at = len(frame.lines)
     for rec in rows[first:first + room]:
-        pieces = row_pieces(rec, fields, data["now"])
+        try:
+            pieces = row_pieces(rec, fields, data["now"])
+        except (TypeError, ValueError, KeyError, AttributeError):  # a damaged line of the history, say
+            pieces = [(f"{safe_text(str(rec.get('id', '?')), 8):<8}  (this job's row cannot be read)", "bad")]
         if selected is not None and rec.get("id") == selected:
             pieces = [(t, "selected") for t, _ in pieces] + [(" " * max(0, (width or 0) - _len(pieces)), "selected")]
         frame.add(*pieces)
