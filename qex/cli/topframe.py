@@ -183,6 +183,8 @@ def build(data: dict, width: int | None, height: int | None, selected: str | Non
     if status:
         while height is not None and len(frame.lines) < height - 1:
             frame.add(("", None))
+        if height is not None and len(frame.lines) > height - 1:  # a short terminal: the status line stays
+            frame.lines = frame.lines[:max(0, height - 1)]
         frame.add(*status)
     return frame
 
