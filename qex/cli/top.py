@@ -39,7 +39,7 @@ HELP = """\
 qex top: the queue, read again every second (it takes no lock and starts nothing)
 
   up/down, PgUp/PgDn, Home/End, Ctrl-P/Ctrl-N   move
-  k        kill the job (a running one, its every process; asks first)
+  k        kill the job (a running one, its every process; a queued one is cancelled; asks first)
   c        cancel the job (a queued one; asks first)
   l        the last lines of the job's output (again: back)
   /        show only the rows that hold a text (id, name, state, user, reason); empty: all
@@ -304,21 +304,17 @@ class Screen:
 def act(ctx: Context, verb: str, job_id: str) -> str:
     """Kill or cancel one job through qex.control.actions; what happened, in words."""
     from qex.base.errors import QexError
-    from qex.control.actions import cancel_jobs, kill_jobs
+    from qex.control.actions import CANCEL, KILL, stop_jobs
 
     try:
-        if verb == "kill":
-            what = kill_jobs(ctx, [job_id], wait=False).get(job_id, "")
-        else:
-            what = cancel_jobs(ctx, [job_id]).get(job_id, "")
+        what = stop_jobs(ctx, [job_id], KILL if verb == "kill" else CANCEL, wait=False).get(job_id, "")
     except QexError as exc:
         return f"{verb} {job_id[:8]}: {exc}"
     if what.startswith("ended:"):
         return f"{job_id[:8]} has already ended ({what[6:]})"
     return {"signal": f"killing {job_id[:8]}: its supervisor stops every process of it",
-            "queued": f"{job_id[:8]} is queued, not running: c cancels it",
             "running": f"{job_id[:8]} is running, not queued: k kills it",
-            "cancelled": f"cancelled {job_id[:8]}"}.get(what, f"{verb} {job_id[:8]}: {what}")
+            "cancelled": f"cancelled {job_id[:8]}: it will not start"}.get(what, f"{verb} {job_id[:8]}: {what}")
 
 
 def log_tail(ctx: Context, rec: dict) -> list[str]:
