@@ -289,6 +289,27 @@ stages, takes out the queued ones), cancel G, clean G, list --group G, and
 --needs G. `qex schema pipeline` gives the schema; `qex rerun ID` submits one
 job's spec again under a new id.
 """,
+    "watch": """\
+Watching the queue (and what ran)
+
+  qex top                 live: budget bars, pools and devices, the jobs that run, wait
+                          (and why) and ended; read every second, no lock, starts nothing
+  qex top --once          one plain frame, for a pipe or a script
+  qex wait G              on a terminal, one live line: ended/total, running, waiting,
+                          the time so far, an estimate of the rest (erased at the end)
+  qex status G            a group in a few lines: each state's count, the jobs that did
+                          not succeed (with codes), the running ones, CPU time, peak; --all
+  qex list --last 20 --since 2h --state failed,killed --name 'train-*'
+  qex list --format id,state,exit,started,elapsed,cpu,peak [--json]
+
+qex top's keys: up/down move, k kill, c cancel (each asks y/n), l the job's
+output, / filter, ? help, q quit. Bars: # this queue, = other queues, . free.
+ELAPSED: queued, the time in the queue so far; running, since its start;
+ended, from its start to its end. list --json adds submitted, started, ended
+(ISO 8601, local time and offset) beside the epoch fields, and elapsed (s).
+Colour only on a terminal, never with NO_COLOR set; TERM=dumb gets no colour,
+no live line, and from qex top one plain frame. A pipe gets what it always did.
+""",
     "each-line": """qex submit --each-line FILE|- [options] -- COMMAND ... {} ...
 
 One job per line of FILE (- reads stdin), all in one group:

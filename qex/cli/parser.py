@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "clean": ("remove the records of ended jobs that no queued or running job needs",
               "qex.cli.control:cmd_clean"),
     "info": ("budget, load, pools, peers, queue health", "qex.cli.show:cmd_info"),
+    "top": ("a live view of the queue: what runs, waits and ended; k kill, c cancel, l log", "qex.cli.top:cmd_top"),
     "pause": ("pause the queue, or hold a lock for yourself; alone: show what is paused", "qex.cli.pause:cmd_pause"),
     "resume": ("end a pause of the queue or of a lock", "qex.cli.pause:cmd_resume"),
     "events": ("one line per change of any job, as it happens", "qex.cli.events:cmd_events"),
@@ -136,6 +137,21 @@ def _int(option):
     return parse
 
 
+def _state_list(known):
+    """``--state running,queued``: each word one of ``known``; a list, appended (``cmd_list`` joins them)."""
+    def parse(text):
+        from qex.base.errors import UsageError
+
+        words = [w.strip() for w in text.split(",") if w.strip()]
+        bad = [w for w in words if w not in known]
+        if bad or not words:
+            raise UsageError(f"--state: {', '.join(map(repr, bad)) or 'nothing'} is no state; "
+                             f"the states are {', '.join(known)}")
+        return words
+    parse.__name__ = "state list"
+    return parse
+
+
 def join_dash_values(parser: Parser, argv: list[str]) -> list[str]:
     """`--mem -5GB` reaches the option as its value (argparse would take it for
     an option), so that the value is refused with the option's own sentence."""
@@ -228,7 +244,8 @@ def _args_status(c):
     c.add_argument("--wait", action="store_true")
     c.add_argument("--follow", action="store_true")
     c.add_argument("--quiet", action="store_true", help="print nothing; the exit code says it (100: not stopped)")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="the record (a group: every record, an array)")
+    c.add_argument("--all", action="store_true", help="a group: every record in words, not the summary")
     c.add_argument("--show-env", action="store_true", help="also print the job's environment (your jobs only)")
     c.add_argument("--timeout", metavar="T", help="with --wait/--follow: stop waiting after T (124)")
 
@@ -236,11 +253,23 @@ def _args_status(c):
 def _args_list(c):
     from qex.base.states import STATES
 
-    c.add_argument("--state", action="append", default=[], choices=STATES + ("active", "final"))
+    c.description = (f"{c.description}. ELAPSED counts: queued, the time in the queue so far; running, since "
+                     "it started; ended, from its start to its end. STARTED and ENDED are local clock times.")
+    c.add_argument("--state", action="append", default=[], type=_state_list(STATES + ("active", "final")),
+                   metavar="S[,S...]", help=f"only these states (a comma list, repeatable): "
+                                            f"{', '.join(STATES)}, active, final")
     c.add_argument("--group", metavar="G")
     c.add_argument("--tag", action="append", default=[])
     c.add_argument("--cwd", metavar="DIR")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--name", metavar="NAME", help="only jobs of this name (or a shell pattern: 'train-*')")
+    c.add_argument("--since", metavar="T", help="only jobs active since T: still queued or running, or ended "
+                                                "after it (1h, 2d, or an ISO time: 2025-03-21T14:00)")
+    c.add_argument("--last", type=_int("--last"), metavar="N", help="only the newest N (after the other filters)")
+    c.add_argument("--format", metavar="FIELDS", help="the columns, e.g. id,state,elapsed,peak; the fields: "
+                                                      "id, name, state, owner, exit, submitted, started, ended, "
+                                                      "elapsed, cpu, peak, claims, group, tags, reason")
+    c.add_argument("--json", action="store_true", help="a JSON array: each record with ISO 8601 times (submitted, "
+                                                       "started, ended) and elapsed; with --format, those fields")
 
 
 def _args_logs(c):
@@ -282,6 +311,11 @@ def _args_clean(c):
     c.add_argument("--all", action="store_true", help="every ended job")
     c.add_argument("--json", action="store_true",
                    help="print what was removed, kept (still needed by queued or running work) and refused")
+
+
+def _args_top(c):
+    c.add_argument("--once", action="store_true",
+                   help="print one plain frame (no escape codes) and leave: for a pipe or a script")
 
 
 def _args_info(c):
