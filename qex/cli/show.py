@@ -21,6 +21,11 @@ if TYPE_CHECKING:
 def cmd_version(args: Namespace) -> int:
     from qex.base.version import VERSION
 
+    if args.json:  # qex schema version
+        from qex.store.records import FORMAT
+
+        print_json({"version": VERSION, "record_format": FORMAT})
+        return 0
     out(f"qex {VERSION}")
     return 0
 

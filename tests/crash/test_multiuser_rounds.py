@@ -86,12 +86,12 @@ def test_a_submission_killed_after_its_gate_leaves_no_job_unseen_by_the_others(u
         assert his.returncode == 0, his.stderr
         job = his.stdout.strip()
         time.sleep(1.0)  # (a pass that would start it has had its chance)
-        rec = json.loads(h.qex(0, "status", "--json", job).stdout)
+        rec = json.loads(h.qex(0, "status", "--json", job).stdout)[0]
         assert rec["state"] == "queued" and users.names[1] in (rec.get("blocked_reason") or ""), rec
         with open(gate, "w"):
             pass
         deadline = time.monotonic() + 30
-        while json.loads(h.qex(0, "status", "--json", job).stdout)["state"] != "completed":
+        while json.loads(h.qex(0, "status", "--json", job).stdout)[0]["state"] != "completed":
             assert time.monotonic() < deadline, "the job did not start once the other user's ended"
             time.sleep(0.2)
     finally:
