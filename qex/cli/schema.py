@@ -222,6 +222,8 @@ def _info() -> dict:
         "machine": (any_obj, "this machine: cores, mem_total and mem_available (bytes)"),
         "budget": (any_obj, "the budget qex admits against: cpu (cores), mem (bytes), reserve_mem (bytes), mode"),
         "held": (any_obj, "what the running jobs hold: cpu (cores), mem (bytes), and each job"),
+        "defaults": (any_obj, "what a job that claims nothing claims: cpu (cores), mem (bytes), and fit: how "
+                              "many such jobs the budget runs at once"),
         "pools": (_arr(any_obj), "each pool of the config: its units and who holds them"),
         "peers": (_arr(any_obj), "what other users' queues hold (the peer directory): cpu in cores, mem in bytes"),
         "peer_dir": (any_obj, "the peer directory: its path, its problems, each record read or ignored"),
