@@ -83,7 +83,7 @@ def test_an_edit_in_place_of_the_same_size_and_mtime_is_seen(q, tmp_path):
     old = os.stat(q.config).st_mtime_ns - 3_600_000_000_000
     os.utime(q.config, ns=(old, old))
     hit = wait_cached(q, cache)
-    assert hit["values"]["budget.cpu"]["value"] == 2000
+    assert hit["values"]["budget.cpu"]["value"] == 2.0
     ino = os.stat(q.config).st_ino
     with open(q.config, "r+") as fh:  # the same inode, the same size, the same mtime: only ctime moves
         fh.write("[budget]\ncpu = 3\n")
@@ -91,8 +91,8 @@ def test_an_edit_in_place_of_the_same_size_and_mtime_is_seen(q, tmp_path):
     st = os.stat(q.config)
     assert (st.st_ino, st.st_size, st.st_mtime_ns) == (ino, len("[budget]\ncpu = 3\n"), old)
     seen = cached_show(q, cache)
-    assert seen["values"]["budget.cpu"]["value"] == 3000 and not seen["from_cache"]
-    assert wait_cached(q, cache)["values"]["budget.cpu"]["value"] == 3000
+    assert seen["values"]["budget.cpu"]["value"] == 3.0 and not seen["from_cache"]
+    assert wait_cached(q, cache)["values"]["budget.cpu"]["value"] == 3.0
 
 
 def test_a_replaced_file_is_seen(q, tmp_path):
@@ -102,7 +102,7 @@ def test_a_replaced_file_is_seen(q, tmp_path):
     with open(q.config + ".new", "w") as fh:
         fh.write("[budget]\ncpu = 3\n")
     os.rename(q.config + ".new", q.config)
-    assert cached_show(q, cache)["values"]["budget.cpu"]["value"] == 3000
+    assert cached_show(q, cache)["values"]["budget.cpu"]["value"] == 3.0
 
 
 def test_a_cache_qex_did_not_write_for_this_user_is_ignored(q, tmp_path):
@@ -115,18 +115,18 @@ def test_a_cache_qex_did_not_write_for_this_user_is_ignored(q, tmp_path):
 
     # The test can fail: a forged entry in a file of the right owner and mode is believed.
     rewrite_cache(cache, forged)
-    assert cached_show(q, cache)["values"]["budget.cpu"]["value"] == 7000
+    assert cached_show(q, cache)["values"]["budget.cpu"]["value"] == 7.0
 
     rewrite_cache(cache, forged)
     os.chmod(cache_file(cache), 0o644)  # readable by others: not ours alone
     shown = cached_show(q, cache)
-    assert shown["values"]["budget.cpu"]["value"] == 2000 and not shown["from_cache"]
+    assert shown["values"]["budget.cpu"]["value"] == 2.0 and not shown["from_cache"]
 
     wait_cached(q, cache)
     rewrite_cache(cache, forged)
     os.chmod(os.path.join(cache, "qex"), 0o755)  # a directory others can read: not read at all
     shown = cached_show(q, cache)
-    assert shown["values"]["budget.cpu"]["value"] == 2000 and not shown["from_cache"]
+    assert shown["values"]["budget.cpu"]["value"] == 2.0 and not shown["from_cache"]
     os.chmod(os.path.join(cache, "qex"), 0o700)
 
     if os.geteuid() != 0:
@@ -135,7 +135,7 @@ def test_a_cache_qex_did_not_write_for_this_user_is_ignored(q, tmp_path):
     rewrite_cache(cache, forged)
     os.chown(cache_file(cache), 12345, 12345)
     shown = cached_show(q, cache)
-    assert shown["values"]["budget.cpu"]["value"] == 2000 and not shown["from_cache"]
+    assert shown["values"]["budget.cpu"]["value"] == 2.0 and not shown["from_cache"]
 
 
 def test_a_bad_config_is_never_cached_and_its_message_is_unchanged(q, tmp_path):

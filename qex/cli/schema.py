@@ -52,6 +52,7 @@ NO_JSON = {
     "schema": "it prints JSON Schemas: always JSON",
     "help": "words for people",
     "completions": "a script for a shell",
+    "top": "a full-screen view for people (qex list --json and qex info --json give the same facts)",
 }
 
 _PRIMITIVES = {str: {"type": "string"}, int: {"type": "integer"}, float: {"type": "number"},

@@ -114,7 +114,6 @@ def test_stdin_and_name_for_the_group(qq):
     ("comments-only", "no usable line"),
     ("too-many", "--max-jobs 3"),
     ("max-jobs-zero", "--max-jobs"),
-    ("json", "--json"),
     ("wait", "--wait"),
     ("follow", "--follow"),
     ("job", "--job"),
@@ -132,7 +131,6 @@ def test_all_or_nothing(qq, case, words):
         "comments-only": [write(qq, "c.txt", "# x\n\n  \n"), "--", "echo", "{}"],
         "too-many": [good, "--max-jobs", "3", "--", "echo", "{}"],
         "max-jobs-zero": [good, "--max-jobs", "0", "--", "echo", "{}"],
-        "json": [good, "--json", "--", "echo", "{}"],
         "wait": [good, "--wait", "--", "echo", "{}"],
         "follow": [good, "--follow", "--", "echo", "{}"],
         "job": [good, "--job", write(qq, "j.toml", 'command = ["true"]\n'), "--", "echo", "{}"],
@@ -278,3 +276,12 @@ def test_a_fan_out_imports_no_attrs_or_cattrs(qq):
     group = proc.stdout.strip()
     assert qq.run("wait", group).returncode == 0
     assert sorted(logged(qq, r["id"]) for r in group_members(qq, group)) == ["a\n", "b\n"]
+
+
+def test_a_fanout_with_json_prints_its_group(qq):
+    """--json on --each-line (issue 25: it was refused): the group, its jobs' ids and names."""
+    good = write(qq, "good.txt", "a\nb\n")
+    proc = qq.run("submit", "--each-line", good, "--json", "--", "echo", "{}")
+    assert proc.returncode == 0, proc.stderr
+    group = json.loads(proc.stdout)
+    assert len(group["jobs"]) == 2 and {j["name"] for j in group["jobs"]} == {"echo-001-a", "echo-002-b"}

@@ -74,7 +74,7 @@ def test_a_broken_record_leaves_list_and_status_of_the_others_working(qq, damage
     for job, code in ((good, 0), (running, 100)):
         status = qq.run("status", "--json", job)
         assert status.returncode == 0, status.stderr
-        assert json.loads(status.stdout)["id"] == job
+        assert json.loads(status.stdout)[0]["id"] == job
         assert qq.run("status", "--quiet", job).returncode == code
     bad = qq.run("status", broken)
     assert bad.returncode in (1, 121), bad
