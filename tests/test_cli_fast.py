@@ -72,3 +72,28 @@ def test_a_plain_submission_imports_no_argparse(q):
     assert bad.returncode == 121 and bad.stderr.startswith("qex: --cpu"), bad.stderr
     rec = q.wait_state(q.submit("sh", "-c", "exit 3"), "failed")
     assert rec["command"] == ["sh", "-c", "exit 3"] and rec["exit_code"] == 3
+
+
+def test_a_bad_submit_line_gives_121_by_either_path(q):
+    """The fast path hands every line with an option to the parser; the parser's refusal
+    and the fast path's own (no command) reach one mapping (qex.cli.error_exit_code)."""
+    for argv, words in ((["submit", "--"], "no command"), (["submit", "--bogus", "--", "true"], "unrecognized"),
+                        (["submit", "-x"], "unrecognized"), (["submit", "--cpu"], "expected one argument")):
+        proc = q.run(*argv)
+        assert proc.returncode == 121 and words in proc.stderr, (argv, proc.returncode, proc.stderr)
+
+
+@pytest.mark.parametrize("argv,table", [
+    (["submit", "x"], True), (["run"], True), (["pipeline"], True), (["rerun"], True), (["wait"], True),
+    (["status", "x", "--quiet"], True), (["status", "x", "--qu"], True), (["status", "--wait", "x"], True),
+    (["status", "x", "--fol"], True), (["status", "x"], False), (["status", "x", "--json"], False),
+    (["status", "x", "--"], False), (["list"], False), (["logs", "x", "--follow"], False), ([], False)])
+def test_the_commands_of_the_exit_code_table(argv, table):
+    from qex.base.errors import AmbiguousId, ConfigError, NoSuchJob, UsageError
+    from qex.cli import error_exit_code, reports_a_job
+
+    assert reports_a_job(argv) is table
+    assert error_exit_code(argv, UsageError("x")) == (121 if table else 2)
+    assert error_exit_code(argv, AmbiguousId("x")) == (121 if table else 2)
+    assert error_exit_code(argv, ConfigError("x")) == (121 if table else 1)
+    assert error_exit_code(argv, NoSuchJob("x")) == 127

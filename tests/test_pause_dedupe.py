@@ -106,16 +106,20 @@ def test_a_queue_pause_is_refused_in_a_state_directory_of_another_user(tmp_path)
     pause.check_may_pause_queue(make_ctx(tmp_path, uid=0))
 
 
-def test_another_users_lock_pause_is_ended_only_by_them_the_owner_or_root(tmp_path):
-    owner = os.stat(tmp_path).st_uid
-    alice = make_ctx(tmp_path, uid=owner + 1)
+def test_whose_a_pause_is_comes_from_its_files_owner_never_from_its_fields(tmp_path):
+    ctx = make_ctx(tmp_path)
     now = time.time()
-    engine.run_pass(alice, lambda txn: pause.pause_locked(alice, txn, "lock", "db", "", None, now))
-    bob = make_ctx(tmp_path, uid=owner + 2)
-    with pytest.raises(PermissionRefused, match="paused by tester"):
-        engine.run_pass(bob, lambda txn: pause.resume_locked(bob, txn, "lock", "db", now))
-    assert engine.run_pass(make_ctx(tmp_path, uid=owner),
-                           lambda txn: pause.resume_locked(make_ctx(tmp_path, uid=owner), txn, "lock", "db", now)).value
+    engine.run_pass(ctx, lambda txn: pause.pause_locked(ctx, txn, "lock", "db", "", None, now))
+    path = pause.path_for(ctx.store, "lock", "db")
+    data = json.load(open(path))
+    data.update(user="alice", uid=os.getuid() + 4242)  # a field written by hand
+    with open(path, "w") as fh:
+        json.dump(data, fh)
+    p = pause.read_file(path, "lock", "db")
+    assert p.uid == os.stat(path).st_uid and p.user != "alice"
+    other = make_ctx(tmp_path, uid=os.getuid() + 4242)  # the uid the field names: not the pauser
+    with pytest.raises(PermissionRefused, match="was paused by"):
+        engine.run_pass(other, lambda txn: pause.resume_locked(other, txn, "lock", "db", now))
 
 
 def test_the_recent_keys_file_is_bounded_and_keeps_the_newest(tmp_path, monkeypatch):

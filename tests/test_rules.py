@@ -223,3 +223,72 @@ def test_the_names_check_sees_a_literal():
             'NAME = "pid"\n')
     assert _name_literals(ast.parse(code), names) == [(2, "lock"), (3, "status.json"), (4, "waker-{}.lock"),
                                                       (6, "status.json"), (7, ".cut"), (8, "pid")]
+
+
+# ---- a number read back from a file ---------------------------------------------------------
+
+NUMBER_HOME = "base/numbers.py"
+SHOWS_A_NUMBER = {("base/units.py", "format_duration")}  # words for a number; it reads none
+
+
+def _infinite(node) -> bool:
+    """``float("inf")``, ``float("-nan")``...: a value no finite number equals."""
+    return (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "float" and len(node.args) == 1
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+            and node.args[0].value.strip().lstrip("+-").lower() in ("inf", "infinity", "nan"))
+
+
+def _number_checks(tree) -> list[int]:
+    """Lines that decide by themselves whether a number is finite: math.isfinite/isnan/isinf
+    (or their names imported), math.inf, a comparison with float("inf") or float("nan"),
+    ``x != x`` or ``x == x`` (NaN), ``x - x`` (zero but for NaN and the infinities). A
+    sentinel (``FOREVER = float("inf")``) decides nothing."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("isfinite", "isnan", "isinf", "inf", "nan"):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Name) and node.id in ("isfinite", "isnan", "isinf"):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Compare) and any(_infinite(n) for part in [node.left, *node.comparators]
+                                                   for n in ast.walk(part)):
+            found.append(node.lineno)
+        elif (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq))
+              and ast.dump(node.left) == ast.dump(node.comparators[0])):
+            found.append(node.lineno)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and ast.dump(node.left) == ast.dump(node.right):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def _lines_of(tree, functions: set[str]) -> set[int]:
+    return {line for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name in functions
+            for line in range(node.lineno, node.end_lineno + 1)}
+
+
+def test_only_the_number_check_decides_whether_a_number_read_is_finite():
+    """Every number read (a record, the index, the journal, a peer record, a pause, learn.json,
+    the config) is held to its bounds by qex/base/numbers.py: no other module checks one itself."""
+    spelled = {}
+    for path in sorted(QEX.rglob("*.py")):
+        rel = path.relative_to(QEX).as_posix()
+        if rel == NUMBER_HOME:
+            continue
+        tree = ast.parse(path.read_text())
+        allowed = _lines_of(tree, {f for m, f in SHOWS_A_NUMBER if m == rel})
+        found = [line for line in _number_checks(tree) if line not in allowed]
+        if found:
+            spelled[rel] = found
+    assert spelled == {}
+
+
+def test_the_number_checks_check_sees_each_spelling():
+    code = ("import math\n"
+            "a = math.isfinite(v)\n"
+            "b = v != v\n"
+            "c = v - v == 0\n"
+            "d = v in (float('inf'), float('-inf'))\n"
+            "e = x < math.inf\n"
+            "f = isnan(v)\n"
+            "g = a != b\n"
+            "FOREVER = float('inf')\n")
+    assert _number_checks(ast.parse(code)) == [2, 3, 4, 5, 6, 7]

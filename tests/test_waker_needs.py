@@ -29,12 +29,18 @@ def _index(ctx, jobs: dict) -> None:
         json.dump({"format": 1, "seq": 0, "offset": 0, "jobs": jobs}, fh)
 
 
+def _entry(**fields) -> dict:
+    """A whole index entry (a reader sees only those: ``check.usable_jobs``)."""
+    return {"seq": 1, "owner": "me", "name": "j", "priority": 0, "cpu": 1000, "mem": 0, "pools": {},
+            "assigned": [], "needs": [], "after": [], "passed_by": 0, "submitted_at": 1.0, **fields}
+
+
 def _queued(holder, uid=UID, deadline=None):
-    return {"state": "queued", "uid": uid, "holder": holder, "reason": "words", "deadline": deadline}
+    return _entry(state="queued", uid=uid, holder=holder, reason="words", deadline=deadline)
 
 
 def _running(uid=UID):
-    return {"state": "running", "uid": uid, "holder": None, "reason": None, "deadline": None}
+    return _entry(state="running", uid=uid, holder=None, reason=None, deadline=None)
 
 
 def _needs_pass_while_r_is_supervised(ctx):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from qex.base import numbers
 from qex.base.errors import SpecError
 
 
@@ -43,7 +44,7 @@ del _i, _letter, _spelling
 
 _SIZE_RE = _Lazy(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*", re.ASCII | re.IGNORECASE)
 _SIZE_FORMS = "use a number of bytes or a number with K, M, G or T (KB/KiB...), e.g. 512MB, 2GB, 1.5GiB"
-_MAX_SIZE = 2**63 - 1  # the largest size qex accepts: beyond that no machine has it
+_MAX_SIZE = numbers.BYTES  # the largest size qex accepts: beyond that no machine has it (nor reads it back)
 
 _SECONDS = {"": 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
@@ -111,6 +112,24 @@ def parse_size(text: str, option: str) -> int:
     return value
 
 
+BARE_SIZE_WARN = 1024**2  # a size given as a bare number below this is bytes, as written, with a warning
+
+
+def bare_size_warning(text: str | int, option: str) -> str | None:
+    """A sentence for a size given as a bare number under 1MiB (``--mem 100``): bytes,
+    as the forms say, but most likely a unit left out; None for any other size."""
+    m = _SIZE_RE.fullmatch(str(text)) if isinstance(text, (str, int)) and not isinstance(text, bool) else None
+    if m is None or m.group(2):
+        return None
+    whole, _, frac = m.group(1).partition(".")
+    value = _scaled(whole, frac, 1)
+    if value >= BARE_SIZE_WARN:
+        return None
+    number = m.group(1)
+    return (f"{option} {number} is {value} byte{'' if value == 1 else 's'} (a bare number is bytes); "
+            f"did you mean {number}MB?")
+
+
 def parse_duration(text: str, option: str) -> float:
     """Seconds from ``90s``, ``30m``, ``4h``, ``7d``, ``1.5h``, ``250ms``,
     ``1h30m`` (the form ``format_duration`` prints), bare = seconds."""
@@ -124,7 +143,7 @@ def parse_duration(text: str, option: str) -> float:
     else:
         raise SpecError(f"{option}: {_shown(text)} is not a duration; {_DURATION_FORMS}")
     seconds = sum(float(number) * _SECONDS[unit.lower()] for number, unit in parts)
-    if seconds > 1e15:  # also catches inf from an absurdly long number
+    if not seconds <= numbers.DURATION:  # also catches inf from an absurdly long number
         raise SpecError(f"{option}: {_shown(text)} is too long a duration; {_DURATION_FORMS}")
     return seconds
 
@@ -142,8 +161,11 @@ def parse_cpu(text: str, option: str) -> str | int:
                 f"{option}: {_shown(text)} is finer than a thousandth of a core; {_CPU_FORMS}"
             )
         millicores = _scaled(whole, frac, 1000)
-        if 0 < millicores <= _MAX_SIZE:
+        if 0 < millicores <= numbers.MILLICORES:
             return millicores
+        if millicores > numbers.MILLICORES:
+            raise SpecError(f"{option}: {_shown(text)} is more cores than any machine has "
+                            f"(at most {numbers.CORES}); {_CPU_FORMS}")
     raise SpecError(f"{option}: {_shown(text)} is not a number of cores; {_CPU_FORMS}")
 
 

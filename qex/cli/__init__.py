@@ -12,6 +12,8 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from qex.base.errors import QexError
+
 
 def main(argv: Iterable[str] | None = None) -> None:
     code = run(sys.argv[1:] if argv is None else list(argv))
@@ -39,7 +41,7 @@ def run(argv: list[str]) -> int:
         return _dispatch(argv)
     except QexError as exc:
         _say(f"qex: {exc}")
-        return _exit_code(argv, exc)
+        return error_exit_code(argv, exc)
     except KeyboardInterrupt:
         _say("qex: interrupted")
         return 130
@@ -48,23 +50,42 @@ def run(argv: list[str]) -> int:
         return 0
 
 
-# The commands that start or report a job say 121 for "qex could not do it" (a damaged
-# record, a full disk: never 1); the others say 1 when the config cannot be used.
+# The commands of the exit-code table (CONTRACT.md "Exit codes"; qex help exit-codes): their
+# code is the job's, so 0-96 and 2 among them are never qex's own.
 JOB_COMMANDS = ("submit", "run", "pipeline", "rerun", "wait")
+STATUS_REPORTS = ("--wait", "--follow", "--quiet")  # status with one of these is in the table too
 
 
-def _exit_code(argv: list[str], exc) -> int:
+def reports_a_job(argv: list[str]) -> bool:
+    """Whether this command line is one of the exit-code table's: its code is a job's."""
+    if not argv:
+        return False
+    if argv[0] in JOB_COMMANDS:
+        return True
+    # (argparse takes a unique abbreviation of an option: --qu is --quiet)
+    return argv[0] == "status" and any(
+        len(a) > 2 and a.startswith("--") and any(o.startswith(a) for o in STATUS_REPORTS) for a in argv[1:])
+
+
+def error_exit_code(argv: list[str], exc: QexError) -> int:
+    """The one place that decides the exit code of an error that reached the command line.
+
+    On the commands of the exit-code table, anything qex could not do -- a bad command
+    line (2 elsewhere: an unknown option, a missing argument, an ambiguous id), a refusal,
+    a damaged record, a full disk (1 elsewhere) -- is 121: 0-96 (2 among them) is the
+    job's own code there. 127 (no such job) keeps its meaning everywhere. Other commands
+    keep each error's own code (``qex.base.errors``), but a reading command that cannot
+    use the config has failed (1).
+    """
     from qex.base.errors import ConfigError
 
     code = exc.exit_code
-    if code not in (1, 121) or not argv:
+    if code not in (1, 2, 121):
         return code
-    job_command = argv[0] in JOB_COMMANDS or (
-        argv[0] == "status" and any(a in ("--wait", "--follow", "--quiet") for a in argv[1:]))
-    if job_command:
+    if reports_a_job(argv):
         return 121
     if isinstance(exc, ConfigError):
-        return 1  # a reading command that cannot read the config has failed
+        return 1
     return code
 
 
@@ -75,11 +96,18 @@ def _dispatch(argv: list[str]) -> int:
         args = plain_submit(argv)
         if args is not None:
             return _call(RUNS, args)
+    if not argv:
+        from qex.cli.helptext import BANNER
+
+        sys.stdout.write(BANNER)
+        return 0
+    if argv[0] in ("-h", "--help"):
+        from qex.cli.helptext import print_help
+
+        print_help()
+        return 0
     from qex.cli import parser
 
-    if not argv or argv[0] in ("-h", "--help"):
-        parser.build().print_help()
-        return 0 if argv else 2
     if argv[0] == "--version":
         argv = ["version"]
     name = argv[0]

@@ -9,6 +9,16 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from argparse import Namespace
 
+BANNER = """\
+qex: a daemonless job queue for one shared machine.
+
+  ID=$(qex submit --cpu 2 --mem 4GB -- ./build.sh)   queue a job; stdout is its id
+  qex wait "$ID"                                     wait; its exit code is the job's
+  qex run -- pytest -x                               submit, stream the output, return its code
+
+Every command: qex --help.  For scripts and agents: qex help agents.
+"""
+
 CONFIG_KEYS = "{CONFIG_KEYS}"  # in a topic: the key lines of the config, made from its table of keys
 
 TOPICS = {
@@ -23,7 +33,12 @@ qex for agents and scripts
 Rules a script can rely on:
   - stdout of submit carries only the id (or JSON with --json); messages go to stderr.
   - 0-96 is the job's own code; 97-127 are qex's (see: qex help exit-codes).
-  - 127 means "no job or group with that id" and nothing else.
+  - 127 means "no job or group with that id" and nothing else; on submit, run,
+    pipeline, rerun and wait a bad command line is 121, never 2 (a job's code).
+  - an ID is a job id, a prefix of 4 or more characters, a name, a group id or
+    a group's name. A name names the queued or running job of that name, else
+    the newest ended one: `qex submit --name x ...; qex wait x` works however
+    fast the job ends. Two active jobs of one name are ambiguous (listed).
   - a submission is either fully queued or absent, even if qex is killed mid-way.
   - the caller may vanish: a detached supervisor holds each job and records its end.
   - qex status ID --quiet returns 100 while the job has not stopped.
@@ -47,6 +62,8 @@ Exit codes of submit --wait/--follow, run, wait, status --wait|--follow|--quiet:
   126   a job it needed did not succeed (state skipped)
   127   no job or group with that id
 
+On these commands a bad command line (an unknown option, a missing argument,
+an ambiguous id or name) is 121, never 2: 2 is a job's own code there.
 Other commands: 0 success, 1 failure, 2 bad command line, 127 no such job.
 
 A command waits for the state directory's lock: after 2 s it says on stderr
@@ -77,7 +94,8 @@ queued -> expired | cancelled | skipped (without running)
 A job starts only when its claims fit, together with everything running:
 
   --cpu N|guess|half|full|max      cores (guess/half = half the budget, full/max = all)
-  --mem SIZE|guess|half|full|max   memory; SIZE like 512MB, 2GB, 1.5GiB (powers of 1024)
+  --mem SIZE|guess|half|full|max   memory; SIZE like 512MB, 2GB, 1.5GiB (powers of 1024);
+                                   a bare number is bytes (under 1MiB: a warning)
   --gpu N, --vram SIZE             devices of the pool `gpu` (declared in the config)
   --claim NAME=N[:SIZE]            units of any pool (SIZE: per device of an indexed pool)
   --lock NAME                      one unit of NAME; a name no pool declares is a lock
@@ -304,7 +322,8 @@ qex submit --job FILE (TOML, YAML or JSON by extension). Unknown keys are errors
   tpu = { count = 2, size = "8GB" }
 
 Options given on the command line win over the file. `qex schema job` gives the schema.
-`needs`/`after` name jobs (ids, a group, or the name of a queued or running job).
+`needs`/`after` name jobs as --needs does: ids, prefixes, a group, or a name (the
+queued or running job of that name, else the newest ended one).
 
 Pipelines: `qex pipeline FILE` takes the same tables as a list of stages, each
 with a required `name`; `needs`/`after` name other stages of the file, in any order:
@@ -367,12 +386,21 @@ One job per line of FILE (- reads stdin), all in one group:
 }
 
 
+def print_help() -> None:
+    """qex --help and qex help: the parser's help, then every topic of qex help, once,
+    wrapped between words (the parser's formatter and width)."""
+    from qex.cli.parser import build
+
+    parser = build()
+    parser.print_help()
+    formatter = parser._get_formatter()
+    out("\n" + formatter._fill_text("Topics (qex help TOPIC): " + ", ".join(sorted(TOPICS)),
+                                    formatter._width, ""))
+
+
 def cmd_help(args: Namespace) -> int:
     if not args.topic:
-        from qex.cli.parser import build
-
-        build().print_help()
-        out("\nTopics: " + ", ".join(sorted(TOPICS)))
+        print_help()
         return 0
     text = TOPICS.get(args.topic)
     if text is None:

@@ -47,7 +47,24 @@ class Parser(argparse.ArgumentParser):
         # argparse asks shutil for the width each time it makes a formatter, and
         # it makes one for every add_argument: importing shutil (and bz2, lzma)
         # cost ~1.5 ms of every command. The same width, without shutil.
-        return self.formatter_class(prog=self.prog, width=_help_width())
+        return _Formatter(prog=self.prog, width=_help_width())
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help, wrapped between words only: never "job-" at a line's end
+    and "file" on the next (textwrap breaks at hyphens by default)."""
+
+    def _split_lines(self, text, width):
+        import textwrap
+
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width,
+                             break_on_hyphens=False, break_long_words=False)
+
+    def _fill_text(self, text, width, indent):
+        import textwrap
+
+        return textwrap.fill(self._whitespace_matcher.sub(" ", text).strip(), width, initial_indent=indent,
+                             subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
 
 
 def _help_width() -> int:
@@ -140,8 +157,7 @@ def join_dash_values(parser: Parser, argv: list[str]) -> list[str]:
 
 
 def build(only: str | None = None) -> Parser:
-    p = Parser(prog="qex", description="A daemonless job queue for one shared machine.",
-               epilog="Topics: qex help agents|resources|states|exit-codes|events|config|job-file|each-line|pause|dedupe")
+    p = Parser(prog="qex", description="A daemonless job queue for one shared machine.")
     p.add_argument("--version", action="store_true", help=argparse.SUPPRESS)
     add_global_options(p)  # (shown in qex --help; before the command, they are moved after it: qex.cli.run)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)

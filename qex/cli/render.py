@@ -53,7 +53,7 @@ def describe(rec: dict) -> str:
     if rec.get("dedupe_key"):
         rows.append(("dedupe", safe_text(rec["dedupe_key"], 200)))
     if rec.get("blocked_reason") and rec.get("state") == "queued":
-        rows.append(("waits", plain(rec["blocked_reason"])))
+        rows.append(("reason", plain(rec["blocked_reason"])))  # ("waits for ..." says it once)
     if rec.get("max_queue_time") is not None and rec.get("state") == "queued" and rec.get("attempt", 1) == 1:
         rows.append(("limit", queue_limit_text(rec)))
     if rec.get("state") in FINAL_RAN:
@@ -122,7 +122,10 @@ def list_row(rec: dict, now: float) -> str:
     if state in FINAL:
         extra = f"exit {outcome.exit_code(rec)}" + (f": {rec['error']}" if rec.get("error") else "")
     return (f"{rec.get('id', '?')[:8]}  {state:<9} {safe_text(rec.get('name', ''), 24):<24} "
-            f"{age:>7}  {claims_text(rec.get('claims') or {}):<20} {plain(extra or '', 160)}").rstrip()
+            f"{age:>7}  {claims_text(rec.get('claims') or {}):<{CLAIMS_WIDTH}}  {plain(extra or '', 160)}").rstrip()
 
 
-LIST_HEADER = f"{'ID':<8}  {'STATE':<9} {'NAME':<24} {'AGE':>7}  {'CLAIMS':<20} REASON / RESULT"
+# Most claims fit the column; a longer one (several pools) pushes its reason right, always
+# two spaces after it: never "gpu 2 x 24GBwaits for".
+CLAIMS_WIDTH = 24
+LIST_HEADER = f"{'ID':<8}  {'STATE':<9} {'NAME':<24} {'AGE':>7}  {'CLAIMS':<{CLAIMS_WIDTH}}  REASON / RESULT"

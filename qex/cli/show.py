@@ -7,6 +7,7 @@ import sys
 import time
 
 from qex.base.errors import QexError, SpecError
+from qex.base.text import plain
 from qex.cli.common import err, out, print_json, reading_context
 from qex.store import layout
 
@@ -83,7 +84,7 @@ def _read_row(store, job_id: str, index: dict) -> dict | None:
     try:
         return store.read_live(job_id, index)
     except BrokenRecord as exc:
-        err(f"qex: {exc}")
+        err(f"qex: {plain(str(exc), None)}")
     except QexError:
         pass  # a job directory still being made, or cleaned meanwhile
     return None
@@ -108,7 +109,7 @@ def _list_all(store, args, states, cwd) -> int:
     from qex.store import history
 
     index = store.read_index_jobs()
-    items, missed = history.listing(store, index, lambda exc: err(f"qex: {exc}"))
+    items, missed = history.listing(store, index, lambda exc: err(f"qex: {plain(str(exc), None)}"))
     write, now, first = sys.stdout.write, time.time(), True
     if not args.json:
         write(LIST_HEADER + "\n")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from qex.base import units
+from qex.base import numbers, units
 from qex.base.errors import ConfigError, SpecError
 from qex.base.states import FINAL
 from qex.config.keys import Percent
@@ -140,7 +140,7 @@ class Checks:
     def cores(self, key: str, value: object) -> str | int:
         """A number of cores (int, float or string) or a claim word -> millicores or word."""
         if isinstance(value, float):
-            if value != value or value in (float("inf"), float("-inf")):
+            if not numbers.ok(value, numbers.CORES):  # (NaN, the infinities, a negative: units says a huge one)
                 self.fail(key, f"= {shown(value)} is not a number of cores; use a positive number like 1, 0.5 or 4")
             value = repr(value)
         return self.units_call(units.parse_cpu, str(value), key)
@@ -182,7 +182,7 @@ class Checks:
     def duration(self, key: str, value: object) -> float:
         forms = 'a duration like "90s", "30m", "4h", "7d" or a number of seconds'
         self.want(key, value, is_number(value) or isinstance(value, str), forms)
-        if is_number(value) and not (0 <= value < 1e15):  # also NaN and inf
+        if is_number(value) and not numbers.ok(value, numbers.DURATION):  # also NaN and inf
             self.fail(key, f"= {shown(value)} is not {forms}; use one")
         seconds = float(value) if is_number(value) else self.units_call(units.parse_duration, value, key)
         if seconds <= 0:
@@ -196,6 +196,8 @@ class Checks:
         self.want(key, value, is_int(value), f"an integer of at least {minimum}")
         if value < minimum:
             self.fail(key, f"= {value} is below {minimum}; use an integer of at least {minimum}")
+        if value > numbers.COUNT:
+            self.fail(key, f"= {shown(value)} is above {numbers.COUNT}; use an integer from {minimum} to {numbers.COUNT}")
         return value
 
     def nonneg_int(self, key: str, value: object) -> int:

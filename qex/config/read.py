@@ -9,7 +9,7 @@ config comes from the cache never imports this module (nor tomlkit).
 
 import re
 
-from qex.base import names, units
+from qex.base import names, numbers, units
 from qex.config.keys import DEVICE_KEYS, KEYS, POOL_KEYS, Key, PoolDef
 from qex.config.model import Config, assemble
 from qex.config.parse import Checks, did_you_mean, fail, shown, type_name
@@ -170,6 +170,8 @@ class Reader(Checks):
         if not isinstance(devices, list) or not devices:
             example = '["24GB", "24GB"]'
             fail(self.path, f"{label}: devices must be a non-empty list of sizes, one per device, e.g. {example}")
+        if len(devices) > numbers.DEVICE + 1:
+            fail(self.path, f"{label}: devices lists {len(devices)} devices; a pool has at most {numbers.DEVICE + 1}")
         sizes, ids, models = [], [], []
         for i, d in enumerate(devices):
             where = f"{label}: devices[{i}]"

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import time
 
+from qex.base import numbers
 from qex.base.errors import SpecError
 from qex.base.plain import Plain
 from qex.store import layout
@@ -192,7 +193,7 @@ def _read_recent(store) -> dict:
         keys = data.get("keys") if isinstance(data, dict) else None
         return {k: v for k, v in keys.items()
                 if isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)
-                and isinstance(v[1], (int, float))} if isinstance(keys, dict) else {}
+                and numbers.ok(v[1], numbers.TIME)} if isinstance(keys, dict) else {}
     except (OSError, ValueError):
         return {}  # none yet, or damaged: a window finds nothing (never a wrong job)
 

@@ -14,6 +14,13 @@ A submission without ``--mem`` claims ``max(largest peak x (1 + margin),
 largest floor)``, at least ``MIN_CLAIM`` (or the default claim, if that is
 smaller: the learner is never more cautious than knowing nothing), capped at
 the budget by the caller.
+
+Every measurement is a number of this machine, so one above the machine's
+memory (or not a whole number of bytes: ``qex.base.numbers``) is no
+measurement: it is passed over, and the submission says so. In a state
+directory its group shares, anyone of the group can write the file; a value
+put there can thus make a command claim at most the machine's memory (and the
+budget's, as the caller caps it), never ``1e300`` bytes.
 The largest, not the average: a claim that is too small stops the job, one a
 little too large only costs some capacity.
 
@@ -33,6 +40,7 @@ import json
 import os
 import time
 
+from qex.base import numbers
 from qex.store import layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -95,21 +103,24 @@ def load(state_dir: str) -> dict:
 # The file: {"format": 1, "commands": {key: {"n": name, "at": secs, "s": [[kind, bytes], ...]}}},
 # compact so that a full store stays near 100KB and parses in about a millisecond.
 
-def _samples(store: dict, key: str) -> list[list]:
-    """The usable [kind, bytes] samples of a command; anything else in the file is passed over."""
+def _samples(store: dict, key: str, most: int | None = numbers.BYTES) -> list[list]:
+    """The usable [kind, bytes] samples of a command, each a whole number of bytes from 1 to
+    ``most``; anything else in the file is passed over (``most`` None: every sample of a kind)."""
     entry = (store.get("commands") or {}).get(key)
     if not isinstance(entry, dict) or not isinstance(entry.get("s"), list):
         return []
     return [[s[0], s[1]] for s in entry["s"]
             if isinstance(s, list) and len(s) >= 2 and isinstance(s[0], str)
-            and isinstance(s[1], int) and not isinstance(s[1], bool) and s[1] > 0]
+            and (most is None or numbers.ok(s[1], most, 1, whole=True))]
 
 
-def suggest(store: dict, key: str, margin: float, minimum: int = MIN_CLAIM) -> tuple[int, str] | None:
-    """(bytes, words for claim_source) for a command, or None when nothing is known."""
+def suggest(store: dict, key: str, margin: float, minimum: int = MIN_CLAIM,
+            most: int = numbers.BYTES) -> tuple[int, str] | None:
+    """(bytes, words for claim_source) for a command, or None when nothing is known.
+    ``most``: the machine's memory; a sample above it is no measurement."""
     from qex.base.units import format_size
 
-    samples = _samples(store, key)
+    samples = _samples(store, key, most)
     peaks = [n for kind, n in samples if kind == "peak"]
     floors = [n for kind, n in samples if kind == "floor"]
     if not peaks and not floors:
@@ -129,15 +140,26 @@ def suggest(store: dict, key: str, margin: float, minimum: int = MIN_CLAIM) -> t
 
 
 def claim_for(state_dir: str, command: Sequence[str], template: Sequence[str] | None, margin: float,
-              minimum: int = MIN_CLAIM) -> tuple[tuple[int, str] | None, str | None]:
-    """For the submit path: ((bytes, words) or None, warning or None). Never raises."""
+              minimum: int = MIN_CLAIM, most: int | None = None) -> tuple[tuple[int, str] | None, str | None]:
+    """For the submit path: ((bytes, words) or None, warning or None). Never raises.
+    ``most``: the machine's memory (None or 0: not known); a learned value above it is
+    passed over, with a warning."""
     try:
         store = load(state_dir)
     except Unreadable as exc:
         return None, (f"the learner store cannot be used ({exc}); this job claims the default memory. "
                       "qex moves the file aside when the next job ends")
+    most = min(most or numbers.BYTES, numbers.BYTES)
     try:
-        return suggest(store, key_of(command, template), margin, minimum), None
+        key = key_of(command, template)
+        found, warning = suggest(store, key, margin, minimum, most), None
+        if any(type(n) is int and n > most for _kind, n in _samples(store, key, None)):  # (words only)
+            from qex.base.units import format_size
+
+            warning = (f"the learner store {path_of(state_dir)} holds values for this command above the "
+                       f"machine's memory ({format_size(most)}), which no run here can have used: "
+                       "they are passed over")
+        return found, warning
     except Exception as exc:  # a shape we did not foresee: a claim is an estimate, never a crash
         return None, f"the learner store gave no claim ({type(exc).__name__}); this job claims the default memory"
 
@@ -168,7 +190,7 @@ def teach_locked(state_dir: str, lessons: list, now: float | None = None) -> str
     from qex.store import fs
 
     lessons = [lesson for lesson in lessons
-               if lesson[2] in ("peak", "floor") and isinstance(lesson[3], int) and lesson[3] > 0]
+               if lesson[2] in ("peak", "floor") and numbers.ok(lesson[3], numbers.BYTES, 1, whole=True)]
     if not lessons:
         return None
     now = time.time() if now is None else now
@@ -202,4 +224,4 @@ def teach_locked(state_dir: str, lessons: list, now: float | None = None) -> str
 
 def _when(entry) -> float:
     at = entry.get("at") if isinstance(entry, dict) else None
-    return at if isinstance(at, (int, float)) else 0.0
+    return at if numbers.ok(at, numbers.TIME) else 0.0

@@ -1,6 +1,8 @@
 """From the words a user types to jobs: a full id, a unique prefix (>= 4
-characters), a name of a queued or running job, a group id or a group name.
-A word that matches two things is refused and lists them."""
+characters), a job's name, a group id or a group's name. A name names the one
+queued or running job (or group) of that name, else the newest ended one; two
+active ones, or a word that matches two things, are refused and listed.
+``resolve`` is the one resolver: every command that takes an ID calls it."""
 
 from __future__ import annotations
 
@@ -54,7 +56,11 @@ def read_group(store: Store, group_id: str) -> dict | None:
 
 
 def resolve(store: Store, word: str) -> Target:
-    """One word -> a Target, or NoSuchJob (127) / AmbiguousId (2)."""
+    """One word -> a Target, or NoSuchJob (127) / AmbiguousId: the one resolver of every
+    command that takes an ID (wait, status, logs, kill, cancel, clean, rerun, list --group,
+    --needs/--after). In order: a full job id, a group id, a unique prefix (>= 4) of
+    either, a name (``_named``: the active job or group of that name, else the newest
+    ended one), and in a shared directory another member's job (``_others_matching``)."""
     word = word.strip()
     if not word:
         raise SpecError("an empty id; give a job id, a prefix of 4 or more characters, a name or a group")
@@ -74,11 +80,8 @@ def resolve(store: Store, word: str) -> Target:
                 if g is not None:  # a group file none of whose jobs exists names nothing
                     matches[f"group {gid}"] = Target(word, group=gid, members=list(g["members"]),
                                                      group_name=g.get("name"))
-    if not matches:
-        for job_id, entry in _read_index(store).items():
-            if entry.get("name") == word:
-                matches[f"job {job_id} ({entry.get('state')})"] = Target(word, job=job_id)
-        matches.update(_groups_named(store, word))
+    if not matches and "/" not in word:
+        matches = _named(store, word)
     if not matches and store.shared_root is not None:
         matches.update(_others_matching(store, word))
     if len(matches) == 1:
@@ -88,6 +91,61 @@ def resolve(store: Store, word: str) -> Target:
         raise NoSuchJob(f"no job or group with the id {shown!r}")
     listed = "; ".join(sorted(matches)[:10])
     raise AmbiguousId(f"{shown!r} matches {len(matches)} things: {listed}; give more of the id")
+
+
+def _named(store: Store, name: str, groups: bool = True, whose: str = "") -> dict[str, Target]:
+    """What a name names in one store (CONTRACT.md, "An ID is"): the queued or running
+    jobs and the active groups of that name -- one is the answer, two are ambiguous --;
+    when none of that name is active, the newest ended job of that name (the most
+    recently submitted) and the newest ended group: a name keeps naming its job after
+    it ends, however fast that was. Both an ended job and an ended group: ambiguous."""
+    index = _read_index(store)
+    found: dict[str, Target] = {}
+    for job_id, entry in index.items():
+        if isinstance(entry, dict) and entry.get("name") == name:
+            found[f"job {job_id}{whose} ({units.safe_text(str(entry.get('state')), 20)})"] = Target(name, job=job_id)
+    ended_group = None
+    if groups:
+        active, ended_group = _groups_named(store, name, index)
+        found.update(active)
+    if found:
+        return found
+    job = _newest_ended_job(store, name, index)
+    if job is not None:
+        job_id, state = job
+        found[f"job {job_id}{whose} ({units.safe_text(str(state), 20)}, the newest ended of that name)"] = \
+            Target(name, job=job_id)
+    if ended_group is not None:
+        found.update(ended_group)
+    return found
+
+
+def _newest_ended_job(store: Store, name: str, index: dict) -> tuple[str, object] | None:
+    """(id, state) of the most recently submitted ended job called ``name``, or None.
+    The history index finds it without reading every record (``qex.store.history``:
+    its reader also reads a job directory that neither it nor the active index names)."""
+    import json
+
+    from qex.base.states import FINAL
+    from qex.store import history
+
+    active = {j: e for j, e in index.items() if isinstance(e, dict)}
+    items, _missed = history.listing(store, active, lambda exc: None)
+    needle = json.dumps(name).encode()  # a line that cannot name it is not parsed
+    best = None
+    for seq, job_id, line, rec in items:
+        if line is not None:
+            if needle not in line:
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+        if not isinstance(rec, dict) or rec.get("name") != name or rec.get("state") not in FINAL:
+            continue
+        if best is None or seq >= best[0]:
+            best = (seq, job_id, rec.get("state"))
+    return None if best is None else best[1:]
 
 
 def _others_matching(store: Store, word: str) -> dict[str, Target]:
@@ -101,10 +159,9 @@ def _others_matching(store: Store, word: str) -> dict[str, Target]:
     for uid, other in store.others():
         who = user_name(uid)
         if user:
-            if user == who:
-                for job_id, entry in other.read_index_jobs().items():
-                    if entry.get("name") == name:
-                        found[f"job {job_id} of {who} ({entry.get('state')})"] = Target(word, job=job_id)
+            if user == who:  # the same rule as one's own names (``_named``), jobs only
+                for label, target in _named(other, name, groups=False, whose=f" of {who}").items():
+                    found[label] = Target(word, job=target.job)
             continue
         if "/" in word or word.startswith("."):
             continue
@@ -129,21 +186,23 @@ def _group_active(store, group: dict, index: dict | None = None) -> bool:
     return any(m in index for m in group.get("members", []))
 
 
-def _groups_named(store, word: str) -> dict[str, Target]:
-    """Groups called ``word``: the active ones; if none is active, every one that is
-    left (so ``qex wait NAME`` right after the group ended still finds it, and two
-    ended groups of one name are refused as ambiguous rather than guessed)."""
-    index = _read_index(store)
-    named, active = {}, {}
+def _groups_named(store, word: str, index: dict) -> tuple[dict[str, Target], dict[str, Target] | None]:
+    """Groups called ``word``: the active ones (any member still in the active index),
+    and the newest of the ended ones (by its submission time; None: no ended group)."""
+    active, newest = {}, None
     for gid in _group_ids(store):
         g = read_group(store, gid)
         if g is None or g.get("name") != word:
             continue
         t = Target(word, group=gid, members=list(g["members"]), group_name=g.get("name"))
-        named[f"group {gid}"] = t
         if _group_active(store, g, index):
             active[f"group {gid} (active)"] = t
-    return active or named
+            continue
+        at = g.get("submitted_at")
+        at = at if isinstance(at, (int, float)) and not isinstance(at, bool) else 0.0
+        if newest is None or (at, gid) >= newest[0]:
+            newest = ((at, gid), {f"group {gid} (ended, the newest of that name)": t})
+    return active, None if newest is None else newest[1]
 
 
 def resolve_jobs(store: Store, words: list[str]) -> list[str]:
@@ -158,42 +217,19 @@ def resolve_jobs(store: Store, words: list[str]) -> list[str]:
 
 
 def resolve_dependencies(ctx: Context, words: list[str], option: str) -> list[str]:
-    """--needs/--after: ids must exist; a name must name a queued or running job."""
+    """--needs/--after (and a job file's needs/after): the jobs the words name, by the
+    one resolver (``resolve``: a name of an ended job names the newest ended one, as
+    everywhere). A word that names nothing or two things is refused (121, never 127:
+    nothing was submitted)."""
     store = ctx.store
     out = []
     for word in words:
         try:
-            target = resolve(store, word)
-            ids = target.members
-            if target.is_group and target.group_name == word.strip() and target.group != word.strip() \
-                    and not _group_active(store, {"members": ids}):
-                raise NoSuchJob(f"the group {units.safe_text(word)!r} has ended")  # a stale group name
+            ids = resolve(store, word).members
         except NoSuchJob as exc:
-            stale = _ended_named(store, word.strip())
-            if stale:
-                raise SpecError(f"{option}: {units.safe_text(word)!r} names no queued or running job or group; "
-                                f"it matched only what has ended: {'; '.join(stale)}; "
-                                "give the id to depend on an ended job") from None
             raise SpecError(f"{option}: {exc}; give a job id, a prefix of 4 or more characters, "
-                            "a group id, or the name of a queued or running job") from None
+                            "a job's name, a group id or a group's name") from None
         except AmbiguousId as exc:
             raise SpecError(f"{option}: {exc}") from None
         out += [j for j in ids if j not in out]
     return out
-
-
-def _ended_named(store, word: str, limit: int = 5) -> list[str]:
-    """Ended jobs and groups called ``word`` (the error path only: it reads every record)."""
-    found = []
-    for job_id in store.job_ids():
-        try:
-            rec = store.read_status_dict(job_id)
-        except Exception:
-            continue
-        if rec.get("name") == word:
-            found.append(f"job {job_id[:8]} ({rec.get('state')})")
-    for gid in _group_ids(store):
-        g = read_group(store, gid) or {}
-        if g.get("name") == word:
-            found.append(f"group {gid[:8]} (ended)")
-    return found[:limit] + ([f"and {len(found) - limit} more"] if len(found) > limit else [])

@@ -11,7 +11,7 @@ import functools
 import os
 import time
 
-from qex.base import units
+from qex.base import numbers, units
 from qex.base.errors import SpecError
 from qex.base.plain import Factory, Plain
 from qex.store import layout
@@ -94,6 +94,9 @@ def build(ctx: Context, req: Request, now: float | None = None, found: set | Non
 
         dedupe.check_request(req)
     oom_retries = _count(req.oom_retries, "--oom-retries", config.default_oom_retries)
+    if not numbers.ok(req.priority, numbers.PRIORITY, -numbers.PRIORITY, whole=True):
+        raise SpecError(f"--priority: {numbers.shown(req.priority)} is not a whole number "
+                        f"from {-numbers.PRIORITY} to {numbers.PRIORITY}")
     spec = NewSpec(id=job_id, command=tuple(req.command), cwd=cwd, env=env, nice=req.nice, hints=hints,
                 request=_request_words(req))
     record = {
@@ -211,8 +214,8 @@ def _duration(text, option: str, default):
 def _count(value, option: str, default: int) -> int:
     if value is None:
         return default
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise SpecError(f"{option}: {value!r} is not a whole number of zero or more")
+    if not numbers.ok(value, numbers.COUNT, whole=True):
+        raise SpecError(f"{option}: {numbers.shown(value)} is not a whole number from 0 to {numbers.COUNT}")
     return value
 
 
@@ -246,6 +249,10 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
     if req.mem is None and config.learn_enabled:
         mem = _learned_mem(ctx, req, mem, mem_budget, sources, warnings)
     pools = pool_claims(ctx, req)
+    for given, option in ((req.mem, "--mem"), (req.vram, "--vram")):
+        slip = units.bare_size_warning(given, option) if given is not None else None
+        if slip:
+            warnings.append(slip)  # --mem 100 is 100 bytes, as documented; most likely a slip
     over = []
     if cpu > cpu_budget:
         over.append(f"{units.format_cores(cpu)} cores (budget {units.format_cores(cpu_budget)})")
@@ -274,7 +281,7 @@ def _learned_mem(ctx: Context, req: Request, default: int, budget: int, sources:
     template = getattr(req, "template", None)
     found, warning = _claim_once(ctx.store.root, () if template else tuple(req.command),
                                  tuple(template) if template else None,
-                                 ctx.config.learn_margin, min(learn.MIN_CLAIM, default))
+                                 ctx.config.learn_margin, min(learn.MIN_CLAIM, default), ctx.mem_total)
     if warning:
         warnings.append(warning)
     if found is None:
@@ -285,11 +292,11 @@ def _learned_mem(ctx: Context, req: Request, default: int, budget: int, sources:
 
 
 @functools.lru_cache(maxsize=64)
-def _claim_once(root: str, command: tuple, template: tuple | None, margin: float, minimum: int):
+def _claim_once(root: str, command: tuple, template: tuple | None, margin: float, minimum: int, most: int):
     """The learner asked once per process and key: the jobs of a fan-out share their template."""
     from qex.jobs import learn
 
-    return learn.claim_for(root, command, template, margin, minimum=minimum)
+    return learn.claim_for(root, command, template, margin, minimum=minimum, most=most)
 
 
 def pool_claims(ctx: Context, req: Request) -> dict[str, tuple[int, int | None]]:

@@ -14,6 +14,8 @@ This module is the one reader and writer of that format.
 
 import os
 
+from qex.base import numbers
+
 _READ = 4096
 
 
@@ -44,7 +46,7 @@ def launched(path: str) -> tuple[int, int | None] | None:
     an empty or cut file, or none."""
     try:
         parts = _words(path)
-        return int(parts[0]), (int(parts[1]) if len(parts) > 1 else None)
+        return _pid(parts[0]), (numbers.number(int(parts[1]), numbers.SEQ) if len(parts) > 1 else None)
     except (OSError, ValueError, IndexError):
         return None
 
@@ -54,9 +56,15 @@ def intent(path: str) -> int | None:
     the job: the job may have run); None: no such line."""
     try:
         parts = _words(path)
-        return int(parts[1]) if parts[0] == b"-" else None
+        return _pid(parts[1]) if parts[0] == b"-" else None
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _pid(word: bytes) -> int:
+    """A process id of the file (``qex.base.numbers``: never 0 nor negative, which kill
+    reads as a process group or every process); ValueError if it is none."""
+    return numbers.number(int(word), numbers.PID, 1)
 
 
 def cgroup_note(path: str) -> tuple[str, str] | None:

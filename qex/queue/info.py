@@ -10,6 +10,7 @@ from qex.base.units import format_cores, format_duration, format_size, safe_text
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
+    from qex.store.index import Index
 
 
 def gather(ctx: Context) -> dict:
@@ -57,6 +58,7 @@ def gather(ctx: Context) -> dict:
         "pauses": _pauses(ctx, idx),
         "shared": shared.members_summary(ctx.store),
         "hooks": _hooks(ctx),
+        "damaged": damaged(ctx, idx),
     }
 
 
@@ -71,6 +73,26 @@ def _hooks(ctx: Context) -> dict | None:
     return {"on_stop": list(config.hook_on_stop), "states": list(config.hook_states),
             "timeout": config.hook_timeout, "config": config.path, "owner": trust.owner_name(config.path),
             "run_as": ctx.user}
+
+
+def damaged(ctx: Context, idx: Index) -> list[dict]:
+    """The records a pass cannot use, each with the sentence that names its file: the jobs
+    it leaves out (neither their index entry nor their record can be used: ``idx.damaged``),
+    and the active jobs whose status.json fails its check (a pass goes on with their index
+    entry, and writes their record again from it when it changes the job)."""
+    from qex.base.errors import BrokenRecord, QexError
+    from qex.store import layout
+
+    found = dict(idx.damaged)
+    for job_id in idx.jobs:
+        try:
+            ctx.store.read_status_dict(job_id)
+        except BrokenRecord as exc:
+            found[job_id] = str(exc)
+        except QexError:
+            pass
+    return [{"id": job_id, "file": ctx.store.path(job_id, layout.STATUS), "problem": why}
+            for job_id, why in sorted(found.items())]
 
 
 def _pauses(ctx: Context, idx) -> list[dict]:
@@ -186,6 +208,9 @@ def render(info: dict) -> str:
 
         now = __import__("time").time()
         lines += [f"pause     {pause_line(p, now)}" for p in info["pauses"]]
+    from qex.base.text import plain
+
+    lines += [f"damaged   {plain(d['problem'] or d['file'], 600)}" for d in info.get("damaged") or ()]
     return "\n".join(lines)
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import time
 
+from qex.base import numbers
 from qex.base.plain import Plain
 from qex.base.states import HOLDING
 from qex.store import layout
@@ -133,8 +134,11 @@ def read_file(path: str, kind: str, name: str | None) -> PauseFile:
         return PauseFile(
             path, kind, name, id=str(data["id"]), reason=str(data.get("reason") or ""),
             user=user_name(owner), uid=owner,
-            pid=_int_or_none(data.get("pid")), ppid=_int_or_none(data.get("ppid")),
-            since=_float_or_none(data.get("since")), until=_float_or_none(data.get("until")))
+            pid=numbers.optional(data.get("pid"), numbers.PID, 1, whole=True),
+            ppid=numbers.optional(data.get("ppid"), numbers.PID, whole=True),  # (0: a parent in another namespace)
+            since=_time(data.get("since")), until=_time(data.get("until")))
+    except numbers.BadNumber as exc:
+        return _broken(path, kind, name, f"the pause file {path} is not a pause record ({exc})")
     except (KeyError, TypeError, ValueError, AttributeError):
         return _broken(path, kind, name, f"the pause file {path} is not a pause record")
 
@@ -147,20 +151,9 @@ def _broken(path: str, kind: str, name: str | None, why: str) -> PauseFile:
     return PauseFile(path, kind, name, id=f"broken-{since}", since=since, broken=why)
 
 
-def _int_or_none(v):
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(v)
-    return v
-
-
-def _float_or_none(v):
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(v)
-    return float(v)
+def _time(v: object) -> float | None:
+    """A time of a pause file (``qex.base.numbers``: seconds since 1970, to the year 3000), or None."""
+    return None if v is None else float(numbers.number(v, numbers.TIME))
 
 
 def in_force(store: Store, now: float) -> list[PauseFile]:
@@ -369,12 +362,13 @@ def _replay_end(txn, path: str, live_ids: set) -> None:
 
     try:
         data = fs.read_json(path, 1 << 16)
-        pause_id, since, end = str(data["id"]), data.get("since"), float(data["ended_at"])
+        pause_id, since, end = str(data["id"]), _time(data.get("since")), \
+            float(numbers.number(data["ended_at"], numbers.TIME))
     except (OSError, ValueError, KeyError, TypeError):
         _unlink(path)
         return
     if pause_id not in live_ids:  # else the pass that ended it died before removing the live file: not over
-        _account_locked(txn, pause_id, float(since) if since is not None else end, end)
+        _account_locked(txn, pause_id, since if since is not None else end, end)
     # Leave this pass's own end for the next pass (its changes are not committed yet).
     if path not in getattr(txn, "_fresh_pause_ends", ()):
         _unlink(path)

@@ -229,7 +229,8 @@ def _needs_pass(ctx: Context) -> bool | None:
         try:
             from qex.store import check
 
-            check.index(fs.read_json(ctx.store.index_path))
+            if check.index(fs.read_json(ctx.store.index_path)):
+                return True  # entries a pass takes again from their records
         except (OSError, ValueError, check.Damaged):
             return True  # unreadable or damaged: a pass rebuilds it
     mine = {j: e for j, e in jobs.items() if e.get("uid") == ctx.uid}

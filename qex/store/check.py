@@ -4,12 +4,16 @@ A status.json, an index entry or a journal line can be damaged by a disk, a
 person or a bug: a field of the wrong type would otherwise surface as a
 traceback far from the file. These checks run on every read (pure Python, a
 few microseconds); a failure names the first bad field, and the caller turns
-it into a clear message (BrokenRecord) or rebuilds (the index).
+it into a clear message (BrokenRecord) or leaves the entry out (the index).
+
+Every number is held to its bound by the one number check, ``qex.base.numbers``:
+the tables ``*_NUMBERS`` below say which bound each field has.
 
 Fields this qex does not know are ignored (a newer qex may add them), and
 missing fields are left to the readers' defaults.
 """
 
+from qex.base import numbers as N
 from qex.base.states import ACTIVE, STATES
 
 NUM = (int, float)
@@ -40,6 +44,31 @@ ENTRY_FIELDS = {"seq": int, "state": str, "owner": str, "uid": int, "name": str,
                 "deadline": _OPT_NUM, "passed_by": int, "reason": _OPT_STR, "holder": _OPT_STR,
                 "submitted_at": NUM}
 
+# The bound of each number (``qex.base.numbers``): field -> (least, most). A field whose value
+# is None (where its type allows None) or that is missing is not a number to check.
+_PRIORITY = (-N.PRIORITY, N.PRIORITY)
+_PID = (1, N.PID)
+STATUS_NUMBERS = {
+    "seq": (0, N.SEQ), "uid": (0, N.UID), "format": (0, N.COUNT), "priority": _PRIORITY,
+    "submitted_at": (0, N.TIME), "started_at": (0, N.TIME), "ended_at": (0, N.TIME),
+    "blocked_since": (0, N.TIME), "pid": _PID, "supervisor_pid": _PID, "exit_code": (0, N.EXIT),
+    "attempt": (0, N.SEQ), "passed_by": (0, N.SEQ), "timeout": (0, N.DURATION), "retries": (0, N.COUNT),
+    "oom_retries": (0, N.COUNT), "max_queue_time": (0, N.DURATION), "queue_pause_secs": (0, N.DURATION),
+}
+ATTEMPT_NUMBERS = {"number": (0, N.SEQ), "started_at": (0, N.TIME), "ended_at": (0, N.TIME),
+                   "exit_code": (0, N.EXIT)}
+USAGE_NUMBERS = {"max_rss": (0, N.BYTES), "cpu_secs": (0, N.DURATION), "oom_kills": (0, N.SEQ)}
+DROPPED_NUMBERS = {"stdout_bytes": (0, N.BYTES), "stdout_lines": (0, N.BYTES), "stderr_bytes": (0, N.BYTES),
+                   "stderr_lines": (0, N.BYTES)}
+# An entry's uid is -1 for a record that names none (``index.entry_of``); its cores are millicores.
+ENTRY_NUMBERS = {
+    "seq": (0, N.SEQ), "uid": (-1, N.UID), "priority": _PRIORITY, "cpu": (0, N.MILLICORES),
+    "mem": (0, N.BYTES), "deadline": (0, N.DEADLINE), "passed_by": (0, N.SEQ), "submitted_at": (0, N.TIME),
+    "attempt": (0, N.SEQ), "pid": _PID, "supervisor_pid": _PID,
+}
+INDEX_NUMBERS = {"format": (0, N.COUNT), "seq": (0, N.SEQ), "offset": (0, N.SEQ), "next_job": (0, N.SEQ),
+                 "synced": (0, N.SEQ), "journal_ino": (0, N.INODE), "saved_at": (0, N.TIME)}
+
 
 class Damaged(ValueError):
     """What is wrong, in a few words: 'the field seq is a str'."""
@@ -58,35 +87,51 @@ def _fields(data: dict, table: dict, where: str) -> None:
                 raise Damaged(f"{where}{key} is {_kind(value)}")
 
 
+def _numbers(data: dict, table: dict, where: str) -> None:
+    """Each number of ``data`` that ``table`` bounds is within its bounds (``qex.base.numbers``)."""
+    for key, (least, most) in table.items():
+        value = data.get(key)
+        if value is not None:
+            _number(value, most, least, f"{where}{key}")
+
+
+def _number(value, most, least, what: str, whole: bool = False) -> None:
+    try:
+        N.number(value, most, least, whole)
+    except N.BadNumber as exc:
+        raise Damaged(f"{what}: {exc}") from None
+
+
 def _strings(values, where: str) -> None:
     if not all(isinstance(v, str) for v in values):
         raise Damaged(f"{where} holds something other than text")
 
 
 def _claims(claims: dict, where: str) -> None:
-    cpu, mem = claims.get("cpu", 1.0), claims.get("mem", 0)
-    if not isinstance(cpu, NUM) or isinstance(cpu, bool) or not isinstance(mem, int) or isinstance(mem, bool):
-        raise Damaged(f"{where}claims has a bad cpu or mem")
+    _number(claims.get("cpu", 1.0), N.CORES, 0, f"{where}claims.cpu")
+    _number(claims.get("mem", 0), N.BYTES, 0, f"{where}claims.mem", whole=True)
     pools = claims.get("pools") or {}
     if not isinstance(pools, dict):
         raise Damaged(f"{where}claims.pools is {_kind(pools)}")
     for name, claim in pools.items():
-        if not isinstance(claim, dict) or not isinstance(claim.get("count", 1), int) \
-                or not isinstance(claim.get("size"), _OPT_INT):
+        if not isinstance(claim, dict):
             raise Damaged(f"{where}claims.pools.{name} is not {{count, size}}")
+        _number(claim.get("count", 1), N.COUNT, 0, f"{where}claims.pools.{name}.count", whole=True)
+        if claim.get("size") is not None:
+            _number(claim["size"], N.BYTES, 0, f"{where}claims.pools.{name}.size", whole=True)
 
 
 def _assigned(items, where: str) -> None:
     for a in items:
         if not isinstance(a, dict) or not isinstance(a.get("pool"), str) \
                 or not isinstance(a.get("devices", []), list) \
-                or not all(isinstance(d, int) and not isinstance(d, bool) for d in a.get("devices", [])) \
-                or not isinstance(a.get("size"), _OPT_INT):
+                or not all(N.ok(d, N.DEVICE, whole=True) for d in a.get("devices", [])) \
+                or not (a.get("size") is None or N.ok(a["size"], N.BYTES, whole=True)):
             raise Damaged(f"{where}assigned holds a bad entry")
 
 
 def status(data: object) -> None:
-    """Raise Damaged unless ``data`` is a job record whose known fields have their types."""
+    """Raise Damaged unless ``data`` is a job record whose known fields have their types and bounds."""
     if not isinstance(data, dict):
         raise Damaged(f"it holds a JSON {_kind(data)}, not a record")
     if "id" not in data:
@@ -94,6 +139,7 @@ def status(data: object) -> None:
     _fields(data, STATUS_FIELDS, "the field ")
     if data.get("state") not in STATES:
         raise Damaged(f"the state {str(data.get('state'))[:40]!r} is not a job state")
+    _numbers(data, STATUS_NUMBERS, "the field ")
     for key in ("command", "tags", "needs", "after"):
         _strings(data.get(key) or (), f"the field {key}")
     if "claims" in data:
@@ -103,9 +149,22 @@ def status(data: object) -> None:
         if not isinstance(attempt, dict):
             raise Damaged(f"attempts[{i}] is {_kind(attempt)}")
         _fields(attempt, ATTEMPT_FIELDS, f"attempts[{i}].")
+        _numbers(attempt, ATTEMPT_NUMBERS, f"attempts[{i}].")
+        if attempt.get("claims"):
+            _claims(attempt["claims"], f"attempts[{i}].")
+        _usage(attempt.get("usage") or {}, USAGE_NUMBERS, f"attempts[{i}].usage")
     for key in ("usage", "logs_dropped", "claim_source"):
         if any(isinstance(v, (dict, list)) for v in (data.get(key) or {}).values()):
             raise Damaged(f"the field {key} holds a nested value")
+    _usage(data.get("usage") or {}, USAGE_NUMBERS, "the field usage")
+    _usage(data.get("logs_dropped") or {}, DROPPED_NUMBERS, "the field logs_dropped")
+
+
+def _usage(data: dict, table: dict, where: str) -> None:
+    """What an attempt used, or what its logs dropped: a known field is a number or null."""
+    if not isinstance(data, dict):
+        raise Damaged(f"{where} is {_kind(data)}")
+    _numbers(data, table, f"{where}.")
 
 
 # The exact types an index entry's fields may have (``type(v) in ...``: a bool is no int here),
@@ -114,11 +173,14 @@ _EXACT = {int: frozenset({int}), str: frozenset({str}), dict: frozenset({dict}),
           NUM: frozenset({int, float}), _OPT_NUM: frozenset({int, float, type(None)}),
           _OPT_STR: frozenset({str, type(None)})}
 _ENTRY_EXACT = tuple((key, _EXACT[types]) for key, types in ENTRY_FIELDS.items())
+_ENTRY_BOUNDS = tuple((key, least, most, ENTRY_FIELDS.get(key, int) is int)  # (attempt, pid: ints)
+                      for key, (least, most) in ENTRY_NUMBERS.items())
 _ACTIVE = frozenset(ACTIVE)
 
 
 def _plain_entry(entry) -> bool:
-    """The common entry: every field of its exact type, no pools, nothing assigned, no dependencies."""
+    """The common entry: every field of its exact type and within its bounds, no pools,
+    nothing assigned, no dependencies."""
     if type(entry) is not dict:
         return False
     try:
@@ -127,7 +189,7 @@ def _plain_entry(entry) -> bool:
                 return False
     except KeyError:
         return False
-    return (entry["state"] in _ACTIVE and not entry["pools"] and not entry["assigned"]
+    return (N.all_ok(entry, _ENTRY_BOUNDS) and entry["state"] in _ACTIVE and not entry["pools"] and not entry["assigned"]
             and not entry["needs"] and not entry["after"])
 
 
@@ -150,30 +212,74 @@ def spec(data: object) -> None:
     _strings(data["env"].values(), "the field env")
 
 
-def index(data: object) -> None:
-    """Raise Damaged unless ``data`` is an active index whose entries a pass can use."""
+def job_name(job_id: object) -> bool:
+    """Whether ``job_id`` can name a job directory (a journal event's, an index entry's)."""
+    return (isinstance(job_id, str) and 0 < len(job_id) <= 255 and "/" not in job_id
+            and not job_id.startswith(".") and "\0" not in job_id)
+
+
+def index(data: object) -> dict[str, str]:
+    """Raise Damaged unless ``data`` is an active index a pass can use; returns its entries
+    that it cannot (id -> what is wrong), which the caller leaves out and takes again from
+    their records (``qex.store.replay``), and the jobs an earlier pass left out (``damaged``)."""
     if not isinstance(data, dict):
         raise Damaged(f"it holds a JSON {_kind(data)}")
     _fields(data, {"format": int, "stream": _OPT_STR, "seq": int, "offset": int, "journal_ino": _OPT_INT,
-                   "next_job": int, "synced": int, "jobs": dict}, "")
-    if any(data.get(k, 0) < 0 for k in ("seq", "offset", "next_job", "synced")):
-        raise Damaged("a negative counter")
+                   "next_job": int, "synced": int, "jobs": dict, "damaged": dict}, "")
+    _numbers(data, INDEX_NUMBERS, "")
+    bad = {}
     for job_id, entry in (data.get("jobs") or {}).items():
-        if _plain_entry(entry):
+        if not _plain_entry(entry) or not job_name(job_id):
+            try:
+                index_entry(job_id, entry)
+            except Damaged as exc:
+                bad[job_id] = str(exc)
+    for job_id, why in (data.get("damaged") or {}).items():
+        if job_name(job_id):
+            bad.setdefault(job_id, why if isinstance(why, str) else "")
+    return bad
+
+
+def usable_jobs(jobs: object) -> dict:
+    """The entries of an index's ``jobs`` that pass ``index_entry`` (a reader's view: the
+    next pass takes the others again from their records)."""
+    if not isinstance(jobs, dict):
+        return {}
+    out = {}
+    for job_id, entry in jobs.items():
+        if _plain_entry(entry) and job_name(job_id):
+            out[job_id] = entry
             continue
-        where = f"jobs.{job_id[:8]}."
-        if not isinstance(entry, dict) or set(ENTRY_FIELDS) - set(entry):
-            raise Damaged(f"{where} is not a whole entry")
-        _fields(entry, ENTRY_FIELDS, where)
-        if entry["state"] not in ACTIVE:
-            raise Damaged(f"{where}state is {str(entry['state'])[:20]!r}")
-        for name, claim in entry["pools"].items():
-            if not (isinstance(claim, list) and len(claim) == 2 and isinstance(claim[0], int)
-                    and isinstance(claim[1], _OPT_INT)):
-                raise Damaged(f"{where}pools.{name} is not [count, size]")
-        for a in entry["assigned"]:
-            if not (isinstance(a, list) and len(a) == 3 and isinstance(a[0], str) and isinstance(a[1], list)
-                    and all(isinstance(d, int) for d in a[1]) and isinstance(a[2], _OPT_INT)):
-                raise Damaged(f"{where}assigned is not [[pool, devices, size]]")
-        _strings(entry["needs"], f"{where}needs")
-        _strings(entry["after"], f"{where}after")
+        try:
+            index_entry(job_id, entry)
+        except Damaged:
+            continue
+        out[job_id] = entry
+    return out
+
+
+def index_entry(job_id: object, entry: object) -> None:
+    """Raise Damaged unless ``entry`` is an active index entry a pass can use."""
+    where = f"jobs.{str(job_id)[:8]}."
+    if not job_name(job_id):
+        raise Damaged(f"{where} does not name a job directory")
+    if not isinstance(entry, dict) or set(ENTRY_FIELDS) - set(entry):
+        raise Damaged(f"{where} is not a whole entry")
+    _fields(entry, ENTRY_FIELDS, where)
+    for key in ("attempt", "pid", "supervisor_pid"):
+        if type(entry.get(key)) not in (int, type(None)):
+            raise Damaged(f"{where}{key} is {_kind(entry.get(key))}")
+    _numbers(entry, ENTRY_NUMBERS, where)
+    if entry["state"] not in ACTIVE:
+        raise Damaged(f"{where}state is {str(entry['state'])[:20]!r}")
+    for name, claim in entry["pools"].items():
+        if not (isinstance(claim, list) and len(claim) == 2 and N.ok(claim[0], N.COUNT, whole=True)
+                and (claim[1] is None or N.ok(claim[1], N.BYTES, whole=True))):
+            raise Damaged(f"{where}pools.{name} is not [count, size]")
+    for a in entry["assigned"]:
+        if not (isinstance(a, list) and len(a) == 3 and isinstance(a[0], str) and isinstance(a[1], list)
+                and all(N.ok(d, N.DEVICE, whole=True) for d in a[1])
+                and (a[2] is None or N.ok(a[2], N.BYTES, whole=True))):
+            raise Damaged(f"{where}assigned is not [[pool, devices, size]]")
+    _strings(entry["needs"], f"{where}needs")
+    _strings(entry["after"], f"{where}after")

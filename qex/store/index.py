@@ -5,6 +5,7 @@ log"). ``qex.store.state.Store`` loads it, replays the journal into it and saves
 
 import time
 
+from qex.base import numbers
 from qex.store import check, journal
 
 INDEX_FORMAT = 1
@@ -40,11 +41,17 @@ class Index:
         # of the process that keeps this index reads it here, not from the file, unless an event of
         # another process's commit for that job was replayed since (``Txn.record``, ``cached_record``)
         self.records: dict[str, dict] = {}
+        # the jobs a pass leaves out, neither their entry nor their record can be used (a number
+        # out of its bounds, a field of the wrong type): id -> the sentence that names the record.
+        # Not counted, not started, not rewritten; qex info names them, qex clean removes them.
+        # Saved in the file, so that the next load looks at each again (``Replay._take_again``).
+        self.damaged: dict[str, str] = {}
 
     def drop(self, job_id: str) -> None:
         """Forget a job (its directory is gone)."""
         self.jobs.pop(job_id, None)
         self.records.pop(job_id, None)
+        self.damaged.pop(job_id, None)
         self.touched.add(job_id)
 
     def save_due(self, events: int = 0) -> bool:
@@ -53,15 +60,18 @@ class Index:
         return self.seq + events - self.saved_seq >= behind or time.time() - self.saved_at >= LAZY_SECS
 
     def dump(self) -> dict:
-        return {"format": INDEX_FORMAT, "stream": self.stream, "seq": self.seq,
+        data = {"format": INDEX_FORMAT, "stream": self.stream, "seq": self.seq,
                 "offset": self.offset, "journal_ino": self.journal_ino, "synced": self.synced,
                 "next_job": self.next_job, "saved_at": self.saved_at, "jobs": self.jobs}
+        if self.damaged:
+            data["damaged"] = self.damaged  # (after the jobs: the counters come first, Replay._saved_elsewhere)
+        return data
 
 
 def journal_ino(data: dict) -> int | None:
     """The journal inode an index file's offset counts in (None: not said)."""
     ino = data.get("journal_ino")
-    return ino if type(ino) is int else None
+    return ino if numbers.ok(ino, numbers.INODE, whole=True) else None
 
 
 def entry_of(rec: dict) -> dict:
@@ -101,13 +111,10 @@ def usable_event(event: object, applied_seq: int) -> dict | None:
     if not isinstance(event, dict) or event.get("event") != "job":
         return None
     seq, rec = event.get("seq"), event.get("job")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq <= applied_seq:
+    if not numbers.ok(seq, numbers.SEQ, whole=True) or seq <= applied_seq:
         return None
     try:
         check.status(rec)
     except check.Damaged:
         return None
-    job_id = rec["id"]
-    if not job_id or "/" in job_id or job_id.startswith(".") or "\0" in job_id:
-        return None
-    return rec
+    return rec if check.job_name(rec["id"]) else None

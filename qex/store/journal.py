@@ -10,6 +10,7 @@ Written only under the state lock, by the actor that made the change.
 import json
 import os
 
+from qex.base import numbers
 from qex.store import fs, layout
 
 ROTATED = layout.JOURNAL_ROTATED  # (tests have it from here)
@@ -240,11 +241,14 @@ def _whole_appends(data: bytes) -> tuple[list[dict], int, int]:
             continue  # a damaged line is skipped, never fatal
         if not isinstance(event, dict):
             continue
-        if isinstance(event.get("seq"), int):
-            highest = max(highest, event["seq"])
+        seq = event.get("seq")
+        if not numbers.ok(seq, numbers.SEQ, whole=True):
+            seq = None  # (a damaged line: no seq of its counts, and its event is passed over: usable_event)
+        elif seq > highest:
+            highest = seq
         pending.append(event)
         last = event.get("commit")
-        if not isinstance(last, int) or not isinstance(event.get("seq"), int) or event["seq"] >= last:
+        if seq is None or not numbers.ok(last, numbers.SEQ, whole=True) or seq >= last:
             events += pending
             pending, done = [], pos
     return events, done, highest

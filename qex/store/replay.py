@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import os
 
-from qex.base.errors import QexError, StoreError
+from qex.base import numbers
+from qex.base.errors import BrokenRecord, QexError, StoreError
 from qex.store import check, fs, history, journal, layout
 from qex.store.index import INDEX_FORMAT, Index, usable_event
 
@@ -86,10 +87,11 @@ class Replay:
                 self._replay_locked(cached[1], save_replayed)
                 self._saved_elsewhere(cached[1])
                 return cached[1]
+        bad = {}
         try:
             raw = fs.read_bytes(self.index_path, 64 << 20)
             data = json.loads(raw)
-            check.index(data)  # a damaged index is rebuilt from the records and the journal
+            bad = check.index(data)  # a damaged index is rebuilt from the records and the journal
             if data.get("format", INDEX_FORMAT) > INDEX_FORMAT:
                 raise StoreError(f"{self.index_path} was written by a newer qex; upgrade qex")
             idx = Index(data)
@@ -97,8 +99,42 @@ class Replay:
             idx = self._rebuild_index_locked()
         except (OSError, ValueError, TypeError, AttributeError):
             idx = self._rebuild_index_locked()
+        healed = False
+        if bad:
+            idx.damaged = {j: w for j, w in (data.get("damaged") or {}).items() if j in bad}  # (as the file has it)
+            healed = self._take_again_locked(idx, bad)
         self._replay_locked(idx, save_replayed)
+        if healed and save_replayed and idx.unsaved:
+            self.save_index_locked(idx)
         return idx
+
+    def _take_again_locked(self, idx: Index, bad: dict[str, str]) -> bool:
+        """The jobs whose index entries cannot be used (``check.index``: a number out of
+        its bounds, a field of the wrong type), and those an earlier pass left out: each is
+        taken again from its record. A job whose record cannot be used either is left out
+        of the pass, not counted, not started, not rewritten, and named in ``idx.damaged``
+        (qex info says which file; qex clean removes it); every other job goes on.
+        Returns whether the index changed."""
+        before = dict(idx.damaged)
+        changed = False
+        for job_id in bad:
+            changed |= idx.jobs.pop(job_id, None) is not None
+            idx.damaged.pop(job_id, None)
+        for job_id in bad:
+            if not check.job_name(job_id):
+                continue
+            try:
+                rec = self.read_status_dict(job_id)
+            except BrokenRecord as exc:
+                idx.damaged[job_id] = str(exc)
+                continue
+            except QexError:
+                continue  # no record (cleaned; its directory removed): no job
+            self.index_put(idx, rec)
+        changed |= idx.damaged != before
+        if changed:
+            idx.unsaved = True  # (the file holds what was left out, or less than that)
+        return changed
 
     _index_seen: tuple | None = None  # (inode, mtime, size) of the index file last looked at
 
@@ -130,7 +166,7 @@ class Replay:
         cut = head.find(b',"jobs":')  # Index.dump puts the counters first
         try:
             saved = json.loads(head[:cut] + b"}") if cut > 0 else None
-            seq, at = saved["seq"], float(saved["saved_at"])
+            seq, at = saved["seq"], numbers.number(saved["saved_at"], numbers.TIME)
         except (ValueError, TypeError, KeyError):
             return
         if saved.get("stream") != idx.stream or type(seq) is not int or not idx.saved_seq < seq <= idx.seq:
@@ -161,6 +197,7 @@ class Replay:
             if rec is None:
                 continue  # a damaged line, or one already applied
             idx.records.pop(rec["id"], None)  # another process's change of the job: its file is the record
+            idx.damaged.pop(rec["id"], None)
             if os.path.isdir(self.job_dir(rec["id"])):
                 self.index_put(idx, rec)  # (its writer may have left its status.json unsynced: idx.synced stays)
                 if full:
@@ -259,7 +296,7 @@ class Replay:
         """
         events, end, highest = journal.read_committed(self.journal_path, 0)  # whole appends only
         history = events or journal.read_from(os.path.join(self.root, layout.JOURNAL_ROTATED), 0)[0]
-        seq = max([highest] + [e["seq"] for e in history if isinstance(e.get("seq"), int)])
+        seq = max([highest] + [e["seq"] for e in history if numbers.ok(e.get("seq"), numbers.SEQ, whole=True)])
         stream = next((e.get("stream") for e in history if isinstance(e.get("stream"), str)), None)
         idx = Index({"seq": seq, "offset": end, "stream": stream, "synced": 0})  # (a record equal to its last
         latest = {}                                                          # event may still be unsynced)
@@ -270,12 +307,16 @@ class Replay:
         for job_id in self.job_ids():
             try:
                 rec = self.read_status_dict(job_id)
+            except BrokenRecord as exc:
+                rec = None
+                idx.damaged[job_id] = str(exc)  # (unless its last event, below, is whole)
             except QexError:
-                rec = None  # a job directory still being made, or a broken record
+                rec = None  # a job directory still being made
             newer = latest.get(job_id)
             if newer is not None and newer != rec:
                 self._write_status_locked(newer)
                 rec = newer
+                idx.damaged.pop(job_id, None)
             if rec is None:
                 continue
             try:

@@ -11,6 +11,7 @@ from __future__ import annotations  # the record classes are declared on first u
 
 import os
 
+from qex.base import numbers
 from qex.base.errors import BrokenRecord, NoSuchJob, StoreError
 from qex.base.states import ACTIVE
 from qex.store import check, fs, journal, layout
@@ -188,13 +189,10 @@ class Store(Replay, Commit):
         few events (``LAZY``): those are applied here, as the next pass would."""
         try:
             data = fs.read_json(self.index_path, owner=self.member_uid)
-            jobs, seq, offset = data.get("jobs", {}), int(data.get("seq", 0)), int(data.get("offset", 0))
+            jobs = check.usable_jobs(data.get("jobs", {}))  # (the next pass takes the others from their records)
+            seq, offset = (numbers.number(data.get(k, 0), numbers.SEQ, whole=True) for k in ("seq", "offset"))
         except (OSError, ValueError, AttributeError, TypeError):
-            return {}
-        if not isinstance(jobs, dict):
-            return {}
-        if offset < 0 or seq < 0:
-            return jobs  # a damaged index: the next pass rebuilds it
+            return {}  # (a counter out of its bounds too: the next pass rebuilds the index)
         try:
             events = journal.read_committed(self.journal_path, offset, None, journal_ino(data))[0]
         except (StoreError, OSError):

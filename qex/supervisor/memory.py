@@ -109,7 +109,7 @@ class Meter:
                 usage["max_rss"], usage["peak_from"] = peak, "cgroup"
             now = self.cg.oom_kills()
             if now is not None and self.cg_kills0 is not None:
-                cg_kills = usage["oom_kills"] = now - self.cg_kills0
+                cg_kills = usage["oom_kills"] = max(0, now - self.cg_kills0)  # (a record holds no negative count)
             self.discard()
         evidence = None
         clean_exit = os.WIFEXITED(wait_status) and os.WEXITSTATUS(wait_status) == 0
@@ -204,6 +204,8 @@ def _lesson(ctx: Context, current: dict, outcome: dict) -> tuple | None:
         kind, nbytes = "floor", max(2 * claim, int(usage.get("max_rss") or 0))
     else:
         return None  # killed, timed out, failed: what it reached says nothing about what it needs
+    if ctx.mem_total:  # (a floor doubles a claim: no more than the machine, whose learner reads no more)
+        nbytes = min(nbytes, ctx.mem_total)
     return current.get("command") or (), current.get("template"), kind, nbytes, current.get("name", "")
 
 

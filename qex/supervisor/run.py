@@ -2,7 +2,7 @@
 
 Forked (no new interpreter) and detached by ``qex.queue.fork.launch_all``. It holds the
 job's liveness lock for its whole life; the job inherits neither that lock nor
-the state lock. After the final record it runs a pass, forks the supervisors
+the state lock, only its lock in the peer directory (``spawn.LOCK_FD``). After the final record it runs a pass, forks the supervisors
 of what that pass admitted, and exits; a child that becomes the next job's
 supervisor continues in the same flat loop (``main_loop``).
 """

@@ -29,6 +29,26 @@ if _CRASH:
     from qex.base import faults
 
 
+# The job's copy of its lock in the peer directory (``qex.users.peer_dir.hold_job_lock``): the
+# same open file, so the flock stays held while any process of the job keeps it open, whatever
+# happens to the supervisor (docs/multiuser.md, "Liveness"). High, away from the fds a script
+# numbers itself (3-9) or a shell moves its own to (10 and up); below the fd limit.
+LOCK_FD = 1023
+
+
+def job_lock_fd() -> int:
+    """The fd the job gets its peer lock at: ``LOCK_FD``, or the highest one the fd limit
+    (``RLIMIT_NOFILE``, which the job inherits) allows; -1 if that leaves none above 2."""
+    try:
+        limit = os.sysconf("SC_OPEN_MAX")
+    except (OSError, ValueError):
+        limit = LOCK_FD + 1
+    if limit <= 0:  # (no limit)
+        return LOCK_FD
+    fd = min(LOCK_FD, limit - 1)
+    return fd if fd > 2 else -1
+
+
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "GOMAXPROCS", "JULIA_NUM_THREADS")
 
@@ -100,12 +120,12 @@ def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) 
             intent = True
             if _CRASH:
                 faults.hit("supervisor.before_spawn")
-            noted = meter.cg
+            noted, lock = meter.cg, launch.peer_fd  # (lock: the job gets a copy, Child.spawn)
             meter.enter()
             if noted is not None and meter.cg is None:  # it could not join: the job is born outside it
                 pidfile.write(pid_path, "-", intent_line, mode)
             try:
-                proc = Child.spawn(path, spec.command, env) if not spec.nice else _popen(path, spec, env)
+                proc = Child.spawn(path, spec.command, env, lock) if not spec.nice else _popen(path, spec, env, lock)
             finally:
                 meter.leave()
         finally:
@@ -172,11 +192,12 @@ class Child:
         self.pid_line = None  # (path, mode, cgroup note) of the pid line still to write (write_pid_line)
 
     @classmethod
-    def spawn(cls, path: str, argv: list[str] | tuple[str, ...], env: dict) -> "Child":
+    def spawn(cls, path: str, argv: list[str] | tuple[str, ...], env: dict, lock: int = -1) -> "Child":
         """stdin from /dev/null, stdout and stderr to pipes, its own process group,
         SIGPIPE and SIGXFSZ back to their defaults (as subprocess's restore_signals;
         every other disposition as the supervisor has it), an empty signal mask. Every
-        fd of this process is close-on-exec (``no_inherited_fds``): the job gets 0-2."""
+        fd of this process is close-on-exec (``no_inherited_fds``): the job gets 0-2,
+        and ``lock`` (its peer lock), if any, at ``job_lock_fd()``."""
         out_r, out_w = os.pipe()
         try:
             err_r, err_w = os.pipe()
@@ -184,16 +205,23 @@ class Child:
             os.close(out_r)
             os.close(out_w)
             raise
+        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                   (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+        at = job_lock_fd() if lock >= 0 else -1
+        if at >= 0 and lock != at:
+            actions.append((os.POSIX_SPAWN_DUP2, lock, at))  # (last: over whatever the child had there)
         try:
-            pid = os.posix_spawn(path, list(argv), env, file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)],
-                setpgroup=0, setsigmask=(), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+            if at >= 0 and lock == at:
+                os.set_inheritable(lock, True)  # already there: only its close-on-exec goes, for the spawn
+            pid = os.posix_spawn(path, list(argv), env, file_actions=actions,
+                                 setpgroup=0, setsigmask=(), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
         except BaseException:
             os.close(out_r)
             os.close(err_r)
             raise
         finally:
+            if at >= 0 and lock == at:
+                os.set_inheritable(lock, False)
             os.close(out_w)
             os.close(err_w)
         return cls(pid, open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0))
@@ -207,18 +235,30 @@ class Child:
         return self.returncode
 
 
-def _popen(path: str, spec, env: dict):
+def _popen(path: str, spec, env: dict, lock: int = -1):
     """A job with a nice: the one case posix_spawn cannot do exactly (it has no
     niceness attribute, and the job must not run one instruction at the wrong one),
-    so subprocess forks and the child calls ``os.nice`` before it execs."""
+    so subprocess forks and the child calls ``os.nice`` before it execs, and puts
+    its peer lock at ``job_lock_fd()`` (as ``Child.spawn``). Nothing else is
+    passed on: every fd of the supervisor is close-on-exec (``no_inherited_fds``),
+    so ``close_fds`` (which would close the lock's copy too) is not needed."""
     import subprocess
 
-    nice = spec.nice
+    nice, at = spec.nice, job_lock_fd() if lock >= 0 else -1
+
+    def child() -> None:
+        os.nice(nice)
+        if at >= 0:
+            if lock == at:
+                os.set_inheritable(lock, True)
+            else:
+                os.dup2(lock, at)  # (inheritable)
+
     try:
         return subprocess.Popen(
             list(spec.command), executable=path, env=env,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            close_fds=True, process_group=0, preexec_fn=lambda: os.nice(nice))
+            close_fds=False, process_group=0, preexec_fn=child)
     except subprocess.SubprocessError as exc:  # os.nice failed in the child: it never ran
         raise OSError(f"cannot set its nice value {nice}: {exc}") from None
 

@@ -6,7 +6,8 @@ Each queue (a state directory + a user) publishes one record,
 hold: cores, memory, units of plain pools and the device indices it was
 given. Locks are never published. Every pass reads every other record and
 counts it against the budget and the pools, each job only while the lock
-file its supervisor holds is held: liveness is a held lock, never a pid. The
+file its supervisor and its processes hold is held: liveness is a held lock,
+never a pid. The
 directory is hostile ground (``/tmp`` is world-writable): nothing in it is
 followed, waited on or believed beyond what the kernel says.
 

@@ -13,13 +13,17 @@ more than one link, is not read (``open_entry`` says why, as a
 a fresh lock file ``<key>.<job>.<random>.lock`` in the peer directory with
 ``O_EXCL`` and takes an exclusive ``flock`` on it at once (a racer that got
 there first makes us try another name: ``hold_job_lock``); the job's
-supervisor inherits that descriptor and holds it for its whole life; a
-supervisor that goes on to the next job of its user hands that job its lock
-(``engine.apply_plan``). A record names each job's lock file, not the job. A
-reader counts a job only while its lock file is a regular file owned by the
-record's owner and cannot be locked (``LOCK_SH|LOCK_NB`` fails:
-``lock_held``): when every qex process of that queue is gone, nothing holds
-the locks and the record stops counting by itself.
+supervisor inherits that descriptor and holds it for its whole life, and the
+job gets a copy of it (``qex.supervisor.spawn.LOCK_FD``: the same open file, so
+the lock stays held while any process of the job lives, whatever happened to
+the supervisor); a supervisor that goes on to the next job of its user hands
+that job its lock (``engine.apply_plan``). A record names each job's lock
+file, not the job. A reader counts a job only while its lock file is a
+regular file owned by the record's owner and cannot be locked
+(``LOCK_SH|LOCK_NB`` fails: ``lock_held``): when every process of that queue
+and of its jobs is gone, nothing holds the locks and the record stops
+counting by itself. At a job's recorded end its supervisor removes the file,
+held or not (docs/multiuser.md, "Liveness").
 """
 
 from __future__ import annotations
@@ -197,7 +201,8 @@ def unlink_quietly(dir_fd: int, name: str) -> None:
 # ---- the liveness lock of one job ----------------------------------------------
 
 def lock_held(dir_fd: int, name: str | None, uid: int) -> bool:
-    """True while the job's supervisor holds its lock file (owned by the record's owner)."""
+    """True while the job's supervisor or a process of the job holds its lock file
+    (owned by the record's owner), and the file is still there by that name."""
     if not name:
         return False
     try:
@@ -219,7 +224,8 @@ def lock_held(dir_fd: int, name: str | None, uid: int) -> bool:
 def hold_job_lock(ctx: Context, job_id: str) -> tuple[int, str | None]:
     """Create and lock this job's liveness file in the peer directory.
 
-    Returns (fd, name); the caller's supervisor keeps fd for the job's life.
+    Returns (fd, name); the caller's supervisor keeps fd for the job's life, and
+    the job gets a copy (``qex.supervisor.spawn.spawn``).
     (-1, None) when the peer directory cannot be used (``qex info`` says why).
     """
     fd_dir, _problem, _ = open_dir(directory(ctx), create=True)
@@ -248,7 +254,9 @@ def hold_job_lock(ctx: Context, job_id: str) -> tuple[int, str | None]:
 
 
 def release_job_lock(ctx: Context, fd: int, name: str | None) -> None:
-    """The job has ended and its record says so: remove its lock file, then let go."""
+    """The job has ended and its record says so: remove its lock file, then let go.
+    The file goes even if a process the job left behind still holds the lock: its
+    queue counts it no more, and a reader opens the lock by its name."""
     if name:
         try:
             dfd = os.open(directory(ctx), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)

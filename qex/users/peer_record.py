@@ -10,9 +10,10 @@ device indices it was given and the name of the lock file its supervisor
 holds. A job entry names no job, and locks (pools without a count) are never
 published.
 
-A record can only make another queue start less: ``parse`` checks every
-amount non-negative, finite and bounded, and a record that does not hold what
-a record holds is a ``BadRecord``, whose message says what. A record of an
+A record can only make another queue start less: ``parse`` holds every
+amount to its bound by the one number check (``qex.base.numbers``: an int or a
+float, finite, from 0 to what no machine has), and a record that does not hold
+what a record holds is a ``BadRecord``, whose message says what. A record of an
 older or newer format parses: unknown fields are ignored, missing optional
 ones defaulted; a job entry keeps ``cpu``, ``mem`` and ``lock`` in every
 format, so its cores and memory still count.
@@ -23,6 +24,8 @@ from __future__ import annotations
 import json
 import os
 
+from qex.base import numbers
+
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
@@ -32,8 +35,6 @@ KIND = "qex-peer"
 MAX_RECORD = 1 << 20          # bytes; a larger file is not a record
 MAX_JOBS = 10000
 MAX_LIST = 256                # pools per job, devices per assignment
-MAX_CORES = 1 << 20           # a peer claiming more is not a record
-MAX_BYTES = 1 << 62
 
 
 class BadRecord(ValueError):
@@ -119,7 +120,7 @@ def parse(data: bytes) -> dict:
     if not isinstance(raw, dict) or raw.get("kind") != KIND:
         raise BadRecord("not a qex peer record (a foreign format)")
     fmt = raw.get("format", FORMAT)
-    if not _is_int(fmt):
+    if not numbers.ok(fmt, numbers.COUNT, whole=True):
         raise BadRecord("format is not a whole number")
     jobs = raw.get("jobs", [])
     if not isinstance(jobs, list):
@@ -132,15 +133,6 @@ def parse(data: bytes) -> dict:
             "jobs": checked}
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    """A finite number: ``v - v`` is 0 for one, nan for inf and nan (math.isfinite without importing math)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v - v == 0
-
-
 def _text(v, limit: int) -> str:
     return v[:limit] if isinstance(v, str) else ""
 
@@ -150,10 +142,10 @@ def _job(j, i: int) -> dict:
     if not isinstance(j, dict):
         raise BadRecord(f"{where} is not an object")
     cpu, mem = j.get("cpu", 0), j.get("mem", 0)
-    if not _is_num(cpu) or not 0 <= cpu <= MAX_CORES:
-        raise BadRecord(f"{where}.cpu is not a number of cores from 0 to {MAX_CORES}")
-    if not _is_int(mem) or not 0 <= mem <= MAX_BYTES:
-        raise BadRecord(f"{where}.mem is not a whole number of bytes >= 0")
+    if not numbers.ok(cpu, numbers.CORES):
+        raise BadRecord(f"{where}.cpu is not a number of cores from 0 to {numbers.CORES}")
+    if not numbers.ok(mem, numbers.BYTES, whole=True):
+        raise BadRecord(f"{where}.mem is not a whole number of bytes from 0 to {numbers.BYTES}")
     lock = j.get("lock")
     if lock is not None and (not isinstance(lock, str) or "/" in lock or lock.startswith(".")
                              or not lock.endswith(".lock") or len(lock) > 255):
@@ -167,7 +159,7 @@ def _pools(pools, where: str) -> dict[str, int]:
         raise BadRecord(f"{where}.pools is not a map of pool names to counts")
     out = {}
     for name, n in pools.items():
-        if not isinstance(name, str) or not 0 < len(name) <= 64 or not _is_int(n) or not 0 <= n <= MAX_BYTES:
+        if not isinstance(name, str) or not 0 < len(name) <= 64 or not numbers.ok(n, numbers.COUNT, whole=True):
             raise BadRecord(f"{where}.pools holds a bad entry")
         out[name] = n
     return out
@@ -183,9 +175,10 @@ def _devices(uses, where: str) -> list[tuple[str, tuple[int, ...], int | None]]:
         pool, devs, size = u.get("pool"), u.get("devices", []), u.get("size")
         if not isinstance(pool, str) or not 0 < len(pool) <= 64:
             raise BadRecord(f"{where}.devices holds an entry without a pool name")
-        if not isinstance(devs, list) or len(devs) > MAX_LIST or not all(_is_int(d) and 0 <= d < 4096 for d in devs):
+        if not isinstance(devs, list) or len(devs) > MAX_LIST \
+                or not all(numbers.ok(d, numbers.DEVICE, whole=True) for d in devs):
             raise BadRecord(f"{where}.devices holds bad device indices")
-        if size is not None and (not _is_int(size) or not 0 <= size <= MAX_BYTES):
+        if size is not None and not numbers.ok(size, numbers.BYTES, whole=True):
             raise BadRecord(f"{where}.devices holds a bad size")
         out.append((pool, tuple(sorted(set(devs))), size))
     return out

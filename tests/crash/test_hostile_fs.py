@@ -230,11 +230,15 @@ def test_a_state_directory_with_wrong_permissions_is_refused_with_the_remedy(q, 
     assert not os.path.exists(os.path.join(q.state, "jobs")) or not os.listdir(os.path.join(q.state, "jobs"))
 
 
-def test_a_shared_state_directory_setgid_and_group_writable_is_accepted(q):
+def test_a_state_directory_made_setgid_and_group_writable_by_hand_is_refused_until_init_shares_it(q):
     q.write_config(CONFIG)
     os.makedirs(q.state, mode=0o700)
     os.chmod(q.state, 0o2770)
     assert stat.S_IMODE(os.stat(q.state).st_mode) & stat.S_ISGID
+    r = q.run("submit", "--", "true")
+    assert r.returncode == 121 and "qex init --shared" in r.stderr, r.stderr
+    assert os.listdir(q.state) == []  # nothing made in it: never half-shared
+    assert q.run("init", "--shared", q.state).returncode == 0
     job = q.submit("--", "true")
-    q.wait_state(job, "completed")
+    assert q.run("wait", job).returncode == 0  # (its record is in this user's member directory)
 

@@ -54,6 +54,21 @@ def alive(pid: int | None) -> bool:
     return st is not None and st[0] not in ("Z", "X")
 
 
+def fd_targets(pid: int) -> list[str]:
+    """What the open descriptors of process ``pid`` point at (``/proc/PID/fd``)."""
+    out = []
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for name in names:
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{name}"))
+        except OSError:
+            pass
+    return out
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes whose process group is ``pgid`` (field 5 of /proc/PID/stat)."""
     out = []

@@ -232,6 +232,20 @@ def qex_pids(state: str) -> list[int]:
     return [pid for pid, cmd in _processes(f"QEX_STATE_DIR={state}".encode(), exact=True) if b"-m\0qex" in cmd]
 
 
+def processes_of(state: str, but_group: int | None = None) -> list[int]:
+    """Live processes whose environment names the state directory ``state``: its
+    supervisors (the minimal watcher too, whose command line is not ``-m qex``), its
+    waker, and its jobs, but those of process group ``but_group`` (a job's)."""
+    from e2e_helpers import proc_stat
+
+    out = []
+    for pid, _ in _processes(f"QEX_STATE_DIR={state}".encode(), exact=True):
+        st = proc_stat(pid)
+        if st is not None and st[2] != but_group:
+            out.append(pid)
+    return out
+
+
 def _processes(needle: bytes, exact: bool = False):
     me = os.getpid()
     for name in os.listdir("/proc"):

@@ -234,13 +234,13 @@ def test_status_quiet_and_wait_of_an_unknown_id_give_127_in_an_empty_state_dir(q
     assert qq.run("wait", "--timeout", "1", "abcd1234").returncode == 127
 
 
-@pytest.mark.parametrize("args", [["submit", "--no-such-option", "--", "true"],
-                                  ["list", "--bogus"], ["wait"], ["status"],
-                                  ["frobnicate"]],
+@pytest.mark.parametrize("args,code", [(["submit", "--no-such-option", "--", "true"], 121),
+                                       (["list", "--bogus"], 2), (["wait"], 121), (["status"], 2),
+                                       (["frobnicate"], 2)],
                          ids=["submit-option", "list-option", "wait-no-id", "status-no-id", "no-command"])
-def test_bad_command_line_gives_2(qq, args):
+def test_bad_command_line_gives_121_where_the_code_is_a_jobs_else_2(qq, args, code):
     proc = qq.run(*args)
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.returncode == code, (proc.stdout, proc.stderr)
     assert proc.stderr.strip()
     assert "Traceback" not in proc.stderr
     assert job_dirs(qq) == []

@@ -188,6 +188,13 @@ def test_a_name_names_ones_own_job_and_another_members_only_as_user_slash_name(l
     open_gate(w.gate("b"))
     assert bob.run("wait", mine, timeout=30).returncode == 3
     open_gate(w.gate("m"))
+    assert mallory.wait_state(hers, "completed")
+    # ended, both names keep naming: the newest ended job of that name, in each one's directory
+    assert bob.run("wait", "train", timeout=30).returncode == 3
+    assert bob.run("wait", f"{mallory.user}/train", timeout=30).returncode == 0
+    assert json.loads(bob.run("status", "--json", f"{mallory.user}/train", check=0).stdout)["id"] == hers
+    bob.run("clean", "train", check=0)
+    assert bob.run("wait", "train").returncode == 127  # a bare name never names another member's job
 
 
 def test_an_outsider_is_told_they_are_not_in_the_group(lab, users):

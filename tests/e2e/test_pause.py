@@ -118,7 +118,7 @@ def test_every_waiting_job_names_the_pause_in_list_status_info_and_wait(qq):
     assert "paused by" in rec["blocked_reason"] and "upgrade" in rec["blocked_reason"]
     assert "qex resume queue ends it" in rec["blocked_reason"]
     assert "the queue is paused by" in qq.run("list", check=0).stdout
-    assert "waits    the queue is paused by" in qq.run("status", job, check=0).stdout
+    assert "reason   the queue is paused by" in qq.run("status", job, check=0).stdout
     info = qq.run("info", check=0).stdout
     assert "paused: the queue is paused by" in info and "pause     queue: paused by" in info
     proc = qq.popen("wait", job)

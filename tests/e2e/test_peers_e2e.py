@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from multiuser_helpers import World, gated, open_gate, qex_pids, users_or_skip, wait_for
+from multiuser_helpers import World, gated, open_gate, processes_of, qex_pids, users_or_skip, wait_for
 
 CONFIG = '[budget]\ncpu = 4\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
 PEER_WORDS = "this job cannot fit while another user holds capacity"
@@ -59,23 +59,32 @@ def test_a_peer_job_makes_a_job_wait_in_words_the_job_behind_starts_and_it_start
     b.wait_state(one, "completed")
 
 
-def test_a_peer_whose_qex_processes_were_all_killed_stops_counting(world):
+def test_a_peer_whose_processes_were_all_killed_stops_counting(world):
+    # Its qex processes and its job's: while the job's processes live they hold its lock
+    # (tests/e2e/test_peer_liveness.py has the job that outlives its supervisor).
     a, b = world.actor(0), world.actor(1)
     big = a.submit("--cpu", "3", "--", *gated(world.gate("a")))
     a.wait_state(big, "running")
     two = b.submit("--cpu", "2", "--", "true")
     assert b.record(two)["blocked_holder"] == "peer"
 
-    pids = qex_pids(a.state)
-    assert pids, "A's supervisor should be running"
-    for pid in pids:
-        os.kill(pid, 9)
-    wait_for(lambda: not qex_pids(a.state), 5, "A's qex processes to be gone")
+    pids = processes_of(a.state)  # (the job's processes too: they have A's environment)
+    assert qex_pids(a.state) and len(pids) > len(qex_pids(a.state)), "A's supervisor and job should be running"
+
+    def all_killed():
+        left = processes_of(a.state)
+        for pid in left:  # (again until none is left: the job's shell may have started a child meanwhile)
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        return not left
+
+    wait_for(all_killed, 5, "A's processes to be gone")
 
     b.wait_state(two, "completed", timeout=10)  # B's waker saw A's record go stale
     info = b.run("info", check=0).stdout
     assert "ignored" in info and "stale" in info, info
-    open_gate(world.gate("a"))  # A's orphaned job process (A's next pass would stop it)
 
 
 def test_a_planted_symlink_is_never_followed_and_a_fifo_never_hangs_a_command(world, users):

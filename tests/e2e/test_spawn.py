@@ -9,9 +9,10 @@ import subprocess
 import sys
 
 import pytest
-from e2e_helpers import gated, open_gate, proc_stat, submit_wait_with_refused_move
+from e2e_helpers import fd_targets, gated, open_gate, proc_stat, submit_wait_with_refused_move
 
 from qex.linux import cgroup
+from qex.supervisor.spawn import LOCK_FD
 
 PY = sys.executable
 
@@ -23,11 +24,17 @@ def _blocked(q):
     q.wait_state(blocker, "running")
 
 
+def _peer_lock_of(q, out: str, rec: dict) -> None:
+    """The job's fd LOCK_FD is its own lock file in the peer directory (docs/multiuser.md)."""
+    assert f"lock {os.path.join(q.peers, rec['peer_lock'])}" in out.splitlines(), (out, rec["peer_lock"])
+
+
 def test_an_inheritable_fd_of_the_submitter_never_reaches_the_job(q):
     fd = os.open(os.path.join(q.root, "leak"), os.O_WRONLY | os.O_CREAT, 0o600)
     os.set_inheritable(fd, True)  # the submitting script passes it on to qex
     try:
-        probe = ["sh", "-c", f'ls /proc/$$/fd; [ -e /proc/$$/fd/{fd} ] && echo LEAKED; exit 0']
+        probe = ["sh", "-c", f'ls /proc/$$/fd; [ -e /proc/$$/fd/{fd} ] && echo LEAKED; '
+                             f'echo "lock $(readlink /proc/$$/fd/{LOCK_FD})"; exit 0']
         first = subprocess.run([PY, "-m", "qex", "submit", "--wait", "--", *probe], pass_fds=(fd,),
                                capture_output=True, text=True, timeout=60, env=q.env, cwd=q.root)
     finally:
@@ -36,13 +43,38 @@ def test_an_inheritable_fd_of_the_submitter_never_reaches_the_job(q):
     rec = json.loads(first.stdout)
     out = q.run("logs", rec["id"], "--stdout").stdout
     assert "LEAKED" not in out
-    assert sorted(int(n) for n in out.split()) == [0, 1, 2], out
+    assert sorted(int(n) for n in out.split() if n.isdigit()) == [0, 1, 2, LOCK_FD], out
+    _peer_lock_of(q, out, rec)
+
+
+def test_a_nice_job_gets_its_peer_lock_too_and_nothing_else(q):
+    probe = f'ls /proc/$$/fd; echo "lock $(readlink /proc/$$/fd/{LOCK_FD})"; exit 0'
+    rec = q.wait_state(q.submit("--nice", "3", "--", "sh", "-c", probe), "completed")
+    out = q.run("logs", rec["id"], "--stdout").stdout
+    assert sorted(int(n) for n in out.split() if n.isdigit()) == [0, 1, 2, LOCK_FD], out
+    _peer_lock_of(q, out, rec)
+
+
+def test_the_peer_lock_is_held_by_the_supervisor_and_the_job_alone(q):
+    # Not by the command that ran the pass and waits (submit --wait), nor by the waker.
+    waiting = q.popen("submit", "--wait", "--", *gated(q, "a"))
+    rec = q.wait_for(lambda: next((r for r in q.records() if r["state"] == "running"), None), what="a running job")
+    lock = os.path.join(q.peers, rec["peer_lock"])
+    assert lock in fd_targets(rec["supervisor_pid"]) and lock in fd_targets(rec["pid"])
+    others = [p for p in q.processes() if p != rec["supervisor_pid"] and (proc_stat(p) or (0, 0, 0))[2] != rec["pid"]]
+    assert waiting.pid in others, others
+    for pid in others:
+        assert lock not in fd_targets(pid), (pid, fd_targets(pid))
+    open_gate(q, "a")
+    waiting.communicate(timeout=60)
+    assert waiting.returncode == 0
 
 
 def test_a_second_job_of_the_same_supervisor_gets_no_inherited_fd_either(q):
     # The first job's supervisor starts the second itself (its next job, no fork).
     q.write_config('[budget]\ncpu = 1\n[defaults]\nmem = "10MB"\n')
-    probe = 'for f in /proc/$$/fd/*; do n=${f##*/}; [ "$n" -gt 3 ] && echo "extra $n"; done; exit 0'
+    probe = ('for f in /proc/$$/fd/*; do n=${f##*/}; [ "$n" -gt 3 ] && [ "$n" != %d ] && echo "extra $n"; '
+             'done; exit 0' % LOCK_FD)  # (its peer lock, handed on with the job: the same file)
     code = ("import os, subprocess, sys\n"
             "fd = os.open(os.devnull, os.O_RDONLY); os.dup2(fd, 9)\n"
             "p = [sys.executable, '-m', 'qex', 'submit', '--', 'sh', '-c', sys.argv[1]]\n"

@@ -310,15 +310,21 @@ def test_schema_pipeline_requires_a_name_and_a_command_for_every_stage(qq):
 
 # -- dependencies on the command line ---------------------------------------------------------------
 
-def test_a_stale_name_is_refused_listing_what_it_matched(qq):
+def test_a_name_of_an_ended_job_names_the_newest_ended_one_for_needs(qq):
+    """--needs takes an ID (CONTRACT.md): a name whose job has ended, however fast, still
+    names it; the newest ended one, unless one of that name is queued or running."""
     old = json.loads(qq.run("submit", "--name", "prep", "--wait", "--", "true", check=0).stdout)["id"]
+    dep = qq.submit("--needs", "prep", "--", "true")
+    assert qq.record(dep)["needs"] == [old]
+    assert qq.wait_state(dep, FINAL)["state"] == "completed"
+    newer = json.loads(qq.run("submit", "--name", "prep", "--wait", "--", "sh", "-c", "exit 4").stdout)["id"]
+    skipped = qq.submit("--needs", "prep", "--", "true")  # the newest ended prep failed
+    assert qq.record(skipped)["needs"] == [newer] and newer != old
+    assert qq.wait_state(skipped, FINAL)["state"] == "skipped"
     before = job_dirs(qq)
-    proc = qq.run("submit", "--needs", "prep", "--", "true")
-    assert proc.returncode == 121, proc.stderr
-    assert old[:8] in proc.stderr and "completed" in proc.stderr and "--needs" in proc.stderr
-    assert job_dirs(qq) == before
     gone = qq.run("submit", "--after", "0000dead", "--", "true")
     assert gone.returncode == 121 and "--after" in gone.stderr  # 127 is never a bad command line
+    assert job_dirs(qq) == before
     live = qq.submit("--name", "prep", "--", *gated(qq, "a"))
     dep = qq.submit("--needs", "prep", "--", "true")  # a live name names the live job
     assert qq.record(dep)["needs"] == [live]
@@ -326,25 +332,31 @@ def test_a_stale_name_is_refused_listing_what_it_matched(qq):
     assert qq.wait_state(dep, FINAL)["state"] == "completed"
 
 
-def test_a_stale_group_name_is_refused_for_needs_but_its_id_works(qq):
+def test_an_ended_groups_name_names_it_for_needs_as_its_id_does(qq):
     group, _ = pipeline(qq, three_stages(qq))
     qq.run("wait", group)
-    stale = qq.run("submit", "--needs", "three", "--", "true")
-    assert stale.returncode == 121 and f"group {group[:8]}" in stale.stderr
+    ids = [r["id"] for r in members(qq, group)]
+    by_name = qq.submit("--needs", "three", "--", "true")
+    assert qq.record(by_name)["needs"] == ids
+    assert qq.wait_state(by_name, FINAL)["state"] == "skipped"  # its second stage failed
     by_id = qq.submit("--after", group, "--", "true")
-    assert qq.record(by_id)["after"] == [r["id"] for r in members(qq, group)]
+    assert qq.record(by_id)["after"] == ids
     assert qq.wait_state(by_id, FINAL)["state"] == "completed"
 
 
-def test_needs_and_after_in_a_job_file_name_live_jobs(qq):
+def test_needs_and_after_in_a_job_file_name_jobs_as_the_command_line_does(qq):
     prep = qq.submit("--name", "prep", "--", *gated(qq, "a"))
     job = write(qq, "job.toml", 'command = ["true"]\nneeds = ["prep"]\nafter = ["%s"]\n' % prep[:8])
     dep = qq.submit("--job", job)
     assert qq.record(dep)["needs"] == [prep] and qq.record(dep)["after"] == [prep]
     open_gate(qq, "a")
     assert qq.wait_state(dep, FINAL)["state"] == "completed"
-    stale = qq.run("submit", "--job", job)
-    assert stale.returncode == 121 and prep[:8] in stale.stderr and "--needs" in stale.stderr
+    again = qq.submit("--job", job)  # prep has ended: its name still names it
+    assert qq.record(again)["needs"] == [prep]
+    assert qq.wait_state(again, FINAL)["state"] == "completed"
+    bad = write(qq, "bad.toml", 'command = ["true"]\nneeds = ["nothing-of-that-name"]\n')
+    refused = qq.run("submit", "--job", bad)
+    assert refused.returncode == 121 and "--needs" in refused.stderr and "nothing-of-that-name" in refused.stderr
 
 
 def test_a_job_waiting_on_a_dependency_holds_no_capacity(qq):
@@ -396,8 +408,9 @@ def test_127_only_for_no_such_job_or_group(qq):
     for verb in ("wait", "status", "kill", "cancel", "clean", "logs", "rerun"):
         proc = qq.run(verb, "feedface-0000-4000-8000-000000000000")
         assert proc.returncode == 127, (verb, proc.stderr)
-    for argv in (["wait"], ["status"], ["pipeline"], ["rerun"], ["wait", "--bogus", "x"]):
-        assert qq.run(*argv).returncode == 2, argv
+    for argv in (["wait"], ["pipeline"], ["rerun"], ["wait", "--bogus", "x"]):
+        assert qq.run(*argv).returncode == 121, argv  # a bad command line where the code is a job's
+    assert qq.run("status").returncode == 2  # status without --wait/--follow/--quiet: not the table's
     assert qq.run("pipeline", os.path.join(qq.root, "missing.toml")).returncode == 121
 
 
