@@ -248,8 +248,8 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
         mem = resolve_word(mem, mem_budget)
     if req.mem is None and config.learn_enabled:
         mem = _learned_mem(ctx, req, mem, mem_budget, sources, warnings)
-    pools = pool_claims(ctx, req)
-    for given, option in ((req.mem, "--mem"), (req.vram, "--vram")):
+    pools = pool_claims(ctx, req, sources, warnings)
+    for given, option in ((req.mem, "--mem"), (req.vram if req.vram != "guess" else None, "--vram")):
         slip = units.bare_size_warning(given, option) if given is not None else None
         if slip:
             warnings.append(slip)  # --mem 100 is 100 bytes, as documented; most likely a slip
@@ -299,8 +299,10 @@ def _claim_once(root: str, command: tuple, template: tuple | None, margin: float
     return learn.claim_for(root, command, template, margin, minimum=minimum, most=most)
 
 
-def pool_claims(ctx: Context, req: Request) -> dict[str, tuple[int, int | None]]:
-    """--gpu/--vram, --claim and --lock as one map: name -> (count, size)."""
+def pool_claims(ctx: Context, req: Request, sources: dict | None = None,
+                warnings: list | None = None) -> dict[str, tuple[int, int | None]]:
+    """--gpu/--vram, --claim and --lock as one map: name -> (count, size); ``sources``,
+    ``warnings``: where ``--vram guess`` says what it took (``qex.jobs.learn.vram_guess``)."""
     config = ctx.config
     pools = {p.name: p for p in config.pools}
     out: dict[str, tuple[int, int | None]] = {}
@@ -309,9 +311,15 @@ def pool_claims(ctx: Context, req: Request) -> dict[str, tuple[int, int | None]]
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise SpecError(f"--gpu: {count!r} is not a number of devices; use a whole number of 1 or more"
                             + (" (--gpu 0 cannot go with --vram)" if req.vram is not None else ""))
-        size = units.parse_size(str(req.vram), "--vram") if req.vram is not None else config.default_vram
-        if req.vram is not None and size <= 0:
-            raise SpecError("--vram: the size must be more than zero, e.g. 20GB")
+        if req.vram == "guess":  # what the learner knows of this command's VRAM
+            from qex.jobs import learn
+
+            size = learn.vram_guess(ctx, req.command, getattr(req, "template", None), pools.get("gpu"),
+                                    {} if sources is None else sources, [] if warnings is None else warnings)
+        else:
+            size = units.parse_size(str(req.vram), "--vram") if req.vram is not None else config.default_vram
+            if req.vram is not None and size <= 0:
+                raise SpecError("--vram: the size must be more than zero, e.g. 20GB")
         out["gpu"] = (count, size)
     for item in req.claims:
         name, count, size = _parse_claim(item)
@@ -469,6 +477,9 @@ def submit_many(ctx: Context, built: list[Built],
             ids.append(rec["id"])
         return ids
 
+    if any("gpu" in (b.record["claims"].get("pools") or {}) for b in built):
+        from qex.queue import gpuseen
+        gpuseen.prefetch(ctx)  # the VRAM in use, read before the lock if it is not fresh (its pass admits it)
     try:
         result = engine.run_pass(ctx, add, early=early)
     except BaseException:

@@ -78,12 +78,18 @@ def _attempt_classes(frozen, field, Claims) -> tuple:
         """What an attempt used. ``max_rss``: the peak in bytes, of the job's whole
         process tree from its memory cgroup (``peak_from`` "cgroup"), else of its
         largest waited-for process from getrusage ("rusage"). ``oom_kills``: OOM
-        kills the kernel counted in the job's cgroup (None without a cgroup)."""
+        kills the kernel counted in the job's cgroup (None without a cgroup).
+        ``vram_peak``: the most VRAM its processes held on one GPU, in bytes, and
+        ``vram_peak_by_device`` that peak per device (qex's number of a device of the
+        pool gpu, or a GPU's UUID), sampled by its supervisor where the driver
+        answers (None: not measured)."""
 
         max_rss: int | None = None
         cpu_secs: float | None = None
         peak_from: str | None = None
         oom_kills: int | None = None
+        vram_peak: int | None = None
+        vram_peak_by_device: dict[str, int] | None = None
 
     @frozen
     class LogsDropped:
@@ -163,11 +169,11 @@ def _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt) 
         template: tuple[str, ...] | None = None   # a fan-out job: its command with {} (the learner's key)
         rerun_of: str | None = None               # qex rerun: the job this one repeats
         peer_lock: str | None = None    # this job's liveness file in the peer directory (qex.users.peer_dir)
+        vram_over: str | None = None    # its VRAM above what it was given, in words (qex.supervisor.vram)
 
         @property
         def final(self) -> bool:
             return self.state in FINAL
-
     return Status
 
 
@@ -203,14 +209,15 @@ def status_defaults() -> dict:
         "claims": {"cpu": 1.0, "mem": 0, "pools": {}}, "claim_source": {}, "assigned": [], "forced": False,
         "submitted_at": 0.0, "started_at": None, "ended_at": None, "pid": None, "supervisor_pid": None,
         "exit_code": None, "signal": None, "attempt": 1, "attempts": [],
-        "usage": {"max_rss": None, "cpu_secs": None, "peak_from": None, "oom_kills": None},
+        "usage": {"max_rss": None, "cpu_secs": None, "peak_from": None, "oom_kills": None, "vram_peak": None,
+                  "vram_peak_by_device": None},
         "error": None, "blocked_reason": None, "blocked_holder": None, "blocked_since": None,
         "passed_by": 0, "dedupe_key": None, "needs": [], "after": [], "skipped_root": None,
         "logs_dropped": {"stdout_bytes": 0, "stdout_lines": 0, "stderr_bytes": 0, "stderr_lines": 0,
                          "incomplete": False},
         "timeout": None, "retries": 0, "oom_retries": 1, "max_queue_time": None, "queue_pause_secs": 0.0,
         "queue_pauses": [], "kill_requested": False, "supervisor_lost": False, "oom_evidence": None,
-        "template": None, "rerun_of": None, "peer_lock": None,
+        "template": None, "rerun_of": None, "peer_lock": None, "vram_over": None,
     }
 
 
