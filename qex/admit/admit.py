@@ -383,7 +383,9 @@ def _capacity(ctx: Context, led: Ledger, job: Queued) -> Verdict:
 def _lock_wait(ctx: Context, led: Ledger, names: tuple[str, ...]) -> Verdict:
     holders = holders_of(led, names)
     if holders and all(h.outside is not None for h in holders):  # a one-device pool's device, used outside qex
-        return Verdict(OUTSIDE, words.vram_outside_wait(ctx.m, None, names, holders), cause="lock")
+        amounts = words.outside_amounts(holders, names)
+        return Verdict(OUTSIDE, words.vram_outside_wait(ctx.m, None, names, holders), parks=OUTSIDE,
+                       note="waits for VRAM outside qex: ", tail=f" cannot fit while {amounts}")
     holder = "lock" if any(not h.peer for h in holders) else PEER
     return Verdict(holder, words.lock_wait(ctx.m, names, holders), cause="lock")
 

@@ -97,6 +97,19 @@ def reader_for(env: dict, nvml: bool) -> str:
 
 # ---- nvidia-smi, without blocking ------------------------------------------------------
 
+_ABANDONED: list = []  # readers killed past their deadline, not reaped yet
+
+
+def _reap_abandoned() -> None:
+    for pid in list(_ABANDONED):
+        try:
+            done = posix.waitpid(pid, posix.WNOHANG)[0]
+        except ChildProcessError:
+            done = pid
+        if done:
+            _ABANDONED.remove(pid)
+
+
 class Run:
     """A program whose stdout is read without blocking; stdin and stderr from and
     to /dev/null. ``fd`` is -1 once all of its output is in."""
@@ -104,6 +117,7 @@ class Run:
     __slots__ = ("pid", "fd", "chunks", "status")
 
     def __init__(self, argv: list, env: dict):
+        _reap_abandoned()
         r, w = posix.pipe()  # (both close-on-exec)
         posix.set_blocking(r, False)
         # posix_spawn closes nothing: a supervisor's inheritable fds (its job's liveness
@@ -147,7 +161,8 @@ class Run:
                 self.status = posix.waitstatus_to_exitcode(status)
 
     def abandon(self) -> None:
-        """Past its deadline: killed, and left (a driver call stuck in the kernel cannot be waited for)."""
+        """Past its deadline: killed, and left (a driver call stuck in the kernel cannot be
+        waited for); reaped by a later reading (``_reap_abandoned``)."""
         try:
             posix.kill(self.pid, 9)
         except OSError:
@@ -156,6 +171,8 @@ class Run:
             posix.close(self.fd)
             self.fd = -1
         self.reap()
+        if self.status is None:
+            _ABANDONED.append(self.pid)
 
     def text(self) -> str:
         return b"".join(self.chunks).decode("utf-8", "replace")

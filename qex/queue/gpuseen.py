@@ -133,6 +133,7 @@ def for_admission(ctx: Context, seen: gpu_use.Seen, jobs: dict, proc: str = "/pr
     of = device_of(ctx, seen)
     used: dict[str, list] = {}
     beside = []
+    supervised = {e.get("supervisor_pid"): j for j, e in jobs.items() if e.get("state") in HOLDING}
     for pid, uuid, nbytes in seen.apps:
         device = of(uuid)
         if device is None or nbytes <= 0:
@@ -140,6 +141,8 @@ def for_admission(ctx: Context, seen: gpu_use.Seen, jobs: dict, proc: str = "/pr
         w = whose(pid, proc)
         if w is None:
             continue  # gone since the reading (its VRAM with it)
+        if w.job is None and w.supervisor and w.supervisor in supervised:
+            w.job = supervised[w.supervisor]  # (under one of this queue's supervisors: its job)
         entry = jobs.get(w.job) if w.job else None
         if entry is not None and entry.get("state") in HOLDING:
             used.setdefault(w.job, []).append(A.DeviceUse(POOL, (device,), nbytes))

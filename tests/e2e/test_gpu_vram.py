@@ -143,12 +143,17 @@ def test_another_users_qex_job_is_not_vram_outside_qex(q, box, tmp_path):
 
 # ---- the cost: the driver is read only for a GPU claim, at most once per observe_every -----
 
-def test_a_pass_with_no_gpu_claim_never_calls_the_driver(q, box):
+def test_a_pass_with_no_gpu_claim_never_calls_the_driver_and_one_with_reads_it_once_per_observe_every(q, box):
+    q.write_config(TWO.replace('observe_every = "1s"', 'observe_every = "1h"'))
     job = q.submit("--", "true")
     q.wait_state(job, "completed")
     q.run("list")
     q.run("status", job)
     assert calls(q) == []
+    for _ in range(2):  # (jobs that end before their first sample: only the passes read it)
+        q.wait_state(q.submit("--vram", "1GB", "--", "true"), "completed")
+    assert sorted(c.split()[0] for c in calls(q)) == ["--query-compute-apps=pid,used_memory,gpu_uuid",
+                                                     "--query-gpu=index,uuid"], calls(q)  # (together)
 
 
 def test_info_reads_the_driver_at_most_once_per_observe_every(q, box):
