@@ -56,13 +56,13 @@ def schema_for(kind: str) -> dict:
         title = "qex job record (status.json)"
     elif kind == "event":
         from qex.base.states import STATES
-        from qex.store.events import KINDS, Event
+        from qex.store.events import CHANGES, KINDS, Event
 
         body = _object(Event, closed=False)
         body["properties"]["event"] = {"enum": list(KINDS)}
         body["properties"]["state"] = {"anyOf": [{"enum": list(STATES)}, {"type": "null"}]}
         body["properties"]["previous"] = {"anyOf": [{"enum": list(STATES)}, {"type": "null"}]}
-        body["properties"]["change"] = {"anyOf": [{"enum": ["state", "reason"]}, {"type": "null"}]}
+        body["properties"]["change"] = {"anyOf": [{"enum": list(CHANGES)}, {"type": "null"}]}
         title = "qex event (one line of qex events --json)"
     elif kind == "job":
         from qex.jobs.jobfile import JobFile

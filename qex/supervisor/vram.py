@@ -146,6 +146,7 @@ class Sampler:
         if self.reader is not None:
             self.reader.result()
             self.reader = None
+        self._reap_note()
 
     # ---- what a reading says ---------------------------------------------------------
 

@@ -214,6 +214,11 @@ def test_a_job_above_its_vram_claim_is_said_so_in_status_list_and_the_events(q, 
     assert rec["vram_over"] == said and rec["usage"]["vram_peak"] == 30 * GiB
     row = [ln for ln in q.run("list").stdout.splitlines() if ln.startswith(job[:8])]
     assert said in row[0], row
+    jsonschema = pytest.importorskip("jsonschema")
+    for kind, doc in (("status", rec), ("event", vram[0])):  # what qex writes validates against its schema
+        schema = json.loads(q.run("schema", kind).stdout)
+        errors = list(jsonschema.validators.validator_for(schema)(schema).iter_errors(doc))
+        assert not errors, [e.message for e in errors]
 
 
 def test_admission_counts_a_running_jobs_use_above_its_claim(q, box):
