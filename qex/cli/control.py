@@ -13,26 +13,15 @@ if TYPE_CHECKING:
 
 
 def cmd_kill(args: Namespace) -> int:
-    from qex.control.actions import kill_jobs
-    from qex.jobs.resolve import resolve
+    from qex.control.actions import KILL, stop_jobs
 
     ctx = context()
-    targets = [resolve(ctx.store, w) for w in args.ids]
-    job_ids, in_group = [], set()
-    for t in targets:
-        for j in t.members:
-            if j not in job_ids:
-                job_ids.append(j)
-            if t.is_group:
-                in_group.add(j)
-    answer = kill_jobs(ctx, job_ids, wait=True, cancel_queued=bool(in_group))
+    job_ids, in_group = _targets(ctx, args.ids)
+    answer = stop_jobs(ctx, job_ids, KILL, wait=True)
     code = 0
     for job_id in job_ids:
         what = answer.get(job_id, "")
-        if what == "queued":
-            err(f"qex: {job_id[:8]} is queued, not running; use qex cancel {job_id[:8]}")
-            code = 1
-        elif what.startswith("ended:"):
+        if what.startswith("ended:"):
             if job_id not in in_group:
                 err(f"qex: {job_id[:8]} has already ended ({what[6:]}); nothing to kill")
                 code = 1
@@ -44,11 +33,11 @@ def cmd_kill(args: Namespace) -> int:
 
 
 def cmd_cancel(args: Namespace) -> int:
-    from qex.control.actions import cancel_jobs
+    from qex.control.actions import CANCEL, stop_jobs
 
     ctx = context()
     job_ids, in_group = _targets(ctx, args.ids)
-    answer = cancel_jobs(ctx, job_ids)
+    answer = stop_jobs(ctx, job_ids, CANCEL)
     code = 0
     for job_id in job_ids:
         what = answer[job_id]

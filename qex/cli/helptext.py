@@ -55,16 +55,23 @@ Exit codes of submit --wait/--follow, run, wait, status --wait|--follow|--quiet:
   99    the kernel stopped the job for memory (state oom)
   100   the job has not stopped (status --quiet without a wait)
   121   qex could not do what was asked; no job ran
-  122   your wait was interrupted (Ctrl-C, SIGTERM); the job continues
+  122   your wait was interrupted (Ctrl-C, SIGTERM, SIGHUP); the job continues
   123   the job gave up in the queue (--max-queue-time, state expired)
   124   your wait reached its own limit; the job continues
-  125   something stopped the job: kill, cancel, --timeout
+  125   something stopped the job: kill, cancel, --timeout, a signal to qex run
   126   a job it needed did not succeed (state skipped)
   127   no job or group with that id
 
 On these commands a bad command line (an unknown option, a missing argument,
 an ambiguous id or name) is 121, never 2: 2 is a job's own code there.
 Other commands: 0 success, 1 failure, 2 bad command line, 127 no such job.
+
+Ctrl-C, SIGTERM or SIGHUP while a command waits:
+  qex run owns its job: a job still queued is cancelled (it never runs), a
+    running one is killed with every process it started; run then returns
+    125 (a second Ctrl-C stops waiting at once).
+  submit --wait|--follow, status --wait|--follow and wait stop waiting and
+    leave the job alone: 122, and they say so on stderr.
 
 A command waits for the state directory's lock: after 2 s it says on stderr
 who holds it (pid, user, command), and after --lock-timeout SECONDS (any
@@ -82,12 +89,12 @@ queued -> expired | cancelled | skipped (without running)
   running    its supervisor holds it (liveness is a held lock, not a pid)
   completed  exit code 0
   failed     a non-zero code, a signal, or its supervisor was lost (error says so)
-  killed     qex kill (or its supervisor got SIGTERM)
+  killed     qex kill, or a signal to its qex run (or its supervisor got SIGTERM)
   timeout    --timeout passed
   oom        the kernel stopped it for memory (oom_evidence says how qex knows);
              retried with a doubled claim while --oom-retries allows
   expired    --max-queue-time passed before it started
-  cancelled  qex cancel
+  cancelled  qex cancel, qex kill, or a signal to its qex run, while it was queued
   skipped    a job it --needs did not succeed
 """,
     "resources": """\

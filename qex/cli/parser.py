@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("show one job (or group)", "qex.cli.wait:cmd_status"),
     "list": ("list jobs", "qex.cli.show:cmd_list"),
     "logs": ("print a job's output", "qex.cli.show:cmd_logs"),
-    "kill": ("stop running jobs (the whole process group)", "qex.cli.control:cmd_kill"),
+    "kill": ("stop jobs: every process of a running one; a queued one is cancelled", "qex.cli.control:cmd_kill"),
     "cancel": ("take queued jobs out of the queue", "qex.cli.control:cmd_cancel"),
     "clean": ("remove the records of ended jobs", "qex.cli.control:cmd_clean"),
     "info": ("budget, load, pools, peers, queue health", "qex.cli.show:cmd_info"),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from qex.base.errors import SpecError
 from qex.cli.common import context, err, out, print_json, write_id_file
 
@@ -94,74 +92,27 @@ def _wait_limit(args):
 
 def cmd_run(args: Namespace) -> int:
     from qex.cli import wait as waiting
+    from qex.cli.interrupt import Interrupts
 
     if args.each_line is not None:
         raise SpecError("qex run streams one job and cannot take --each-line; "
                         "use qex submit --each-line FILE -- CMD {}, then qex wait GROUP")
     ctx = context()
-    job_id, result, hit = _submit_one(args, ctx)
-    from qex.supervisor import become
+    # qex run owns its job: a signal stops it, even one that comes while it is submitted
+    # (qex.cli.interrupt). The forked supervisors set their own handlers (detach_stdio).
+    with Interrupts(owner=True) as ints:
+        job_id, result, hit = _submit_one(args, ctx)
+        from qex.supervisor import become
 
-    become.finish_pass(ctx, result)
-    _say_what_happened(ctx, job_id, hit)
-    if args.id_file:
-        write_id_file(args.id_file, [job_id])
-    if hit is not None:  # another caller's job: follow it; Ctrl-C stops only this wait (122)
-        return _follow_holder(ctx, job_id)
-    if not args.quiet:
-        err(f"qex: job {job_id}")
-    stopper = _Stopper(ctx, job_id)
-    try:
-        return waiting.follow(ctx, job_id, None, on_interrupt=stopper)
-    finally:
-        stopper.restore()
-
-
-def _follow_holder(ctx: Context, job_id: str) -> int:
-    import signal
-
-    from qex.base import outcome
-    from qex.cli import wait as waiting
-
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        err(f"qex: following job {job_id} instead; Ctrl-C stops only this wait, the job continues")
-        return waiting.follow(ctx, job_id, None)
-    except KeyboardInterrupt:  # before the follow's own handling began
-        err("qex: stopped following; the job continues")
-        return outcome.INTERRUPTED
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-class _Stopper:
-    """Ctrl-C or SIGTERM during `qex run`: stop the job (125); a second one exits at once."""
-
-    def __init__(self, ctx: Context, job_id: str):
-        import signal
-
-        self.ctx, self.job_id, self.count = ctx, job_id, 0
-        self.old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def _handle(self, signum, frame):
-        self.count += 1
-        if self.count > 1:
-            err("qex: stopped waiting; the job is being stopped")
-            os._exit(125)
-        err("qex: stopping the job (Ctrl-C again to stop waiting)")
-        from qex.control.actions import kill_jobs
-
-        try:
-            kill_jobs(self.ctx, [self.job_id], wait=False)
-        except Exception as exc:  # the wait goes on and reports the end
-            err(f"qex: {exc}")
-
-    def restore(self) -> None:
-        import signal
-
-        for s, h in self.old.items():
-            signal.signal(s, h)
+        become.finish_pass(ctx, result)
+        _say_what_happened(ctx, job_id, hit)
+        if args.id_file:
+            write_id_file(args.id_file, [job_id])
+        if hit is not None:  # another caller's job: follow it; a signal stops only this wait (122)
+            ints.owner = False
+            err(f"qex: following job {job_id} instead; Ctrl-C stops only this wait, the job continues")
+        else:
+            ints.job_id = job_id
+            if not args.quiet:
+                err(f"qex: job {job_id}")
+        return waiting.follow(ctx, job_id, None, ints)

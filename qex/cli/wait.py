@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 
@@ -16,6 +15,7 @@ if TYPE_CHECKING:
     from argparse import Namespace
     from collections.abc import Callable
 
+    from qex.cli.interrupt import Interrupts
     from qex.config.context import Context
 
 POLL_FIRST, POLL_MAX, LIVENESS_EVERY = 0.02, 0.2, 1.0
@@ -23,12 +23,6 @@ POLL_FIRST, POLL_MAX, LIVENESS_EVERY = 0.02, 0.2, 1.0
 
 class WaitLimit(Exception):
     """The caller's own --timeout passed (124)."""
-
-
-def _sigterm_as_interrupt():
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-    return signal.signal(signal.SIGTERM, handler)
 
 
 class AttemptNotes:
@@ -100,17 +94,16 @@ def _nudge(ctx: Context, pending: list[str]) -> None:
 
 
 def wait_and_print(ctx: Context, job_id: str, limit: float | None, print_record: bool = True) -> int:
-    old = _sigterm_as_interrupt()
-    try:
-        rec = await_final(ctx, [job_id], limit, on_record=AttemptNotes())[job_id]
-    except KeyboardInterrupt:
-        err("qex: stopped waiting; the job continues")
-        return outcome.INTERRUPTED
-    except WaitLimit:
-        err("qex: the wait reached its limit; the job continues")
-        return outcome.WAIT_LIMIT
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    from qex.cli.interrupt import Interrupts, left
+
+    with Interrupts():  # (a signal leaves the job: qex.cli.interrupt)
+        try:
+            rec = await_final(ctx, [job_id], limit, on_record=AttemptNotes())[job_id]
+        except KeyboardInterrupt:
+            return left()
+        except WaitLimit:
+            err("qex: the wait reached its limit; the job continues")
+            return outcome.WAIT_LIMIT
     if print_record:
         print_json(rec)
     return outcome.exit_code(rec)
@@ -135,27 +128,40 @@ class Tail:
             self.stream.flush()
 
 
-def follow(ctx: Context, job_id: str, limit: float | None, on_interrupt: object = None) -> int:
-    """Stream the job's output as it is written; return the job's exit code."""
+def follow(ctx: Context, job_id: str, limit: float | None, ints: Interrupts | None = None) -> int:
+    """Stream the job's output as it is written; return the job's exit code. ``ints``:
+    the signal handlers the caller installed (``qex run``'s: it owns its job); without
+    them a signal leaves the job (``qex.cli.interrupt``)."""
     tails = [Tail(ctx.store.path(job_id, layout.STDOUT), sys.stdout),
              Tail(ctx.store.path(job_id, layout.STDERR), sys.stderr)]
+    if ints is None:
+        from qex.cli.interrupt import Interrupts
 
+        with Interrupts() as mine:
+            return _follow(ctx, job_id, limit, tails, mine)
+    return _follow(ctx, job_id, limit, tails, ints)
+
+
+def _follow(ctx: Context, job_id: str, limit: float | None, tails: list[Tail], ints: Interrupts) -> int:
     def pump():
         for t in tails:
-            t.pump()
+            try:
+                t.pump()
+            except OSError:
+                if ints.signum is None:
+                    raise  # (after SIGHUP the terminal is gone: the job is stopped all the same)
 
-    old = None if on_interrupt else _sigterm_as_interrupt()
+    def tick():
+        ints.act(ctx)
+        pump()
+
     try:
-        rec = await_final(ctx, [job_id], limit, on_tick=pump, on_record=AttemptNotes())[job_id]
+        rec = await_final(ctx, [job_id], limit, on_tick=tick, on_record=AttemptNotes())[job_id]
     except KeyboardInterrupt:
-        err("qex: stopped following; the job continues")
-        return outcome.INTERRUPTED
+        return ints.ended(job_id)
     except WaitLimit:
         err("qex: the wait reached its limit; the job continues")
         return outcome.WAIT_LIMIT
-    finally:
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
     pump()
     return outcome.exit_code(rec)
 
@@ -170,23 +176,21 @@ def _limit(args):
 
 
 def cmd_wait(args: Namespace) -> int:
+    from qex.cli.interrupt import Interrupts, left
     from qex.jobs.resolve import resolve_jobs
 
     ctx = context()
     job_ids = resolve_jobs(ctx.store, args.ids)
-    old = _sigterm_as_interrupt()
-    try:
-        done = await_final(ctx, job_ids, _limit(args), first=args.next,
-                           on_record=None if args.quiet else _wait_notes())
-    except KeyboardInterrupt:
-        err("qex: stopped waiting; the jobs continue")
-        return outcome.INTERRUPTED
-    except WaitLimit:
-        if not args.quiet:
-            err("qex: the wait reached its limit; the jobs continue")
-        return outcome.WAIT_LIMIT
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    with Interrupts():  # (a signal leaves the jobs: qex.cli.interrupt)
+        try:
+            done = await_final(ctx, job_ids, _limit(args), first=args.next,
+                               on_record=None if args.quiet else _wait_notes())
+        except KeyboardInterrupt:
+            return left(len(job_ids))
+        except WaitLimit:
+            if not args.quiet:
+                err("qex: the wait reached its limit; the jobs continue")
+            return outcome.WAIT_LIMIT
     records = [done[j] for j in job_ids if j in done]
     if args.json:
         print_json(records if len(args.ids) > 1 or len(job_ids) > 1 else records[0])
@@ -224,12 +228,15 @@ def cmd_status(args: Namespace) -> int:
             raise SpecError(f"--follow reads one job; {args.id} is a group of {len(target.members)}")
         return follow(ctx, target.job, _limit(args))
     if args.wait:
-        try:
-            await_final(ctx, target.members, _limit(args))
-        except KeyboardInterrupt:
-            return outcome.INTERRUPTED
-        except WaitLimit:
-            return outcome.WAIT_LIMIT
+        from qex.cli.interrupt import Interrupts, left
+
+        with Interrupts():  # (a signal leaves the job: qex.cli.interrupt)
+            try:
+                await_final(ctx, target.members, _limit(args))
+            except KeyboardInterrupt:
+                return left(len(target.members))
+            except WaitLimit:
+                return outcome.WAIT_LIMIT
     index = ctx.store.read_index_jobs()
     records = [ctx.store.read_live(j, index) for j in target.members]
     if args.show_env:

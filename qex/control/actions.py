@@ -1,4 +1,5 @@
-"""kill, cancel and clean: the decisions, made under the lock; the CLI prints."""
+"""kill, cancel and clean: the decisions, made under the lock; the CLI prints.
+The rule of kill and cancel is ``stop_jobs``."""
 
 from __future__ import annotations
 
@@ -48,27 +49,41 @@ def _owned_active(ctx: Context, txn, job_id: str, verb: str, answer: dict) -> di
     return entry
 
 
-def kill_jobs(ctx: Context, job_ids: list[str], wait: bool = True, cancel_queued: bool = False) -> dict[str, str]:
-    """Mark each running job killed-on-request, then signal its supervisor.
+KILL, CANCEL = "kill", "cancel"
 
-    Returns, per id: "killed" (or the final state it reached), "queued" (use
-    cancel), "cancelled" (a queued group member), or "ended:<state>".
+
+def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
+              why: str | None = None) -> dict[str, str]:
+    """The one rule of ``qex kill`` and ``qex cancel``; every command that stops a job
+    calls it (kill and cancel, of jobs or groups, and a signal to ``qex run``).
+
+    In one pass, whatever the verb, a queued job ends ``cancelled`` (``why`` in its
+    record): it never starts, not even on the capacity the jobs killed with it free.
+    A starting or running job is killed (``kill``: marked killed-on-request, then its
+    supervisor is signalled, which stops every process the job started) or left
+    alone (``cancel`` refuses it). Another user's job is refused (PermissionRefused).
+
+    Returns, per id: "cancelled"; for a job being killed, the final state it reached
+    ("killed", ...), "signalled" if it had not ended after the kill grace, or
+    "signal" without ``wait``; "running" (cancel refused it); "ended:<state>".
     """
+    why = why or (f"cancelled by {ctx.user} before it started" if verb == KILL else f"cancelled by {ctx.user}")
+
     def mark(txn):
         answer = {}
         for job_id in job_ids:
-            entry = _owned_active(ctx, txn, job_id, "kill", answer)
+            entry = _owned_active(ctx, txn, job_id, verb, answer)
             if entry is None:
                 continue
             if entry["state"] == "queued":
-                if cancel_queued:
-                    _cancel(txn, job_id, "cancelled: its group was killed")
-                    answer[job_id] = "cancelled"
-                else:
-                    answer[job_id] = "queued"
-                continue
-            txn.update(job_id, change="reason", kill_requested=True)
-            answer[job_id] = "signal"
+                txn.update(job_id, state="cancelled", ended_at=time.time(), error=why,
+                           blocked_reason=None, blocked_holder=None)
+                answer[job_id] = "cancelled"
+            elif verb == KILL:
+                txn.update(job_id, change="reason", kill_requested=True)
+                answer[job_id] = "signal"
+            else:
+                answer[job_id] = "running"
         return answer
 
     result = engine.run_pass(ctx, mark)
@@ -118,34 +133,6 @@ def _await_final(ctx: Context, job_ids: list[str], answer: dict) -> None:
             time.sleep(0.02)
     for job_id in pending:
         answer[job_id] = "signalled"
-
-
-def _cancel(txn, job_id: str, why: str) -> None:
-    txn.update(job_id, state="cancelled", ended_at=time.time(), error=why,
-               blocked_reason=None, blocked_holder=None)
-
-
-def cancel_jobs(ctx: Context, job_ids: list[str]) -> dict[str, str]:
-    """Take queued jobs out: "cancelled", "running" (use kill) or "ended:<state>"."""
-    def mark(txn):
-        answer = {}
-        for job_id in job_ids:
-            entry = _owned_active(ctx, txn, job_id, "cancel", answer)
-            if entry is None:
-                continue
-            if entry["state"] != "queued":
-                answer[job_id] = "running"
-                continue
-            _cancel(txn, job_id, f"cancelled by {ctx.user}")
-            answer[job_id] = "cancelled"
-        return answer
-
-    result = engine.run_pass(ctx, mark)
-
-    from qex.supervisor import become
-
-    become.finish_pass(ctx, result)
-    return result.value
 
 
 def clean_jobs(ctx: Context, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:

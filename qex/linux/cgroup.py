@@ -190,6 +190,10 @@ class JobCgroup:
     def remove(self) -> bool:
         return remove_dir(self.path)
 
+    def kill(self) -> None:
+        """SIGKILL every process in it (all of them the job's: see ``stop_and_remove``)."""
+        _kill_all(self)
+
 
 def _move_here(kind: str, path: str) -> None:
     """Move the calling thread into the cgroup at ``path`` (one write).

@@ -95,7 +95,9 @@ class Meter:
             self.cg, self.inside = None, False
 
     def end(self, rusage: object, wait_status: int, stopped_by_qex: bool) -> tuple[dict, str | None]:
-        """After the job ended (wait4 done): (usage, OOM evidence). Removes the cgroup."""
+        """After the job ended (wait4 done): (usage, OOM evidence). Removes the cgroup
+        (emptied first when qex stopped the job; what a job that ended by itself left
+        there keeps it, and the sweep removes it once they are gone)."""
         rss = rusage.ru_maxrss * 1024 if rusage is not None else None
         usage = {"max_rss": rss, "cpu_secs": round(rusage.ru_utime + rusage.ru_stime, 3) if rusage else None,
                  "peak_from": "rusage" if rss is not None else None, "oom_kills": None}
@@ -110,6 +112,9 @@ class Meter:
             now = self.cg.oom_kills()
             if now is not None and self.cg_kills0 is not None:
                 cg_kills = usage["oom_kills"] = max(0, now - self.cg_kills0)  # (a record holds no negative count)
+            if stopped_by_qex:  # qex kill, --timeout: what is left in the job's cgroup goes too
+                self.cg.kill()
+                cgroup.remove_dir(self.cg.path, wait=0.5)
             self.discard()
         evidence = None
         clean_exit = os.WIFEXITED(wait_status) and os.WEXITSTATUS(wait_status) == 0

@@ -15,8 +15,8 @@ import time
 
 from qex.base.errors import StoreError
 from qex.base.states import HOLDING
-from qex.linux import pidfile
-from qex.linux.proc import KILL_GRACE, detach_stdio, signal_group
+from qex.linux import pidfile, tree
+from qex.linux.proc import KILL_GRACE, child_subreaper, detach_stdio, forked_children, look_up_prctl, signal_group
 from qex.queue import engine, reconcile
 from qex.queue.context import Launch
 from qex.queue.launch import after_pass
@@ -66,12 +66,13 @@ def main_loop(ctx: Context, launch: Launch) -> None:
 
 def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Launch | None:
     """The supervisor itself failed: say so in the record rather than leave it to reconcile."""
+    child_subreaper(False)  # (before the pass forks anything)
     def fail(txn):
         rec = txn.record(launch.job_id)
         if rec["state"] in HOLDING:
             pid = rec.get("pid") or (pidfile.launched(ctx.store.path(launch.job_id, layout.PID)) or (None,))[0]
             if pid:
-                signal_group(pid, signal.SIGKILL)  # a job spawned but not yet recorded has only its pid file
+                tree.kill_all(pid)  # a job spawned but not yet recorded has only its pid file
             reconcile.release_cgroup(ctx, launch.job_id)  # (one in its cgroup may have only the intent line yet)
             now, error = time.time(), f"its supervisor failed: {type(exc).__name__}: {exc}"
             attempts = list(rec.get("attempts") or []) + [{
@@ -88,7 +89,8 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
 
 
 class Interrupt:
-    """SIGUSR1 (qex kill) or SIGTERM: stop the job. Wakes the select loop via a pipe."""
+    """SIGUSR1 (qex kill) or SIGTERM: stop the job. Wakes the select loop via a pipe
+    (and so does SIGCHLD: the loop reaps what the job orphaned; as ``watch.Interrupt``)."""
 
     def __init__(self):
         self.requested: str | None = None
@@ -96,19 +98,26 @@ class Interrupt:
         signal.set_wakeup_fd(self.w)
         signal.signal(signal.SIGUSR1, self._on)
         signal.signal(signal.SIGTERM, self._on)
+        signal.signal(signal.SIGCHLD, _woken)
 
     def _on(self, signum, frame):
         self.requested = "kill" if signum == signal.SIGUSR1 else "term"
 
     def close(self) -> None:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         os.close(self.r)
         os.close(self.w)
 
 
+def _woken(signum, frame) -> None:
+    """SIGCHLD: its byte on the wake-up pipe is all it does."""
+
+
 def prepare_early(ctx: Context, launch: Launch) -> None:
     """What a submission's early supervisor does before its commit's byte comes
     (``qex.supervisor.become.fork_early``): it reads the job's spec and makes its memory cgroup,
+    and looks up prctl (the subreaper: ``qex.linux.proc.look_up_prctl``),
     which the commit's fsyncs leave time for (a commit that never comes leaves
     nothing behind: the caller removes the cgroup). A failure leaves it to
     ``supervise``, as for any supervisor."""
@@ -117,6 +126,7 @@ def prepare_early(ctx: Context, launch: Launch) -> None:
         meter = Meter()
         meter.prepare(ctx.store.job_dir(launch.job_id), launch.job_id, launch.attempt)
         launch.meter = meter
+        look_up_prctl()  # (the subreaper, set in supervise)
     except Exception:
         launch.spec = launch.meter = None
 
@@ -132,6 +142,7 @@ def supervise(ctx: Context, launch: Launch) -> Launch | None:
     spec = spec if spec is not None else store.read_spec(job_id, must_own=True)
     interrupt = Interrupt()
     meter = meter if meter is not None else Meter()
+    child_subreaper(True)  # what the job orphans is this process's to stop (qex.linux.tree); off in _finish
     proc, rec = _start(ctx, launch, spec, meter, interrupt)
     if proc is None:
         meter.discard()
@@ -331,9 +342,21 @@ def _log_limit(config) -> tuple[int | None, str]:
                    "0 keeps everything)")
 
 
+def _job_over() -> bool:
+    """The job has ended (or was never spawned): this process stops being a child
+    subreaper before it forks anything (``qex.linux.proc.child_subreaper``), and reaps
+    the orphans of the job it adopted that have ended. True if some still live: what
+    a job that ended by itself left behind goes on, and this process does not go on
+    to another job while they are its children (a kill of that job would stop them:
+    ``qex.linux.tree``); it leaves after its pass, and they go to init."""
+    child_subreaper(False)
+    return tree.reap_adopted(0, forked_children()) > 0
+
+
 def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> Launch | None:
     """Write the final record (or requeue a retry), run a pass, hand over."""
     interrupt.close()
+    left_behind = _job_over()
     ctx.reload_config()  # [hooks] as it is when the job ends
     if rec.get("_abandon"):
         return _close_and_end(launch, ctx)
@@ -351,10 +374,11 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     if lessons:  # taught after the pass (the learner's fsync holds up no other pass)
         _LESSONS.extend(lessons)
     # The first job this pass admitted is this process's next job: no fork, no new
-    # process image to fault in (a drain of short jobs is mostly this hand-over).
-    own_next = result.launches.pop(0) if result.launches else None
-    if own_next is not None and launch.peer_fd >= 0 and own_next.peer_fd == launch.peer_fd:
-        launch.peer_fd, launch.peer_lock = -1, None  # handed to own_next (apply_plan): not let go below
+    # process image to fault in (a drain of short jobs is mostly this hand-over). Not
+    # while a process the job left behind is this process's child (_job_over).
+    own_next = result.launches.pop(0) if result.launches and not left_behind else None
+    if launch.peer_fd >= 0 and any(n.peer_fd == launch.peer_fd for n in (own_next, *result.launches) if n):
+        launch.peer_fd, launch.peer_lock = -1, None  # handed to a next job (apply_plan): not let go below
     keep = _own_fds(launch) + (_own_fds(own_next) if own_next is not None else ())
     child = after_pass(ctx, result, close_in_child=keep)
     if child is not None:

@@ -2,10 +2,11 @@
 
 ``loop`` is what the supervisor does while its job runs: copy the job's
 output into its logs (``Sink``, with ``[logs] max_bytes``), enforce the
-timeout (SIGTERM to the job's process group, SIGKILL after the kill grace),
-answer ``qex kill`` (SIGUSR1) and a SIGTERM to the supervisor, reap the job
-through a pidfd, and read what a process the job left behind still writes
-for a short drain.
+timeout (SIGTERM to the job's process group and every process the job
+started, SIGKILL after the kill grace: ``qex.linux.tree``), answer ``qex kill``
+(SIGUSR1) and a SIGTERM to the supervisor, reap the job through a pidfd (and
+what it orphaned, which this child subreaper adopted, on SIGCHLD), and read
+what a process the job left behind still writes for a short drain.
 
 The forked supervisor runs it for a short grace (``GRACE``): a job that ends
 by then never pays more. A job that still runs gets a supervisor that has
@@ -28,6 +29,7 @@ import select
 import sys
 import time
 
+from qex.linux import tree  # (builtins only, as this module)
 from qex.linux.whose import FINISHER_TAG, WATCHER_TAG  # (posix only: how a supervisor is known)
 
 TYPE_CHECKING = False  # (typing itself is not imported; nor is __future__: the minimal watcher)
@@ -48,7 +50,8 @@ _PIPE_DONE = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
 
 class Interrupt:
-    """SIGUSR1 (qex kill) or SIGTERM: stop the job. Wakes the poll via a pipe."""
+    """SIGUSR1 (qex kill) or SIGTERM: stop the job. Wakes the poll via a pipe (and
+    so does SIGCHLD: a process the job orphaned has ended, ``loop`` reaps it)."""
 
     def __init__(self):
         self.requested: str | None = None
@@ -56,14 +59,20 @@ class Interrupt:
         _signal.set_wakeup_fd(self.w)
         _signal.signal(_signal.SIGUSR1, self._on)
         _signal.signal(_signal.SIGTERM, self._on)
+        _signal.signal(_signal.SIGCHLD, _woken)
 
     def _on(self, signum, frame):
         self.requested = "kill" if signum == _signal.SIGUSR1 else "term"
 
     def close(self) -> None:
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
         _signal.set_wakeup_fd(-1)
         os.close(self.r)
         os.close(self.w)
+
+
+def _woken(signum, frame) -> None:
+    """SIGCHLD: nothing to do here; its byte on the wake-up pipe wakes the loop."""
 
 
 class End:
@@ -87,6 +96,7 @@ def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, 
     buffer = bytearray(READ_SIZE)  # one for the whole loop: a bytes object per read would grow the heap
     stop_reason = None  # "killed" | "timeout"
     kill_at = None
+    since = 0  # the leader's start time: what started before it is not the job's (tree.descendants)
     wait_status = rusage = None
     drain_until = None
     incomplete = False
@@ -95,12 +105,12 @@ def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, 
             now = time.time()
             if interrupt.requested and stop_reason is None:
                 stop_reason = "killed"
-                kill_at = _terminate(pid, now, kill_grace)
+                since, kill_at = _terminate(pid, now, kill_grace, wait_status is None)
             if timeout_at is not None and now >= timeout_at and stop_reason is None and wait_status is None:
                 stop_reason = "timeout"
-                kill_at = _terminate(pid, now, kill_grace)
+                since, kill_at = _terminate(pid, now, kill_grace, True)
             if kill_at is not None and now >= kill_at:
-                signal_group(pid, _signal.SIGKILL)
+                tree.stop(pid, _signal.SIGKILL, since)
                 kill_at = None
             if drain_until is not None and now >= drain_until and open_pipes:
                 incomplete = True
@@ -121,11 +131,12 @@ def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, 
                     _, wait_status, rusage = os.wait4(pid, 0)
                     poll.unregister(pidfd)
                     if stop_reason is not None:
-                        signal_group(pid, _signal.SIGKILL)  # what the job left behind
+                        tree.kill_all(pid, since)  # what the job left behind, in its group or not
                         kill_at = None
                     drain_until = time.time() + drain
                 elif fd == interrupt.r:
                     _woken(fd)
+                    tree.reap_adopted(pid)  # (a SIGCHLD: an orphan of the job that this process adopted ended)
                 elif fd in open_pipes:
                     _copy(fd, mask, buffer, sinks, poll, open_pipes)
                 elif sampler is not None:
@@ -178,16 +189,12 @@ def _copy(fd: int, mask: int, buffer: bytearray, sinks: dict, poll, open_pipes: 
         open_pipes.discard(fd)
 
 
-def _terminate(pid: int, now: float, grace: float) -> float:
-    signal_group(pid, _signal.SIGTERM)
-    return now + grace
-
-
-def signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except OSError:
-        pass
+def _terminate(pid: int, now: float, grace: float, unreaped: bool) -> tuple[int, float]:
+    """SIGTERM to the job's group and every process it started: (the start time of its
+    leader, before which nothing is the job's; when to SIGKILL them)."""
+    since = tree.start_of(pid) if unreaped else 0  # (0: reaped, its pid may be another process's now)
+    tree.stop(pid, _signal.SIGTERM, since)
+    return since, now + grace
 
 
 # ---- the two execs: the data they hand over, the fds they keep ---------------------

@@ -110,24 +110,6 @@ def test_kill_of_a_job_that_ignores_sigterm_ends_with_sigkill_and_no_process_lef
     assert qq.run("wait", job).returncode == 125
 
 
-def test_kill_of_a_queued_job_is_refused_and_points_to_cancel_which_works(q):
-    q.write_config(SMALL)
-    first = q.submit("--", *gated(q, "a"))
-    second = q.submit("--", "touch", os.path.join(q.root, "second-ran"))
-    assert q.record(second)["state"] == "queued"
-    kill = q.run("kill", second)
-    assert kill.returncode == 1, kill
-    assert "cancel" in kill.stderr
-    assert q.record(second)["state"] == "queued"
-    cancel = q.run("cancel", second)
-    assert cancel.returncode == 0, cancel.stderr
-    assert q.record(second)["state"] == "cancelled"
-    assert q.run("cancel", first).returncode == 1  # a running job is not cancelled
-    open_gate(q, "a")
-    q.wait_state(first, "completed")
-    assert not os.path.exists(os.path.join(q.root, "second-ran"))
-
-
 def test_clean_refuses_a_running_job_and_removes_an_ended_one(qq):
     job = qq.submit("--", *gated(qq, "a"))
     qq.wait_state(job, "running")
