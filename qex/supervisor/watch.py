@@ -135,7 +135,7 @@ def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, 
                         kill_at = None
                     drain_until = time.time() + drain
                 elif fd == interrupt.r:
-                    _woken(fd)
+                    _emptied(fd)
                     tree.reap_adopted(pid)  # (a SIGCHLD: an orphan of the job that this process adopted ended)
                 elif fd in open_pipes:
                     _copy(fd, mask, buffer, sinks, poll, open_pipes)
@@ -154,8 +154,8 @@ def _sample(sampler, now: float, poll, wait_status) -> float | None:
     return None if sampler is None or wait_status is not None else sampler.tick(now, poll)
 
 
-def _woken(fd: int) -> None:
-    """The interrupt's wake-up pipe: emptied (the signal handler set ``requested``)."""
+def _emptied(fd: int) -> None:
+    """The interrupt's wake-up pipe: emptied (a signal handler ran: ``requested``, SIGCHLD)."""
     try:
         os.read(fd, 64)
     except BlockingIOError:
