@@ -18,7 +18,8 @@ pass asks it to tell a job's use from VRAM used outside qex
    watcher or the finisher, whose argv carries ``WATCHER_TAG`` or
    ``FINISHER_TAG``: readable for any user's process). It says "a job of that
    user's qex", not which job (a supervisor that goes on to its next job keeps
-   the argv of the first).
+   the argv of the first). A supervisor is a child subreaper while its job runs
+   (``qex.linux.tree``): what the job orphans is reparented to it.
 
 Not the session nor the process group: a job's processes share the session
 of its supervisor, whose leader (the first child of a double fork,
