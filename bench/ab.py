@@ -20,9 +20,10 @@ import tempfile
 import time
 
 ENDED = ("completed", "failed")
+SHARED = False  # --shared
 
 
-def env_for(root: str) -> dict:
+def env_for(root: str, qex: str | None = None) -> dict:
     config = os.path.join(root, "qex.toml")
     with open(config, "w") as fh:
         fh.write('[budget]\ncpu = 2\n[defaults]\nmem = "64MB"\n')
@@ -32,6 +33,8 @@ def env_for(root: str) -> dict:
            # on the other's entries (an older qex reads no entry of a newer one's file)
            "XDG_CACHE_HOME": os.path.join(root, "cache")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if SHARED and qex is not None:  # --shared: a state directory made by `qex init --shared`
+        subprocess.run([qex, "init", "--shared", env["QEX_STATE_DIR"]], env=env, capture_output=True, check=True)
     return env
 
 
@@ -40,7 +43,8 @@ def wait_idle(env: dict, limit: float = 10.0) -> None:
     state, end = env["QEX_STATE_DIR"], time.monotonic() + limit
     while time.monotonic() < end:
         states = []
-        for path in glob.glob(os.path.join(state, "jobs", "*", "status.json")):
+        for path in glob.glob(os.path.join(state, "jobs", "*", "status.json")) + \
+                glob.glob(os.path.join(state, "member-*", "jobs", "*", "status.json")):
             try:
                 with open(path) as fh:
                     states.append(json.load(fh).get("state"))
@@ -54,7 +58,7 @@ def wait_idle(env: dict, limit: float = 10.0) -> None:
 
 def _processes_of(state: str) -> bool:
     """Is any process of this queue (its environment names the state directory) alive?
-    A supervisor or a waker is not found by its command line, which is the submit's."""
+    (By its environment: a supervisor or a waker names itself `qex: ...` in ps.)"""
     needle = f"QEX_STATE_DIR={state}".encode()
     for pid in os.listdir("/proc"):
         if pid.isdigit() and int(pid) != os.getpid():
@@ -99,9 +103,12 @@ def main() -> None:
     p.add_argument("old")
     p.add_argument("new")
     p.add_argument("--n", type=int, default=40)
+    p.add_argument("--shared", action="store_true", help="state directories made with `qex init --shared`")
     a = p.parse_args()
+    global SHARED
+    SHARED = a.shared
     tools = {"old": a.old, "new": a.new}
-    envs = {k: env_for(tempfile.mkdtemp(prefix=f"qex-ab-{k}-")) for k in tools}
+    envs = {k: env_for(tempfile.mkdtemp(prefix=f"qex-ab-{k}-"), tools[k]) for k in tools}
     for k in tools:  # warm: bytecode, the config cache
         submit_once(tools[k], envs[k])
     walls = {k: [] for k in tools}

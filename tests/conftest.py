@@ -55,14 +55,18 @@ class Queue:
             fh.write(text)
 
     def run(self, *args, input=None, timeout=60, env=None, check=None) -> subprocess.CompletedProcess:
-        """Run `qex ARGS...` to completion; returns the CompletedProcess (text)."""
-        proc = subprocess.run(QEX + [str(a) for a in args], input=input, capture_output=True, text=True,
+        """Run `qex ARGS...` to completion; returns the CompletedProcess (text). Its stdin is
+        ``input``, else /dev/null (`qex run` gives its stdin to its job: never the terminal
+        of whoever runs the tests)."""
+        given = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
+        proc = subprocess.run(QEX + [str(a) for a in args], **given, capture_output=True, text=True,
                               timeout=timeout, env={**self.env, **(env or {})}, cwd=self.root)
         if check is not None:
             assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
         return proc
 
     def popen(self, *args, env=None, **kw) -> subprocess.Popen:
+        kw.setdefault("stdin", subprocess.DEVNULL)  # (as run: never the terminal of whoever runs the tests)
         return subprocess.Popen(QEX + [str(a) for a in args], env={**self.env, **(env or {})},
                                 cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 

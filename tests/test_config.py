@@ -85,7 +85,8 @@ def test_missing_file_gives_the_defaults(tmp_path):
     assert config == Config.default(path)
     assert not config.exists and config.path == path
     assert config.budget_cpu == Percent(75) and config.budget_mem == Percent(75)
-    assert config.reserve_mem == 2 * GiB
+    assert config.reserve_mem is None  # unset: 10% of the machine's memory, at most 2GB
+    assert config.resolve_reserve(64 * GiB) == 2 * GiB and config.resolve_reserve(2 * GiB) == 2 * GiB // 10
     assert config.mode == "cooperative" and config.oversized == "run-when-idle"
     assert config.max_bypass == 2
     assert config.default_cpu == 1000 and config.default_mem is None
@@ -232,6 +233,7 @@ cpu = "1.5"
 mem = "48GB"
 [system]
 reserve_mem = "1GB"
+stuck_after = "2h"
 [enforce]
 mode = "single-user"
 [queue]
@@ -265,7 +267,7 @@ max_records = 50
 """
     path = write(tmp_path, text)
     c = load_config(path, env={})
-    assert c.budget_cpu == 1500 and c.budget_mem == 48 * GiB and c.reserve_mem == GiB
+    assert c.budget_cpu == 1500 and c.budget_mem == 48 * GiB and c.reserve_mem == GiB and c.stuck_after == 7200
     assert c.mode == "single-user" and c.oversized == "reject" and c.max_bypass == 0
     assert c.default_cpu == 500 and c.default_mem == "guess"
     assert c.default_timeout == 4 * 3600 and c.default_vram == 8 * GiB and c.default_max_queue_time == 3600
@@ -356,7 +358,8 @@ def test_hostile_value_is_shown_safely(tmp_path):
 
 def test_single_user_mode_changes_the_defaults(tmp_path):
     c = load_config(write(tmp_path, '[enforce]\nmode = "single-user"\n'), env={})
-    assert c.budget_cpu == Percent(90) and c.budget_mem == Percent(90) and c.reserve_mem == 512 * MiB
+    assert c.budget_cpu == Percent(90) and c.budget_mem == Percent(90) and c.reserve_mem is None
+    assert c.resolve_reserve(64 * GiB) == 512 * MiB and c.resolve_reserve(2 * GiB) == 2 * GiB // 10
     assert c.sources["budget.cpu"] == "default (enforce.mode = single-user)"
     assert c.sources["system.reserve_mem"] == "default (enforce.mode = single-user)"
     assert c.sources["enforce.mode"] == c.path

@@ -131,3 +131,10 @@ def test_a_real_child_is_known_by_its_environment():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_process_under_a_supervisor_by_its_name_is_a_qex_job(tmp_path):
+    fake_proc(tmp_path, 40, ppid=1, comm="qex: supervisor", cmdline=b"qex: supervisor of abc-4 (watching)\0")
+    fake_proc(tmp_path, 41, ppid=40)
+    w = whose.whose(41, str(tmp_path))
+    assert (w.job, w.via, w.supervisor) == (None, "supervisor", 40)

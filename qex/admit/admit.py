@@ -405,7 +405,7 @@ def _capacity_wait(ctx: Context, led: Ledger, job: Queued, f: Fit, locks, whole)
                 m, ctx.others, job.cpu, job.mem, divisible).pools == ():
             return _vram_outside_verdict(ctx, job, alone.pools, extra)  # the peers alone leave it room
         return _peer_verdict(ctx, job, words.peer_wait(m, job, alone, holders_of(ctx.peers, dims)) + extra, dims)
-    return _outside_verdict(ctx, job, extra)
+    return _outside_verdict(ctx, job, extra, led)
 
 
 def _vram_outside_verdict(ctx: Context, job: Queued, pools: tuple[str, ...], extra: str = "") -> Verdict:
@@ -421,10 +421,18 @@ def _peer_verdict(ctx: Context, job: Queued, reason: str, dims) -> Verdict:
     return Verdict(PEER, reason, parks=PEER, note="waits for another user: ", tail=f" cannot fit while {amounts}")
 
 
-def _outside_verdict(ctx: Context, job: Queued, extra: str = "") -> Verdict:
-    available = ctx.m.mem_available or 0
+def _outside_verdict(ctx: Context, job: Queued, extra: str = "", led: Ledger | None = None) -> Verdict:
+    """Waits for the machine's available memory: used outside qex, or kept by the
+    reserve (``[system] reserve_mem``) when the job would fit without it."""
+    m = ctx.m
+    available = m.mem_available or 0
+    reserve = m.mem_reserve
+    if reserve > 0 and job.mem <= available + reserve - (led.started_mem if led is not None else 0):
+        tail = f" needs {words.size(job.mem)}, {words.size(max(available, 0))} available beside the reserve"
+        return Verdict(OUTSIDE, words.reserve_wait(job, available, reserve) + extra, parks=OUTSIDE,
+                       note="waits for the memory reserve: ", tail=tail)
     tail = f" needs {words.size(job.mem)}, {words.size(max(available, 0))} available"
-    return Verdict(OUTSIDE, words.outside_wait(job, available) + extra, parks=OUTSIDE,
+    return Verdict(OUTSIDE, words.outside_wait(job, available, reserve) + extra, parks=OUTSIDE,
                    note="waits for memory outside qex: ", tail=tail)
 
 
@@ -444,7 +452,7 @@ def _alone(ctx: Context, led: Ledger, job: Queued) -> Verdict:
         if f.pools and not any(h.other_user for h in holders):  # only VRAM outside qex is in its way
             return _vram_outside_verdict(ctx, job, f.pools)
         return _peer_verdict(ctx, job, words.idle_peer_wait(m, job, holders, dims), dims)
-    return _outside_verdict(ctx, job)
+    return _outside_verdict(ctx, job, led=led)
 
 
 # ---- the health line ---------------------------------------------------------

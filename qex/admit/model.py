@@ -235,17 +235,19 @@ NO_PAUSE = Pause()
 
 class Snapshot(Value):
     """Everything ``admit`` may look at. ``mem_available`` is the machine's
-    available memory minus the reserve; None = unknown (no check). ``seen``:
-    VRAM used on the devices of indexed pools beside this queue's running jobs
-    (what the driver reported, when a pass asked it: ``qex.queue.gpuseen``)."""
+    available memory minus the reserve; None = unknown (no check).
+    ``mem_reserve`` is that reserve (``[system] reserve_mem``), for the words of
+    a job that waits on it. ``seen``: VRAM used on the devices of indexed pools
+    beside this queue's running jobs (what the driver reported, when a pass
+    asked it: ``qex.queue.gpuseen``)."""
 
     __slots__ = ("now", "cpu_budget", "mem_budget", "mem_available", "oversized", "max_bypass", "pools",
-                 "running", "peers", "queued", "deps", "pause", "seen")
+                 "running", "peers", "queued", "deps", "pause", "mem_reserve", "seen")
 
     def __init__(self, now: float, cpu_budget: int, mem_budget: int, mem_available: int | None, oversized: str,
                  max_bypass: int, pools: tuple[PoolSpec, ...], running: tuple[Running, ...],
                  peers: tuple[PeerHold, ...], queued: tuple[Queued, ...], deps: tuple[Dep, ...] = (),
-                 pause: Pause = NO_PAUSE, seen: tuple[Seen, ...] = ()):
+                 pause: Pause = NO_PAUSE, mem_reserve: int = 0, seen: tuple[Seen, ...] = ()):
         s = _SETATTR(self)
         s("now", now)
         s("cpu_budget", cpu_budget)
@@ -259,6 +261,7 @@ class Snapshot(Value):
         s("queued", queued)
         s("deps", deps)
         s("pause", pause)
+        s("mem_reserve", mem_reserve)
         s("seen", seen)
 
 

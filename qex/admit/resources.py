@@ -39,13 +39,15 @@ def put(pairs: tuple[tuple[str, int], ...], name: str, value: int) -> tuple[tupl
 class Machine:
     """What does not change during a pass: the budget and the declared pools."""
 
-    __slots__ = ("cpu", "mem", "mem_available", "plain", "indexed", "_plain", "_indexed")
+    __slots__ = ("cpu", "mem", "mem_available", "plain", "indexed", "_plain", "_indexed", "mem_reserve")
 
     def __init__(self, cpu: int, mem: int, mem_available: int | None,
-                 plain: tuple[tuple[str, int], ...] = (), indexed: tuple[tuple[str, tuple[int, ...]], ...] = ()):
+                 plain: tuple[tuple[str, int], ...] = (), indexed: tuple[tuple[str, tuple[int, ...]], ...] = (),
+                 mem_reserve: int = 0):
         self.cpu = cpu
         self.mem = mem
         self.mem_available = mem_available
+        self.mem_reserve = mem_reserve  # (already taken from mem_available: for the words only)
         self.plain = plain
         self.indexed = indexed
         self._plain = {}
@@ -88,6 +90,7 @@ def machine_of(snap: Snapshot) -> Machine:
         snap.mem_available,
         tuple(sorted(plain.items())),
         tuple(sorted(indexed.items())),
+        snap.mem_reserve,
     )
 
 

@@ -179,8 +179,19 @@ def peer_wait(m: Machine, job: Queued, f: Fit, holders: tuple[Holder, ...]) -> s
     return f"{PEER_WORDS} ({peer_amounts(m, holders, dims)}): it needs {needs(m, None, job, dims)}"
 
 
-def outside_wait(job: Queued, available: int) -> str:
-    return f"{OUTSIDE_WORDS} (needs {size(job.mem)}, {size(max(available, 0))} available)"
+RESERVE_WORDS = "this job cannot fit beside the memory reserve"
+
+
+def outside_wait(job: Queued, available: int, reserve: int = 0) -> str:
+    kept = f" after the reserve of {size(reserve)}, [system] reserve_mem" if reserve > 0 else ""
+    return f"{OUTSIDE_WORDS} (needs {size(job.mem)}, {size(max(available, 0))} available{kept})"
+
+
+def reserve_wait(job: Queued, available: int, reserve: int) -> str:
+    """The job would fit in the available memory but for the reserve kept for the machine."""
+    return (f"{RESERVE_WORDS} (needs {size(job.mem)}, {size(max(available, 0))} available after the "
+            f"{size(reserve)} that [system] reserve_mem keeps for the machine): it starts when more "
+            "memory is free, or with a smaller claim or reserve")
 
 
 VRAM_OUTSIDE_WORDS = "this job cannot fit while VRAM outside qex is in use"

@@ -87,9 +87,10 @@ def cmd_clean(args: Namespace) -> int:
     from qex.jobs import groups
 
     touched = groups.of_jobs(ctx.store, job_ids) if args.ids else None
-    removed, refused = clean_jobs(ctx, job_ids)
+    removed, refused, kept = clean_jobs(ctx, job_ids)
     if removed or args.auto or args.all:
         groups.prune(ctx, touched)  # a group file goes with its last record (--all/--auto: any left over)
+    swept = 0
     if args.auto or args.all:
         from qex.control.actions import sweep_unfinished_dirs
 
@@ -98,9 +99,19 @@ def cmd_clean(args: Namespace) -> int:
             err(f"qex: removed {swept} job director{'y' if swept == 1 else 'ies'} that never got a record")
     for job_id, why in refused.items():
         err(f"qex: not cleaned {job_id[:8]}: {why}")
+    for job_id, keep in kept.items():
+        err(f"qex: kept {job_id[:8]}: {keep['why']}")
     if removed:
         err(f"qex: removed {len(removed)} record(s)")
-    return 1 if refused and args.ids else 0
+    if args.json:
+        from qex.cli.common import print_json
+
+        print_json({"removed": removed,
+                    "kept": [{"id": j, "why": k["why"], "needed_by": k["needed_by"]} for j, k in kept.items()],
+                    "refused": [{"id": j, "why": why} for j, why in refused.items()],
+                    "unfinished_dirs_removed": swept})
+    # A job named on the command line that stays (active, another user's, still needed) is a failure.
+    return 1 if (refused or kept) and args.ids else 0
 
 
 def _select(ctx: Context, args, final_states, now: float) -> list[str]:

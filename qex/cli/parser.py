@@ -21,7 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("print a job's output", "qex.cli.show:cmd_logs"),
     "kill": ("stop jobs: every process of a running one; a queued one is cancelled", "qex.cli.control:cmd_kill"),
     "cancel": ("take queued jobs out of the queue", "qex.cli.control:cmd_cancel"),
-    "clean": ("remove the records of ended jobs", "qex.cli.control:cmd_clean"),
+    "clean": ("remove the records of ended jobs that no queued or running job needs",
+              "qex.cli.control:cmd_clean"),
     "info": ("budget, load, pools, peers, queue health", "qex.cli.show:cmd_info"),
     "pause": ("pause the queue, or hold a lock for yourself; alone: show what is paused", "qex.cli.pause:cmd_pause"),
     "resume": ("end a pause of the queue or of a lock", "qex.cli.pause:cmd_resume"),
@@ -115,6 +116,10 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
                    help="which of your environment the job gets (default all)")
     g.add_argument("--cwd", metavar="DIR", help="run in DIR (default: here)")
     g.add_argument("--nice", type=_int("--nice"), default=None, help="niceness of the job")
+    g.add_argument("--stdin", metavar="FILE|-",
+                   help="the job's standard input: FILE (opened when it starts), or - (a copy of this "
+                        "command's stdin, at most 64MiB); default: /dev/null for submit, "
+                        "this command's stdin for run")
     g.add_argument("--job", metavar="FILE", help="a job file (TOML, YAML or JSON)")
     g.add_argument("--id-file", metavar="FILE", help="write the id here (fsynced before any wait)")
 
@@ -242,10 +247,11 @@ def _args_logs(c):
     c.add_argument("id", metavar="ID")
     c.add_argument("--follow", action="store_true")
     c.add_argument("--tail", type=_int("--tail"), metavar="N")
-    c.add_argument("--grep", metavar="RE")
+    c.add_argument("--grep", metavar="RE", help="only the lines that match (with --follow too)")
     s = c.add_mutually_exclusive_group()
-    s.add_argument("--stdout", action="store_true")
-    s.add_argument("--stderr", action="store_true")
+    s.add_argument("--stdout", action="store_true", help="the job's stdout only")
+    s.add_argument("--stderr", action="store_true",
+                   help="the job's stderr only, written to stdout (pipe it); without either: both, each to its own")
     s.add_argument("--hook", action="store_true", help="the output of the stop hook, and its verdict")
 
 
@@ -274,6 +280,8 @@ def _args_clean(c):
     c.add_argument("--older-than", metavar="T")
     c.add_argument("--auto", action="store_true", help="apply [store] max_age and max_records")
     c.add_argument("--all", action="store_true", help="every ended job")
+    c.add_argument("--json", action="store_true",
+                   help="print what was removed, kept (still needed by queued or running work) and refused")
 
 
 def _args_info(c):

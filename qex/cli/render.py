@@ -34,7 +34,9 @@ def state_text(rec: dict, now: float | None = None) -> str:
     return state
 
 
-def describe(rec: dict) -> str:
+def describe(rec: dict, stuck: str = "") -> str:
+    """A record in rows for ``qex status``; ``stuck``: the words that call a queued
+    job stuck (``qex.jobs.stuck``), shown below its reason."""
     rows = [("id", rec.get("id", "")), ("name", safe_text(rec.get("name", ""))),
             ("state", state_text(rec))]
     if rec.get("group"):
@@ -56,6 +58,8 @@ def describe(rec: dict) -> str:
         rows.append(("dedupe", safe_text(rec["dedupe_key"], 200)))
     if rec.get("blocked_reason") and rec.get("state") == "queued":
         rows.append(("reason", plain(rec["blocked_reason"])))  # ("waits for ..." says it once)
+    if stuck:
+        rows.append(("stuck", stuck))
     if rec.get("max_queue_time") is not None and rec.get("state") == "queued" and rec.get("attempt", 1) == 1:
         rows.append(("limit", queue_limit_text(rec)))
     if rec.get("state") in FINAL_RAN:

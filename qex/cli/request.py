@@ -25,7 +25,7 @@ def request_from_args(args: Namespace | SimpleNamespace, ctx: Context) -> Reques
                                ("max_queue_time", "max_queue_time"), ("retries", "retries"),
                                ("oom_retries", "oom_retries"), ("cwd", "cwd"), ("nice", "nice"),
                                ("env_capture", "env_capture"), ("dedupe_key", "dedupe_key"),
-                               ("dedupe_window", "dedupe_window")):
+                               ("dedupe_window", "dedupe_window"), ("stdin", "stdin")):
         value = getattr(args, option, None)
         if value is not None:
             setattr(req, field_name, value)

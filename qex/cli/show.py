@@ -193,23 +193,29 @@ def cmd_logs(args: Namespace) -> int:
     check_owner(ctx, rec, "read the logs of", changes=False)
     if args.hook:
         return _hook_log(ctx, rec, args)
+    # Both streams: each to its own. One stream asked for: on stdout, so that it can be piped.
     streams = [(layout.STDOUT, sys.stdout), (layout.STDERR, sys.stderr)]
     if args.stdout:
         streams = streams[:1]
     elif args.stderr:
-        streams = streams[1:]
-    if args.follow:
+        streams = [(layout.STDERR, sys.stdout)]
+    pattern = _grep(args)
+    if args.follow:  # (a reader that came after the limit cut what it had not read says so: 1)
+        from qex.cli import stream
         from qex.cli import wait as waiting
 
-        tails = [waiting.Tail(ctx.store.path(job_id, name), stream) for name, stream in streams]
+        outs = [out if pattern is None else _Grep(out, pattern) for _, out in streams]
+        files = stream.Files([(ctx.store.path(job_id, name), "stdout" if name == layout.STDOUT else "stderr", o)
+                              for (name, _), o in zip(streams, outs)])
         try:
-            waiting.await_final(ctx, [job_id], None, on_tick=lambda: [t.pump() for t in tails])
+            waiting.await_final(ctx, [job_id], None, idle=files.idle)
         except KeyboardInterrupt:
-            return 0
-        for t in tails:
-            t.pump()
-        return 0
-    pattern = _grep(args)
+            return 1 if files.skipped else 0
+        files.finish()
+        for o in outs:
+            if isinstance(o, _Grep):
+                o.close()
+        return 1 if files.skipped else 0
     for name, stream in streams:
         _print_log(ctx.store.path(job_id, name), stream, args.tail, pattern)
     from qex.cli.render import dropped_text
@@ -218,6 +224,35 @@ def cmd_logs(args: Namespace) -> int:
     if dropped:
         err(f"qex: {dropped}")
     return 0
+
+
+class _Grep:
+    """A stream for ``logs --follow --grep``: what is written to it goes on to
+    ``stream`` a whole line at a time, the lines that match only (the last line, if
+    it has no newline when the job ends, at ``close``). It is its own ``buffer``."""
+
+    def __init__(self, stream, pattern):
+        self.stream, self.pattern, self.held = stream, pattern, b""
+        self.buffer = self
+
+    def write(self, data: bytes) -> int:
+        lines = (self.held + data).split(b"\n")
+        self.held = lines.pop()
+        self._out(b"".join(line + b"\n" for line in lines if self.pattern.search(line)))
+        return len(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def close(self) -> None:
+        held, self.held = self.held, b""
+        if held and self.pattern.search(held):
+            self._out(held)
+
+    def _out(self, data: bytes) -> None:
+        if data:
+            self.stream.buffer.write(data)
+            self.stream.flush()
 
 
 def _grep(args):

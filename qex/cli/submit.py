@@ -13,7 +13,10 @@ if TYPE_CHECKING:
     from qex.config.context import Context
 
 
-def _submit_one(args, ctx: Context, leaving: bool = False):
+def _submit_one(args, ctx: Context, leaving: bool = False, follow: bool = False, forward: bool = False):
+    """Submit the job of the command line. ``follow``: this process streams its output
+    (the pipes are made before the commit); ``forward``: and gives it our stdin (qex run).
+    Returns (id, PassResult, the dedupe hit or None, the pipes' ends or None)."""
     from qex.cli.request import request_from_args
     from qex.jobs.submit import build, submit_many
     from qex.supervisor import become
@@ -27,8 +30,33 @@ def _submit_one(args, ctx: Context, leaving: bool = False):
         from qex.jobs.dedupe import checker_for
 
         checker = checker_for(ctx, req)
-    ids, result = submit_many(ctx, [built], on_locked=checker, early=become.early(leaving))
-    return ids[0], result, (checker.hit if checker is not None else None)
+    ends: list = []
+    prepare = None
+    if req.stdin is not None or follow:
+        prepare = _preparer(req.stdin, follow, forward and req.stdin is None, ends)
+    ids, result = submit_many(ctx, [built], on_locked=checker, early=become.early(leaving), prepare=prepare)
+    hit = checker.hit if checker is not None else None
+    if hit is not None and ends:  # (another caller's job: its directory is not the one they were made in)
+        ends.pop().close(remove=False)
+    return ids[0], result, hit, (ends[0] if ends else None)
+
+
+def _preparer(stdin: str | None, follow: bool, forward: bool, ends: list):
+    """``submit_many``'s ``prepare``: the job's input, and the pipes this process follows it by."""
+    import sys
+
+    from qex.supervisor import pipes
+
+    def prepare(job_dir: str) -> None:
+        if stdin is not None:
+            pipes.give_input(job_dir, stdin, sys.stdin.buffer)
+        if follow:
+            try:
+                ends.append(pipes.make(job_dir, forward))
+            except OSError as exc:
+                err(f"qex: warning: cannot make the pipes to follow the job in {job_dir} ({exc.strerror or exc}); "
+                    "following its log files instead" + ("; its stdin is /dev/null" if forward else ""))
+    return prepare
 
 
 def _say_what_happened(ctx: Context, job_id: str, hit) -> None:
@@ -61,7 +89,7 @@ def cmd_submit(args: Namespace | SimpleNamespace) -> int:
     ctx = context()
     wait_limit = _wait_limit(args)
     leaving = not (args.wait or args.follow)  # it answers with the id and exits
-    job_id, result, hit = _submit_one(args, ctx, leaving)
+    job_id, result, hit, ends = _submit_one(args, ctx, leaving, follow=args.follow)
     from qex.supervisor import become
 
     become.finish_pass(ctx, result, leaving=leaving)
@@ -78,7 +106,7 @@ def cmd_submit(args: Namespace | SimpleNamespace) -> int:
     from qex.cli import wait as waiting
 
     if args.follow:
-        return waiting.follow(ctx, job_id, wait_limit)
+        return waiting.follow(ctx, job_id, wait_limit, ends=ends)
     return waiting.wait_and_print(ctx, job_id, wait_limit, print_record=not args.quiet)
 
 
@@ -101,7 +129,7 @@ def cmd_run(args: Namespace) -> int:
     # qex run owns its job: a signal stops it, even one that comes while it is submitted
     # (qex.cli.interrupt). The forked supervisors set their own handlers (detach_stdio).
     with Interrupts(owner=True) as ints:
-        job_id, result, hit = _submit_one(args, ctx)
+        job_id, result, hit, ends = _submit_one(args, ctx, follow=True, forward=True)
         from qex.supervisor import become
 
         become.finish_pass(ctx, result)
@@ -115,4 +143,4 @@ def cmd_run(args: Namespace) -> int:
             ints.job_id = job_id
             if not args.quiet:
                 err(f"qex: job {job_id}")
-        return waiting.follow(ctx, job_id, None, ints)
+        return waiting.follow(ctx, job_id, None, ints, ends=ends)

@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from qex.cli.interrupt import Interrupts
+    from qex.cli.stream import Files, Pipes
     from qex.config.context import Context
+    from qex.supervisor.pipes import Ends
 
 POLL_FIRST, POLL_MAX, LIVENESS_EVERY = 0.02, 0.2, 1.0
 
@@ -42,8 +44,10 @@ class AttemptNotes:
 
 def await_final(ctx: Context, job_ids: list[str], limit: float | None, first: bool = False,
                 on_tick: Callable[[], object] | None = None,
-                on_record: Callable[[dict], None] | None = None) -> dict:
-    """Poll the records (no lock) until every job (or, with ``first``, one) is final."""
+                on_record: Callable[[dict], None] | None = None,
+                idle: Callable[[float], None] | None = None) -> dict:
+    """Poll the records (no lock) until every job (or, with ``first``, one) is final.
+    ``idle(seconds)`` is the pause between two looks (a follower copies meanwhile)."""
     deadline = None if limit is None else time.monotonic() + limit
     done: dict[str, dict] = {}
     delay, last_check = POLL_FIRST, time.monotonic()
@@ -66,7 +70,7 @@ def await_final(ctx: Context, job_ids: list[str], limit: float | None, first: bo
             _nudge(ctx, [j for j in job_ids if j not in done])
         if deadline is not None and now >= deadline:
             raise WaitLimit
-        time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - now)))
+        (idle or time.sleep)(delay if deadline is None else max(0.0, min(delay, deadline - now)))
         delay = min(POLL_MAX, delay * 1.5)
 
 
@@ -109,60 +113,66 @@ def wait_and_print(ctx: Context, job_id: str, limit: float | None, print_record:
     return outcome.exit_code(rec)
 
 
-class Tail:
-    """Copy what a log file gains to one of our streams, across the cuts of the
-    output limit (``qex.supervisor.logs.Follower`` maps the file onto the output)."""
-
-    def __init__(self, path: str, stream):
-        from qex.supervisor.logs import Follower
-
-        self.follower, self.stream = Follower(path), stream
-
-    def pump(self) -> None:
-        try:
-            data = self.follower.read()
-        except OSError:
-            return
-        if data:
-            self.stream.buffer.write(data)
-            self.stream.flush()
-
-
-def follow(ctx: Context, job_id: str, limit: float | None, ints: Interrupts | None = None) -> int:
+def follow(ctx: Context, job_id: str, limit: float | None, ints: Interrupts | None = None,
+           ends: Ends | None = None) -> int:
     """Stream the job's output as it is written; return the job's exit code. ``ints``:
     the signal handlers the caller installed (``qex run``'s: it owns its job); without
-    them a signal leaves the job (``qex.cli.interrupt``)."""
-    tails = [Tail(ctx.store.path(job_id, layout.STDOUT), sys.stdout),
-             Tail(ctx.store.path(job_id, layout.STDERR), sys.stderr)]
-    if ints is None:
-        from qex.cli.interrupt import Interrupts
+    them a signal leaves the job (``qex.cli.interrupt``).
 
-        with Interrupts() as mine:
-            return _follow(ctx, job_id, limit, tails, mine)
-    return _follow(ctx, job_id, limit, tails, ints)
+    ``ends``: the FIFOs this process made for the job before it could start
+    (``qex.supervisor.pipes.make``): every byte, and (``qex run``) our stdin to the
+    job's (``qex.cli.stream.Pipes``). Without them (another caller's job, one that
+    runs already) the log files, saying on stderr what their limit cut before this
+    reader got to it (``stream.Files``). Our stdout or stderr closed by its reader
+    (``qex run ... | head``) is a SIGPIPE to the owner (its job is stopped, as a
+    pipe's writer would be), and leaves the job to a waiter (122)."""
+    from qex.cli import stream
 
-
-def _follow(ctx: Context, job_id: str, limit: float | None, tails: list[Tail], ints: Interrupts) -> int:
-    def pump():
-        for t in tails:
-            try:
-                t.pump()
-            except OSError:
-                if ints.signum is None:
-                    raise  # (after SIGHUP the terminal is gone: the job is stopped all the same)
-
-    def tick():
-        ints.act(ctx)
-        pump()
-
+    if ends is not None:
+        streams = stream.Pipes(ends)
+    else:
+        streams = stream.Files([(ctx.store.path(job_id, layout.STDOUT), "stdout", sys.stdout),
+                                (ctx.store.path(job_id, layout.STDERR), "stderr", sys.stderr)])
     try:
-        rec = await_final(ctx, [job_id], limit, on_tick=tick, on_record=AttemptNotes())[job_id]
-    except KeyboardInterrupt:
+        if ints is None:
+            from qex.cli.interrupt import Interrupts
+
+            with Interrupts() as mine:
+                return _follow(ctx, job_id, limit, streams, mine)
+        return _follow(ctx, job_id, limit, streams, ints)
+    finally:
+        streams.close()
+
+
+def _follow(ctx: Context, job_id: str, limit: float | None, streams: Pipes | Files, ints: Interrupts) -> int:
+    import signal
+
+    from qex.cli.stream import Broken
+
+    notes = AttemptNotes()
+
+    def on_record(rec: dict) -> None:
+        notes(rec)
+        streams.note(rec)
+
+    def broken() -> None:
+        if not ints.owner:
+            raise Broken
+        if ints.signum is None:
+            ints.signum = signal.SIGPIPE  # acted on by the next round, as a signal is
+
+    streams.on_broken = broken
+    try:
+        rec = await_final(ctx, [job_id], limit, on_tick=lambda: ints.act(ctx), on_record=on_record,
+                          idle=lambda seconds: streams.idle(seconds, ints))[job_id]
+        said = streams.finish()
+    except (KeyboardInterrupt, Broken):
         return ints.ended(job_id)
     except WaitLimit:
         err("qex: the wait reached its limit; the job continues")
         return outcome.WAIT_LIMIT
-    pump()
+    for line in said:
+        err(f"qex: {line}")
     return outcome.exit_code(rec)
 
 
@@ -248,12 +258,16 @@ def cmd_status(args: Namespace) -> int:
         if args.json:
             print_json(records if target.is_group else records[0])
         else:
-            from qex.cli.render import describe
+            import time
 
+            from qex.cli.render import describe
+            from qex.jobs.stuck import stuck_words
+
+            now = time.time()
             for i, rec in enumerate(records):
                 if i:
                     out()
-                out(describe(rec))
+                out(describe(rec, stuck_words(ctx, rec, index, now)))
                 if args.show_env:
                     _show_env(ctx, rec)
         if args.json and args.show_env and not target.is_group:

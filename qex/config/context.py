@@ -54,3 +54,31 @@ class Context:
 
     def budget(self) -> tuple[int, int]:
         return self.config.resolve_budget(self.cores, self.mem_total)
+
+    def reserve(self) -> int:
+        """The memory reserve in bytes on this machine (``Config.resolve_reserve``)."""
+        return self.config.resolve_reserve(self.mem_total)
+
+    def holdable(self) -> tuple[int, int | None]:
+        """(millicores, bytes) that one job could ever hold on this machine when it is
+        idle: every core, and the memory less the reserve (None: the machine's memory is
+        unknown). A claim above either can never start, whatever the budget says (an
+        absolute budget may exceed the machine)."""
+        mem = max(self.mem_total - self.reserve(), 0) if self.mem_total > 0 else None
+        return self.cores * 1000, mem
+
+    def check_holdable(self, cpu: int, mem: int, cpu_from: str, mem_from: str) -> None:
+        """Refuse (SpecError, 121) a claim of ``cpu`` millicores and ``mem`` bytes that no
+        idle machine could hold (``holdable``), whatever ``[queue] oversized`` says: it
+        would wait for ever. ``*_from`` name where each came from (``--mem``, ``[defaults] mem``)."""
+        from qex.base.errors import SpecError
+        from qex.base.units import format_cores, format_size
+
+        cores, memory = self.holdable()
+        if cpu > cores:
+            raise SpecError(f"{cpu_from}: this job claims {format_cores(cpu)} cores and this machine has "
+                            f"{format_cores(cores)}: it could never start; claim at most {format_cores(cores)}")
+        if memory is not None and mem > memory:
+            raise SpecError(f"{mem_from}: this job claims {format_size(mem)} of memory and this machine has "
+                            f"{format_size(self.mem_total)}, of which {format_size(self.reserve())} is kept by "
+                            f"[system] reserve_mem: it could never start; claim at most {format_size(memory)}")

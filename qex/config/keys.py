@@ -196,10 +196,15 @@ class Key:
 
 
 # enforce.mode: the defaults each mode changes (those of "cooperative" are the table's).
+# [system] reserve_mem unset is a share of the machine with a ceiling per mode (RESERVE_SHARE,
+# RESERVE_MOST; resolved by ``Config.resolve_reserve``): single-user names it here so that
+# its source says the mode, and keeps it unset.
 MODES = {
     "cooperative": {},
-    "single-user": {"budget.cpu": Percent(90), "budget.mem": Percent(90), "system.reserve_mem": 512 * MiB},
+    "single-user": {"budget.cpu": Percent(90), "budget.mem": Percent(90), "system.reserve_mem": None},
 }
+RESERVE_SHARE = Percent(10)  # the default reserve: this share of the machine's memory,
+RESERVE_MOST = {"cooperative": 2 * GiB, "single-user": 512 * MiB}  # at most this, by enforce.mode
 DEFAULT_HOOK_STATES = FINAL_RAN + ("expired",)
 POOL_KEYS = ("name", "count", "devices", "size", "env", "fence")  # the keys of one [[pool]]
 DEVICE_KEYS = ("size", "index", "uuid", "name")  # the keys of a device given as a table
@@ -211,9 +216,13 @@ KEYS = (
     Key("budget.mem", "budget_mem", Percent | int, "budget_mem", Percent(75), "budget_mem",
         "the memory this queue's jobs may hold together: a share of the machine or a size",
         help='= {default} | "48GB"'),
-    Key("system.reserve_mem", "reserve_mem", int, "size", 2 * GiB, "size",
-        "memory kept for the machine: a job starts only when available memory less this covers its claim",
-        help="= {default}"),
+    Key("system.reserve_mem", "reserve_mem", int | None, "size", None, "reserve",
+        "memory kept for the machine: a job starts only when available memory less this covers its claim "
+        "(unset: 10% of the machine's memory, at most 2GB; single-user: at most 512MB)",
+        help='= "1GB" (unset: 10% of memory, at most 2GB)'),
+    Key("system.stuck_after", "stuck_after", float, "duration", 3600.0, "duration",
+        "how long a queued job may wait while none of its user's jobs run before status and "
+        "submit --dedupe-key call it stuck", help="= {default}"),
     Key("enforce.mode", "mode", str, "choice", "cooperative", "text",
         "a machine shared by several users, or by one: sets the defaults of the budget and the reserve",
         help="= {options}", options=tuple(MODES)),

@@ -8,7 +8,17 @@ from __future__ import annotations
 import os
 
 from qex.base.plain import Factory, Plain
-from qex.config.keys import BY_KEY, KEYS, MODES, SOURCE_KEYS, Percent, PoolDef, resolve_word
+from qex.config.keys import (
+    BY_KEY,
+    KEYS,
+    MODES,
+    RESERVE_MOST,
+    RESERVE_SHARE,
+    SOURCE_KEYS,
+    Percent,
+    PoolDef,
+    resolve_word,
+)
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -58,6 +68,17 @@ class Config(_Fields, frozen=True):
         cpu = self.budget_cpu.of(cores * 1000) if isinstance(self.budget_cpu, Percent) else self.budget_cpu
         mem = self.budget_mem.of(mem_total) if isinstance(self.budget_mem, Percent) else self.budget_mem
         return cpu, mem
+
+    def resolve_reserve(self, mem_total: int) -> int:
+        """``[system] reserve_mem`` in bytes on a machine of ``mem_total`` bytes: as
+        written, else (unset) 10% of the memory, at most 2GB (single-user: 512MB).
+
+        The one rule of the reserve: admission (the available memory less it),
+        the refusal of a claim no idle machine could hold (``Context.holdable``),
+        the reasons that wait on it, ``qex info`` and ``qex config show`` all ask here."""
+        if self.reserve_mem is not None:
+            return self.reserve_mem
+        return min(RESERVE_SHARE.of(max(mem_total, 0)), RESERVE_MOST.get(self.mode, RESERVE_MOST["cooperative"]))
 
     def default_cpu_millicores(self, cores: int, mem_total: int) -> int:
         """``[defaults] cpu`` in millicores (a word resolved against the budget)."""

@@ -107,6 +107,17 @@ def _default_mem(setting, here: _Here) -> tuple:
     return (f"{setting} ({units.format_size(n)})" if isinstance(setting, str) else units.format_size(n)), setting, n
 
 
+def _reserve(setting, here: _Here) -> tuple:
+    n = here.config.resolve_reserve(here.mem_total)
+    if setting is not None:
+        return units.format_size(n), setting, n
+    from qex.config.keys import RESERVE_MOST, RESERVE_SHARE
+
+    most = RESERVE_MOST.get(here.config.mode, RESERVE_MOST["cooperative"])
+    return (f"{RESERVE_SHARE} of {units.format_size(here.mem_total)}, at most {units.format_size(most)} = "
+            f"{units.format_size(n)}"), setting, n
+
+
 def _optional(fmt, none: str = "none"):
     return lambda value, here: _held(none if value is None else fmt(value), value)
 
@@ -131,6 +142,7 @@ WORDS = {
     "budget_mem": _budget_mem,
     "default_cpu": _default_cpu,
     "default_mem": _default_mem,
+    "reserve": _reserve,
     "text": lambda value, here: _held(str(value), value),
     "size": lambda value, here: _held(units.format_size(value), value),
     "duration": lambda value, here: _held(units.format_duration(value), value),
@@ -201,7 +213,7 @@ def as_written(key: Key, value: object) -> str:
         return "[" + ", ".join(as_written(key, v) for v in value) + "]"
     if key.show in ("budget_cpu", "default_cpu"):
         return f'"{units.format_cores(value)}"'
-    if key.show in ("size", "vram", "per_stream"):
+    if key.show in ("size", "vram", "per_stream", "reserve"):
         return f'"{units.format_size(value)}"'
     if key.show in ("duration", "optional_duration"):
         return f'"{units.format_duration(value)}"'

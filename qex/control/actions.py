@@ -135,13 +135,18 @@ def _await_final(ctx: Context, job_ids: list[str], answer: dict) -> None:
         answer[job_id] = "signalled"
 
 
-def clean_jobs(ctx: Context, job_ids: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Remove the directories of ended jobs. Returns (removed, refused: id -> why)."""
+def clean_jobs(ctx: Context, job_ids: list[str]) -> tuple[list[str], dict[str, str], dict[str, dict]]:
+    """Remove the directories of ended jobs. Returns (removed, refused: id -> why,
+    kept: id -> {"why", "needed_by"}): a record that queued or running work still
+    needs stays (``qex.store.needed.still_needed``, decided under the lock)."""
     import shutil
+
+    from qex.store.needed import still_needed
 
     removed, refused, trash = [], {}, []
     with ctx.store.lock():
         idx = ctx.store.load_index_locked()
+        candidates = {}
         for job_id in job_ids:
             if job_id in idx.jobs:
                 refused[job_id] = f"it is {idx.jobs[job_id]['state']}; kill or cancel it first"
@@ -154,6 +159,12 @@ def clean_jobs(ctx: Context, job_ids: list[str]) -> tuple[list[str], dict[str, s
                 continue
             except Exception:
                 rec = None  # a broken record may always be cleaned by whoever can
+            group = rec.get("group") if isinstance(rec, dict) else None
+            candidates[job_id] = group if isinstance(group, str) else None
+        kept = still_needed(_active_everywhere(ctx, idx), candidates) if candidates else {}
+        for job_id in candidates:
+            if job_id in kept:
+                continue
             _remove_cgroup(ctx, job_id)
             hidden = os.path.join(ctx.store.jobs, layout.cleaned_job_dir(job_id))
             try:
@@ -170,7 +181,16 @@ def clean_jobs(ctx: Context, job_ids: list[str]) -> tuple[list[str], dict[str, s
         _sweep_cgroups(ctx, idx, removed)
     for path in trash:
         shutil.rmtree(path, ignore_errors=True)
-    return removed, refused
+    return removed, refused, kept
+
+
+def _active_everywhere(ctx: Context, idx) -> list[tuple[str, dict]]:
+    """The active jobs of this queue (its index, lock held) and, in a shared state
+    directory, of the other members (their index files, read)."""
+    active = list(idx.jobs.items())
+    for _uid, other in ctx.store.others():
+        active += list(other.read_index_jobs().items())
+    return active
 
 
 def _remove_cgroup(ctx: Context, job_id: str) -> None:

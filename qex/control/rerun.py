@@ -54,5 +54,33 @@ def submit(ctx: Context, job_id: str) -> tuple[str, PassResult, list[str]]:
     built = build(ctx, req)
     built.spec.env = dict(old.env)          # the environment it ran with, not the caller's
     built.spec.nice, built.spec.hints = old.nice, old.hints
-    ids, result = submit_many(ctx, [built])
+    ids, result = submit_many(ctx, [built], prepare=_input_again(ctx, job_id, req.stdin))
     return ids[0], result, built.warnings
+
+
+def _input_again(ctx: Context, job_id: str, stdin: str | None):
+    """The same input: ``--stdin FILE`` that file again, ``--stdin -`` the copy the
+    job was given (a ``qex run``'s own stdin was never kept: /dev/null)."""
+    if stdin is None:
+        return None
+    import os
+
+    from qex.store import layout
+    from qex.supervisor import pipes
+
+    if stdin != "-":
+        return lambda job_dir: pipes.give_input(job_dir, stdin)
+    copy = ctx.store.path(job_id, layout.STDIN)
+
+    def prepare(job_dir: str) -> None:
+        try:
+            fd = os.open(copy, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise SpecError(f"cannot rerun {job_id[:8]}: the copy of its stdin ({copy}) cannot be read: "
+                            f"{exc.strerror}") from None
+        try:
+            with open(fd, "rb", closefd=False) as stream:
+                pipes.give_input(job_dir, "-", stream)
+        finally:
+            os.close(fd)
+    return prepare

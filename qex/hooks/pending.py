@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from qex.hooks.markers import FAULT, decide, pending_dir
-from qex.linux.proc import detach_stdio, max_fd, reap_later
+from qex.linux.proc import detach_stdio, keep_only, reap_later
 from qex.store import fs, layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from qex.config.context import Context
 
 
-def start_pending(ctx: Context, close_in_child: tuple[int, ...] = ()) -> None:
+def start_pending(ctx: Context) -> None:
     """Fork a detached runner for this user's pending hooks (none: no fork)."""
     directory = pending_dir(ctx.store)
     try:
@@ -41,11 +41,10 @@ def start_pending(ctx: Context, close_in_child: tuple[int, ...] = ()) -> None:
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
-    _fork_runner(ctx, todo, close_in_child)
+    _fork_runner(ctx, todo)
 
 
-def _fork_runner(ctx: Context, job_ids: list[str], close_in_child=()) -> None:
-
+def _fork_runner(ctx: Context, job_ids: list[str]) -> None:
     try:
         fs.settle(frees=True)  # a hook runs for a final record that is durable (fs.defer_syncs)
         pid = os.fork()
@@ -54,11 +53,14 @@ def _fork_runner(ctx: Context, job_ids: list[str], close_in_child=()) -> None:
     if pid == 0:
         code = 0
         try:
+            keep_only()  # no lock, no liveness descriptor, nothing of the caller
             os.setsid()
             if os.fork() != 0:
                 os._exit(0)
-            os.closerange(3, max_fd())  # no lock, no liveness descriptor, nothing of the caller
             detach_stdio(os.path.join(ctx.store.root, layout.HOOKS_LOG))
+            from qex.linux import title
+
+            title.hook_runner(ctx.uid, ctx.store.root)
             from qex.hooks.runner import run_hooks  # (in the runner only: every pass imports this module)
 
             run_hooks(ctx, job_ids)

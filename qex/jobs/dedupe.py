@@ -103,6 +103,7 @@ class Hit(Plain):
     command: list
     key: str
     ended_at: float | None = None   # set when found through the window
+    stuck: str = ""                 # words when the holder looks stuck (``qex.jobs.stuck``)
 
 
 class Checker:
@@ -133,9 +134,13 @@ def find_locked(ctx: Context, txn: Txn, key: str, window: float | None, now: flo
     holders = sorted((e["seq"], job_id) for job_id, e in txn.idx.jobs.items()
                      if e.get("dedupe_key") == key and e.get("uid") == ctx.uid)
     if holders:
+        from qex.jobs.stuck import stuck_words
+        from qex.store.index import live_reason
+
         job_id = holders[0][1]
-        rec = txn.record(job_id)
-        return Hit(job_id, rec.get("state", "?"), list(rec.get("command") or ()), key)
+        rec = live_reason(txn.record(job_id), txn.idx.jobs[job_id])
+        return Hit(job_id, rec.get("state", "?"), list(rec.get("command") or ()), key,
+                   stuck=stuck_words(ctx, rec, txn.idx.jobs, now))
     if window is None:
         return None
     entry = _read_recent(ctx.store).get(_slot(ctx.uid, key))
@@ -210,5 +215,9 @@ def describe(hit: Hit, now: float | None = None) -> str:
         ago = format_duration(max(0.0, (now or time.time()) - hit.ended_at))
         return (f"deduplicated: job {hit.id} completed {ago} ago with the key '{key}' "
                 f"(within --dedupe-window): {command}; no new job was made")
-    return (f"deduplicated: job {hit.id} ({safe_text(hit.state)}) holds the key '{key}': {command}; "
+    said = (f"deduplicated: job {hit.id} ({safe_text(hit.state)}) holds the key '{key}': {command}; "
             "no new job was made")
+    if hit.stuck:
+        said += (f". Warning: {hit.stuck}, and every submission with this key gets it until it ends; "
+                 f"qex status {hit.id[:8]} says what it waits for, qex cancel {hit.id[:8]} lets the key go")
+    return said

@@ -13,7 +13,7 @@ Rules (all checked before the first job is made; any failure makes no job):
   last line counts without its newline;
 - at most ``--max-jobs`` jobs (default 1000), at least one;
 - the options that mean one job (``--dedupe-key``, ``--dedupe-window``,
-  ``--json``, ``--wait``, ``--follow``, ``--job``) are refused; every other option applies to every job.
+  ``--json``, ``--wait``, ``--follow``, ``--job``, ``--stdin``) are refused; every other option applies to every job.
 
 Jobs are named ``prog-007-line-text`` (the program's name, the job's
 zero-padded position, the line in safe form); the group is named after the
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 MAX_INPUT = 64 << 20
 DEFAULT_MAX_JOBS = 1000
 ONE_JOB = (("dedupe_key", "--dedupe-key"), ("dedupe_window", "--dedupe-window"), ("json", "--json"), ("wait", "--wait"),
-           ("follow", "--follow"), ("job", "--job"))
+           ("follow", "--follow"), ("job", "--job"), ("stdin", "--stdin"))
 HOLE = None  # the place of {} in a parsed argument
 
 

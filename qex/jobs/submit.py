@@ -59,6 +59,7 @@ class Request(Plain):
     origin: str = "submit"                           # option names in messages
     template: list[str] | None = None                # a fan-out's command with {} (the learner's key)
     rerun_of: str | None = None                      # qex rerun: the job it repeats
+    stdin: str | None = None                         # --stdin FILE|- (qex.supervisor.pipes.give_input)
 
 
 class Built(Plain):
@@ -97,6 +98,8 @@ def build(ctx: Context, req: Request, now: float | None = None, found: set | Non
     if not numbers.ok(req.priority, numbers.PRIORITY, -numbers.PRIORITY, whole=True):
         raise SpecError(f"--priority: {numbers.shown(req.priority)} is not a whole number "
                         f"from {-numbers.PRIORITY} to {numbers.PRIORITY}")
+    if req.stdin not in (None, "-"):
+        req.stdin = os.path.abspath(req.stdin)  # (as a shell's < FILE: from here; a rerun finds it again)
     spec = NewSpec(id=job_id, command=tuple(req.command), cwd=cwd, env=env, nice=req.nice, hints=hints,
                 request=_request_words(req))
     record = {
@@ -242,12 +245,14 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
     else:
         mem = config.default_mem
         sources["mem"] = "default"
-        if mem is None:
-            mem = ctx.mem_total // max(1, ctx.cores)
+        if mem is None:  # (a 1-core machine: never more than an idle machine holds, which is less the reserve)
+            mem = min(ctx.mem_total // max(1, ctx.cores), ctx.holdable()[1] or ctx.mem_total)
     if isinstance(mem, str):
         mem = resolve_word(mem, mem_budget)
     if req.mem is None and config.learn_enabled:
         mem = _learned_mem(ctx, req, mem, mem_budget, sources, warnings)
+    ctx.check_holdable(cpu, mem, "--cpu" if req.cpu is not None else "[defaults] cpu",
+                       "--mem" if req.mem is not None else "[defaults] mem")
     pools = pool_claims(ctx, req, sources, warnings)
     for given, option in ((req.mem, "--mem"), (req.vram if req.vram != "guess" else None, "--vram")):
         slip = units.bare_size_warning(given, option) if given is not None else None
@@ -275,7 +280,8 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
 
 
 def _learned_mem(ctx: Context, req: Request, default: int, budget: int, sources: dict, warnings: list) -> int:
-    """What the learner knows about this command (a fan-out: its template), capped at the budget."""
+    """What the learner knows about this command (a fan-out: its template), capped at the budget
+    (and at what an idle machine holds: an absolute budget may be above it)."""
     from qex.jobs import learn
 
     template = getattr(req, "template", None)
@@ -287,6 +293,9 @@ def _learned_mem(ctx: Context, req: Request, default: int, budget: int, sources:
     if found is None:
         return default
     nbytes, words = found
+    most = ctx.holdable()[1]
+    if most is not None and most < budget:
+        budget = most
     sources["mem"] = words if nbytes <= budget else f"{words}, capped at the budget"
     return min(nbytes, budget)
 
@@ -442,12 +451,14 @@ def _check_claim(config, pool, name: str, count: int, size) -> None:
 
 def submit_many(ctx: Context, built: list[Built],
                 on_locked: Callable[[Txn, list[Built]], list[str] | None] | None = None,
-                early: Callable[[Context, list[Launch], tuple[int, int]], int] | None = None
-                ) -> tuple[list[str], PassResult]:
+                early: Callable[[Context, list[Launch], tuple[int, int]], int] | None = None,
+                prepare: Callable[[str], None] | None = None) -> tuple[list[str], PassResult]:
     """Write every job in one lock hold, then the pass; returns (ids, PassResult).
 
     ``on_locked(txn, built)`` may replace the submission (dedupe) and returns
     the ids to report, or None to go on. ``early``: see ``engine.run_pass``.
+    ``prepare(job_dir)``: what else a job's directory holds before any pass can
+    start it (its input, a follower's pipes: ``qex.supervisor.pipes``).
     """
     from qex.queue import engine
 
@@ -455,6 +466,8 @@ def submit_many(ctx: Context, built: list[Built],
     try:
         for b in built:  # (one job: its fsyncs overlap the pass's admission; the commit settles them)
             ctx.store.create_job_dir(b.spec, sync=not bulk, later=not bulk)
+            if prepare is not None:
+                prepare(ctx.store.job_dir(b.spec.id))
         if bulk:
             from qex.store import fs
 

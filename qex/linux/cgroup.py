@@ -230,6 +230,32 @@ def read_counter(path: str, key: str) -> int | None:
     return None
 
 
+def enclosing_limit(mem_total: int = 0) -> tuple[int, str] | None:
+    """(bytes, directory) of the smallest memory limit on this process's memory cgroup
+    or one above it (v1 ``memory.limit_in_bytes``, v2 ``memory.max``), when there is
+    one below ``mem_total`` (the machine's memory; 0: any limit); None otherwise.
+    What an OOM kill of a job that stayed within its claim ran into."""
+    where = None if disabled() else here()
+    if where is None:
+        return None
+    kind, path = where
+    name = "memory.limit_in_bytes" if kind == "v1" else "memory.max"
+    points = [p.rstrip("/") for p in mount_points()]
+    best = None
+    while True:
+        try:
+            with open(os.path.join(path, name), "rb") as fh:
+                text = fh.read(64).strip()
+            limit = None if text == b"max" else int(text)
+        except (OSError, ValueError):
+            limit = None
+        if limit is not None and (not mem_total or limit < mem_total) and (best is None or limit < best[0]):
+            best = (limit, path)
+        if path.rstrip("/") in points or os.path.dirname(path) == path:
+            return best
+        path = os.path.dirname(path)
+
+
 def machine_oom_kills() -> int | None:
     """The machine's count of OOM kills since boot (Linux 4.13+), or None."""
     return read_counter("/proc/vmstat", "oom_kill")

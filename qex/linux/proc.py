@@ -1,6 +1,7 @@
-"""Processes: how a qex process detaches, reaps the first child of a double
-fork, gives a stopped group its grace before SIGKILL, and becomes a child
-subreaper (a job's supervisor, while its job runs: ``qex.linux.tree``)."""
+"""Processes: how a qex process detaches (the descriptors it keeps), reaps the
+first child of a double fork, gives a stopped group its grace before SIGKILL,
+and becomes a child subreaper (a job's supervisor, while its job runs:
+``qex.linux.tree``). What ps calls it: ``qex.linux.title``."""
 
 import os
 import stat
@@ -33,9 +34,29 @@ def detach_stdio(log_path: str | None, signals: bool = True) -> None:
     if not signals:
         return
     signal.set_wakeup_fd(-1)  # a supervisor's wake-up pipe is not this process's
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGUSR1):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a follower's FIFO whose reader left is EPIPE, not death
+
+
+def keep_only(keep: "tuple[int, ...]" = ()) -> None:
+    """First thing in a process qex leaves running (a supervisor, the waker, the hook
+    runner), right after its fork: close every descriptor above 2 but ``keep``, its
+    own. What goes: the caller's (a script's ``flock`` lock, the write end of a pipe
+    it waits to see closed), and qex's that are not this process's (the state lock,
+    another job's locks, the pipes of a ``qex run`` it was forked from). 0, 1 and 2
+    are ``detach_stdio``'s. The store forgets the descriptors it would have closed
+    or synced for the parent (``syncs.forget_inherited``)."""
+    low = 3
+    for fd in sorted({fd for fd in keep if fd is not None and fd > 2}):
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 30)  # (close_range(2): one call, however many there are)
+    from qex.store.syncs import forget_inherited
+
+    forget_inherited()
 
 
 _UNREAPED: list[int] = []
@@ -71,13 +92,6 @@ def close_quietly(fd: int) -> None:
         os.close(fd)
     except OSError:
         pass
-
-
-def max_fd() -> int:
-    try:
-        return min(os.sysconf("SC_OPEN_MAX"), 1 << 16)
-    except (OSError, ValueError):
-        return 1024
 
 
 def signal_group(pgid: int, sig: int) -> None:

@@ -14,9 +14,10 @@ pass asks it to tell a job's use from VRAM used outside qex
    process's own user (and root) read it.
 2. **The job's memory cgroup** (``qex-<job id>-<attempt>``, where qex makes one:
    ``qex.linux.cgroup``): exact, and readable for any user's process.
-3. **Its ancestry**: a chain of parents that reaches a qex supervisor (the
-   watcher or the finisher, whose argv carries ``WATCHER_TAG`` or
-   ``FINISHER_TAG``: readable for any user's process). It says "a job of that
+3. **Its ancestry**: a chain of parents that reaches a qex supervisor (its
+   name is ``qex.linux.title.SUPERVISOR``, or its argv carries ``WATCHER_TAG``
+   or ``FINISHER_TAG`` where the title could not be set: both readable for any
+   user's process). It says "a job of that
    user's qex", not which job (a supervisor that goes on to its next job keeps
    the argv of the first). A supervisor is a child subreaper while its job runs
    (``qex.linux.tree``): what the job orphans is reparented to it.
@@ -33,6 +34,8 @@ Builtin modules only (``posix``): the minimal watcher imports this module.
 """
 
 import posix
+
+from qex.linux.title import SUPERVISOR
 
 JOB_ENV = "QEX_JOB_ID"          # the variable every job's process inherits (qex.supervisor.spawn)
 CGROUP_PREFIX = "qex-"           # a job's memory cgroup: qex-<job id>-<attempt> (qex.linux.cgroup)
@@ -167,6 +170,8 @@ def _supervisor_above(proc: str, pid: int) -> int:
     seen = 0
     current = parent_of(proc, pid)
     while current > 1 and seen < MAX_DEPTH:
+        if _text(_read(f"{proc}/{current}/comm")).strip() == SUPERVISOR:
+            return current
         argv = _read(f"{proc}/{current}/cmdline", 8192).split(b"\0")
         if argv and argv[-1] == b"":
             argv.pop()

@@ -55,8 +55,11 @@ def run_pass(ctx: Context, mutate: Callable[[Txn], object] | None = None, save_i
                 gate = early(ctx, launches, (*held.fds(), -1 if turn.fd is None else turn.fd))
                 launches = []
             try:
-                # the gate opens once the commit is durable, before the index file is saved
-                txn.commit(save_index, applied=(lambda: _open_gate(gate)) if gate >= 0 else None)
+                # the gate opens once the commit is durable, before the index file is saved, and
+                # once the peer record says what the jobs it lets go hold: a pass killed between
+                # its gate and its publishing left them running unseen by the other users
+                # (counted again only at this user's next pass, perhaps the job's end; issue 34)
+                txn.commit(save_index, applied=(lambda: _publish_then_open(ctx, idx, gate)) if gate >= 0 else None)
             finally:
                 close_quietly(gate)  # without its byte (the commit failed): they leave, nothing started
             holding = _publish_locked(ctx, idx)
@@ -87,6 +90,15 @@ def _publish_locked(ctx: Context, idx: Index):
     except Exception:  # a hostile or broken peer directory must never stop this queue
         pass
     return holding
+
+
+def _publish_then_open(ctx: Context, idx: Index, gate: int) -> None:
+    """The early supervisors' jobs are in this user's peer record before they may
+    start. Dying from here on leaves no job unpublished: before the gate's byte,
+    the supervisors leave (their locks, free, count nothing); after it, the record
+    is out. (The pass's own publishing after the commit then finds nothing changed.)"""
+    _publish_locked(ctx, idx)
+    _open_gate(gate)
 
 
 def _open_gate(gate: int) -> None:
@@ -172,16 +184,17 @@ def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[
     from qex.base import machine
 
     avail = machine.meminfo().get("MemAvailable")
+    reserve = ctx.reserve()
     deps = [_dep(txn, d) for d in sorted(dep_ids)]
     roots = sorted({d.root for d in deps if d.root and d.root not in dep_ids})
     deps += [_dep(txn, r) for r in roots]  # the first failed job of a chain, for the words
     return A.Snapshot(
         now=now, cpu_budget=cpu_budget, mem_budget=mem_budget,
-        mem_available=None if avail is None else avail - ctx.config.reserve_mem,
+        mem_available=None if avail is None else avail - reserve,
         oversized=ctx.config.oversized, max_bypass=ctx.config.max_bypass,
         pools=tuple(A.PoolSpec(p.name, p.count, tuple(p.devices)) for p in ctx.config.pools),
         running=tuple(running), peers=tuple(peer_scan.holdings(ctx)), queued=tuple(queued),
-        deps=tuple(deps), pause=pause.current(ctx, now), seen=seen)
+        deps=tuple(deps), pause=pause.current(ctx, now), mem_reserve=reserve, seen=seen)
 
 
 def _vram(ctx: Context, txn: Txn, now: float, running: list) -> tuple[list, tuple]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from qex.base.errors import QexError
-from qex.linux.proc import close_quietly, detach_stdio, reap_later
+from qex.linux.proc import close_quietly, detach_stdio, keep_only, reap_later
 from qex.queue.context import Launch
 from qex.store import fs, layout
 
@@ -24,8 +24,8 @@ if _CRASH:
     from qex.base import faults
 
 
-def launch_all(ctx: Context, launches: list[Launch], close_in_child: tuple[int, ...] = (),
-               leaving: bool = False) -> Launch | None:
+def launch_all(ctx: Context, launches: list[Launch], leaving: bool = False,
+               keep_in_child: tuple[int, ...] = ()) -> Launch | None:
     """Fork one supervisor per launch, in a session of its own.
 
     A double fork, so that no supervisor is the child of a process that lives on
@@ -34,6 +34,11 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child: tuple[int, 
     has answered (``qex submit`` without ``--wait``), so its supervisors are
     orphaned at once, as a double fork's are; a single fork then spares the
     second fork's copy of the process, 1-2 ms before the job's first instruction.
+
+    A supervisor keeps no descriptor but its job's locks (and ``keep_in_child``),
+    from the moment it is forked (``proc.keep_only``): nothing of the command it
+    was forked from, nor of the caller of that command. Its title says whose
+    supervisor it is.
 
     In the parent: returns None once every supervisor is forked, and closes
     the liveness descriptors (each child keeps its own). In a supervisor:
@@ -55,15 +60,10 @@ def launch_all(ctx: Context, launches: list[Launch], close_in_child: tuple[int, 
             break  # the job stays 'starting' with no pid: the next pass requeues it
         if pid == 0:
             try:
+                keep_only((launch.alive_fd, launch.peer_fd, *keep_in_child))
                 os.setsid()
                 if not leaving and os.fork() != 0:
                     os._exit(0)
-                for other in launches:
-                    if other is not launch:
-                        os.close(other.alive_fd)
-                        close_quietly(other.peer_fd)
-                for fd in close_in_child:
-                    close_quietly(fd)
                 detach_stdio(ctx.store.path(launch.job_id, layout.SUPERVISOR_LOG))
                 launch.fresh = True  # admitted by the pass just before this fork (qex.supervisor.run._start)
                 return launch

@@ -38,7 +38,7 @@ def gather(ctx: Context) -> dict:
         "machine": {"cores": ctx.cores, "mem_total": ctx.mem_total, "mem_available": mem.get("MemAvailable")},
         "budget": {"cpu": cpu_budget / 1000, "mem": mem_budget,
                    "cpu_above_machine": cpu_budget > ctx.cores * 1000, "mem_above_machine": mem_budget > ctx.mem_total,
-                   "reserve_mem": ctx.config.reserve_mem, "mode": ctx.config.mode},
+                   "reserve_mem": ctx.reserve(), "mode": ctx.config.mode},
         "held": {"cpu": sum(e["cpu"] for _, e in running) / 1000, "mem": sum(e["mem"] for _, e in running),
                  "jobs": [{"id": j, "name": e["name"], "owner": e["owner"], "cpu": e["cpu"] / 1000, "mem": e["mem"],
                            "assigned": e["assigned"]} for j, e in sorted(running, key=lambda x: x[1]["seq"])]},

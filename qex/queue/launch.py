@@ -11,24 +11,23 @@ if TYPE_CHECKING:
     from qex.config.context import Context
 
 
-def after_pass(ctx: Context, result: PassResult, close_in_child: tuple[int, ...] = (),
-               leaving: bool = False) -> Launch | None:
+def after_pass(ctx: Context, result: PassResult, leaving: bool = False) -> Launch | None:
     """Fork the supervisors of a pass and make sure a waker exists if work waits.
     ``leaving``: the caller exits as soon as it has answered (see ``launch_all``).
 
     Returns a Launch only in a forked supervisor process (the caller must then
     become that supervisor and never return up its stack).
     """
-    child = fork.launch_all(ctx, result.launches, close_in_child, leaving)
+    child = fork.launch_all(ctx, result.launches, leaving)
     if child is not None:
         return child
     from qex.hooks.pending import start_pending
 
-    start_pending(ctx, close_in_child)  # after the launches: a hook never holds the queue
+    start_pending(ctx)  # after the launches: a hook never holds the queue
     if result.queued_mine or result.running_mine:
         from qex.queue import waker
 
-        return waker.ensure(ctx, close_in_child, result.next_deadline)
+        return waker.ensure(ctx, result.next_deadline)
     return None
 
 

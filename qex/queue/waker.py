@@ -21,7 +21,7 @@ import os
 import time
 
 from qex.base.states import HOLDING
-from qex.linux.proc import detach_stdio, reap_later
+from qex.linux.proc import detach_stdio, keep_only, reap_later
 from qex.queue import engine, fork
 from qex.queue.context import Launch
 from qex.store import layout
@@ -49,10 +49,11 @@ def lock_path(ctx: Context) -> str:
     return os.path.join(ctx.store.root, layout.waker_lock(ctx.uid))
 
 
-def ensure(ctx: Context, close_in_child: tuple[int, ...] = (), next_deadline: float | None = None) -> "Launch | None":
+def ensure(ctx: Context, next_deadline: float | None = None) -> "Launch | None":
     """Fork a waker unless one holds the lock. Returns a Launch only in a
     supervisor forked by the waker (see ``qex.queue.launch.after_pass``).
-    ``next_deadline`` is the earliest --max-queue-time deadline of the pass."""
+    ``next_deadline`` is the earliest --max-queue-time deadline of the pass.
+    The waker keeps no descriptor but its lock (``proc.keep_only``)."""
     # (in a shared directory the other members read it: their passes reserve capacity
     # for this user's queued jobs only while it is held, qex.store.members.starter_alive)
     fd = hold(lock_path(ctx), layout.MEMBER_FILE_MODE if ctx.store.shared else 0o600)
@@ -68,15 +69,14 @@ def ensure(ctx: Context, close_in_child: tuple[int, ...] = (), next_deadline: fl
         return None
     if pid == 0:
         try:
+            keep_only((fd,))
             os.setsid()
             if os.fork() != 0:
                 os._exit(0)
-            for other in close_in_child:
-                try:
-                    os.close(other)
-                except OSError:
-                    pass
             detach_stdio(os.path.join(ctx.store.root, layout.WAKER_LOG))
+            from qex.linux import title
+
+            title.waker(ctx.uid, ctx.store.root)
         except BaseException:
             os._exit(70)
         launch = _loop(ctx, fd, next_deadline)
@@ -193,12 +193,12 @@ def _loop(ctx: Context, fd: int, next_deadline: float | None = None) -> "Launch 
             next_deadline = None
             continue
         next_deadline = result.next_deadline
-        child = fork.launch_all(ctx, result.launches, close_in_child=(fd,))
+        child = fork.launch_all(ctx, result.launches)
         if child is not None:
             return child
         from qex.hooks.pending import start_pending
 
-        start_pending(ctx, close_in_child=(fd,))
+        start_pending(ctx)
         if not (result.queued_mine or result.running_mine):
             return None
 

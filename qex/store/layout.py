@@ -14,7 +14,9 @@ literal out of them). Layout::
                                    stdout.log, stderr.log (and their .cut records),
                                    supervisor.log, alive.lock, pid; vram (a GPU job's
                                    VRAM peak so far); after a stop
-                                   hook: hook.ran, hook.log; cgroup (an older qex's)
+                                   hook: hook.ran, hook.log; cgroup (an older qex's);
+                                   stdin (the job's input, when it has one);
+                                   stdout.pipe, stderr.pipe (while a qex run follows it)
     <state>/jobs/.new-<id>/        a job directory being made (renamed into view)
     <state>/jobs/.clean-<id>/      a job directory being removed (qex clean)
     <state>/groups/<id>.json       the members of a group
@@ -90,6 +92,9 @@ VRAM = "vram"                        # a GPU job's VRAM peak so far, per device 
 CGROUP = "cgroup"                    # names the job's cgroup: an older qex wrote it; read, removed (qex.linux.cgroup)
 HOOK_RAN = "hook.ran"                # its stop hook was started; then its verdict (qex.hooks.runner)
 HOOK_LOG = "hook.log"                # its stop hook's stdout and stderr (qex.hooks.runner)
+STDIN = "stdin"                      # its input: a copy (--stdin -), a link (--stdin FILE), a FIFO (qex run)
+STDOUT_PIPE = "stdout.pipe"          # FIFOs its qex run / submit --follow reads the output from
+STDERR_PIPE = "stderr.pipe"          # (qex.supervisor.pipes: made by the follower, written by the supervisor)
 CUT = ".cut"                         # after a log's name: the log's cut record (qex.supervisor.logs)
 _NEW_JOB = ".new-"                   # before a job's id: its directory being made (qex.store.state)
 _CLEANED = ".clean-"                 # before a job's id: its directory being removed (qex.control.actions)

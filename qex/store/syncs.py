@@ -278,6 +278,15 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def forget_inherited() -> None:
+    """A forked child that closed every descriptor it inherited (``qex.linux.proc.keep_only``):
+    the replaced files and journal appends its parent holds (``free_later``) are not its
+    own to close or sync, and their numbers will be its own files'."""
+    global _REPLACED
+    _REPLACED = None
+    del _UNSYNCED[:]
+
+
 def replacing(path: str, dir_fd: int | None = None) -> None:
     """Call just before a rename over ``path``: the file it replaces is freed
     with the others once the lock is let go (``free_later``)."""

@@ -42,14 +42,14 @@ def revive_waker(ctx: Context) -> None:
         finish_pass(ctx, engine.run_pass(ctx))
 
 
-def finish_pass(ctx: Context, result: PassResult, close_in_child: tuple[int, ...] = (), leaving: bool = False) -> None:
+def finish_pass(ctx: Context, result: PassResult, leaving: bool = False) -> None:
     """Fork what the pass admitted (``qex.queue.launch.after_pass``); in a forked
     supervisor, supervise and never return."""
     from qex.queue.launch import after_pass
 
     if result.launches:
         import qex.supervisor.run  # noqa: F401 (imported once here, not in each just-forked child: fork_early)
-    become_supervisor_if(ctx, after_pass(ctx, result, close_in_child, leaving))
+    become_supervisor_if(ctx, after_pass(ctx, result, leaving))
 
 
 def early(leaving: bool) -> Callable[[Context, list[Launch], tuple[int, ...]], int]:
@@ -66,15 +66,17 @@ def fork_early(ctx: Context, launches: list[Launch], locks: tuple[int, ...], lea
     reads the gate: one byte once the commit is written, or nothing (end of
     file) when the pass failed or died before. Only after the byte does it go on
     to start its job; without it, it leaves, and its liveness lock with it (a job
-    the journal has as 'starting' is requeued by the next pass). It closes its
-    copies of the state and admission locks (``locks``) at once, so that it
-    never holds them after the passing process lets them go.
+    the journal has as 'starting' is requeued by the next pass). It keeps no
+    descriptor but its job's locks and the gate's read end (``fork.launch_all``):
+    its copies of the state and admission locks (``locks``) and of the gate's write
+    end close at once, so that it never holds them after the passing process lets
+    them go.
     """
     import qex.supervisor.run  # noqa: F401 (here, not in the child: a just-forked process imports it
     #                            in ~2.4 ms, every page it touches a copy, against ~0.7 ms here)
     read_end, gate = os.pipe2(os.O_CLOEXEC)
     try:
-        child = fork.launch_all(ctx, launches, (*locks, gate), leaving)
+        child = fork.launch_all(ctx, launches, leaving, keep_in_child=(read_end,))
     except BaseException:
         os.close(read_end)
         os.close(gate)

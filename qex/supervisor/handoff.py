@@ -35,9 +35,12 @@ def finish() -> None:
     from qex.supervisor import ending, run
 
     interrupt = run.Interrupt()
-    for sig in (signal.SIGINT, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_DFL)  # as engine.detach_stdio left a forked supervisor
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as proc.detach_stdio left a forked supervisor
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     ended, passed = watch.read_handover(int(sys.argv[3]))
+    from qex.linux import title
+
+    title.supervisor(sys.argv[2])
     passed = marshal.loads(passed)
     interrupt.requested = ended["requested"]
     signal.pthread_sigmask(signal.SIG_UNBLOCK, watch.STOP_SIGNALS)

@@ -16,13 +16,19 @@ So the file never holds more than L bytes plus the marker, it keeps the first
 and the last bytes of the output (a single enormous line keeps its end), and a
 job never fails because of the limit.
 
+The limit is about what stays on disk: it never cuts what the job's own
+follower streams. A sink with a *tee* (the write end of the FIFO ``qex run``
+reads, ``qex.supervisor.pipes``) writes every byte there too, whatever the
+file keeps; what the FIFO does not take at once waits in ``pending`` and the
+watch loop reads no more of the job's pipe until it is taken (``flush_tee``).
+
 A reader that follows the file while it is cut (``qex logs --follow``) reads
 ``<stream>.log.cut``, a fixed-size record the supervisor rewrites in place
 (one ``pwrite``) before and after each slide: where the head ends, how long
 the marker is, which position of the whole output the window starts at, and a
 generation. ``Follower`` maps its position in the whole output onto the file
-with it, retries when a slide happened during its read, and says how much
-went by when it could not keep up.
+with it, retries when a slide happened during its read, and counts what went
+by when it could not keep up (``gaps``: its caller says so, outside the data).
 """
 
 import binascii
@@ -99,10 +105,11 @@ def read_cut(path: str) -> "CutState | None | bool":
 class Sink:
     """One output stream of a job, written to its log file as it arrives.
 
-    ``limit`` is ``[logs] max_bytes`` (None: no limit). ``bytes`` and
-    ``lines`` count what the job wrote; ``dropped_bytes``/``dropped_lines``
-    what the limit left out (over every attempt of the job, so that the
-    record's ``logs_dropped`` is the state of the file).
+    ``limit`` is ``[logs] max_bytes`` (None: no limit). ``bytes`` counts what
+    the job wrote; ``dropped_bytes``/``dropped_lines`` what the limit left out
+    (over every attempt of the job, so that the record's ``logs_dropped`` is the
+    state of the file). Lines are counted only where the file is cut (a count of
+    every write's newlines was a third of a sink's time, and nothing read it).
     """
 
     def __init__(self, path: str, limit: int | None = None, label: str = "", setting: str = ""):
@@ -125,10 +132,10 @@ class Sink:
             self.size = 0
         self.limit = None if limit is None else max(int(limit), MIN_LIMIT)
         self.bytes = 0
-        self.lines = 0
         self.cut_fd: int | None = None
         self.state: CutState | None = None
         self.changed = False
+        self.tee, self.tee_path, self.pending = -1, "", b""
         previous = read_cut(path) if self.size else None  # (a file never written was never cut)
         if previous:  # an earlier attempt cut this file: go on from where it stopped
             self.state = previous
@@ -140,16 +147,17 @@ class Sink:
     def handover(self) -> tuple:
         """What the process this one execs into needs to go on writing this log."""
         return (self.path, self.label, self.setting, self.failed, self.room, self.fd, self.size, self.limit,
-                self.bytes, self.lines, self.cut_fd, self.state.encode() if self.state else None, self.changed,
-                self.cut)
+                self.bytes, 0, self.cut_fd, self.state.encode() if self.state else None, self.changed,
+                self.cut, self.tee, self.tee_path, self.pending)
 
     @classmethod
     def resume(cls, handed: tuple) -> "Sink":
         """The Sink ``handover`` described, in the process that inherited its fds."""
         self = cls.__new__(cls)
         (self.path, self.label, self.setting, self.failed, self.room, self.fd, self.size, self.limit,
-         self.bytes, self.lines, self.cut_fd, state, self.changed) = handed[:13]
+         self.bytes, _, self.cut_fd, state, self.changed) = handed[:13]  # (_: a count of lines no one read)
         self.cut = handed[13] if len(handed) > 13 else None  # (None: handed over by a qex before this one)
+        self.tee, self.tee_path, self.pending = handed[14:17] if len(handed) > 16 else (-1, "", b"")
         self.state = CutState.decode(state) if state else None
         return self
 
@@ -169,7 +177,8 @@ class Sink:
         if n is None:
             n = len(data)
         self.bytes += n
-        self.lines += data.count(b"\n", 0, n)
+        if self.tee >= 0:
+            self._tee(memoryview(data)[:n])
         if self.failed:
             return
         if n > self.room and not self._look(n):
@@ -179,6 +188,57 @@ class Sink:
             self._write(memoryview(data)[:n])
         except OSError as exc:  # a full disk stops the log, never the job
             self.failed = exc.strerror or str(exc)
+
+    # ---- the follower's FIFO (qex.supervisor.pipes) ------------------------------
+    def attach(self, fd: int, path: str) -> None:
+        """Write everything from now on to the FIFO ``fd`` (non-blocking) too."""
+        self.tee, self.tee_path = fd, path
+
+    def _tee(self, view: memoryview) -> None:
+        if self.pending:  # (the watch loop reads nothing while some waits: never here)
+            self.pending += bytes(view)
+            return
+        try:
+            while view:
+                view = view[os.write(self.tee, view):]
+        except BlockingIOError:
+            self.pending = bytes(view)  # (a copy: the watch loop reuses its buffer)
+        except OSError:
+            self.drop_tee(cut=False)  # EPIPE: the follower is gone, nobody to tell
+
+    def flush_tee(self) -> bool:
+        """Give the FIFO what waits for it; True once nothing waits (or the follower is gone)."""
+        view = memoryview(self.pending)
+        try:
+            while view:
+                view = view[os.write(self.tee, view):]
+        except BlockingIOError:
+            self.pending = bytes(view)
+            return False
+        except OSError:
+            self.drop_tee(cut=False)
+            return True
+        self.pending = b""
+        return True
+
+    def drop_tee(self, cut: bool) -> None:
+        """Stop writing to the FIFO. ``cut``: its reader is there but did not take what
+        waits (a stopped job's last output): the FIFO leaves the job's directory, which
+        is how the follower learns that its copy is short (``pipes.Ends.cut``)."""
+        if self.tee < 0:
+            return
+        if cut and self.pending:
+            try:
+                st, mine = os.stat(self.tee_path, follow_symlinks=False), os.fstat(self.tee)
+                if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                    os.unlink(self.tee_path)
+            except OSError:
+                pass
+        try:
+            os.close(self.tee)
+        except OSError:
+            pass
+        self.tee, self.pending = -1, b""
 
     def _look(self, want: int) -> bool:
         """Stop the log before the disk is so full that records cannot be written."""
@@ -285,6 +345,7 @@ class Sink:
             os.close(self.fd)
             if self.cut_fd is not None:
                 os.close(self.cut_fd)
+            self.drop_tee(cut=True)
 
     def _finalize(self) -> None:
         """Replace the live marker by the counted one, as one rename (readers see
@@ -353,14 +414,17 @@ class Follower:
     """Reads the whole output of one stream as it is written, across the cuts.
 
     ``pos`` is a position in the whole output (as if nothing were left out).
-    ``read()`` returns the bytes that follow it, with one marker line where
-    output went that this reader never saw.
+    ``read()`` returns the bytes that follow it. Where output went that this
+    reader never saw, it puts one marker line in what it returns, or, given a
+    list ``gaps`` (a follower: ``qex logs --follow``), adds ``(position, bytes)``
+    there and leaves the data as the job wrote it.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, gaps: list | None = None):
         self.path = path
         self.pos = 0
         self.last = b"\n"
+        self.gaps = gaps
 
     def read(self) -> bytes:
         for _ in range(20):
@@ -369,11 +433,13 @@ class Follower:
                 _pause()
                 continue
             try:
-                data, pos = self._read(before)
+                data, pos, gap = self._read(before)
             except FileNotFoundError:
                 return b""
             after = read_cut(self.path)
             if _same(before, after):
+                if gap is not None:
+                    self.gaps.append(gap)
                 self.pos = pos
                 if data:
                     self.last = data[-1:]
@@ -381,18 +447,20 @@ class Follower:
             _pause()
         return b""  # the file is being rewritten; the next call reads it
 
-    def _read(self, cut: "CutState | None") -> tuple[bytes, int]:
+    def _read(self, cut: "CutState | None") -> tuple[bytes, int, "tuple[int, int] | None"]:
         fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             if cut is None:
                 data = _read_from(fd, self.pos)
-                return data, self.pos + len(data)
-            parts, pos = [], self.pos
+                return data, self.pos + len(data), None
+            parts, pos, gap = [], self.pos, None
             if pos < cut.head:
                 parts.append(os.pread(fd, cut.head - pos, pos))
                 pos = cut.head
             if pos < cut.base:
-                if pos == cut.head:  # exactly at the cut: the file's own marker says it
+                if self.gaps is not None:
+                    gap = (pos, cut.base - pos)
+                elif pos == cut.head:  # exactly at the cut: the file's own marker says it
                     parts.append(os.pread(fd, cut.marker, cut.head))
                 else:
                     lead = b"" if (parts and parts[-1].endswith(b"\n")) or (not parts and self.last == b"\n") \
@@ -403,7 +471,7 @@ class Follower:
             at = cut.head + cut.marker + (pos - cut.base)
             tail = _read_from(fd, at)
             parts.append(tail)
-            return b"".join(parts), pos + len(tail)
+            return b"".join(parts), pos + len(tail), gap
         finally:
             os.close(fd)
 

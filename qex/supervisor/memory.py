@@ -13,8 +13,11 @@ allows it (``qex.linux.cgroup``), else ``getrusage`` and the machine's
 
 ``settle`` runs in the supervisor's final pass (state lock held): a ``qex kill``
 wins over any OOM evidence, an OOM attempt is retried with its memory claim
-doubled (capped at the budget) while ``--oom-retries`` allows, and the learner
-is taught (a completed attempt's peak; an OOM attempt's floor).
+doubled (capped at the budget and at what an idle machine holds) while
+``--oom-retries`` allows, and the learner is taught (a completed attempt's
+peak; an OOM attempt's floor). An attempt whose peak stayed under its claim
+(``within_claim``) ran out of memory outside the job: the sentence names the
+limit (the cgroup qex runs in, or the machine), and a retry keeps the claim.
 """
 
 from __future__ import annotations
@@ -160,6 +163,28 @@ def settle(ctx: Context, current: dict, outcome: dict, lessons: list | None = No
     return retry
 
 
+def within_claim(current: dict, outcome: dict) -> bool:
+    """Whether an OOM attempt's measured peak stayed under its memory claim: then the
+    memory ran out outside the job (the cgroup qex runs in, or the machine), the claim
+    was not the cause, and a larger one would not help. An unknown peak is not."""
+    claim = int((current.get("claims") or {}).get("mem") or 0)
+    reached = (outcome.get("usage") or {}).get("max_rss")
+    return bool(reached) and claim > 0 and reached < claim
+
+
+def _ran_out_where(ctx: Context) -> tuple[str, int | None]:
+    """Which limit ran out when it was not the job's claim: the smallest memory limit of
+    the cgroup qex runs in (or one above it) below the machine's memory, else the
+    machine's. (Its words, and the cgroup's limit in bytes or None.)"""
+    from qex.base.units import format_size
+
+    found = cgroup.enclosing_limit(ctx.mem_total)
+    if found is not None:
+        limit, path = found
+        return f"the memory limit of the cgroup qex runs in ({format_size(limit)}, {path})", limit
+    return (f"the machine's memory ({format_size(ctx.mem_total)})" if ctx.mem_total else "the machine's memory"), None
+
+
 def _answer_oom(ctx: Context, current: dict, outcome: dict) -> dict | None:
     from qex.base.units import format_size
 
@@ -170,7 +195,12 @@ def _answer_oom(ctx: Context, current: dict, outcome: dict) -> dict | None:
     allowed = current.get("oom_retries", ctx.config.default_oom_retries)
     used = sum(1 for a in current.get("attempts") or () if a.get("state") == "oom")
     budget = ctx.budget()[1]
+    most = ctx.holdable()[1]  # (an absolute budget may be above what an idle machine holds)
+    if most is not None:
+        budget = min(budget, most)
     verb, how = EVIDENCE_WORDS.get(outcome.get("oom_evidence"), EVIDENCE_WORDS["cgroup"])
+    if within_claim(current, outcome):
+        return _answer_outside(ctx, current, outcome, claim, reached, used, allowed, f"attempt {attempt} {verb} {how}")
     head = (f"attempt {attempt} {verb}: the claim of {format_size(claim)} was too small. "
             f"It reached {format_size(reached) if reached else 'an unknown peak'} {how}")
     new = min(max(2 * claim, reached or 0), budget)
@@ -190,6 +220,35 @@ def _answer_oom(ctx: Context, current: dict, outcome: dict) -> dict | None:
     return {"claims": {**claims, "mem": new}, "claim_source": sources, "error": outcome["error"],
             "blocked_reason": f"queued for out-of-memory retry {used + 1} of {allowed} with a claim of "
                               f"{format_size(new)}"}
+
+
+def _answer_outside(ctx: Context, current: dict, outcome: dict, claim: int, reached: int, used: int, allowed: int,
+                    head: str) -> dict | None:
+    """An OOM kill of a job that stayed within its claim: the sentence names the limit
+    that ran out; a retry (if any is left) keeps the same claim and says why, unless
+    that limit is a cgroup's that holds no more than the claim (it would run out again)."""
+    from qex.base.units import format_size
+
+    where, limit = _ran_out_where(ctx)
+    head = (f"{head}, but it reached only {format_size(reached)} of its claim of {format_size(claim)}: "
+            f"the memory ran out outside the job, in {where}, so the claim was not the cause "
+            "and a larger one would not help")
+    if limit is not None and limit <= claim:
+        why = ("Not retried: that limit is no larger than the claim, so the same claim would run out again; "
+               "raise the cgroup's limit, or run qex outside it")
+    elif used >= allowed:
+        why = "Not retried, --oom-retries 0" if allowed == 0 else f"Not retried, its {allowed} --oom-retries are used"
+    else:
+        why = ""
+    if why:
+        outcome["error"] = _join(f"{head}. {why}", outcome.get("error"))
+        return None
+    note = (f"{head}. Retry {used + 1} of {allowed} keeps the claim of {format_size(claim)}, "
+            "in case the memory in use outside the job frees")
+    outcome["error"] = _join(note, outcome.get("error"))
+    return {"error": outcome["error"],
+            "blocked_reason": f"queued for out-of-memory retry {used + 1} of {allowed} at the same claim of "
+                              f"{format_size(claim)}: the memory ran out outside the job"}
 
 
 def _join(first: str, rest: str | None) -> str:
@@ -216,6 +275,8 @@ def _lesson(ctx: Context, current: dict, outcome: dict) -> tuple | None:
     usage = outcome.get("usage") or {}
     if state == "completed" and usage.get("max_rss"):
         kind, nbytes = "peak", int(usage["max_rss"])
+    elif state == "oom" and within_claim(current, outcome):
+        kind, nbytes = "floor", int(usage["max_rss"])  # it needed at least what it reached; the claim was not the cause
     elif state == "oom":
         claim = int((current.get("claims") or {}).get("mem") or 0)
         kind, nbytes = "floor", max(2 * claim, int(usage.get("max_rss") or 0))

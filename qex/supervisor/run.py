@@ -15,7 +15,7 @@ import time
 
 from qex.base.errors import StoreError
 from qex.base.states import HOLDING
-from qex.linux import pidfile, tree
+from qex.linux import pidfile, title, tree
 from qex.linux.proc import KILL_GRACE, child_subreaper, detach_stdio, forked_children, look_up_prctl, signal_group
 from qex.queue import engine, reconcile
 from qex.queue.context import Launch
@@ -26,6 +26,7 @@ from qex.store.state import LAZY
 from qex.supervisor import ending, spawn
 from qex.supervisor.ending import DRAIN_AFTER_EXIT
 from qex.supervisor.memory import Meter
+from qex.supervisor.pipes import grow, open_output
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
 
     try:
         result = engine.run_pass(ctx, fail)
-        return after_pass(ctx, result, close_in_child=_own_fds(launch))
+        return after_pass(ctx, result)
     except BaseException:
         _print_exc()
         return None
@@ -134,6 +135,7 @@ def prepare_early(ctx: Context, launch: Launch) -> None:
 def supervise(ctx: Context, launch: Launch) -> Launch | None:
     store = ctx.store
     job_id = launch.job_id
+    title.supervisor(job_id)
     os.chdir(store.job_dir(job_id))
     spec, meter = launch.spec, launch.meter
     launch.spec = launch.meter = None
@@ -258,6 +260,12 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
     limit, setting = _log_limit(ctx.config)
     sinks = {proc.stdout.fileno(): Sink(store.path(rec["id"], layout.STDOUT), limit, "stdout", setting),
              proc.stderr.fileno(): Sink(store.path(rec["id"], layout.STDERR), limit, "stderr", setting)}
+    for (pipe, sink), name in zip(sinks.items(), (layout.STDOUT_PIPE, layout.STDERR_PIPE)):
+        path = store.path(rec["id"], name)  # the FIFO of its qex run, if one follows it (qex.supervisor.pipes)
+        fd = open_output(path)
+        if fd >= 0:
+            sink.attach(fd, path)
+            grow(pipe)
     started = rec.get("started_at") or time.time()
     timeout_at = started + rec["timeout"] if rec.get("timeout") else None
     sampler = _sampler(ctx, rec, started)
@@ -379,8 +387,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     own_next = result.launches.pop(0) if result.launches and not left_behind else None
     if launch.peer_fd >= 0 and any(n.peer_fd == launch.peer_fd for n in (own_next, *result.launches) if n):
         launch.peer_fd, launch.peer_lock = -1, None  # handed to a next job (apply_plan): not let go below
-    keep = _own_fds(launch) + (_own_fds(own_next) if own_next is not None else ())
-    child = after_pass(ctx, result, close_in_child=keep)
+    child = after_pass(ctx, result)  # (a child keeps its own job's locks only: fork.launch_all)
     if child is not None:
         del _LESSONS[:]  # (the process it was forked from teaches them)
         return child  # a forked supervisor of another admitted job (the fds above are closed in it)
@@ -450,11 +457,6 @@ def _print_exc() -> None:
     import traceback
 
     traceback.print_exc()
-
-
-def _own_fds(launch: Launch) -> tuple[int, ...]:
-    """The locks of this supervisor's job, which a forked child must not keep."""
-    return tuple(fd for fd in (launch.alive_fd, launch.peer_fd) if fd >= 0)
 
 
 def _close_and_end(launch: Launch, ctx: Context | None = None) -> None:

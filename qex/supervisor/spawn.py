@@ -72,8 +72,8 @@ def job_env(spec: NewSpec, rec: dict, config: Config) -> dict:
             env[f"QEX_CLAIM_{_env_name(name)}"] = str(claim.get("count", 1))
     if spec.hints:
         claims = rec.get("claims") or {}
-        cores = max(1, int(float(claims.get("cpu", 1))))
-        env.setdefault("QEX_CPU", str(claims.get("cpu", 1)))
+        cores = max(1, int(float(claims.get("cpu", 1))))  # a whole number: make -j"$QEX_CPU" (0.5 -> 1, 2.7 -> 2)
+        env.setdefault("QEX_CPU", str(cores))
         env.setdefault("QEX_MEM", str(claims.get("mem", 0)))
         for var in THREAD_VARS:
             env.setdefault(var, str(cores))
@@ -125,7 +125,7 @@ def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) 
             if noted is not None and meter.cg is None:  # it could not join: the job is born outside it
                 pidfile.write(pid_path, "-", intent_line, mode)
             try:
-                proc = Child.spawn(path, spec.command, env, lock) if not spec.nice else _popen(path, spec, env, lock)
+                proc = _child(path, spec, env, lock, store.path(launch.job_id, layout.STDIN))
             finally:
                 meter.leave()
         finally:
@@ -146,6 +146,24 @@ def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) 
             return None, {"state": "failed", "error": f"cannot write its pid file {pid_path}: {exc.strerror or exc}"}
     fs.free_deferred()  # (the files its pass replaced: the job runs meanwhile)
     return proc, None
+
+
+def _child(path: str, spec: NewSpec, env: dict, lock: int, input_path: str) -> Child | Popen:
+    """The job, with its peer lock ``lock`` and its stdin from ``input_path``
+    (``qex.supervisor.pipes.open_input``; an OSError that says which if it cannot be
+    opened): ``posix_spawn``, or ``subprocess`` for a job with a nice."""
+    from qex.supervisor import pipes
+
+    try:
+        stdin = pipes.open_input(input_path)
+    except OSError as exc:
+        raise OSError(f"cannot open its input {pipes.input_words(input_path)}: {exc.strerror or exc}") from None
+    try:
+        return (Child.spawn(path, spec.command, env, lock, stdin) if not spec.nice
+                else _popen(path, spec, env, lock, stdin))
+    finally:
+        if stdin is not None:
+            os.close(stdin)  # (the job's now)
 
 
 def _not_started(spec, exc: BaseException) -> dict:
@@ -192,9 +210,10 @@ class Child:
         self.pid_line = None  # (path, mode, cgroup note) of the pid line still to write (write_pid_line)
 
     @classmethod
-    def spawn(cls, path: str, argv: list[str] | tuple[str, ...], env: dict, lock: int = -1) -> "Child":
-        """stdin from /dev/null, stdout and stderr to pipes, its own process group,
-        SIGPIPE and SIGXFSZ back to their defaults (as subprocess's restore_signals;
+    def spawn(cls, path: str, argv: list[str] | tuple[str, ...], env: dict, lock: int = -1,
+              stdin: int | None = None) -> "Child":
+        """stdin from ``stdin`` (None: /dev/null), stdout and stderr to pipes, its own process
+        group, SIGPIPE and SIGXFSZ back to their defaults (as subprocess's restore_signals;
         every other disposition as the supervisor has it), an empty signal mask. Every
         fd of this process is close-on-exec (``no_inherited_fds``): the job gets 0-2,
         and ``lock`` (its peer lock), if any, at ``job_lock_fd()``."""
@@ -205,7 +224,8 @@ class Child:
             os.close(out_r)
             os.close(out_w)
             raise
-        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0) if stdin is None
+                   else (os.POSIX_SPAWN_DUP2, stdin, 0),
                    (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
         at = job_lock_fd() if lock >= 0 else -1
         if at >= 0 and lock != at:
@@ -235,7 +255,7 @@ class Child:
         return self.returncode
 
 
-def _popen(path: str, spec, env: dict, lock: int = -1):
+def _popen(path: str, spec, env: dict, lock: int = -1, stdin: int | None = None):
     """A job with a nice: the one case posix_spawn cannot do exactly (it has no
     niceness attribute, and the job must not run one instruction at the wrong one),
     so subprocess forks and the child calls ``os.nice`` before it execs, and puts
@@ -257,7 +277,7 @@ def _popen(path: str, spec, env: dict, lock: int = -1):
     try:
         return subprocess.Popen(
             list(spec.command), executable=path, env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             close_fds=False, process_group=0, preexec_fn=child)
     except subprocess.SubprocessError as exc:  # os.nice failed in the child: it never ran
         raise OSError(f"cannot set its nice value {nice}: {exc}") from None

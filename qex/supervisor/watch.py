@@ -8,6 +8,14 @@ started, SIGKILL after the kill grace: ``qex.linux.tree``), answer ``qex kill``
 what it orphaned, which this child subreaper adopted, on SIGCHLD), and read
 what a process the job left behind still writes for a short drain.
 
+A job's follower (``qex run``: a FIFO, ``qex.supervisor.pipes``) gets every
+byte the sink gets. When its FIFO is full (``Sink.pending``) the job's pipe
+leaves the poll and the FIFO comes in until it has taken what waits: the job
+waits for its follower as for a pipe, and the time so spent is not the
+drain's (a job that ended with its last output on the way waits for its
+follower). Only a stopped job (kill, timeout) lets go of what still waits
+after the drain (``drop_tee``), and the follower is told.
+
 The forked supervisor runs it for a short grace (``GRACE``): a job that ends
 by then never pays more. A job that still runs gets a supervisor that has
 re-executed itself (same pid, same locks) into ``main`` here, a bare
@@ -41,6 +49,7 @@ if TYPE_CHECKING:
     from qex.supervisor.memory import Meter
 
 READ_SIZE = 1 << 16  # a pipe's whole buffer in one read
+FOLLOWED_READ_SIZE = 1 << 20  # a followed job's pipes are this large (qex.supervisor.pipes.grow)
 MAX_WAIT = 3600.0  # seconds one poll() may sleep at most
 # Seconds a job runs under the forked supervisor before the supervisor slims down
 # (QEX_WATCH_GRACE: for tests that count a supervisor's forks, which its execs reset).
@@ -89,30 +98,34 @@ class End:
 
 def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, timeout_at: float | None,
          kill_grace: float, drain: float, handoff_at: float | None = None, sampler: object = None) -> End:
-    """Watch the job ``pid`` (leader of its process group) until it has ended and its pipes
-    are read (or ``drain`` s after its end), or until ``handoff_at``; ``sampler``: qex.supervisor.vram."""
+    """Watch the job ``pid`` (leader of its process group) until it has ended, its pipes
+    are read (or ``drain`` seconds after its end) and its followers have what it wrote
+    (see the module's doc), or until ``handoff_at``. ``sampler``: qex.supervisor.vram."""
     open_pipes = set(open_pipes)
-    poll, pidfd = _poll_of(pid, open_pipes, interrupt)
-    buffer = bytearray(READ_SIZE)  # one for the whole loop: a bytes object per read would grow the heap
-    stop_reason = None  # "killed" | "timeout"
-    kill_at = None
+    held: dict[int, int] = {}  # a follower's FIFO -> the job's pipe held back until it takes what waits
+    poll, pidfd = _poll_of(pid, open_pipes, interrupt, sinks, held)
+    buffer = _buffer(sinks)
+    stop_reason = kill_at = wait_status = rusage = drain_until = None  # stop_reason: "killed" | "timeout"
     since = 0  # the leader's start time: what started before it is not the job's (tree.descendants)
-    wait_status = rusage = None
-    drain_until = None
-    incomplete = False
+    incomplete, last = False, time.time()
     try:
-        while open_pipes or wait_status is None:
+        while open_pipes or wait_status is None or held:
             now = time.time()
-            if interrupt.requested and stop_reason is None:
-                stop_reason = "killed"
-                since, kill_at = _terminate(pid, now, kill_grace, wait_status is None)
-            if timeout_at is not None and now >= timeout_at and stop_reason is None and wait_status is None:
-                stop_reason = "timeout"
-                since, kill_at = _terminate(pid, now, kill_grace, True)
+            if held and drain_until is not None and stop_reason is None:
+                drain_until += now - last  # (waiting for a follower)
+            last = now
+            if stop_reason is None:
+                stop_reason = _stop_asked(interrupt, timeout_at, now, wait_status)
+                if stop_reason:
+                    since, kill_at = _terminate(pid, now, kill_grace, wait_status is None)
             if kill_at is not None and now >= kill_at:
                 tree.stop(pid, _signal.SIGKILL, since)
                 kill_at = None
-            if drain_until is not None and now >= drain_until and open_pipes:
+            if drain_until is not None and now >= drain_until and (open_pipes or held):
+                if held:  # a stopped job's last output, still waiting for its follower: let it go,
+                    _let_go(held, sinks, poll, open_pipes)  # and give the log the drain it did not have
+                    drain_until = now + drain
+                    continue
                 incomplete = True
                 break
             handing = handoff_at is not None and stop_reason is None and wait_status is None
@@ -127,18 +140,15 @@ def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, 
             except InterruptedError:
                 continue
             for fd, mask in events:
-                if fd == pidfd:
-                    _, wait_status, rusage = os.wait4(pid, 0)
-                    poll.unregister(pidfd)
-                    if stop_reason is not None:
-                        tree.kill_all(pid, since)  # what the job left behind, in its group or not
-                        kill_at = None
-                    drain_until = time.time() + drain
-                elif fd == interrupt.r:
-                    _emptied(fd)
-                    tree.reap_adopted(pid)  # (a SIGCHLD: an orphan of the job that this process adopted ended)
+                if fd == pidfd:  # (kill_at: set only once a stop began, and the stop is done here)
+                    wait_status, rusage = _reap(pid, poll, pidfd, since if stop_reason else None)
+                    kill_at, drain_until = None, time.time() + drain
+                elif fd in held:
+                    _release(fd, mask, sinks, poll, held, open_pipes)
                 elif fd in open_pipes:
-                    _copy(fd, mask, buffer, sinks, poll, open_pipes)
+                    _copy(fd, mask, buffer, sinks, poll, open_pipes, held)
+                elif fd == interrupt.r:
+                    _woken_by(fd, pid)
                 elif sampler is not None:
                     sampler.feed(fd, poll)
         if wait_status is None:  # pipes closed first
@@ -154,27 +164,58 @@ def _sample(sampler, now: float, poll, wait_status) -> float | None:
     return None if sampler is None or wait_status is not None else sampler.tick(now, poll)
 
 
-def _emptied(fd: int) -> None:
-    """The interrupt's wake-up pipe: emptied (a signal handler ran: ``requested``, SIGCHLD)."""
+def _buffer(sinks: dict) -> bytearray:
+    """One for the whole loop (a bytes object per read would grow the heap); a followed job's is larger."""
+    return bytearray(FOLLOWED_READ_SIZE if any(s.tee >= 0 for s in sinks.values()) else READ_SIZE)
+
+
+def _stop_asked(interrupt, timeout_at: float | None, now: float, wait_status) -> str | None:
+    """Why the job is to be stopped now: "killed" (qex kill, SIGTERM), "timeout", or None."""
+    if interrupt.requested:
+        return "killed"
+    if timeout_at is not None and now >= timeout_at and wait_status is None:
+        return "timeout"
+    return None
+
+
+def _reap(pid: int, poll, pidfd: int, stopping: int | None) -> tuple:
+    """The job's leader ended: its wait status and rusage. ``stopping`` (the leader's start
+    time, when the job is being stopped): what the job left behind is killed too."""
+    _, wait_status, rusage = os.wait4(pid, 0)
+    poll.unregister(pidfd)
+    if stopping is not None:
+        tree.kill_all(pid, stopping)  # what the job left behind, in its group or not
+    return wait_status, rusage
+
+
+def _woken_by(fd: int, pid: int) -> None:
+    """The wake-up pipe: a signal came (and on SIGCHLD, an orphan of the job that this
+    process adopted ended: ``tree.reap_adopted``)."""
     try:
         os.read(fd, 64)
     except BlockingIOError:
         pass
+    tree.reap_adopted(pid)
 
 
-def _poll_of(pid: int, open_pipes: set, interrupt) -> tuple:
-    """A poll of the job's pipes (non-blocking), its pidfd and the interrupt's pipe."""
+def _poll_of(pid: int, open_pipes: set, interrupt, sinks: dict, held: dict) -> tuple:
+    """A poll of the job's pipes (non-blocking; a pipe whose sink still has output for its
+    follower: that follower's FIFO instead), its pidfd and the interrupt's pipe."""
     poll = select.poll()
     for fd in open_pipes:
         os.set_blocking(fd, False)
-        poll.register(fd, select.POLLIN)
+        if sinks[fd].pending:
+            poll.register(sinks[fd].tee, select.POLLOUT)
+            held[sinks[fd].tee] = fd
+        else:
+            poll.register(fd, select.POLLIN)
     pidfd = os.pidfd_open(pid)
     poll.register(pidfd, select.POLLIN)
     poll.register(interrupt.r, select.POLLIN)
     return poll, pidfd
 
 
-def _copy(fd: int, mask: int, buffer: bytearray, sinks: dict, poll, open_pipes: set) -> None:
+def _copy(fd: int, mask: int, buffer: bytearray, sinks: dict, poll, open_pipes: set, held: dict) -> None:
     """What the pipe ``fd`` has, into its sink; at its end, it leaves the poll."""
     try:
         n = os.readv(fd, [buffer]) if mask & (select.POLLIN | select.POLLHUP) else 0
@@ -183,10 +224,46 @@ def _copy(fd: int, mask: int, buffer: bytearray, sinks: dict, poll, open_pipes: 
     except OSError:
         n = 0
     if n:
-        sinks[fd].write(buffer, n)
+        sink = sinks[fd]
+        sink.write(buffer, n)
+        if sink.pending:
+            _hold(fd, sink, poll, held)
     else:
         poll.unregister(fd)
         open_pipes.discard(fd)
+
+
+def _let_go(held: dict, sinks: dict, poll, open_pipes: set) -> None:
+    """Stop waiting for the followers of ``held``: what waits for them is dropped (``drop_tee``)."""
+    for tee, pipe in held.items():
+        poll.unregister(tee)
+        sinks[pipe].drop_tee(cut=True)
+        if pipe in open_pipes:
+            poll.register(pipe, select.POLLIN)
+    held.clear()
+
+
+def _hold(pipe: int, sink, poll, held: dict) -> None:
+    """The follower's FIFO is full: read no more of ``pipe`` until it has taken what waits."""
+    try:
+        poll.unregister(pipe)
+    except KeyError:
+        pass
+    poll.register(sink.tee, select.POLLOUT)
+    held[sink.tee] = pipe
+
+
+def _release(tee: int, mask: int, sinks: dict, poll, held: dict, open_pipes: set) -> None:
+    pipe = held[tee]
+    sink = sinks[pipe]
+    if mask & _PIPE_DONE:
+        sink.drop_tee(cut=False)  # the follower is gone (it closed its end)
+    elif not sink.flush_tee():
+        return
+    poll.unregister(tee)
+    del held[tee]
+    if pipe in open_pipes:
+        poll.register(pipe, select.POLLIN)
 
 
 def _terminate(pid: int, now: float, grace: float, unreaped: bool) -> tuple[int, float]:
@@ -258,7 +335,7 @@ def _quiet_signals() -> None:
     """The dispositions a detached supervisor has (``engine.detach_stdio``); the
     interpreter's start set others."""
     _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
-    _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
+    _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
 
 
 def _package_parent() -> str:
@@ -301,8 +378,8 @@ def become_watcher(ctx: "Context", launch: "Launch", pid: int, rec: dict, interr
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     watched["requested"] = interrupt.requested
     fd = write_handover((watched, marshal.dumps(passed)))
-    keep = [fd, *sinks, launch.alive_fd, launch.peer_fd,
-            *(s.fd for s in sinks.values()), *(s.cut_fd for s in sinks.values())]
+    keep = [fd, *sinks, launch.alive_fd, launch.peer_fd, *(s.fd for s in sinks.values()),
+            *(s.cut_fd for s in sinks.values()), *(s.tee for s in sinks.values())]
     argv = entry_argv(watched["here"], "qex.supervisor.watch", "main", WATCHER_TAG, launch.job_id, fd,
                             minimal=True)
     exec_keeping(argv, keep)  # unblocks the signals if it returns
@@ -315,6 +392,9 @@ def main() -> None:
 
     _quiet_signals()
     job_id, fd = sys.argv[2], int(sys.argv[3])
+    from qex.linux import title
+
+    title.supervisor(job_id, watching=True)
     watch, passed = read_handover(fd)
     interrupt = Interrupt()
     interrupt.requested = watch["requested"]
@@ -332,8 +412,9 @@ def main() -> None:
                watch["timeout_at"], watch["kill_grace"], watch["drain"], None, sampler)
     if sampler is not None:
         sampler.stop()
-    for pipe in sinks:
+    for pipe, sink in sinks.items():
         os.close(pipe)
+        sink.drop_tee(cut=False)  # (all it was given is taken: the loop ends only then)
     r = end.rusage
     ended = {"wait_status": end.wait_status, "stop_reason": end.stop_reason, "incomplete": end.incomplete,
              "requested": interrupt.requested,

@@ -166,16 +166,16 @@ def test_a_lost_supervisor_is_noticed_with_no_command_typed_and_its_job_stopped(
 
 
 def test_a_supervisor_that_dies_between_two_forks_strands_no_job(q):
-    q.write_config('[budget]\ncpu = 4\nmem = "4GB"\n[defaults]\nmem = "100MB"\n')
+    q.write_config('[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n')  # (claims within 2 cores)
     gate = q.gate("g")
     # fork 1: the submission forks the holder's supervisor, which keeps the count; its final
     # pass admits the three waiting jobs, starts the first itself (its next job, no fork),
     # forks the second (hit 2) and dies before its next fork (hit 3)
     # (QEX_WATCH_GRACE: its supervisor never execs into the watcher, whose exec would reset
     # the count: on a loaded host the holder ran past the 0.5 s grace, and the point never fired)
-    holder = q.submit("--cpu", "4", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done",
+    holder = q.submit("--cpu", "2", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done",
                       env={"QEX_CRASH_AT": "engine.before_fork:3", "QEX_WATCH_GRACE": "60"})
-    waiting = [q.submit("--cpu", "1", "--", "sleep", "0.2") for _ in range(3)]
+    waiting = [q.submit("--cpu", "0.5", "--", "sleep", "0.2") for _ in range(3)]
     q.wait_state(holder, "running")
     open(gate, "w").close()
     # The waker forked by that submission keeps the same count and may die the same way:

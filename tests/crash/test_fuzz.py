@@ -269,7 +269,8 @@ def test_a_damaged_index_or_journal_is_rebuilt_or_skipped_never_a_traceback(tmp_
 
 # ---- damaged files under real commands (subprocess, modest) --------------------------------
 
-DAMAGE_CONFIG = '[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n[queue]\noversized = "queue"\n'
+DAMAGE_CONFIG = ('[budget]\ncpu = "0.5"\nmem = "4GB"\n[defaults]\ncpu = 0.25\nmem = "100MB"\n'
+                 '[queue]\noversized = "queue"\n')  # (c claims 1 core: above the budget, within any machine)
 
 
 @pytest.fixture
@@ -279,7 +280,7 @@ def prepared(q):
     q.write_config(DAMAGE_CONFIG)
     a = q.submit("--name", "a", "--", "true")
     b = q.submit("--name", "b", "--", "sh", "-c", "echo hello")
-    c = q.submit("--cpu", "4", "--name", "c", "--", "true")
+    c = q.submit("--cpu", "1", "--name", "c", "--", "true")
     q.wait_state(a, "completed")
     q.wait_state(b, "completed")
     q.wait_state(c, "queued")

@@ -228,13 +228,15 @@ def held_cpu(state: str) -> float:
 
 
 def qex_pids(state: str) -> list[int]:
-    """Live qex processes (commands, supervisors, wakers) of one state directory."""
-    return [pid for pid, cmd in _processes(f"QEX_STATE_DIR={state}".encode(), exact=True) if b"-m\0qex" in cmd]
+    """Live qex processes (commands, supervisors, wakers) of one state directory: a command's
+    line is ``python -m qex ...``, what qex leaves running names itself ``qex: ...`` (qex.linux.title)."""
+    return [pid for pid, cmd in _processes(f"QEX_STATE_DIR={state}".encode(), exact=True)
+            if b"-m\0qex" in cmd or cmd.startswith(b"qex: ")]
 
 
 def processes_of(state: str, but_group: int | None = None) -> list[int]:
     """Live processes whose environment names the state directory ``state``: its
-    supervisors (the minimal watcher too, whose command line is not ``-m qex``), its
+    supervisors (the minimal watcher too), its
     waker, and its jobs, but those of process group ``but_group`` (a job's)."""
     from e2e_helpers import proc_stat
 

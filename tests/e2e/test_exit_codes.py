@@ -307,7 +307,8 @@ def test_id_file_without_wait_holds_the_printed_id(qq):
 
 
 def test_submit_with_a_warning_still_prints_only_the_id_on_stdout(qq):
-    proc = qq.run("submit", "--cpu", "8", "--", "true")  # above the budget: a warning, then it runs alone
+    qq.write_config(CONFIG.replace("cpu = 2", 'cpu = "0.5"'))  # (more cores than the machine are refused)
+    proc = qq.run("submit", "--cpu", "1", "--", "true")  # above the budget: a warning, then it runs alone
     assert proc.returncode == 0
     job = proc.stdout.strip()
     assert proc.stdout == job + "\n" and str(uuid.UUID(job)) == job

@@ -11,7 +11,8 @@ import textwrap
 import pytest
 from multiuser_helpers import World, gated, open_gate, qex_pids, users_or_skip, wait_for
 
-CONFIG = '[budget]\ncpu = 3\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
+# Claims within a 2-core machine: a claim of more cores than the machine has is refused.
+CONFIG = '[budget]\ncpu = 1.5\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +82,10 @@ print(json.dumps(done))
 
 def test_a_member_can_change_nothing_in_another_members_directory(lab, users):
     w, bob, mallory = lab
-    blocker = bob.submit("--cpu", "3", "--", *gated(w.gate("b")))
+    blocker = bob.submit("--cpu", "1.5", "--", *gated(w.gate("b")))
     bob.wait_state(blocker, "running")
     ok, bad = os.path.join(w.dir, "ran-bobs-command"), os.path.join(w.dir, "ran-mallorys-command")
-    victim = bob.submit("--cpu", "1", "--", "touch", ok)
+    victim = bob.submit("--cpu", "0.5", "--", "touch", ok)
     assert bob.record(victim)["state"] == "queued"
     hers = os.path.join(w.dir, "planted.json")
     with open(hers, "w") as fh:
@@ -134,17 +135,17 @@ def test_records_a_member_forges_in_their_own_directory_are_never_run_signalled_
                     w.gate("x"))
         assert r.returncode == 0, r.stderr
         forged = json.loads(r.stdout)
-        # bob fills the 3-core budget and queues behind it: the forged negative claims free nothing
-        running = [bob.submit("--cpu", "1", "--", *gated(w.gate(f"r{i}"))) for i in range(3)]
+        # bob fills the 1.5-core budget and queues behind it: the forged negative claims free nothing
+        running = [bob.submit("--cpu", "0.5", "--", *gated(w.gate(f"r{i}"))) for i in range(3)]
         for job in running:
             bob.wait_state(job, "running")
-        waiting = bob.submit("--cpu", "1", "--", "sh", "-c", "exit 5")
+        waiting = bob.submit("--cpu", "0.5", "--", "sh", "-c", "exit 5")
         for cmd in (("list",), ("info",), ("status", forged[0]), ("status", waiting)):
             out = bob.run(*cmd)
             assert "Traceback" not in out.stderr and out.returncode in (0, 1), (cmd, out.stderr)
         status = json.loads(bob.run("status", "--json", forged[0], check=0).stdout)
         assert status["owner"] == mallory.user and status["uid"] == users.uid(mallory.name)
-        assert bob.record(waiting)["state"] == "queued"  # the budget is full: 3 of bob's cores
+        assert bob.record(waiting)["state"] == "queued"  # the budget is full: 1.5 of bob's cores
         for i in range(3):
             open_gate(w.gate(f"r{i}"))
         rec = bob.wait_state(waiting, ("failed", "completed"), timeout=20)
@@ -179,8 +180,8 @@ def test_a_pause_counts_as_its_files_owner_whatever_it_says(lab, users):
 
 def test_a_name_names_ones_own_job_and_another_members_only_as_user_slash_name(lab):
     w, bob, mallory = lab
-    hers = mallory.submit("--name", "train", "--cpu", "1", "--", *gated(w.gate("m")))
-    mine = bob.submit("--name", "train", "--cpu", "1", "--", *gated(w.gate("b"), then="exit 3"))
+    hers = mallory.submit("--name", "train", "--cpu", "0.5", "--", *gated(w.gate("m")))
+    mine = bob.submit("--name", "train", "--cpu", "0.5", "--", *gated(w.gate("b"), then="exit 3"))
     bob.wait_state(mine, "running")
     assert json.loads(bob.run("status", "--json", "train", check=0).stdout)["id"] == mine
     theirs = json.loads(bob.run("status", "--json", f"{mallory.user}/train", check=0).stdout)
@@ -212,10 +213,10 @@ def test_a_reservation_lasts_only_while_its_owner_has_a_qex_alive(lab, users):
     must not wait for a reservation nobody will honour, and alice's next command
     starts hers."""
     w, alice, bob = lab
-    first = bob.submit("--cpu", "3", "--", *gated(w.gate("bob")))
+    first = bob.submit("--cpu", "1.5", "--", *gated(w.gate("bob")))
     bob.wait_state(first, "running")
-    hers = alice.submit("--cpu", "1", "--", "true")
-    second = bob.submit("--cpu", "3", "--", "true")  # behind alice's in the one order
+    hers = alice.submit("--cpu", "0.5", "--", "true")
+    second = bob.submit("--cpu", "1.5", "--", "true")  # behind alice's in the one order
     assert alice.record(hers)["state"] == "queued"
     wait_for(lambda: processes_of(alice.state, users.uid(alice.name)), 10, "alice's waker")
     for pid in processes_of(alice.state, users.uid(alice.name)):
@@ -239,9 +240,9 @@ def test_a_killed_waker_leaves_no_work_behind_a_reason_that_is_no_longer_true(us
     w = World(users, users.base, CONFIG)
     try:
         alice, bob = w.actor(0), w.actor(1)
-        his = bob.submit("--cpu", "3", "--", *gated(w.gate("bob")))
+        his = bob.submit("--cpu", "1.5", "--", *gated(w.gate("bob")))
         bob.wait_state(his, "running")
-        hers = alice.submit("--cpu", "2", "--", "true")
+        hers = alice.submit("--cpu", "1", "--", "true")
         assert bob.user in alice.record(hers)["blocked_reason"]
         wait_for(lambda: processes_of(alice.state, users.uid(alice.name)), 10, "alice's waker")
         for pid in processes_of(alice.state, users.uid(alice.name)):

@@ -204,8 +204,14 @@ def test_the_retry_claim_is_capped_at_the_budget_and_a_claim_at_the_budget_is_no
     rec = json.loads(proc.stdout)
     assert rec["state"] == "oom"
     assert [a["claims"]["mem"] for a in rec["attempts"]] == [100 * MiB, 150 * MiB]
-    assert "already at the budget of 150MB" in rec["error"]
-    assert "the claim of 150MB was too small" in rec["error"]
+    first, second = rec["attempts"]
+    if second["usage"]["max_rss"] >= 150 * MiB:  # it reached its claim: the claim was too small
+        assert "already at the budget of 150MB" in rec["error"]
+        assert "the claim of 150MB was too small" in rec["error"]
+    else:  # the cgroup of 150MB, which qex runs in too, ran out first (issue 23, point 11)
+        assert "the claim of 100MB was too small" in first["error"]
+        assert "too small" not in second["error"] and "the cgroup qex runs in" in second["error"]
+        assert "no larger than the claim" in second["error"]
 
 
 def test_without_a_cgroup_the_machine_counter_is_the_evidence_and_the_record_says_so(q, memcg):
@@ -219,6 +225,75 @@ def test_without_a_cgroup_the_machine_counter_is_the_evidence_and_the_record_say
     attempt = rec["attempts"][0]
     assert attempt["usage"]["peak_from"] == "rusage" and attempt["usage"]["oom_kills"] is None
     assert "circumstantial" in rec["error"]
+
+
+def test_an_oom_under_the_limit_qex_runs_in_names_that_limit_and_never_doubles_the_claim(q, memcg):
+    """Issue 23, point 11: the job claims 300MB inside a cgroup of 150MB. The kernel
+    kills it when the cgroup qex runs in is full, at a peak under its claim: the claim
+    was not the cause, so the sentence names that limit (its size and where), never
+    calls the claim too small, and no retry doubles the claim; as that limit holds less
+    than the claim, the same claim would run out again, and it says so."""
+    cg = memcg(150 * MiB)
+    job = write(q, "job.py", GREEDY_FIRST)
+    proc = inside(q, cg, "submit", "--wait", "--mem", "300MB", "--", PY, job)
+    assert proc.returncode == 99, proc.stderr
+    rec = json.loads(proc.stdout)
+    assert rec["state"] == "oom" and rec["oom_evidence"] == "cgroup"
+    assert [a["claims"]["mem"] for a in rec["attempts"]] == [300 * MiB]  # never 600MB
+    assert rec["usage"]["max_rss"] < 300 * MiB
+    said = rec["error"]
+    assert "too small" not in said and "too small" not in proc.stderr, (said, proc.stderr)
+    assert "ran out outside the job" in said and "the cgroup qex runs in" in said, said
+    assert "(150MB, " in said and cg in said, said  # which limit: its size and where
+    assert "Not retried" in said and "no larger than the claim" in said, said  # and why not
+    assert q.run("status", rec["id"]).stdout.count("too small") == 0
+
+
+OTHER_HOG = """import os, sys, time
+data = b"y" * (int(sys.argv[2]) << 20)
+open(sys.argv[1], "w").close()
+while not os.path.exists(sys.argv[1] + ".stop"):
+    time.sleep(0.05)
+"""
+
+# Attempt 1 asks the kernel to pick it first (oom_score_adj 1000: never the other process)
+# and touches 200MB; later attempts touch 10MB.
+PICK_ME_FIRST = """import os
+if os.environ["QEX_ATTEMPT"] == "1":
+    with open("/proc/self/oom_score_adj", "w") as fh:
+        fh.write("1000")
+n = 200 if os.environ["QEX_ATTEMPT"] == "1" else 10
+data = b"x" * (n << 20)
+print("attempt", os.environ["QEX_ATTEMPT"], "touched", n, "MB")
+"""
+
+
+def test_an_oom_that_another_process_of_the_cgroup_caused_is_retried_at_the_same_claim(q, memcg):
+    """Issue 23, point 11: another process in the cgroup qex runs in holds 60MB of its
+    150MB; the job, claiming 120MB, is killed at a peak far under its claim. The sentence
+    names the cgroup's limit, the retry keeps the claim of 120MB and says why."""
+    cg = memcg(150 * MiB)
+    hog_script, ready = write(q, "hog.py", OTHER_HOG), os.path.join(q.root, "hog-ready")
+    script = 'echo $$ > "$1/cgroup.procs" && exec "$2" "$3" "$4" 60'
+    hog = subprocess.Popen(["sh", "-c", script, "sh", cg, PY, hog_script, ready])
+    try:
+        q.wait_for(lambda: os.path.exists(ready), 20, "the other process to hold its memory")
+        job = write(q, "job.py", PICK_ME_FIRST)
+        proc = inside(q, cg, "submit", "--wait", "--mem", "120MB", "--", PY, job)
+    finally:
+        open(ready + ".stop", "w").close()
+        hog.wait(10)
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads(proc.stdout)
+    first, second = rec["attempts"]
+    assert first["state"] == "oom" and first["usage"]["max_rss"] < 120 * MiB, first
+    said = first["error"]
+    assert "too small" not in said and "ran out outside the job" in said and "(150MB, " in said, said
+    assert "Retry 1 of 1 keeps the claim of 120MB" in said, said
+    assert [a["claims"]["mem"] for a in rec["attempts"]] == [120 * MiB, 120 * MiB]
+    assert "doubled" not in (rec["claim_source"].get("mem") or "")
+    assert second["state"] == "completed" and rec["state"] == "completed"
+    assert "attempt 2 touched 10 MB" in q.run("logs", rec["id"], "--stdout").stdout
 
 
 # ---- a kill always wins -------------------------------------------------------------

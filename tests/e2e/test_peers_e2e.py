@@ -11,7 +11,8 @@ import time
 import pytest
 from multiuser_helpers import World, gated, open_gate, processes_of, qex_pids, users_or_skip, wait_for
 
-CONFIG = '[budget]\ncpu = 4\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
+# Claims within a 2-core machine: a claim of more cores than the machine has is refused.
+CONFIG = '[budget]\ncpu = 2\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
 PEER_WORDS = "this job cannot fit while another user holds capacity"
 
 
@@ -32,22 +33,22 @@ def world(users, tmp_path):
 
 def test_a_peer_job_makes_a_job_wait_in_words_the_job_behind_starts_and_it_starts_when_the_peer_ends(world):
     a, b = world.actor(0), world.actor(1)
-    big = a.submit("--cpu", "3", "--", *gated(world.gate("a")))
+    big = a.submit("--cpu", "1.5", "--", *gated(world.gate("a")))
     a.wait_state(big, "running")
 
-    two = b.submit("--cpu", "2", "--", "true")
+    two = b.submit("--cpu", "1", "--", "true")
     rec = b.record(two)
     assert rec["state"] == "queued" and rec["blocked_holder"] == "peer", rec
-    assert PEER_WORDS in rec["blocked_reason"] and f"{a.user} holds 3 cores" in rec["blocked_reason"], rec
+    assert PEER_WORDS in rec["blocked_reason"] and f"{a.user} holds 1.5 cores" in rec["blocked_reason"], rec
     assert rec["blocked_since"] is not None
 
-    one = b.submit("--cpu", "1", "--", *gated(world.gate("b")))
+    one = b.submit("--cpu", "0.5", "--", *gated(world.gate("b")))
     assert b.record(one)["state"] in ("starting", "running")  # at once: admitted by its own submission's pass
-    b.wait_state(one, "running", timeout=5)  # while the peer still holds its 3 cores (its gate is shut)
+    b.wait_state(one, "running", timeout=5)  # while the peer still holds its 1.5 cores (its gate is shut)
     assert b.record(two)["state"] == "queued" and b.record(two)["passed_by"] == 0  # a peer front is never "passed"
 
     info = b.run("info", check=0).stdout
-    assert f"peer      {a.user} (" in info and "3 cores" in info, info
+    assert f"peer      {a.user} (" in info and "1.5 cores" in info, info
     assert "waits for another user" in info.splitlines()[-1] and "since" in info.splitlines()[-1], info
 
     open_gate(world.gate("a"))  # from here on no command is typed
@@ -63,9 +64,9 @@ def test_a_peer_whose_processes_were_all_killed_stops_counting(world):
     # Its qex processes and its job's: while the job's processes live they hold its lock
     # (tests/e2e/test_peer_liveness.py has the job that outlives its supervisor).
     a, b = world.actor(0), world.actor(1)
-    big = a.submit("--cpu", "3", "--", *gated(world.gate("a")))
+    big = a.submit("--cpu", "1.5", "--", *gated(world.gate("a")))
     a.wait_state(big, "running")
-    two = b.submit("--cpu", "2", "--", "true")
+    two = b.submit("--cpu", "1", "--", "true")
     assert b.record(two)["blocked_holder"] == "peer"
 
     pids = processes_of(a.state)  # (the job's processes too: they have A's environment)
@@ -107,7 +108,7 @@ def test_a_planted_symlink_is_never_followed_and_a_fifo_never_hangs_a_command(wo
     subprocess.run(users.wrap(b.name, [users.python, "-c", plant, world.peers, victim, name]), check=True,
                    env=users.env({}), cwd=world.dir)
 
-    job = a.submit("--cpu", "3", "--", *gated(world.gate("a")))
+    job = a.submit("--cpu", "1.5", "--", *gated(world.gate("a")))
     a.wait_state(job, "running")
     info_a = a.run("info", check=0, timeout=20).stdout
     assert "problem" in info_a and "not this queue's record" in info_a, info_a
@@ -115,7 +116,7 @@ def test_a_planted_symlink_is_never_followed_and_a_fifo_never_hangs_a_command(wo
     assert os.path.islink(os.path.join(world.peers, name))
 
     t0 = time.monotonic()
-    other = b.submit("--cpu", "1", "--", "true")
+    other = b.submit("--cpu", "0.5", "--", "true")
     b.wait_state(other, "completed")
     info_b = b.run("info", check=0, timeout=20).stdout
     assert time.monotonic() - t0 < 15
@@ -128,10 +129,10 @@ def test_a_planted_symlink_is_never_followed_and_a_fifo_never_hangs_a_command(wo
 
 def test_an_own_blocked_front_is_passed_at_most_max_bypass_times_and_the_health_line_says_so(world):
     a = world.actor(0)  # [queue] max_bypass is 2 by default
-    holder = a.submit("--cpu", "3", "--", *gated(world.gate("h")))
+    holder = a.submit("--cpu", "1.5", "--", *gated(world.gate("h")))
     a.wait_state(holder, "running")
-    front = a.submit("--cpu", "2", "--name", "front", "--", "true")
-    small = [a.submit("--cpu", "0.25", "--", *gated(world.gate("s"))) for _ in range(3)]
+    front = a.submit("--cpu", "1", "--name", "front", "--", "true")
+    small = [a.submit("--cpu", "0.125", "--", *gated(world.gate("s"))) for _ in range(3)]
     for job in small[:2]:
         a.wait_state(job, ("starting", "running"), timeout=5)
     third, rec = a.record(small[2]), a.record(front)
@@ -149,8 +150,8 @@ def test_an_own_blocked_front_is_passed_at_most_max_bypass_times_and_the_health_
 
 def test_two_queues_admitting_at_the_same_instant_never_overfill_the_budget_together(world):
     """Without one admission at a time across queues, each pass can read the
-    other's record before it is published and both 3-core jobs start (seen
-    here without it: 2 of them at once in a 4-core budget, in most runs; the
+    other's record before it is published and both 1.5-core jobs start (seen
+    here without it: 2 of them at once in a 2-core budget, in most runs; the
     deterministic check is in tests/test_peers.py)."""
     import threading
 
@@ -159,7 +160,7 @@ def test_two_queues_admitting_at_the_same_instant_never_overfill_the_budget_toge
 
     def submit(k, actor, barrier):
         barrier.wait()
-        ids[k].append(actor.submit("--cpu", "3", "--", "sleep", "0.1"))
+        ids[k].append(actor.submit("--cpu", "1.5", "--", "sleep", "0.1"))
 
     for _ in range(6):
         barrier = threading.Barrier(2)
@@ -179,4 +180,4 @@ def test_two_queues_admitting_at_the_same_instant_never_overfill_the_budget_toge
     for _, step in edges:
         running += step
         most = max(most, running)
-    assert most == 1, f"{most} jobs of 3 cores ran at once in a budget of 4"
+    assert most == 1, f"{most} jobs of 1.5 cores ran at once in a budget of 2"

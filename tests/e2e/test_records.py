@@ -15,6 +15,15 @@ SMALL = '[budget]\ncpu = 1\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'
 CONFIG = '[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'
 
 
+def _forced(q):
+    """A job above the budget (1 core of 0.5) and within any machine: it runs alone, forced."""
+    q.write_config(CONFIG.replace("cpu = 2", 'cpu = "0.5"'))
+    try:
+        return q.run("submit", "--wait", "--cpu", "1", "--", "true")
+    finally:
+        q.write_config(CONFIG)
+
+
 def validator(q, kind: str):
     proc = q.run("schema", kind)
     assert proc.returncode == 0, proc.stderr
@@ -54,7 +63,7 @@ def test_records_of_every_state_validate_against_the_status_schema(q):
         q.run("submit", "--wait", "--", "sh", "-c", "exit 200"),                        # failed, 97
         q.run("submit", "--wait", "--", "sh", "-c", "kill -SEGV $$"),                   # failed, signal
         q.run("submit", "--wait", "--timeout", "0.3", "--", "sleep", "30"),             # timeout
-        q.run("submit", "--wait", "--cpu", "8", "--", "true"),                          # forced (oversized)
+        _forced(q),                                                                     # forced (oversized)
         q.run("submit", "--wait", "--retries", "1", "--", "false"),                     # two attempts
     ]
     assert [p.returncode for p in made] == [0, 97, 98, 125, 0, 1], [p.stderr for p in made]

@@ -11,7 +11,8 @@ import time
 import pytest
 from multiuser_helpers import World, gated, held_cpu, job_dir, open_gate, users_or_skip, wait_for
 
-CONFIG = '[budget]\ncpu = 3\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
+# Claims within a 2-core machine: a claim of more cores than the machine has is refused.
+CONFIG = '[budget]\ncpu = 1.5\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +65,11 @@ def test_init_makes_a_setgid_group_directory_and_refuses_what_it_must(lab, users
 
 def test_another_user_cannot_kill_cancel_clean_or_read_the_secrets_of_my_jobs(lab):
     w, one, two = lab
-    running = one.submit("--cpu", "3", "--env", "SECRET=s3cret", "--",
+    running = one.submit("--cpu", "1.5", "--env", "SECRET=s3cret", "--",
                          *gated(w.gate("r"), then="echo out-s3cret"))
     one.wait_state(running, "running")
-    queued = one.submit("--cpu", "1", "--", "true")
-    done = one.submit("--cpu", "0.1", "--", "sh", "-c", "echo out-s3cret")
+    queued = one.submit("--cpu", "0.5", "--", "true")
+    done = one.submit("--cpu", "0.05", "--", "sh", "-c", "echo out-s3cret")
     assert one.record(queued)["state"] == "queued"
     before = {j: one.record(j)["state"] for j in (running, queued)}
 
@@ -107,10 +108,10 @@ def test_the_two_users_jobs_share_one_budget_exactly(lab):
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     jobs = []
-    for i in range(3):  # interleaved: 6 one-core jobs against a budget of 3
-        jobs.append((one, one.submit("--cpu", "1", "--", *gated(w.gate(f"1-{i}")))))
-        jobs.append((two, two.submit("--cpu", "1", "--", *gated(w.gate(f"2-{i}")))))
-    wait_for(lambda: held_cpu(one.state) == 3, 10, "the budget to be full")
+    for i in range(3):  # interleaved: 6 half-core jobs against a budget of 1.5
+        jobs.append((one, one.submit("--cpu", "0.5", "--", *gated(w.gate(f"1-{i}")))))
+        jobs.append((two, two.submit("--cpu", "0.5", "--", *gated(w.gate(f"2-{i}")))))
+    wait_for(lambda: held_cpu(one.state) == 1.5, 10, "the budget to be full")
     owners = {json.load(open(os.path.join(job_dir(one.state, j), "status.json")))["owner"]
               for _, j in jobs if one.record(j)["state"] in ("starting", "running")}
     assert owners == {one.user, two.user}  # both users' jobs run at once, in one budget
@@ -123,16 +124,16 @@ def test_the_two_users_jobs_share_one_budget_exactly(lab):
         assert rec["owner"] == actor.user
     stop.set()
     sampler.join()
-    assert max(seen) == 3 and len(seen) > 50, (max(seen), len(seen))  # exactly full, never over
+    assert max(seen) == 1.5 and len(seen) > 50, (max(seen), len(seen))  # exactly full, never over
 
 
 def test_a_member_cannot_put_anything_into_another_members_job_directory(lab):
     w, one, two = lab
-    blocker = one.submit("--cpu", "3", "--", *gated(w.gate("b")))
+    blocker = one.submit("--cpu", "1.5", "--", *gated(w.gate("b")))
     one.wait_state(blocker, "running")
     ok = os.path.join(w.dir, "ran-the-real-spec")
     bad = os.path.join(w.dir, "ran-the-planted-spec")
-    victim = one.submit("--cpu", "1", "--", "touch", ok)
+    victim = one.submit("--cpu", "0.5", "--", "touch", ok)
     target = os.path.join(job_dir(one.state, victim), "spec.json")
     planted = json.dumps({"id": victim, "command": ["touch", bad], "cwd": w.dir, "env": {}})
     swap = ("import os,sys; t=sys.argv[1]; open(t+'.x','w').write(sys.argv[2]); os.rename(t+'.x', t)")

@@ -21,8 +21,10 @@ def cmdline(pid: int) -> list[str]:
 
 
 def is_watcher(pid: int) -> bool:
+    """The minimal watcher names itself in ps (qex.linux.title): its python -I -S command
+    line is gone under the title."""
     argv = cmdline(pid)
-    return "qex-watch" in argv and argv[1:3] == ["-I", "-S"]
+    return bool(argv) and argv[0].startswith("qex: supervisor of ") and argv[0].endswith(" (watching)")
 
 
 def uss(pid: int) -> int | None:
