@@ -7,7 +7,6 @@ its title too, and imports nothing that is not builtin (see there).
 
 import posix
 
-
 SUPERVISOR = "qex: supervisor"  # a supervisor's name (comm): how qex.linux.whose knows one, any user's
 
 
