@@ -308,28 +308,16 @@ def _claim_once(root: str, command: tuple, template: tuple | None, margin: float
     return learn.claim_for(root, command, template, margin, minimum=minimum, most=most)
 
 
-def pool_claims(ctx: Context, req: Request, sources: dict | None = None,
-                warnings: list | None = None) -> dict[str, tuple[int, int | None]]:
-    """--gpu/--vram, --claim and --lock as one map: name -> (count, size); ``sources``,
-    ``warnings``: where ``--vram guess`` says what it took (``qex.jobs.learn.vram_guess``)."""
+def pool_claims(ctx: Context, req: Request, sources: dict, warnings: list) -> dict[str, tuple[int, int | None]]:
+    """--gpu/--vram (``qex.jobs.gpuclaim``), --claim and --lock as one map: name -> (count, size)."""
     config = ctx.config
     pools = {p.name: p for p in config.pools}
     out: dict[str, tuple[int, int | None]] = {}
     if req.gpu is not None or req.vram is not None:
-        count = 1 if req.gpu is None else req.gpu
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise SpecError(f"--gpu: {count!r} is not a number of devices; use a whole number of 1 or more"
-                            + (" (--gpu 0 cannot go with --vram)" if req.vram is not None else ""))
-        if req.vram == "guess":  # what the learner knows of this command's VRAM
-            from qex.jobs import learn
+        from qex.jobs.gpuclaim import claim
 
-            size = learn.vram_guess(ctx, req.command, getattr(req, "template", None), pools.get("gpu"),
-                                    {} if sources is None else sources, [] if warnings is None else warnings)
-        else:
-            size = units.parse_size(str(req.vram), "--vram") if req.vram is not None else config.default_vram
-            if req.vram is not None and size <= 0:
-                raise SpecError("--vram: the size must be more than zero, e.g. 20GB")
-        out["gpu"] = (count, size)
+        out["gpu"] = claim(ctx, req.gpu, req.vram, req.command, getattr(req, "template", None), pools.get("gpu"),
+                           sources, warnings)
     for item in req.claims:
         name, count, size = _parse_claim(item)
         _add(out, name, count, size, "--claim")
