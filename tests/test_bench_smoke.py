@@ -110,3 +110,17 @@ def test_the_disk_s_busy_time_is_read_for_a_path_on_a_block_device_and_none_else
     busy = bench.disk_busy_ms(RUN_PY)
     assert (type(busy) is int and busy >= 0) if on_device else busy is None
     assert bench.disk_busy_ms("/proc") is None  # (no block device under it)
+
+
+def test_the_top_bench_measures_a_first_frame_and_idle_cpu(tmp_path):
+    """bench/top.py on a tiny queue: it runs qex top in a pseudo-terminal and cleans up."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "top.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "top.py"), "--queued", "5", "--samples", "1",
+                           "--idle", "1", "--json", str(out)], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert 0 < result["first_frame_median_s"] < 30 and 0 <= result["idle_cpu_share_of_one_core"] < 1, result

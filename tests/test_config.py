@@ -461,7 +461,7 @@ def test_show_rows_and_json(tmp_path):
     data = c.show_json(8, 16 * GiB, env={"QEX_PEER_DIR": "/e"})
     assert data["path"] == path and data["exists"] is True
     values = data["values"]
-    assert values["budget.cpu"] == {"value": "50%", "resolved": 4000, "source": path}
+    assert values["budget.cpu"] == {"value": "50%", "resolved": 4.0, "source": path}
     assert values["budget.mem"]["resolved"] == int(16 * GiB * 0.9)
     assert values["defaults.mem"] == {"value": None, "resolved": 2 * GiB, "source": "default"}
     assert values["peers.dir"] == {"value": None, "resolved": "/e", "source": "environment (QEX_PEER_DIR)"}

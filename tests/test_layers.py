@@ -145,6 +145,38 @@ def test_admission_imports_nothing_that_reaches_the_machine():
                     assert name.split(".")[0] in PURE_IMPORTS, f"admit/{path.name}:{node.lineno} imports {name}"
 
 
+# ---- a library one command needs is imported by that command only -----------------------------
+
+# library -> the only modules that may import it (their command's module: qex/cli/ loads one per
+# command, qex/cli/__init__.py). curses: `qex top`'s screen (~2 ms; docs/design.md, "Start-up").
+ONLY_IN = {"curses": {"cli/top.py"}, "_curses": set(), "textual": set(), "rich": set()}
+
+
+def third_party_imports(path: pathlib.Path) -> list[tuple[str, int]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name.split(".")[0], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append((node.module.split(".")[0], node.lineno))
+    return found
+
+
+def test_the_screen_library_is_imported_by_qex_top_only():
+    bad = []
+    for path in QEX.rglob("*.py"):
+        rel = str(path.relative_to(QEX))
+        for name, line in third_party_imports(path):
+            if name in ONLY_IN and rel not in ONLY_IN[name]:
+                bad.append(f"{rel}:{line} imports {name}")
+    assert bad == []
+    importers = [m for m, targets in graph(QEX).items() for t, _ in targets if t == "qex.cli.top"]
+    assert importers == [], "only the command line's dispatch (by name: parser.COMMANDS) loads qex.cli.top"
+    from qex.cli import parser
+
+    assert parser.COMMANDS["top"][1] == "qex.cli.top:cmd_top"
+
+
 # ---- size: no module grows past its bound, and those past it today only shrink ---------------
 
 # A module or function past its bound, with its length: it may only shrink. None is

@@ -7,14 +7,22 @@ with ``exit_code``; nothing else in qex prints a traceback to a user.
 
 
 class QexError(Exception):
-    """Base of every error a user can see. ``exit_code`` follows CONTRACT.md."""
+    """Base of every error a user can see. ``exit_code`` follows CONTRACT.md.
+
+    ``kind``: a stable word for what went wrong (``qex schema error``: under ``--json``
+    a failure is ``{"error", "code", "kind", "option", "value"}`` on stderr). ``option``
+    and ``value``: the option at fault and the value given, where one is (else read
+    from a sentence that begins ``--option: 'value' ...``, as most do)."""
 
     exit_code = 1
+    kind = "error"
 
-    def __init__(self, message: str, *, exit_code: int | None = None):
+    def __init__(self, message: str, *, exit_code: int | None = None, option: str | None = None,
+                 value: str | None = None):
         super().__init__(message)
         if exit_code is not None:
             self.exit_code = exit_code
+        self.option, self.value = option, value
 
     @property
     def message(self) -> str:
@@ -24,52 +32,70 @@ class QexError(Exception):
 class UsageError(QexError):
     """A bad command line or a bad value in one: nothing was done."""
 
+    kind = "usage"
     exit_code = 2
 
 
 class RefusedError(QexError):
     """qex could not do what was asked and no job ran (121 for job commands)."""
 
+    kind = "refused"
     exit_code = 121
 
 
 class ConfigError(RefusedError):
     """The config file cannot be used: it names the file, the key, the remedy."""
 
+    kind = "config"
+
 
 class SpecError(RefusedError):
     """A submission (options, job file, pipeline) is invalid; no job was made."""
+
+    kind = "spec"
 
 
 class LockTimeout(RefusedError):
     """A lock (the state directory's) stayed held past --lock-timeout: nothing was done."""
 
+    kind = "lock_timeout"
+
 
 class NoSuchJob(QexError):
     """No job or group with that id: 127 and nothing else means 127."""
 
+    kind = "no_such_job"
     exit_code = 127
 
 
 class AmbiguousId(QexError):
     """A word that matches two things; the message lists them."""
 
+    kind = "ambiguous"
     exit_code = 2
 
 
 class StoreError(QexError):
     """The state directory cannot be used (permissions, full disk, damage)."""
 
+    kind = "store"
     exit_code = 1
 
 
 class PermissionRefused(QexError):
     """Another user's job: no kill, cancel, clean or reading of its secrets."""
 
+    kind = "permission"
     exit_code = 1
 
 
 class BrokenRecord(StoreError):
     """A status.json that cannot be read; names the file (and ``job_id``)."""
 
+    kind = "broken_record"
     job_id: str | None = None
+
+
+# Every ``kind`` above, for ``qex schema error`` (a test keeps it whole).
+KINDS = ("error", "usage", "refused", "config", "spec", "lock_timeout", "no_such_job", "ambiguous", "store",
+         "permission", "broken_record", "interrupted", "ended", "running", "not_paused", "not_cleaned")

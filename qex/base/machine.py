@@ -67,6 +67,20 @@ def process_real_uid(pid: int) -> int | None:
     return None
 
 
+def process_peak_rss(pid: int | None) -> int | None:
+    """The largest resident memory ``pid`` has had, in bytes (VmHWM of /proc/pid/status), or None."""
+    if not pid:
+        return None
+    data = _read_proc(f"/proc/{pid}/status", 8192)
+    for line in (data or b"").splitlines():
+        if line.startswith(b"VmHWM:"):
+            try:
+                return int(line.split()[1]) * 1024
+            except (ValueError, IndexError):
+                return None
+    return None
+
+
 _BOOT_ID: str | None = None
 
 

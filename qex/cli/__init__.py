@@ -33,17 +33,22 @@ def _leave(code: int) -> None:
     os._exit(code)
 
 
+_parsed: list = []  # the parsed arguments of this command, once the parser took them (``wants_json``)
+
+
 def run(argv: list[str]) -> int:
     from qex.base.errors import QexError
 
+    _parsed.clear()
     try:
         argv = _command_first(argv)
         return _dispatch(argv)
     except QexError as exc:
-        _say(f"qex: {exc}")
-        return error_exit_code(argv, exc)
+        code = error_exit_code(argv, exc)
+        print_error(str(exc), code, exc.kind, wants_json(argv), exc.option, exc.value)
+        return code
     except KeyboardInterrupt:
-        _say("qex: interrupted")
+        print_error("interrupted", 130, "interrupted", wants_json(argv))
         return 130
     except BrokenPipeError:
         _quiet_broken_pipe()
@@ -89,12 +94,56 @@ def error_exit_code(argv: list[str], exc: QexError) -> int:
     return code
 
 
+def wants_json(argv: list[str]) -> bool:
+    """Whether this command line asked for ``--json``: its parsed arguments say so; a
+    line the parser refused, any ``--json`` (or an abbreviation argparse takes) before ``--``."""
+    if _parsed:
+        return bool(getattr(_parsed[-1], "json", False))
+    for word in argv[1:]:
+        if word == "--":
+            return False
+        if word.startswith("--js") and "--json".startswith(word):
+            return True
+    return False
+
+
+def print_error(sentence: str, code: int, kind: str, as_json: bool = False, option: str | None = None,
+                value: str | None = None) -> None:
+    """The one place an error that ends a command is printed: ``qex: SENTENCE`` on stderr,
+    or under ``--json`` one JSON object on one line (``qex schema error``), the same exit
+    code either way. ``option``/``value``: the option at fault and the value given; when
+    not given, read from the sentence (``--mem: '-5GB' is not a size``, argparse's
+    ``argument --state: invalid choice: 'x'``, ``unrecognized arguments: --bogus``)."""
+    if not as_json:
+        _say(f"qex: {sentence}")
+        return
+    import json
+
+    if option is None:
+        option, found = _option_in(sentence)
+        value = value if value is not None else found
+    _say(json.dumps({"error": sentence, "code": code, "kind": kind, "option": option, "value": value},
+                    sort_keys=True))
+
+
+def _option_in(sentence: str) -> tuple[str | None, str | None]:
+    import re
+
+    m = re.match(r"(?:argument )?(--[a-z][a-z0-9-]*)(?:/-\w)?(?:[=: ]|$)", sentence)
+    if m is None:
+        m = re.match(r"unrecognized arguments: (\S+)", sentence)
+        return (m.group(1), None) if m else (None, None)
+    quoted = re.search(r"'([^']*)'|\"([^\"]*)\"", sentence[m.end():])
+    return m.group(1), None if quoted is None else quoted.group(1) if quoted.group(1) is not None else quoted.group(2)
+
+
 def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["submit"]:
         from qex.cli.fastpath import RUNS, plain_submit
 
         args = plain_submit(argv)
         if args is not None:
+            _parsed.append(args)
             return _call(RUNS, args)
     if not argv:
         from qex.cli.helptext import BANNER
@@ -117,6 +166,7 @@ def _dispatch(argv: list[str]) -> int:
         raise UsageError(f"unknown command {name!r}; the commands are: {', '.join(parser.COMMANDS)}")
     built = parser.build(only=name)
     args = built.parse_args(parser.join_dash_values(built, argv))
+    _parsed.append(args)
     return _call(parser.COMMANDS[name][1], args)
 
 

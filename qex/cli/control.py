@@ -18,18 +18,19 @@ def cmd_kill(args: Namespace) -> int:
     ctx = context()
     job_ids, in_group = _targets(ctx, args.ids)
     answer = stop_jobs(ctx, job_ids, KILL, wait=True)
-    code = 0
+    report = _Report(args)
     for job_id in job_ids:
         what = answer.get(job_id, "")
         if what.startswith("ended:"):
-            if job_id not in in_group:
-                err(f"qex: {job_id[:8]} has already ended ({what[6:]}); nothing to kill")
-                code = 1
+            report.add(job_id, "ended", what[6:], None if job_id in in_group else
+                       f"{job_id[:8]} has already ended ({what[6:]}); nothing to kill")
         elif what == "signalled":
-            err(f"qex: {job_id[:8]} was signalled but has not ended yet")
+            report.add(job_id, "signalled", "running", None)
+            report.note(f"{job_id[:8]} was signalled but has not ended yet")
         else:
-            out(f"{job_id}  {what}")
-    return code
+            report.add(job_id, "stopped", what, None)
+            report.line(f"{job_id}  {what}")
+    return report.finish()
 
 
 def cmd_cancel(args: Namespace) -> int:
@@ -38,21 +39,58 @@ def cmd_cancel(args: Namespace) -> int:
     ctx = context()
     job_ids, in_group = _targets(ctx, args.ids)
     answer = stop_jobs(ctx, job_ids, CANCEL)
-    code = 0
+    report = _Report(args)
     for job_id in job_ids:
         what = answer[job_id]
         if what == "cancelled":
-            out(f"{job_id}  cancelled")
+            report.add(job_id, "cancelled", "cancelled", None)
+            report.line(f"{job_id}  cancelled")
         elif what == "running":
             if job_id in in_group:  # a group: its queued jobs are what cancel takes out
-                err(f"qex: {job_id[:8]} is running and goes on; qex kill stops it")
+                report.add(job_id, "running", "running", None)
+                report.note(f"{job_id[:8]} is running and goes on; qex kill stops it")
             else:
-                err(f"qex: {job_id[:8]} is already running; use qex kill {job_id[:8]}")
-                code = 1
-        elif job_id not in in_group:  # a group's ended jobs are no fault
-            err(f"qex: {job_id[:8]} has already ended ({what[6:]}); nothing to cancel")
-            code = 1
-    return code
+                report.add(job_id, "running", "running",
+                           f"{job_id[:8]} is already running; use qex kill {job_id[:8]}")
+        else:  # a group's ended jobs are no fault
+            report.add(job_id, "ended", what[6:], None if job_id in in_group else
+                       f"{job_id[:8]} has already ended ({what[6:]}); nothing to cancel")
+    return report.finish()
+
+
+class _Report:
+    """What kill and cancel did, job by job: lines on stdout and sentences on stderr, or
+    under ``--json`` one object on stdout (``qex schema kill``) and, when a job named on
+    the command line could not be stopped, the error object on stderr (exit 1 either way)."""
+
+    def __init__(self, args):
+        self.json, self.jobs, self.faults = args.json, [], []
+
+    def add(self, job_id: str, result: str, state: str | None, fault: str | None) -> None:
+        self.jobs.append({"id": job_id, "result": result, "state": state})
+        if fault is not None:
+            self.faults.append((result, fault))
+            if not self.json:
+                err(f"qex: {fault}")
+
+    def note(self, sentence: str) -> None:
+        if not self.json:
+            err(f"qex: {sentence}")
+
+    def line(self, text: str) -> None:
+        if not self.json:
+            out(text)
+
+    def finish(self) -> int:
+        if not self.json:
+            return 1 if self.faults else 0
+        from qex.cli import print_error
+        from qex.cli.common import print_json
+
+        print_json({"jobs": self.jobs})
+        if self.faults:
+            print_error("; ".join(f for _, f in self.faults), 1, self.faults[0][0], True)
+        return 1 if self.faults else 0
 
 
 def _targets(ctx: Context, words: list[str]) -> tuple[list[str], set[str]]:
@@ -95,23 +133,28 @@ def cmd_clean(args: Namespace) -> int:
         from qex.control.actions import sweep_unfinished_dirs
 
         swept = sweep_unfinished_dirs(ctx)
-        if swept:
+        if swept and not args.json:
             err(f"qex: removed {swept} job director{'y' if swept == 1 else 'ies'} that never got a record")
-    for job_id, why in refused.items():
+    for job_id, why in refused.items() if not args.json else ():  # (--json: all of it on stdout)
         err(f"qex: not cleaned {job_id[:8]}: {why}")
-    for job_id, keep in kept.items():
+    for job_id, keep in kept.items() if not args.json else ():
         err(f"qex: kept {job_id[:8]}: {keep['why']}")
-    if removed:
+    if removed and not args.json:
         err(f"qex: removed {len(removed)} record(s)")
+    failed = bool((refused or kept) and args.ids)
     if args.json:
+        from qex.cli import print_error
         from qex.cli.common import print_json
 
         print_json({"removed": removed,
                     "kept": [{"id": j, "why": k["why"], "needed_by": k["needed_by"]} for j, k in kept.items()],
                     "refused": [{"id": j, "why": why} for j, why in refused.items()],
                     "unfinished_dirs_removed": swept})
+        if failed:
+            print_error(f"{len(refused) + len(kept)} of the jobs named were not cleaned (see refused and kept)",
+                        1, "not_cleaned", True)
     # A job named on the command line that stays (active, another user's, still needed) is a failure.
-    return 1 if (refused or kept) and args.ids else 0
+    return 1 if failed else 0
 
 
 def _select(ctx: Context, args, final_states, now: float) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from qex.base.errors import UsageError
 from qex.cli.common import out
+from qex.cli.help_agents import AGENTS
 from qex.cli.help_resources import RESOURCES
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -23,40 +24,7 @@ Every command: qex --help.  For scripts and agents: qex help agents.
 CONFIG_KEYS = "{CONFIG_KEYS}"  # in a topic: the key lines of the config, made from its table of keys
 
 TOPICS = {
-    "agents": """\
-qex for agents and scripts
-
-  ID=$(qex submit --cpu 2 --mem 4GB -- ./build.sh)   # stdout is the id, nothing else
-  qex wait "$ID"; echo $?                           # one exit code that means one thing
-  qex status "$ID" --json                           # the whole record
-  qex run -- pytest -x                              # submit, stream the output, return its code
-
-Rules a script can rely on:
-  - stdout of submit carries only the id (or JSON with --json); messages go to stderr.
-  - 0-96 is the job's own code; 97-127 are qex's (see: qex help exit-codes).
-  - 127 means "no job or group with that id" and nothing else; on submit, run,
-    pipeline, rerun and wait a bad command line is 121, never 2 (a job's code).
-  - an ID is a job id, a prefix of 4 or more characters, a name, a group id or
-    a group's name. A name names the queued or running job of that name, else
-    the newest ended one: `qex submit --name x ...; qex wait x` works however
-    fast the job ends. Two active jobs of one name are ambiguous (listed).
-  - a submission is either fully queued or absent, even if qex is killed mid-way.
-  - the caller may vanish: a detached supervisor holds each job and records its end.
-  - qex status ID --quiet returns 100 while the job has not stopped.
-  - --dedupe-key KEY makes a submission idempotent: coming back to a session,
-    submit again with the same key and get the id of the job that operates.
-  - --max-queue-time T: a job that has not started after T ends expired (123).
-  - qex run is a pipe: every byte of the job's stdout reaches your stdout and
-    of its stderr your stderr, in order, whatever [logs] max_bytes keeps on
-    disk; your stdin reaches the job until its end of file, as with ssh (give
-    `< /dev/null` or --stdin FILE in a loop that reads its own stdin). Your
-    stdout closed early (`qex run ... | head`) stops the job, as a pipe does.
-  - qex submit gives a job /dev/null as stdin; --stdin FILE gives it FILE
-    (opened when it starts), --stdin - a copy of your stdin (at most 64MiB).
-  - what qex leaves running (a supervisor, the waker, the hook runner) holds
-    none of your descriptors: `flock -n LOCK qex submit ...` frees LOCK when
-    submit returns. ps calls them `qex: supervisor of ID`, `qex: waker ...`.
-""",
+    "agents": AGENTS,
     "exit-codes": """\
 Exit codes of submit --wait/--follow, run, wait, status --wait|--follow|--quiet:
 
@@ -289,6 +257,27 @@ order that did not), status G --json (an array), kill G (stops the running
 stages, takes out the queued ones), cancel G, clean G, list --group G, and
 --needs G. `qex schema pipeline` gives the schema; `qex rerun ID` submits one
 job's spec again under a new id.
+""",
+    "watch": """\
+Watching the queue (and what ran)
+
+  qex top                 live: budget bars, pools and devices, the jobs that run, wait
+                          (and why) and ended; read every second, no lock, starts nothing
+  qex top --once          one plain frame, for a pipe or a script
+  qex wait G              on a terminal, one live line: ended/total, running, waiting,
+                          the time so far, an estimate of the rest (erased at the end)
+  qex status G            a group in a few lines: each state's count, the jobs that did
+                          not succeed (with codes), the running ones, CPU time, peak; --all
+  qex list --last 20 --since 2h --state failed,killed --name 'train-*'
+  qex list --format id,state,exit,started,elapsed,cpu,peak [--json]
+
+qex top's keys: up/down move, k kill, c cancel (each asks y/n), l the job's
+output, / filter, ? help, q quit. Bars: # this queue, = other queues, . free.
+ELAPSED: queued, the time in the queue so far; running, since its start;
+ended, from its start to its end. list --json adds submitted, started, ended
+(ISO 8601, local time and offset) beside the epoch fields, and elapsed (s).
+Colour only on a terminal, never with NO_COLOR set; TERM=dumb gets no colour,
+no live line, and from qex top one plain frame. A pipe gets what it always did.
 """,
     "each-line": """qex submit --each-line FILE|- [options] -- COMMAND ... {} ...
 

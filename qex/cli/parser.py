@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "clean": ("remove the records of ended jobs that no queued or running job needs",
               "qex.cli.control:cmd_clean"),
     "info": ("budget, load, pools, peers, queue health", "qex.cli.show:cmd_info"),
+    "top": ("a live view of the queue: what runs, waits and ended; k kill, c cancel, l log", "qex.cli.top:cmd_top"),
     "pause": ("pause the queue, or hold a lock for yourself; alone: show what is paused", "qex.cli.pause:cmd_pause"),
     "resume": ("end a pause of the queue or of a lock", "qex.cli.pause:cmd_resume"),
     "events": ("one line per change of any job, as it happens", "qex.cli.events:cmd_events"),
@@ -136,6 +137,21 @@ def _int(option):
     return parse
 
 
+def _state_list(known):
+    """``--state running,queued``: each word one of ``known``; a list, appended (``cmd_list`` joins them)."""
+    def parse(text):
+        from qex.base.errors import UsageError
+
+        words = [w.strip() for w in text.split(",") if w.strip()]
+        bad = [w for w in words if w not in known]
+        if bad or not words:
+            raise UsageError(f"--state: {', '.join(map(repr, bad)) or 'nothing'} is no state; "
+                             f"the states are {', '.join(known)}")
+        return words
+    parse.__name__ = "state list"
+    return parse
+
+
 def join_dash_values(parser: Parser, argv: list[str]) -> list[str]:
     """`--mem -5GB` reaches the option as its value (argparse would take it for
     an option), so that the value is refused with the option's own sentence."""
@@ -186,7 +202,8 @@ def add_global_options(p: argparse.ArgumentParser) -> None:
 def _args_submit(c):
     add_job_options(c)
     g = c.add_argument_group("output")
-    g.add_argument("--json", action="store_true", help='print {"id": ..., "deduplicated": false}')
+    g.add_argument("--json", action="store_true", help='print {"id": ..., "deduplicated": false} (qex schema submit); '
+                   'with --each-line: the group (qex schema group)')
     g.add_argument("--wait", action="store_true", help="wait for the end; stdout carries the record")
     g.add_argument("--follow", action="store_true", help="stream the output; return the job's code")
     g.add_argument("--wait-timeout", metavar="T", help="stop waiting after T (124)")
@@ -201,11 +218,13 @@ def _args_submit(c):
 def _args_pipeline(c):
     c.add_argument("file", metavar="FILE", help="a pipeline file (TOML, YAML or JSON; qex help job-file)")
     c.add_argument("--id-file", metavar="FILE", help="write the group and each stage here, one 'ID NAME' a line")
+    c.add_argument("--json", action="store_true", help="print the group and its jobs (qex schema group)")
 
 
 def _args_rerun(c):
     c.add_argument("id", metavar="ID")
     c.add_argument("--id-file", metavar="FILE", help="write the new id here")
+    c.add_argument("--json", action="store_true", help="print the new id and the old (qex schema rerun)")
 
 
 def _args_run(c):
@@ -220,7 +239,8 @@ def _args_wait(c):
     c.add_argument("--next", action="store_true", help="return when the first of them ends")
     c.add_argument("--timeout", metavar="T", help="stop waiting after T (124)")
     c.add_argument("--quiet", action="store_true")
-    c.add_argument("--json", action="store_true", help="print the records")
+    c.add_argument("--json", action="store_true", help="print the records: an array, whatever the number of ids "
+                   "(qex schema wait)")
 
 
 def _args_status(c):
@@ -228,19 +248,34 @@ def _args_status(c):
     c.add_argument("--wait", action="store_true")
     c.add_argument("--follow", action="store_true")
     c.add_argument("--quiet", action="store_true", help="print nothing; the exit code says it (100: not stopped)")
-    c.add_argument("--json", action="store_true")
-    c.add_argument("--show-env", action="store_true", help="also print the job's environment (your jobs only)")
+    c.add_argument("--json", action="store_true", help="print the records: an array, one for a job, a group's in "
+                   "submission order (qex schema list)")
+    c.add_argument("--all", action="store_true", help="a group: every record in words, not the summary")
+    c.add_argument("--show-env", action="store_true", help="also print the job's environment (your jobs only; "
+                   "--json: each record's env)")
     c.add_argument("--timeout", metavar="T", help="with --wait/--follow: stop waiting after T (124)")
 
 
 def _args_list(c):
     from qex.base.states import STATES
 
-    c.add_argument("--state", action="append", default=[], choices=STATES + ("active", "final"))
+    c.description = (f"{c.description}. ELAPSED counts: queued, the time in the queue so far; running, since "
+                     "it started; ended, from its start to its end. STARTED and ENDED are local clock times.")
+    c.add_argument("--state", action="append", default=[], type=_state_list(STATES + ("active", "final")),
+                   metavar="S[,S...]", help=f"only these states (a comma list, repeatable): "
+                                            f"{', '.join(STATES)}, active, final")
     c.add_argument("--group", metavar="G")
     c.add_argument("--tag", action="append", default=[])
     c.add_argument("--cwd", metavar="DIR")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--name", metavar="NAME", help="only jobs of this name (or a shell pattern: 'train-*')")
+    c.add_argument("--since", metavar="T", help="only jobs active since T: still queued or running, or ended "
+                                                "after it (1h, 2d, or an ISO time: 2025-03-21T14:00)")
+    c.add_argument("--last", type=_int("--last"), metavar="N", help="only the newest N (after the other filters)")
+    c.add_argument("--format", metavar="FIELDS", help="the columns, e.g. id,state,elapsed,peak; the fields: "
+                                                      "id, name, state, owner, exit, submitted, started, ended, "
+                                                      "elapsed, cpu, peak, claims, group, tags, reason")
+    c.add_argument("--json", action="store_true", help="a JSON array (qex schema list): each record with ISO 8601 times (submitted, "
+                                                       "started, ended) and elapsed; with --format, those fields")
 
 
 def _args_logs(c):
@@ -266,10 +301,12 @@ def _args_events(c):
 
 def _args_kill(c):
     c.add_argument("ids", nargs="+", metavar="ID")
+    c.add_argument("--json", action="store_true", help="print each job and what was done to it (qex schema kill)")
 
 
 def _args_cancel(c):
     c.add_argument("ids", nargs="+", metavar="ID")
+    c.add_argument("--json", action="store_true", help="print each job and what was done to it (qex schema cancel)")
 
 
 def _args_clean(c):
@@ -284,8 +321,13 @@ def _args_clean(c):
                    help="print what was removed, kept (still needed by queued or running work) and refused")
 
 
+def _args_top(c):
+    c.add_argument("--once", action="store_true",
+                   help="print one plain frame (no escape codes) and leave: for a pipe or a script")
+
+
 def _args_info(c):
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="qex schema info")
 
 
 def _args_pause(c):
@@ -295,25 +337,30 @@ def _args_pause(c):
     c.add_argument("--for", dest="duration", metavar="T", help="end by itself after T (90s, 30m, 4h)")
     c.add_argument("--drain", action="store_true",
                    help="then wait until nothing runs (lock: until no job holds it)")
-    c.add_argument("--json", action="store_true", help="show the pauses as JSON")
+    c.add_argument("--json", action="store_true",
+                   help="alone: the pauses (qex schema pauses); pausing: what was paused (qex schema pause)")
 
 
 def _args_resume(c):
     c.add_argument("what", nargs="?", metavar="queue|lock", help="what to resume (default: queue)")
     c.add_argument("name", nargs="?", metavar="NAME", help="the lock, after 'lock'")
+    c.add_argument("--json", action="store_true", help="print what was resumed (qex schema resume)")
 
 
 def _args_config(c):
     c.add_argument("action", choices=("show", "detect"),
                    help="show: the config in force; detect: this machine's GPUs as a [[pool]] block")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="show: qex schema config")
     c.add_argument("--write", action="store_true",
                    help="detect: add the block to the config file (never changes a pool 'gpu' already there)")
     c.add_argument("--uuid", action="store_true", help="detect: name each whole GPU by its UUID, not its index")
 
 
 def _args_schema(c):
-    c.add_argument("kind", choices=("job", "status", "event", "pipeline"))
+    from qex.cli.schema import KINDS
+
+    c.add_argument("kind", choices=tuple(KINDS), metavar="KIND",
+                   help="; ".join(f"{k}: {what}" for k, what in KINDS.items()))
 
 
 def _args_help(c):
@@ -325,10 +372,11 @@ def _args_completions(c):
 
 
 def _args_version(c):
-    pass
+    c.add_argument("--json", action="store_true", help="qex schema version")
 
 
 def _args_init(c):
     c.add_argument("--shared", metavar="DIR", required=True,
                    help="the directory to make (or repair): setgid, group-writable where needed, private where secrets live")
     c.add_argument("--group", metavar="G", help="the group that shares it (default: your primary group)")
+    c.add_argument("--json", action="store_true", help="print what was made (qex schema init)")

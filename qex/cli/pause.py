@@ -70,9 +70,16 @@ def cmd_resume(args: Namespace) -> int:
     what = "the queue" if kind == "queue" else f"lock {name}"
     if p is None:
         others = [pause.render(i, now) for i in pause.listing(ctx.store, _index_jobs(ctx), now)]
-        err(f"qex: {what} is not paused; nothing to resume"
-            + (f" (paused: {'; '.join(others)})" if others else " (nothing is paused)"))
+        from qex.cli import print_error
+
+        print_error(f"{what} is not paused; nothing to resume"
+                    + (f" (paused: {'; '.join(others)})" if others else " (nothing is paused)"),
+                    1, "not_paused", args.json)
         return 1
+    if args.json:  # qex schema resume
+        print_json({"kind": kind, "name": name, "paused_by": None if p.broken else p.user,
+                    "paused_secs": now - p.since if p.since else None})
+        return 0
     from qex.base.units import format_duration, safe_text
 
     took = f" for {format_duration(now - p.since)}" if p.since else ""

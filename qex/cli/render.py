@@ -3,18 +3,10 @@
 import time
 
 from qex.base import outcome
-from qex.base.states import ACTIVE, FINAL, FINAL_RAN
+from qex.base.states import ACTIVE, FINAL_RAN
 from qex.base.text import plain
-from qex.base.units import format_cores, format_duration, format_size, safe_text
-
-
-def claims_text(claims: dict) -> str:
-    cpu = round(float(claims.get("cpu", 1)) * 1000)
-    parts = [f"{format_cores(cpu)} core{'s' if cpu != 1000 else ''}", format_size(int(claims.get("mem", 0)))]
-    for name, c in sorted((claims.get("pools") or {}).items()):
-        size = c.get("size")
-        parts.append(f"{safe_text(name)} {c.get('count', 1)}" + (f" x {format_size(size)}" if size else ""))
-    return ", ".join(parts)
+from qex.base.units import format_duration, format_size, safe_text
+from qex.cli.listing import claims_text, row
 
 
 def devices_text(assigned: list[dict] | None) -> str:
@@ -90,9 +82,9 @@ def vram_text(rec: dict) -> str:
     supervisor), and whether it went above what it was given ("" when not measured)."""
     usage = rec.get("usage") or {}
     by_device = usage.get("vram_peak_by_device") or {}
-    gpu = ((rec.get("claims") or {}).get("pools") or {}).get("gpu")
     if not by_device:
         return ""  # not measured: no driver answered, or it ended before its first sample
+    gpu = ((rec.get("claims") or {}).get("pools") or {}).get("gpu")
     size = gpu.get("size") if gpu else None
     claim = f"claim {format_size(size)} per device" if size else "claim whole devices" if gpu else "no GPU claim"
     peaks = ", ".join(f"{format_size(n)} on {'gpu ' + k if str(k).isdigit() else safe_text(str(k), 60)}"
@@ -139,19 +131,51 @@ def _sources(sources: dict) -> str:
 
 
 def list_row(rec: dict, now: float) -> str:
-    state = rec.get("state", "?")
-    age_from = rec.get("started_at") if state == "running" else rec.get("submitted_at")
-    age = format_duration(now - age_from) if age_from else "-"
-    extra = rec.get("blocked_reason") if state == "queued" else rec.get("vram_over") or ""
-    if state in FINAL:
-        extra = f"exit {outcome.exit_code(rec)}" + (f": {rec['error']}" if rec.get("error") else "")
-        if rec.get("vram_over"):
-            extra += f"; {rec['vram_over']}"
-    return (f"{rec.get('id', '?')[:8]}  {state:<9} {safe_text(rec.get('name', ''), 24):<24} "
-            f"{age:>7}  {claims_text(rec.get('claims') or {}):<{CLAIMS_WIDTH}}  {plain(extra or '', 160)}").rstrip()
+    """A row of ``qex list`` in its default fields (``qex.cli.listing``)."""
+    return row(rec, now)
 
 
-# Most claims fit the column; a longer one (several pools) pushes its reason right, always
-# two spaces after it: never "gpu 2 x 24GBwaits for".
-CLAIMS_WIDTH = 24
-LIST_HEADER = f"{'ID':<8}  {'STATE':<9} {'NAME':<24} {'AGE':>7}  {'CLAIMS':<{CLAIMS_WIDTH}}  REASON / RESULT"
+SUMMARY_NAMES = 10  # the jobs a summary line names; the rest are counted
+
+
+def group_summary(records: list[dict], group: str, name: str | None, now: float) -> str:
+    """``qex status G``: one line per state with its count, the jobs that did not succeed
+    named with their codes, the running ones with their time, the CPU time of all and
+    the largest peak. ``--all`` (or ``--json``) gives every record."""
+    from qex.base.states import STATES
+
+    by_state: dict[str, list[dict]] = {}
+    for rec in sorted(records, key=lambda r: r.get("seq", 0)):
+        by_state.setdefault(rec.get("state", "?"), []).append(rec)
+    ended = not any(r.get("state") in ACTIVE for r in records)
+    rows = [("group", f"{group} ({safe_text(name or '')}): {len(records)} job{'s' if len(records) != 1 else ''}"
+                      + (f", its code {outcome.group_exit_code(records)}" if ended else ", not all ended"))]
+    for state in STATES:
+        recs = by_state.get(state) or []
+        if recs:
+            rows.append((state, f"{len(recs):>5}{_named(recs, state, group, now)}"))
+    cpu = sum((r.get("usage") or {}).get("cpu_secs") or 0 for r in records)
+    rows.append(("cpu", f"{format_duration(cpu)} in all" if cpu else "none recorded yet"))
+    peaks = [r for r in records if (r.get("usage") or {}).get("max_rss")]
+    if peaks:
+        top = max(peaks, key=lambda r: r["usage"]["max_rss"])
+        rows.append(("peak", f"{format_size(top['usage']['max_rss'])} (the largest: {top['id'][:8]} "
+                             f"{safe_text(top.get('name', ''), 40)})"))
+    return "\n".join(f"{k:<10}{v}" for k, v in rows)
+
+
+def _named(recs: list[dict], state: str, group: str, now: float) -> str:
+    """The jobs of one state named, for the states a reader acts on: those that did not
+    succeed (with their code) and the running ones (with their time)."""
+    from qex.base.states import FINAL
+
+    if state == "completed" or (state not in FINAL and state != "running"):
+        return ""
+    parts = []
+    for rec in recs[:SUMMARY_NAMES]:
+        what = (f"exit {outcome.exit_code(rec)}" if state in FINAL
+                else f"for {format_duration(max(0.0, now - (rec.get('started_at') or now)))}")
+        parts.append(f"{rec.get('id', '?')[:8]} {safe_text(rec.get('name', ''), 40)} ({what})")
+    more = len(recs) - SUMMARY_NAMES
+    tail = f"; and {more} more: qex list --group {group[:8]} --state {state}" if more > 0 else ""
+    return ": " + "; ".join(parts) + tail

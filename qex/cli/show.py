@@ -21,6 +21,11 @@ if TYPE_CHECKING:
 def cmd_version(args: Namespace) -> int:
     from qex.base.version import VERSION
 
+    if args.json:  # qex schema version
+        from qex.store.records import FORMAT
+
+        print_json({"version": VERSION, "record_format": FORMAT})
+        return 0
     out(f"qex {VERSION}")
     return 0
 
@@ -31,18 +36,111 @@ def _wanted_states(args) -> set[str] | None:
     if not args.state:
         return None
     wanted = set()
-    for s in args.state:
-        wanted |= set(ACTIVE) if s == "active" else set(FINAL) if s == "final" else {s}
+    for words in args.state:  # (each --state a comma list: parser._state_list)
+        for s in words:
+            wanted |= set(ACTIVE) if s == "active" else set(FINAL) if s == "final" else {s}
     return wanted
+
+
+class _Wanted:
+    """What `qex list` shows: its filters (--state, --tag, --cwd, --name, --since)."""
+
+    def __init__(self, args, now: float):
+        self.states, self.tags = _wanted_states(args), set(args.tag)
+        self.cwd = os.path.abspath(args.cwd) if args.cwd else None
+        self.name = args.name
+        self.since = None if args.since is None else _since(args.since, now)
+
+    def any(self) -> bool:
+        return bool(self.states or self.tags or self.cwd or self.name or self.since is not None)
+
+    def __call__(self, rec: dict) -> bool:
+        if self.states is not None and rec.get("state") not in self.states:
+            return False
+        if self.tags and not self.tags <= set(rec.get("tags") or ()):
+            return False
+        if self.name is not None and not _name_matches(self.name, rec.get("name") or ""):
+            return False
+        if self.since is not None and (rec.get("ended_at") or self.since) < self.since:
+            return False  # (an active job is in any window that reaches now)
+        return self.cwd is None or rec.get("cwd") == self.cwd
+
+
+def _name_matches(wanted: str, name: str) -> bool:
+    if any(c in wanted for c in "*?["):
+        from fnmatch import fnmatchcase
+
+        return fnmatchcase(name, wanted)
+    return name == wanted
+
+
+def _since(text: str, now: float) -> float:
+    """--since: a duration back from now (1h, 2d) or an ISO 8601 time (local when it names no zone)."""
+    from qex.base.errors import UsageError
+    from qex.base.units import parse_duration
+
+    try:
+        return now - parse_duration(text, "--since")
+    except SpecError:
+        pass
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise UsageError(f"--since: {text!r} is neither a duration (90s, 30m, 4h, 2d) nor an ISO 8601 time "
+                        "(2025-03-21, 2025-03-21T14:00, 2025-03-21T14:00+01:00)") from None
+
+
+class _Rows:
+    """The rows of `qex list`, as text (its --format fields, colour on a terminal) or one JSON array."""
+
+    def __init__(self, args, now: float):
+        from qex.cli import listing, tty
+
+        self.json, self.now, self.first, self.write = args.json, now, True, sys.stdout.write
+        self.fields = listing.parse_format(args.format) if args.format else None
+        self.paint = None
+        if not self.json and tty.colour_on(sys.stdout):
+            self.paint = lambda text, state: tty.paint(text, tty.TONE.get(state), True)
+        self.needs_record = self.json or bool(listing.NEEDS_RECORD & set(self.fields or listing.DEFAULT))
+
+    def start(self) -> None:
+        from qex.cli import listing
+
+        if not self.json:
+            self.write(listing.header(self.fields or listing.DEFAULT) + "\n")
+
+    def put(self, rec: dict) -> None:
+        import json
+
+        from qex.cli import listing
+
+        if self.json:
+            self.write(("[" if self.first else ", ")
+                       + json.dumps(listing.json_row(rec, self.now, self.fields), sort_keys=True))
+        else:
+            self.write(listing.row(rec, self.now, self.fields or listing.DEFAULT, self.paint) + "\n")
+        if self.first:
+            sys.stdout.flush()  # the first row at once, whatever the size of the store
+        self.first = False
+
+    def end(self) -> None:
+        if self.json:
+            self.write("[]\n" if self.first else "]\n")
+        sys.stdout.flush()
 
 
 def cmd_list(args: Namespace) -> int:
     from qex.base.states import ACTIVE
-    from qex.cli.render import LIST_HEADER, list_row
 
     ctx = reading_context()
-    store = ctx.store
-    states = _wanted_states(args)
+    store, now = ctx.store, time.time()
+    wanted, rows = _Wanted(args, now), _Rows(args, now)
+    if args.last is not None and args.last < 0:
+        from qex.base.errors import UsageError
+
+        raise UsageError(f"--last: {args.last} is below 0; give how many of the newest jobs to show")
     members = None
     if args.group:
         from qex.jobs.resolve import resolve
@@ -51,29 +149,26 @@ def cmd_list(args: Namespace) -> int:
         if not target.is_group:
             raise SpecError(f"--group: {args.group} is a job, not a group; give a group id or name")
         members = target.members
-    cwd = os.path.abspath(args.cwd) if args.cwd else None
-    if members is None and (states is None or not states <= set(ACTIVE)):
-        return _list_all(store, args, states, cwd)
+    if members is None and (wanted.states is None or not wanted.states <= set(ACTIVE)):
+        return _list_all(store, args, wanted, rows)
     if members is not None:
         candidates = members  # a group: its members only, never a scan of all history
     else:
         active = store.read_index_jobs()
         candidates = sorted(active, key=lambda j: active[j].get("seq", 0))
-    records, now = [], time.time()
+    records = []
     index = store.read_index_jobs()
     for job_id in candidates:
         rec = _read_row(store, job_id, index)
-        if rec is not None and _listed(rec, args, states, cwd):
+        if rec is not None and wanted(rec):
             records.append(rec)
     records.sort(key=lambda r: r.get("seq", 0))
     if members is None:
-        records += [r for r in _others_active(store) if _listed(r, args, states, cwd)]
-    if args.json:
-        print_json(records)
-        return 0
-    out(LIST_HEADER)
-    for rec in records:
-        out(list_row(rec, now))
+        records += [r for r in _others_active(store) if wanted(r)]
+    rows.start()
+    for rec in records if args.last is None else records[-args.last:] if args.last else ():
+        rows.put(rec)
+    rows.end()
     return 0
 
 
@@ -90,41 +185,59 @@ def _read_row(store, job_id: str, index: dict) -> dict | None:
     return None
 
 
-def _listed(rec: dict, args, states, cwd) -> bool:
-    if states is not None and rec.get("state") not in states:
-        return False
-    if args.tag and not set(args.tag) <= set(rec.get("tags") or ()):
-        return False
-    return cwd is None or rec.get("cwd") == cwd
-
-
-def _list_all(store, args, states, cwd) -> int:
+def _list_all(store, args, wanted: _Wanted, rows: _Rows) -> int:
     """Every job, streamed in submission order: finished jobs from the history index
     (qex/store/history.py), active ones from their records; the first row is printed
     before the thousandth history line is parsed. ``--json`` reads each record, as
-    before, and streams the same array."""
-    import json
-
-    from qex.cli.render import LIST_HEADER
+    before, and streams the same array. ``--last N``: the newest N that pass the
+    filters, found from the end."""
     from qex.store import history
 
     index = store.read_index_jobs()
     items, missed = history.listing(store, index, lambda exc: err(f"qex: {plain(str(exc), None)}"))
-    write, now, first = sys.stdout.write, time.time(), True
-    if not args.json:
-        write(LIST_HEADER + "\n")
+    found = _found(store, items, index, wanted, rows)
+    others = (r for r in _others_active(store) if wanted(r))  # a shared directory: the other members' active jobs
+    rows.start()
+    if args.last is None:
+        for rec in found:
+            rows.put(rec)
+        for rec in others:
+            rows.put(rec)
+    else:
+        newest = list(reversed(list(others)))
+        if len(newest) < args.last:
+            found = _found(store, reversed(items), index, wanted, rows)
+            for rec in found:
+                newest.append(rec)
+                if len(newest) >= args.last:
+                    break
+        for rec in reversed(newest[:args.last]):
+            rows.put(rec)
+    rows.end()
+    history.repair(store, missed)
+    return 0
+
+
+def _found(store, items, index: dict, wanted: _Wanted, rows: _Rows):
+    """The records of the listing's ``items`` that pass the filters, as rows need them: from
+    the history line where it has what is shown (and the record is the one it was taken
+    from: one ``stat``), else from the record."""
+    import json
+
+    from qex.store import history
+
     jobs = store.jobs
     for _seq, job_id, line, rec in items:
-        if line is not None and (not args.json or states or args.tag or cwd):
+        if line is not None and (not rows.json or wanted.any()):
             try:
                 rec = json.loads(line)
             except ValueError:
                 rec = None  # a damaged line: its record says it
             else:
-                if args.json:  # the line filters; the record is printed
-                    if not _listed(rec, args, states, cwd):
-                        continue
-                    rec = None
+                if not wanted(rec):
+                    continue
+                if rows.json or (rows.needs_record and "usage" not in rec):
+                    rec = None  # the record is printed (or has what a line of an older qex lacks)
                 else:
                     try:
                         if history.identity(os.stat(f"{jobs}/{job_id}/{layout.STATUS}")) != rec.get("st"):
@@ -133,31 +246,8 @@ def _list_all(store, args, states, cwd) -> int:
                         continue  # cleaned meanwhile
         if rec is None:
             rec = _read_row(store, job_id, index)
-        if rec is None or not _listed(rec, args, states, cwd):
-            continue
-        first = _row(rec, args, write, now, first)
-    for rec in _others_active(store):  # a shared directory: the other members' queued and running jobs
-        if _listed(rec, args, states, cwd):
-            first = _row(rec, args, write, now, first)
-    if args.json:
-        write("[]\n" if first else "]\n")
-    sys.stdout.flush()
-    history.repair(store, missed)
-    return 0
-
-
-def _row(rec: dict, args, write, now: float, first: bool) -> bool:
-    import json
-
-    from qex.cli.render import list_row
-
-    if args.json:
-        write(("[" if first else ", ") + json.dumps(rec, sort_keys=True))
-    else:
-        write(list_row(rec, now) + "\n")
-    if first:
-        sys.stdout.flush()  # the first row at once, whatever the size of the store
-    return False
+        if rec is not None and wanted(rec):
+            yield rec
 
 
 def _others_active(store) -> list[dict]:

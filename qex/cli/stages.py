@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def _report(group_id: str, group_name: str, jobs: list[tuple[str, str]], args) -> None:
     import sys
 
-    if not getattr(args, "quiet", False):
+    if not getattr(args, "quiet", False) and not args.json:
         sys.stderr.write("".join(f"{job_id}  {name}\n" for name, job_id in jobs))
         sys.stderr.flush()
     if args.id_file:
@@ -34,9 +34,19 @@ def cmd_pipeline(args: Namespace) -> int:
 
     become.finish_pass(ctx, result)
     _report(group_id, name, jobs, args)
+    if args.json:
+        _print_group(group_id, name, jobs)
+        return 0
     err(f"qex: pipeline {name}: {len(jobs)} stage{'s' if len(jobs) != 1 else ''} queued as group {group_id[:8]}")
     out(group_id)
     return 0
+
+
+def _print_group(group_id: str, name: str, jobs: list[tuple[str, str]]) -> None:
+    """``qex schema group``: what pipeline --json and submit --each-line --json print."""
+    from qex.cli.common import print_json
+
+    print_json({"group": group_id, "name": name, "jobs": [{"id": j, "name": n} for n, j in jobs]})
 
 
 def cmd_rerun(args: Namespace) -> int:
@@ -59,6 +69,11 @@ def cmd_rerun(args: Namespace) -> int:
     become.finish_pass(ctx, result)
     if args.id_file:
         write_id_file(args.id_file, [new_id])
+    if args.json:
+        from qex.cli.common import print_json
+
+        print_json({"id": new_id, "rerun_of": target.job})
+        return 0
     err(f"qex: rerun of {target.job[:8]}")
     out(new_id)
     return 0
@@ -76,7 +91,11 @@ def cmd_each_line(args: Namespace) -> int:
     from qex.supervisor import become
 
     become.finish_pass(ctx, result, leaving=True)  # (--wait is refused here)
-    _report(group_id, name, [(b.record["name"], b.spec.id) for b in built], args)
+    jobs = [(b.record["name"], b.spec.id) for b in built]
+    _report(group_id, name, jobs, args)
+    if args.json:
+        _print_group(group_id, name, jobs)
+        return 0
     skipped = []
     if lines.empty:
         skipped.append(f"{lines.empty} empty line{'s' if lines.empty != 1 else ''}")

@@ -187,23 +187,29 @@ def _limit(args):
 
 def cmd_wait(args: Namespace) -> int:
     from qex.cli.interrupt import Interrupts, left
+    from qex.cli.progress import Progress
     from qex.jobs.resolve import resolve_jobs
 
     ctx = context()
     job_ids = resolve_jobs(ctx.store, args.ids)
+    live = Progress(len(job_ids), wanted=not args.quiet and len(job_ids) > 1)  # (a terminal's live line)
     with Interrupts():  # (a signal leaves the jobs: qex.cli.interrupt)
         try:
             done = await_final(ctx, job_ids, _limit(args), first=args.next,
-                               on_record=None if args.quiet else _wait_notes())
+                               on_record=live.watch(None if args.quiet else _wait_notes()), on_tick=live.tick)
         except KeyboardInterrupt:
+            live.close()
             return left(len(job_ids))
         except WaitLimit:
+            live.close()
             if not args.quiet:
                 err("qex: the wait reached its limit; the jobs continue")
             return outcome.WAIT_LIMIT
+        finally:
+            live.close()
     records = [done[j] for j in job_ids if j in done]
     if args.json:
-        print_json(records if len(args.ids) > 1 or len(job_ids) > 1 else records[0])
+        print_json(records)  # always an array, whatever the number of ids (as status --json and list --json)
     elif not args.quiet:
         for rec in records:
             out(f"{rec['id']}  {rec['state']}  exit {outcome.exit_code(rec)}")
@@ -255,11 +261,15 @@ def cmd_status(args: Namespace) -> int:
         for rec in records:  # refuse before printing anything
             check_owner(ctx, rec, "read the environment of", changes=False)
     if not args.quiet:
-        if args.json:
-            print_json(records if target.is_group else records[0])
-        else:
-            import time
+        if args.json:  # always an array: one record for a job, a group's in submission order
+            if args.show_env:
+                records = [{**rec, "env": dict(ctx.store.read_spec(rec["id"]).env)} for rec in records]
+            print_json(records)
+        elif target.is_group and not (args.all or args.show_env):
+            from qex.cli.render import group_summary
 
+            out(group_summary(records, target.group, target.group_name, time.time()))
+        else:
             from qex.cli.render import describe
             from qex.jobs.stuck import stuck_words
 
@@ -270,8 +280,6 @@ def cmd_status(args: Namespace) -> int:
                 out(describe(rec, stuck_words(ctx, rec, index, now)))
                 if args.show_env:
                     _show_env(ctx, rec)
-        if args.json and args.show_env and not target.is_group:
-            _show_env(ctx, records[0])
     if args.quiet or args.wait:
         return outcome.group_exit_code(records) if target.is_group else outcome.exit_code(records[0])
     return 0

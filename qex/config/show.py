@@ -42,8 +42,8 @@ def rows(config: object, cores: int, mem_total: int, env: Mapping[str, str]) -> 
 def as_json(config: object, cores: int, mem_total: int, env: Mapping[str, str]) -> dict:
     """``{"path", "exists", "from_cache", "values": {key: {"value", "resolved", "source"}}}``.
 
-    ``value`` is the setting as qex holds it (cores in millicores, sizes in
-    bytes, times in seconds, a percentage as ``"75%"``, null for unset);
+    ``value`` is the setting as written, in the records' units (cores as a number
+    of cores, sizes in bytes, times in seconds, a percentage as ``"75%"``, null for unset);
     ``resolved`` is what it means on this machine (for the budget and the
     default claims) and otherwise equals ``value``. ``pool`` is a list.
     ``from_cache``: read from the parsed-config cache (qex.config.cache).
@@ -81,7 +81,12 @@ def _budget_cpu(setting, here: _Here) -> tuple:
     else:
         above = f" (above this machine's {cores} cores)" if n > cores * 1000 else ""
         words = f"{units.format_cores(n)} cores{above}"
-    return words, _json(setting), n
+    return words, _cores(setting), n / 1000
+
+
+def _cores(setting):
+    """A setting held in millicores, as JSON shows it: a number of cores (a word or a percentage as it is)."""
+    return setting / 1000 if isinstance(setting, int) else _json(setting)
 
 
 def _budget_mem(setting, here: _Here) -> tuple:
@@ -97,7 +102,7 @@ def _budget_mem(setting, here: _Here) -> tuple:
 def _default_cpu(setting, here: _Here) -> tuple:
     n = here.config.default_cpu_millicores(here.cores, here.mem_total)
     cores = f"{units.format_cores(n)} core{'s' if n != 1000 else ''}"
-    return (f"{setting} ({cores})" if isinstance(setting, str) else cores), setting, n
+    return (f"{setting} ({cores})" if isinstance(setting, str) else cores), _cores(setting), n / 1000
 
 
 def _default_mem(setting, here: _Here) -> tuple:

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 MAX_INPUT = 64 << 20
 DEFAULT_MAX_JOBS = 1000
-ONE_JOB = (("dedupe_key", "--dedupe-key"), ("dedupe_window", "--dedupe-window"), ("json", "--json"), ("wait", "--wait"),
+ONE_JOB = (("dedupe_key", "--dedupe-key"), ("dedupe_window", "--dedupe-window"), ("wait", "--wait"),
            ("follow", "--follow"), ("job", "--job"), ("stdin", "--stdin"))
 HOLE = None  # the place of {} in a parsed argument
 

@@ -13,32 +13,35 @@ if TYPE_CHECKING:
 
 @frozen
 class Resources:
-    cpu: str | int | float | None = None
-    mem: str | int | None = None
-    gpu: int | None = None
-    vram: str | int | None = None
-    claims: dict[str, int | str | dict] = field(factory=dict)
-    locks: list[str] = field(factory=list)
+    cpu: str | int | float | None = None  # cores: a number, or guess|half|full|max (as --cpu)
+    mem: str | int | None = None  # memory: a size (512MB, 2GB) or bytes, or guess|half|full|max (as --mem)
+    gpu: int | None = None  # whole GPU devices of the pool gpu (as --gpu)
+    vram: str | int | None = None  # memory on each GPU device (as --vram)
+    claims: dict[str, int | str | dict] = field(factory=dict)  # units of pools, by pool name: N, "N:SIZE" or {count,
+                                                               # size} (as --claim)
+    locks: list[str] = field(factory=list)  # locks to hold (as --lock)
 
 
 @frozen
 class JobFile:
-    command: list[str] | str
-    name: str | None = None
-    cwd: str | None = None
-    env: dict[str, str] = field(factory=dict)
-    env_capture: str | None = None
-    tags: list[str] = field(factory=list)
-    priority: int | None = None
-    timeout: str | int | float | None = None
-    retries: int | None = None
-    oom_retries: int | None = None
-    max_queue_time: str | int | float | None = None
-    needs: list[str] = field(factory=list)
-    after: list[str] = field(factory=list)
-    dedupe_key: str | None = None
-    nice: int | None = None
-    resources: Resources = field(factory=Resources)
+    command: list[str] | str  # the command: a list of words, or one string run by sh -c
+    name: str | None = None  # a name: letters, digits, - _ . (at most 128)
+    cwd: str | None = None  # the directory to run in (default: where qex submit runs)
+    env: dict[str, str] = field(factory=dict)  # variables to set for the job (as --env)
+    env_capture: str | None = None  # which of the submitter's environment the job gets: all, minimal or none
+    tags: list[str] = field(factory=list)  # tags (as --tag)
+    priority: int | None = None  # higher starts first (as --priority)
+    timeout: str | int | float | None = None  # stop the job after this long: 90s, 30m, 4h or seconds (as --timeout)
+    retries: int | None = None  # retry a failed attempt N times (as --retries)
+    oom_retries: int | None = None  # retry an out-of-memory attempt with twice the memory N times (as --oom-retries)
+    max_queue_time: str | int | float | None = None  # give up if not started after this long (as --max-queue-time)
+    needs: list[str] = field(factory=list)  # ids or names of jobs that must succeed first (as --needs)
+    after: list[str] = field(factory=list)  # ids or names of jobs that must end first, whatever their result (as
+                                            # --after)
+    dedupe_key: str | None = None  # while a job of yours with this key is active, give its id instead (as
+                                   # --dedupe-key)
+    nice: int | None = None  # niceness of the job (as --nice)
+    resources: Resources = field(factory=Resources)  # what the job claims
 
 
 def read_document(path: str, what: str = "job file") -> dict:

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 class PipelineFile:
     """The top of a pipeline file (read strictly: an unknown key is an error)."""
 
-    jobs: list[JobFile]
-    name: str | None = None
+    jobs: list[JobFile]  # the stages, in order: each a job-file table with a name (needs/after may name earlier
+                         # stages)
+    name: str | None = None  # the group's name (default: from the file's name)
 
 
 @frozen

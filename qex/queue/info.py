@@ -9,26 +9,21 @@ from qex.base.units import format_cores, format_duration, format_size, safe_text
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
+    from qex.admit import Snapshot
     from qex.config.context import Context
+    from qex.config.keys import PoolDef
     from qex.store.index import Index
 
 
 def gather(ctx: Context) -> dict:
     import time
 
-    from qex import admit as A
     from qex.base import machine
-    from qex.queue import engine
-    from qex.queue.txn import Txn
     from qex.users import peer_publish, peer_scan, shared
 
     with ctx.store.lock():
         idx = ctx.store.load_index_locked()
-        txn = Txn(ctx.store, idx)
-        now = time.time()
-        snap = engine.snapshot(ctx, txn, now)
-        plan = A.admit(snap)
-        since = _health_since(txn, plan, idx)
+        health, since, snap = decide(ctx, idx, time.time())
     scan = peer_scan.scan(ctx)
     cpu_budget, mem_budget = ctx.budget()
     running = [(j, e) for j, e in idx.jobs.items() if e["state"] in HOLDING]
@@ -42,7 +37,7 @@ def gather(ctx: Context) -> dict:
         "held": {"cpu": sum(e["cpu"] for _, e in running) / 1000, "mem": sum(e["mem"] for _, e in running),
                  "jobs": [{"id": j, "name": e["name"], "owner": e["owner"], "cpu": e["cpu"] / 1000, "mem": e["mem"],
                            "assigned": e["assigned"]} for j, e in sorted(running, key=lambda x: x[1]["seq"])]},
-        "pools": [_pool(p, running, snap) for p in ctx.config.pools],
+        "pools": [pool_use(p, running, snap) for p in ctx.config.pools],
         "peers": [{"owner": p.owner, "cpu": p.cpu / 1000, "mem": p.mem, "units": dict(p.units),
                    "assigned": [[a.pool, list(a.devices), a.size] for a in p.assigned]} for p in snap.peers],
         "peer_dir": {"path": scan.dir, "problem": scan.problem, "note": scan.note,
@@ -53,13 +48,27 @@ def gather(ctx: Context) -> dict:
                                   "jobs": p.jobs, "stale_jobs": p.stale_jobs} for p in scan.peers],
                      "ignored": [{"file": i.file, "reason": i.reason} for i in scan.ignored]},
         "memory": _memory(),
-        "queue": {"running": len(running), "queued": len(queued), "health": plan.health,
+        "queue": {"running": len(running), "queued": len(queued), "health": health,
                   "since": since, "state_dir": ctx.store.root, "sharing": shared.describe(ctx.store)},
         "pauses": _pauses(ctx, idx),
         "shared": shared.members_summary(ctx.store),
         "hooks": _hooks(ctx),
         "damaged": damaged(ctx, idx),
     }
+
+
+def decide(ctx: Context, idx: Index, now: float) -> tuple[str, float | None, Snapshot]:
+    """The queue's health line, since when it has held, and the snapshot it was decided on,
+    as a pass would decide now; nothing is written. ``idx``: the index loaded under the
+    lock (``qex info``), or a reader's copy read without it (``qex top``: ``qex.queue.look``)."""
+    from qex import admit as A
+    from qex.queue import engine
+    from qex.queue.txn import Txn
+
+    txn = Txn(ctx.store, idx)
+    snap = engine.snapshot(ctx, txn, now)
+    plan = A.admit(snap)
+    return plan.health, _health_since(txn, plan, idx), snap
 
 
 def _hooks(ctx: Context) -> dict | None:
@@ -129,7 +138,9 @@ def _memory() -> dict:
     return cgroup.describe()
 
 
-def _pool(pool, running, snap) -> dict:
+def pool_use(pool: PoolDef, running: list[tuple[str, dict]], snap: Snapshot) -> dict:
+    """A pool of the config: who holds what of it (``running``: this queue's (id, entry) that
+    hold; ``snap.peers``: the other queues), and what is free (each device of an indexed pool)."""
     holders = []
     for job_id, e in running:
         for name, (count, size) in e["pools"].items():

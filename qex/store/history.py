@@ -51,14 +51,15 @@ def path_of(store: object) -> str:
 
 
 def line_of(rec: dict, store: object = None) -> bytes:
-    """The history line of a final record: what a list row and the list filters need,
-    and ``st``, the identity of its status.json (a reader that finds another file there
+    """The history line of a final record: what a list row and the list filters need
+    (its accounting too: ``started_at`` and ``usage``, which a line of a qex before them
+    lacks: ``qex list`` reads that job's record when it shows them), and ``st``, the identity of its status.json (a reader that finds another file there
     reads the record: one ``stat`` per row finds a record damaged or rewritten since)."""
     claims = rec.get("claims") or {}
     row = {"seq": int(rec.get("seq", 0)), "id": rec["id"], "state": rec["state"],
            "name": rec.get("name", ""), "owner": rec.get("owner", ""), "uid": rec.get("uid", -1),
-           "submitted_at": rec.get("submitted_at"), "ended_at": rec.get("ended_at"),
-           "claims": {"cpu": claims.get("cpu", 1.0), "mem": claims.get("mem", 0)}}
+           "submitted_at": rec.get("submitted_at"), "started_at": rec.get("started_at"),
+           "ended_at": rec.get("ended_at"), "claims": {"cpu": claims.get("cpu", 1.0), "mem": claims.get("mem", 0)}}
     pools = claims.get("pools")
     if pools:
         row["claims"]["pools"] = {k: {"count": v.get("count", 1), "size": v.get("size")}
@@ -69,6 +70,8 @@ def line_of(rec: dict, store: object = None) -> bytes:
             row[key] = value
     if rec.get("error"):
         row["error"] = str(rec["error"])[:ERROR_CHARS]
+    usage = rec.get("usage") or {}
+    row["usage"] = {"max_rss": usage.get("max_rss"), "cpu_secs": usage.get("cpu_secs")}  # (qex list: peak, cpu)
     if store is not None:
         try:
             row["st"] = identity(os.stat(store.path(rec["id"], layout.STATUS)))

@@ -47,16 +47,17 @@ def _claim_classes(frozen, field) -> tuple:
     """What a job claims, and what it was given (``_declare``)."""
     @frozen
     class PoolClaim:
-        count: int = 1
-        size: int | None = None
+        count: int = 1  # units of the pool claimed (devices for a GPU pool)
+        size: int | None = None  # bytes of each device claimed (--vram, --claim NAME=N:SIZE); null: whole devices
 
     @frozen
     class Claims:
         """What a job claims: cores (a float of cores, 3 decimals), bytes, pools."""
 
-        cpu: float = 1.0
-        mem: int = 0
-        pools: dict[str, PoolClaim] = field(factory=dict)
+        cpu: float = 1.0  # cores claimed, a number (0.5 is half a core; 3 decimals)
+        mem: int = 0  # bytes of memory claimed (an integer)
+        pools: dict[str, PoolClaim] = field(factory=dict)  # units claimed of each pool, by pool name (locks are pools
+                                                           # of one unit)
 
         @property
         def millicores(self) -> int:
@@ -64,9 +65,10 @@ def _claim_classes(frozen, field) -> tuple:
 
     @frozen
     class Assigned:
-        pool: str
-        devices: tuple[int, ...] = ()
-        size: int | None = None
+        pool: str  # the pool the units were taken from
+        devices: tuple[int, ...] = ()  # the indices of the pool's devices given to the job (empty for a pool without
+                                       # devices)
+        size: int | None = None  # bytes of each device given (a share of a GPU); null: whole devices
 
     return PoolClaim, Claims, Assigned
 
@@ -84,33 +86,37 @@ def _attempt_classes(frozen, field, Claims) -> tuple:
         pool gpu, or a GPU's UUID), sampled by its supervisor where the driver
         answers (None: not measured)."""
 
-        max_rss: int | None = None
-        cpu_secs: float | None = None
-        peak_from: str | None = None
-        oom_kills: int | None = None
-        vram_peak: int | None = None
-        vram_peak_by_device: dict[str, int] | None = None
+        max_rss: int | None = None  # peak memory in bytes (see peak_from); null: not measured
+        cpu_secs: float | None = None  # CPU seconds used (user + system) of the job's processes; null: not measured
+        peak_from: str | None = None  # where max_rss comes from: cgroup (the whole process tree), rusage (the largest
+                                      # waited-for process), null (not measured)
+        oom_kills: int | None = None  # OOM kills the kernel counted in the job's cgroup; null: the job had no cgroup
+        vram_peak: int | None = None  # the most VRAM its processes held on one GPU, in bytes; null: not measured
+        vram_peak_by_device: dict[str, int] | None = None  # that peak per device: qex's number of a device of the
+                                                           # pool gpu ("0"), or a GPU's UUID; null: not measured
 
     @frozen
     class LogsDropped:
-        stdout_bytes: int = 0
-        stdout_lines: int = 0
-        stderr_bytes: int = 0
-        stderr_lines: int = 0
-        incomplete: bool = False
+        stdout_bytes: int = 0  # bytes of stdout the output limit ([logs] max_bytes) left out of the log file
+        stdout_lines: int = 0  # lines of stdout left out of the log file
+        stderr_bytes: int = 0  # bytes of stderr left out of the log file
+        stderr_lines: int = 0  # lines of stderr left out of the log file
+        incomplete: bool = False  # true when the counts are a lower bound (the supervisor was lost)
 
     @frozen
     class Attempt:
-        number: int
-        state: str
-        claims: Claims = field(factory=Claims)
-        started_at: float | None = None
-        ended_at: float | None = None
-        exit_code: int | None = None
-        signal: str | None = None
-        usage: Usage = field(factory=Usage)
-        oom_evidence: str | None = None
-        error: str | None = None
+        number: int  # the attempt's number, from 1
+        state: str  # how this attempt ended (a final state; a retried one is failed or oom)
+        claims: Claims = field(factory=Claims)  # what this attempt claimed (an OOM retry doubles the memory)
+        started_at: float | None = None  # when it started, seconds since the epoch
+        ended_at: float | None = None  # when it ended, seconds since the epoch
+        exit_code: int | None = None  # the command's exit code; null when a signal ended it
+        signal: str | None = None  # the signal that ended it (SIGKILL, ...); null when it exited
+        usage: Usage = field(factory=Usage)  # what this attempt used
+        oom_evidence: str | None = None  # why qex says oom: cgroup (the job's cgroup counted an OOM kill),
+                                         # machine-counter (the machine's counter rose: circumstantial), null (no OOM
+                                         # evidence)
+        error: str | None = None  # what went wrong, in words; null when nothing did
 
     return Usage, LogsDropped, Attempt
 
@@ -120,56 +126,56 @@ def _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt) 
     class Status:
         """status.json: the public record of one job. Only qex writes it."""
 
-        id: str
-        seq: int
-        state: str
-        command: tuple[str, ...]
-        cwd: str
-        owner: str
-        uid: int
-        format: int = FORMAT
-        name: str = ""
-        group: str | None = None
-        group_name: str | None = None
-        tags: tuple[str, ...] = ()
-        priority: int = 0
-        claims: Claims = field(factory=Claims)
-        claim_source: dict[str, str] = field(factory=dict)
-        assigned: tuple[Assigned, ...] = ()
-        forced: bool = False
-        submitted_at: float = 0.0
-        started_at: float | None = None
-        ended_at: float | None = None
-        pid: int | None = None
-        supervisor_pid: int | None = None
-        exit_code: int | None = None
-        signal: str | None = None
-        attempt: int = 1
-        attempts: tuple[Attempt, ...] = ()
-        usage: Usage = field(factory=Usage)
-        error: str | None = None
-        blocked_reason: str | None = None
-        blocked_holder: str | None = None
-        blocked_since: float | None = None
-        passed_by: int = 0
-        dedupe_key: str | None = None
-        needs: tuple[str, ...] = ()
-        after: tuple[str, ...] = ()
-        skipped_root: str | None = None
-        logs_dropped: LogsDropped = field(factory=LogsDropped)
-        timeout: float | None = None
-        retries: int = 0
-        oom_retries: int = 1
-        max_queue_time: float | None = None
-        queue_pause_secs: float = 0.0
-        queue_pauses: tuple[str, ...] = ()      # ids of the queue pauses counted in queue_pause_secs
-        kill_requested: bool = False
-        supervisor_lost: bool = False
-        oom_evidence: str | None = None
-        template: tuple[str, ...] | None = None   # a fan-out job: its command with {} (the learner's key)
-        rerun_of: str | None = None               # qex rerun: the job this one repeats
-        peer_lock: str | None = None    # this job's liveness file in the peer directory (qex.users.peer_dir)
-        vram_over: str | None = None    # its VRAM above what it was given, in words (qex.supervisor.vram)
+        id: str  # the job's id (a UUID); a unique prefix of at least 4 characters names it too
+        seq: int  # its place in submission order in this state directory
+        state: str  # the job's state (qex help states)
+        command: tuple[str, ...]  # the command and its arguments, as given
+        cwd: str  # the directory it runs in
+        owner: str  # the user who submitted it
+        uid: int  # that user's uid
+        format: int = FORMAT  # the record's format; grows when a field changes meaning
+        name: str = ""  # its name (--name, a stage's, or derived from the program); names it on the command line
+        group: str | None = None  # the id of its group (a pipeline or an --each-line fan-out); null when none
+        group_name: str | None = None  # the name of its group; null when none
+        tags: tuple[str, ...] = ()  # its tags (--tag)
+        priority: int = 0  # higher starts first among this user's jobs
+        claims: Claims = field(factory=Claims)  # what it claims: cores (a number), bytes, pool units
+        claim_source: dict[str, str] = field(factory=dict)  # where each claim came from (option, job file, default...)
+        assigned: tuple[Assigned, ...] = ()  # the pool units it was given when it started
+        forced: bool = False  # started above the budget, as nothing else ran (a job larger than the budget)
+        submitted_at: float = 0.0  # when it was submitted, seconds since the epoch
+        started_at: float | None = None  # when its current or last attempt started (epoch seconds); null before
+        ended_at: float | None = None  # when it ended, seconds since the epoch; null while active
+        pid: int | None = None  # the pid of the job's command while it runs
+        supervisor_pid: int | None = None  # the pid of its supervisor (qex: supervisor of ID)
+        exit_code: int | None = None  # the command's exit code; null when a signal ended it or it never ran
+        signal: str | None = None  # the signal that ended it (SIGKILL, ...); null when it exited
+        attempt: int = 1  # the number of the current (or last) attempt, from 1
+        attempts: tuple[Attempt, ...] = ()  # every attempt that ended, oldest first
+        usage: Usage = field(factory=Usage)  # what the last attempt used
+        error: str | None = None  # what went wrong, in words; null when nothing did
+        blocked_reason: str | None = None  # why a queued job waits, in words (each pass refreshes it); null when not
+        blocked_holder: str | None = None  # what kind of wait blocked_reason is (one word, stable; null: not waiting)
+        blocked_since: float | None = None  # since when it waits for the same kind of thing (epoch seconds)
+        passed_by: int = 0  # how many later jobs started before it while it waited
+        dedupe_key: str | None = None  # its --dedupe-key; null when none
+        needs: tuple[str, ...] = ()  # the ids of the jobs that must succeed before it starts (--needs)
+        after: tuple[str, ...] = ()  # the ids of the jobs that must end (any result) before it starts (--after)
+        skipped_root: str | None = None  # for a skipped job: the id of the job whose failure skipped it
+        logs_dropped: LogsDropped = field(factory=LogsDropped)  # what the output limit left out of its log files
+        timeout: float | None = None  # seconds it may run before it is stopped (--timeout); null: no limit
+        retries: int = 0  # how many times a failed attempt is retried (--retries)
+        oom_retries: int = 1  # retries of an out-of-memory attempt with twice the memory (--oom-retries)
+        max_queue_time: float | None = None  # seconds it may wait before it expires (--max-queue-time); null: none
+        queue_pause_secs: float = 0.0  # seconds the queue was paused while it waited (not counted in max_queue_time)
+        queue_pauses: tuple[str, ...] = ()  # ids of the queue pauses counted in queue_pause_secs
+        kill_requested: bool = False  # true once qex kill (or a signal to qex run) asked it to stop
+        supervisor_lost: bool = False  # true when its supervisor died and a pass ended it (failed)
+        oom_evidence: str | None = None  # why qex says oom (see an attempt's oom_evidence); null: no OOM evidence
+        template: tuple[str, ...] | None = None  # a fan-out job: its command with {} (the learner's key)
+        rerun_of: str | None = None  # qex rerun: the id of the job this one repeats; null otherwise
+        peer_lock: str | None = None  # its liveness file in the peer directory (several users); null when none
+        vram_over: str | None = None  # its VRAM above what it was given on a device, in words; null: not above
 
         @property
         def final(self) -> bool:

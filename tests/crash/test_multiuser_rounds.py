@@ -74,7 +74,7 @@ def test_a_submission_killed_after_its_gate_leaves_no_job_unseen_by_the_others(u
     h = MultiHarness(users, layout, 1)
     try:
         gate = os.path.join(h.world.dir, "gate")
-        killed = subprocess.run(h.argv(1, ["submit", "--cpu", "3", "--", "sh", "-c",
+        killed = subprocess.run(h.argv(1, ["submit", "--cpu", "2", "--", "sh", "-c",
                                            f"while [ ! -e {gate} ]; do sleep 0.02; done"]),
                                 env=h.env(1, point), cwd=h.world.dir, capture_output=True, text=True, timeout=60)
         assert killed.returncode == -9, killed
@@ -82,16 +82,16 @@ def test_a_submission_killed_after_its_gate_leaves_no_job_unseen_by_the_others(u
         while not any(r and r["state"] == "running" for _u, _s, r in h.records().values()):
             assert time.monotonic() < deadline, "the killed submission's job never ran"
             time.sleep(0.05)
-        his = h.qex(0, "submit", "--cpu", "1", "--", "true")
+        his = h.qex(0, "submit", "--cpu", "2", "--", "true")  # (2 + 2 of a 3-core budget: waits)
         assert his.returncode == 0, his.stderr
         job = his.stdout.strip()
         time.sleep(1.0)  # (a pass that would start it has had its chance)
-        rec = json.loads(h.qex(0, "status", "--json", job).stdout)
+        rec = json.loads(h.qex(0, "status", "--json", job).stdout)[0]
         assert rec["state"] == "queued" and users.names[1] in (rec.get("blocked_reason") or ""), rec
         with open(gate, "w"):
             pass
         deadline = time.monotonic() + 30
-        while json.loads(h.qex(0, "status", "--json", job).stdout)["state"] != "completed":
+        while json.loads(h.qex(0, "status", "--json", job).stdout)[0]["state"] != "completed":
             assert time.monotonic() < deadline, "the job did not start once the other user's ended"
             time.sleep(0.2)
     finally:

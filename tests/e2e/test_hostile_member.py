@@ -143,7 +143,7 @@ def test_records_a_member_forges_in_their_own_directory_are_never_run_signalled_
         for cmd in (("list",), ("info",), ("status", forged[0]), ("status", waiting)):
             out = bob.run(*cmd)
             assert "Traceback" not in out.stderr and out.returncode in (0, 1), (cmd, out.stderr)
-        status = json.loads(bob.run("status", "--json", forged[0], check=0).stdout)
+        status = json.loads(bob.run("status", "--json", forged[0], check=0).stdout)[0]
         assert status["owner"] == mallory.user and status["uid"] == users.uid(mallory.name)
         assert bob.record(waiting)["state"] == "queued"  # the budget is full: 1.5 of bob's cores
         for i in range(3):
@@ -183,8 +183,8 @@ def test_a_name_names_ones_own_job_and_another_members_only_as_user_slash_name(l
     hers = mallory.submit("--name", "train", "--cpu", "0.5", "--", *gated(w.gate("m")))
     mine = bob.submit("--name", "train", "--cpu", "0.5", "--", *gated(w.gate("b"), then="exit 3"))
     bob.wait_state(mine, "running")
-    assert json.loads(bob.run("status", "--json", "train", check=0).stdout)["id"] == mine
-    theirs = json.loads(bob.run("status", "--json", f"{mallory.user}/train", check=0).stdout)
+    assert json.loads(bob.run("status", "--json", "train", check=0).stdout)[0]["id"] == mine
+    theirs = json.loads(bob.run("status", "--json", f"{mallory.user}/train", check=0).stdout)[0]
     assert theirs["id"] == hers
     open_gate(w.gate("b"))
     assert bob.run("wait", mine, timeout=30).returncode == 3
@@ -193,7 +193,7 @@ def test_a_name_names_ones_own_job_and_another_members_only_as_user_slash_name(l
     # ended, both names keep naming: the newest ended job of that name, in each one's directory
     assert bob.run("wait", "train", timeout=30).returncode == 3
     assert bob.run("wait", f"{mallory.user}/train", timeout=30).returncode == 0
-    assert json.loads(bob.run("status", "--json", f"{mallory.user}/train", check=0).stdout)["id"] == hers
+    assert json.loads(bob.run("status", "--json", f"{mallory.user}/train", check=0).stdout)[0]["id"] == hers
     bob.run("clean", "train", check=0)
     assert bob.run("wait", "train").returncode == 127  # a bare name never names another member's job
 

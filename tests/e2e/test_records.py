@@ -69,7 +69,7 @@ def test_records_of_every_state_validate_against_the_status_schema(q):
     assert [p.returncode for p in made] == [0, 97, 98, 125, 0, 1], [p.stderr for p in made]
     killme = q.submit("--", *gated(q, "never"))
     q.wait_state(killme, "running")
-    assert_valid(v, json.loads(q.run("status", "--json", killme).stdout), "running via status --json")
+    assert_valid(v, json.loads(q.run("status", "--json", killme).stdout)[0], "running via status --json")
     assert q.run("kill", killme).returncode == 0
     q.wait_state(killme, "killed")
 
@@ -79,7 +79,7 @@ def test_records_of_every_state_validate_against_the_status_schema(q):
         seen.setdefault(rec["state"], rec["id"])
         shown = q.run("status", "--json", rec["id"])
         assert shown.returncode == 0
-        assert_valid(v, json.loads(shown.stdout), f"{rec['state']} record from status --json")
+        assert_valid(v, json.loads(shown.stdout)[0], f"{rec['state']} record from status --json")
     for rec in json.loads(q.run("list", "--json").stdout):
         assert_valid(v, rec, f"{rec['state']} record from list --json")
     assert {"queued", "running", "completed", "failed", "killed", "timeout",
@@ -102,7 +102,7 @@ def test_every_record_carries_every_field_the_contract_says_a_reader_can_rely_on
     q.wait_state(running, "running")
     missing = {}
     for job in (running, queued, cancelled):
-        shown = json.loads(q.run("status", "--json", job).stdout)
+        shown = json.loads(q.run("status", "--json", job).stdout)[0]
         missing[shown["state"]] = [k for k in CONTRACT_FIELDS if k not in shown]
     for rec in json.loads(q.run("list", "--json").stdout):
         missing["list " + rec["state"]] = [k for k in CONTRACT_FIELDS if k not in rec]
@@ -160,7 +160,7 @@ def test_a_record_with_an_unknown_field_and_missing_optional_fields_still_loads(
     assert "completed" in status.stdout and "Traceback" not in status.stderr
     as_json = q.run("status", "--json", job)
     assert as_json.returncode == 0, as_json.stderr
-    loaded = json.loads(as_json.stdout)
+    loaded = json.loads(as_json.stdout)[0]
     assert loaded["id"] == job and loaded["state"] == "completed"
     assert_valid(v, loaded, "a record with fields left out, as status --json shows it")
     assert q.run("wait", job).returncode == 0

@@ -92,12 +92,12 @@ def test_a_pipeline_whose_second_stage_fails_skips_the_third_naming_the_second(q
     assert stages["second"]["id"][:8] in third["error"] and "failed" in third["error"]
     assert third["needs"] == [stages["second"]["id"]]
     assert all(r["group"] == group and r["group_name"] == "three" for r in stages.values())
-    # the group is a handle: status --json is an array in submission order, a job is an object
+    # the group is a handle: status --json is an array in submission order, and for a job too
     status = qq.run("status", group, "--json")
     assert status.returncode == 0, status.stderr
     assert [r["name"] for r in json.loads(status.stdout)] == ["first", "second", "third"]
     one = qq.run("status", stages["third"]["id"], "--json")
-    assert json.loads(one.stdout)["state"] == "skipped"
+    assert json.loads(one.stdout)[0]["state"] == "skipped"
     assert qq.run("status", group, "--quiet").returncode == 3
     assert qq.run("wait", "three").returncode == 3  # by the group's name too
     for r in stages.values():  # stderr named every stage with its id

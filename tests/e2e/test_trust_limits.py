@@ -156,7 +156,7 @@ def test_a_job_that_waits_on_the_reserve_names_it_and_the_setting(q, small_machi
     job = small_machine("submit", "--mem", "100MB", "--", "sh", "-c", "echo ran", check=0).stdout.strip()
     rec = q.wait_for(lambda: q.record(job).get("blocked_reason") and q.record(job), what="a reason")
     reason = small_machine("status", job, "--json", check=0)
-    reason = json.loads(reason.stdout)["blocked_reason"]
+    reason = json.loads(reason.stdout)[0]["blocked_reason"]
     assert rec["state"] == "queued"
     assert "reserve" in reason and "[system] reserve_mem" in reason, reason
     assert "outside qex" not in reason, reason
