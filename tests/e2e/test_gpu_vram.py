@@ -174,7 +174,7 @@ def holding(q, apps: str, name: str, device: int, mib: int, gate: str) -> list[s
 
 def live_peak(q, job: str):
     """The job's VRAM peak as `qex status --json` shows it while it runs."""
-    rec = json.loads(q.run("status", job, "--json").stdout)
+    (rec,) = json.loads(q.run("status", job, "--json").stdout)  # (an array of one record)
     return rec["usage"].get("vram_peak")
 
 
