@@ -256,6 +256,9 @@ timeout = "10s"
 [learn]
 enabled = false
 margin = "50%"
+[gpu]
+sample_every = "10s"
+observe_every = 2
 [peers]
 dir = "/srv/qex-peers"
 [store]

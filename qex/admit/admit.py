@@ -35,6 +35,14 @@ Decisions the rules leave open:
 - Starts past a peer- or outside-blocked front are not counted in ``passed``.
 - The own/peer test removes this queue's jobs (running and started in this
   pass) and keeps peers and ``mem_available``; "peer" wins over "outside".
+- VRAM (``Snapshot.seen``, what the driver reports when a pass asked it): a
+  running job of this queue that uses more on a device than it was given
+  holds the larger there; another queue's jobs hold their use where it is
+  above their claims; what no running qex job uses holds its device as
+  "outside". A claim that cannot fit beside this queue's jobs removed, but
+  fits beside the peers alone, waits for the VRAM outside qex ("outside",
+  parks the front as memory outside qex does, its words name each device and
+  what uses it); one the peers alone block waits for the peers.
 - A running job's claims on an indexed pool count only through ``assigned``.
 - While the queue is paused, every waiting job (dependency waits too) gets the
   pause reason; health says "paused: ...".
@@ -81,6 +89,7 @@ from .resources import (
     never_fits,
     own_holder,
     peer_holders,
+    seen_holders,
     started_holder,
 )
 
@@ -118,15 +127,21 @@ class Verdict:
 
 class Context:
     """What stays fixed during the pass. ``peers`` is the ledger with this
-    queue's jobs removed (for the own/peer classification); ``locks`` the
-    paused locks and pools (the first words of a name win)."""
+    queue's jobs removed (for the own/peer classification), ``others`` that
+    ledger without the VRAM used outside qex too (for the peer/outside one; the
+    same ledger when nothing is used outside), ``seen`` the holders of VRAM
+    beside this queue's jobs; ``locks`` the paused locks and pools (the first
+    words of a name win)."""
 
-    __slots__ = ("snap", "m", "peers", "deps", "locks")
+    __slots__ = ("snap", "m", "peers", "others", "seen", "deps", "locks")
 
-    def __init__(self, snap: Snapshot, m: Machine, peers: Ledger, deps: dict, locks: dict):
+    def __init__(self, snap: Snapshot, m: Machine, peers: Ledger, deps: dict, locks: dict,
+                 others: Ledger | None = None, seen: tuple = ()):
         self.snap = snap
         self.m = m
         self.peers = peers
+        self.others = peers if others is None else others
+        self.seen = seen
         self.deps = deps
         self.locks = locks
 
@@ -188,7 +203,7 @@ def decide(snap: Snapshot) -> tuple[Plan, str | None]:
 def _admit(snap: Snapshot) -> tuple[Plan, str | None]:
     ctx = _context(snap)
     m = ctx.m
-    led = _initial(m, snap)
+    led = _initial(ctx, snap)
     pause = snap.pause
     paused, locks = pause.queue, ctx.locks
     paused_verdict = Verdict("pause", words.pause_wait(pause.queue_reason), cause="pause") if paused else None
@@ -285,19 +300,23 @@ def _front_of(snap: Snapshot, job: Queued, v: Verdict) -> tuple["Front", "Verdic
     return front, None
 
 
-def _initial(m: Machine, snap: Snapshot) -> Ledger:
+def _initial(ctx: Context, snap: Snapshot) -> Ledger:
+    m = ctx.m
     own = [own_holder(m, r) for r in sorted(snap.running, key=lambda r: r.id)]
-    return ledger_of(m, own + list(peer_holders(m, snap.peers)))
+    return ledger_of(m, own + list(peer_holders(m, snap.peers)) + list(ctx.seen))
 
 
 def _context(snap: Snapshot) -> Context:
     m = machine_of(snap)
-    peers = ledger_of(m, peer_holders(m, snap.peers))
+    peer_list = peer_holders(m, snap.peers)
+    seen = seen_holders(m, snap.seen, peer_list) if snap.seen else ()
+    peers = ledger_of(m, peer_list + seen)
+    others = ledger_of(m, peer_list + tuple(h for h in seen if h.outside is None)) if seen else peers
     deps = {d.id: d for d in sorted(snap.deps, key=lambda d: (d.id, d.state, d.root or ""))}
     locks: dict = {}
     for name, said in snap.pause.locks:
         locks.setdefault(name, said)
-    return Context(snap, m, peers, deps, locks)
+    return Context(snap, m, peers, deps, locks, others, seen)
 
 
 # ---- verdicts ---------------------------------------------------------------
@@ -363,6 +382,10 @@ def _capacity(ctx: Context, led: Ledger, job: Queued) -> Verdict:
 
 def _lock_wait(ctx: Context, led: Ledger, names: tuple[str, ...]) -> Verdict:
     holders = holders_of(led, names)
+    if holders and all(h.outside is not None for h in holders):  # a one-device pool's device, used outside qex
+        amounts = words.outside_amounts(holders, names)
+        return Verdict(OUTSIDE, words.vram_outside_wait(ctx.m, None, names, holders), parks=OUTSIDE,
+                       note="waits for VRAM outside qex: ", tail=f" cannot fit while {amounts}")
     holder = "lock" if any(not h.peer for h in holders) else PEER
     return Verdict(holder, words.lock_wait(ctx.m, names, holders), cause="lock")
 
@@ -378,8 +401,19 @@ def _capacity_wait(ctx: Context, led: Ledger, job: Queued, f: Fit, locks, whole)
         return Verdict("device" if only_devices else OWN, reason + extra, parks=OWN)
     dims = tuple(d for d in alone.budget if d != AVAIL) + alone.pools
     if dims:
+        if ctx.seen and alone.pools and len(dims) == len(alone.pools) and fit(
+                m, ctx.others, job.cpu, job.mem, divisible).pools == ():
+            return _vram_outside_verdict(ctx, job, alone.pools, extra)  # the peers alone leave it room
         return _peer_verdict(ctx, job, words.peer_wait(m, job, alone, holders_of(ctx.peers, dims)) + extra, dims)
     return _outside_verdict(ctx, job, extra, led)
+
+
+def _vram_outside_verdict(ctx: Context, job: Queued, pools: tuple[str, ...], extra: str = "") -> Verdict:
+    """It waits for VRAM used outside qex on the devices of ``pools``."""
+    holders = tuple(h for h in holders_of(ctx.peers, pools) if h.outside is not None)
+    amounts = words.outside_amounts(holders, pools)
+    return Verdict(OUTSIDE, words.vram_outside_wait(ctx.m, job, pools, holders) + extra, parks=OUTSIDE,
+                   note="waits for VRAM outside qex: ", tail=f" cannot fit while {amounts}")
 
 
 def _peer_verdict(ctx: Context, job: Queued, reason: str, dims) -> Verdict:
@@ -414,7 +448,10 @@ def _alone(ctx: Context, led: Ledger, job: Queued) -> Verdict:
         return Verdict(OWN, words.idle_own_wait(m, job, own), parks=OWN)
     dims = tuple(d for d, load in ((CPU, led.cpu), (MEM, led.mem)) if load.peer > 0) + f.pools
     if dims:
-        return _peer_verdict(ctx, job, words.idle_peer_wait(m, job, holders_of(led, dims), dims), dims)
+        holders = holders_of(led, dims)
+        if f.pools and not any(h.other_user for h in holders):  # only VRAM outside qex is in its way
+            return _vram_outside_verdict(ctx, job, f.pools)
+        return _peer_verdict(ctx, job, words.idle_peer_wait(m, job, holders, dims), dims)
     return _outside_verdict(ctx, job, led=led)
 
 

@@ -122,18 +122,44 @@ class DeviceUse(Value):
 
 
 class Running(Value):
-    """A job of this queue that holds capacity (state starting or running)."""
+    """A job of this queue that holds capacity (state starting or running).
+    ``used``: what the driver reports its processes use, one device each
+    (``DeviceUse.size`` the bytes); on a device where that is more than it was
+    given, the use counts (``resources.own_holder``)."""
 
-    __slots__ = ("id", "cpu", "mem", "claims", "assigned")
+    __slots__ = ("id", "cpu", "mem", "claims", "assigned", "used")
 
     def __init__(self, id: str, cpu: int, mem: int, claims: tuple[Claim, ...] = (),
-                 assigned: tuple[DeviceUse, ...] = ()):
+                 assigned: tuple[DeviceUse, ...] = (), used: tuple[DeviceUse, ...] = ()):
         s = _SETATTR(self)
         s("id", id)
         s("cpu", cpu)
         s("mem", mem)
         s("claims", claims)
         s("assigned", assigned)
+        s("used", used)
+
+
+OUTSIDE_USE, PEER_USE = "outside", "peer"
+
+
+class Seen(Value):
+    """VRAM the driver reports on ``device`` of the indexed pool ``pool`` that
+    no running job of this queue holds: ``used`` bytes, ``kind`` OUTSIDE_USE (a
+    process of no running qex job, of any user: a job's left-over process too)
+    or PEER_USE (a process of another queue's job, which counts beyond what
+    that queue's claims hold on the device); ``who`` names it in words ("pid 42
+    (python) of bob", "bob")."""
+
+    __slots__ = ("pool", "device", "used", "kind", "who")
+
+    def __init__(self, pool: str, device: int, used: int, kind: str = OUTSIDE_USE, who: str = ""):
+        s = _SETATTR(self)
+        s("pool", pool)
+        s("device", device)
+        s("used", used)
+        s("kind", kind)
+        s("who", who)
 
 
 class PeerHold(Value):
@@ -211,15 +237,17 @@ class Snapshot(Value):
     """Everything ``admit`` may look at. ``mem_available`` is the machine's
     available memory minus the reserve; None = unknown (no check).
     ``mem_reserve`` is that reserve (``[system] reserve_mem``), for the words of
-    a job that waits on it."""
+    a job that waits on it. ``seen``: VRAM used on the devices of indexed pools
+    beside this queue's running jobs (what the driver reported, when a pass
+    asked it: ``qex.queue.gpuseen``)."""
 
     __slots__ = ("now", "cpu_budget", "mem_budget", "mem_available", "oversized", "max_bypass", "pools",
-                 "running", "peers", "queued", "deps", "pause", "mem_reserve")
+                 "running", "peers", "queued", "deps", "pause", "mem_reserve", "seen")
 
     def __init__(self, now: float, cpu_budget: int, mem_budget: int, mem_available: int | None, oversized: str,
                  max_bypass: int, pools: tuple[PoolSpec, ...], running: tuple[Running, ...],
                  peers: tuple[PeerHold, ...], queued: tuple[Queued, ...], deps: tuple[Dep, ...] = (),
-                 pause: Pause = NO_PAUSE, mem_reserve: int = 0):
+                 pause: Pause = NO_PAUSE, mem_reserve: int = 0, seen: tuple[Seen, ...] = ()):
         s = _SETATTR(self)
         s("now", now)
         s("cpu_budget", cpu_budget)
@@ -234,6 +262,7 @@ class Snapshot(Value):
         s("deps", deps)
         s("pause", pause)
         s("mem_reserve", mem_reserve)
+        s("seen", seen)
 
 
 class Start(Value):

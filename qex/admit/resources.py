@@ -10,7 +10,7 @@ job takes several claims. Nothing here is shared between passes.
 
 from __future__ import annotations
 
-from .model import Claim, DeviceUse, PeerHold, Running, Snapshot
+from .model import OUTSIDE_USE, PEER_USE, Claim, DeviceUse, PeerHold, Running, Seen, Snapshot
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -97,13 +97,15 @@ def machine_of(snap: Snapshot) -> Machine:
 class Holder:
     """One holder of capacity: a job of this queue (who = job id) or another
     user's queue (peer, who = owner). ``units`` = plain pools and locks.
+    VRAM used outside qex on one device is a holder too (``outside``: the
+    words naming what uses it; ``peer`` True: it is not this queue's).
     Never changed once made."""
 
-    __slots__ = ("who", "peer", "cpu", "mem", "units", "assigned", "started")
+    __slots__ = ("who", "peer", "cpu", "mem", "units", "assigned", "started", "outside")
 
     def __init__(self, who: str, peer: bool = False, cpu: int = 0, mem: int = 0,
                  units: tuple[tuple[str, int], ...] = (), assigned: tuple[DeviceUse, ...] = (),
-                 started: bool = False):
+                 started: bool = False, outside: tuple[str, ...] | None = None):
         self.who = who
         self.peer = peer
         self.cpu = cpu
@@ -111,6 +113,12 @@ class Holder:
         self.units = units
         self.assigned = assigned
         self.started = started
+        self.outside = outside
+
+    @property
+    def other_user(self) -> bool:
+        """Another queue's (not this queue's, not outside qex)."""
+        return self.peer and self.outside is None
 
     def holds(self, dim: str) -> bool:
         if dim == CPU:
@@ -132,8 +140,64 @@ def _indexed_only(m: Machine, uses: tuple[DeviceUse, ...]) -> tuple[DeviceUse, .
 
 def own_holder(m: Machine, job: Running) -> Holder:
     """A running job of this queue. Its claims on indexed pools count only
-    through ``assigned`` (a claim without an assignment cannot say which device)."""
-    return Holder(job.id, False, job.cpu, job.mem, _units_of(m, job.claims), _indexed_only(m, job.assigned))
+    through ``assigned`` (a claim without an assignment cannot say which device);
+    on a device where its processes use more than it was given (``used``), the
+    larger counts: what it was given, and the rest (``over_claim``)."""
+    assigned = _indexed_only(m, job.assigned)
+    if job.used:
+        assigned += over_claim(m, assigned, job.used)
+    return Holder(job.id, False, job.cpu, job.mem, _units_of(m, job.claims), assigned)
+
+
+def _per_device(m: Machine, uses) -> dict[tuple[str, int], int]:
+    """Bytes per (pool, device) of a job's uses of indexed pools (a whole device: its capacity)."""
+    out: dict[tuple[str, int], int] = {}
+    for u in uses:
+        caps = m.caps(u.pool)
+        for d in u.devices:
+            if 0 <= d < len(caps):
+                out[(u.pool, d)] = out.get((u.pool, d), 0) + (caps[d] if u.size is None else max(u.size, 0))
+    return out
+
+
+def over_claim(m: Machine, assigned: tuple[DeviceUse, ...], used: tuple[DeviceUse, ...]) -> tuple[DeviceUse, ...]:
+    """What a job uses beyond what it was given, one DeviceUse per device (none
+    beyond a device's capacity)."""
+    given = _per_device(m, assigned)
+    out = []
+    for (pool, d), n in sorted(_per_device(m, tuple(u for u in used if u.size is not None)).items()):
+        extra = min(n, m.caps(pool)[d]) - given.get((pool, d), 0)
+        if extra > 0:
+            out.append(DeviceUse(pool, (d,), extra))
+    return tuple(out)
+
+
+def seen_holders(m: Machine, seen: tuple[Seen, ...], peers: tuple[Holder, ...]) -> tuple[Holder, ...]:
+    """The holders of VRAM the driver reports beside this queue's running jobs:
+    per device, another queue's use beyond what the peers' claims hold there (one
+    holder named by the users), and the use outside qex (one holder per device,
+    ``outside``: what uses it, in words). Only devices of declared indexed pools count."""
+    peer_use: dict[tuple[str, int], list] = {}
+    outside: dict[tuple[str, int], list] = {}
+    for s in seen:
+        caps = m.caps(s.pool)
+        if m.kind(s.pool) != INDEXED or not 0 <= s.device < len(caps) or s.used <= 0:
+            continue
+        into = peer_use if s.kind == PEER_USE else outside if s.kind == OUTSIDE_USE else None
+        if into is not None:
+            into.setdefault((s.pool, s.device), []).append(s)
+    out = []
+    held = _per_device(m, tuple(u for h in peers for u in h.assigned))
+    for (pool, d), found in sorted(peer_use.items()):
+        extra = min(sum(s.used for s in found), m.caps(pool)[d]) - held.get((pool, d), 0)
+        if extra > 0:
+            who = ", ".join(sorted({s.who for s in found if s.who})) or "another user"
+            out.append(Holder(who, True, assigned=(DeviceUse(pool, (d,), extra),)))
+    for (pool, d), found in sorted(outside.items()):
+        used = min(sum(s.used for s in found), m.caps(pool)[d])
+        said = tuple(sorted(s.who for s in found))
+        out.append(Holder(f"outside qex: {pool} {d}", True, assigned=(DeviceUse(pool, (d,), used),), outside=said))
+    return tuple(out)
 
 
 def started_holder(m: Machine, job: Queued, assigned: tuple[DeviceUse, ...]) -> Holder:

@@ -120,21 +120,46 @@ def _peer_part(m: Machine, h: Holder, dim: str) -> list[str]:
     return parts
 
 
+def _outside(h: Holder):
+    """What uses the VRAM an outside holder holds (None: another holder). (The old pass
+    of the property tests hands its own holders, which have no ``outside``.)"""
+    return getattr(h, "outside", None)
+
+
+def _other_user(h: Holder) -> bool:
+    return h.peer and _outside(h) is None
+
+
 def peer_amounts(m: Machine, holders: tuple[Holder, ...], dims: tuple[str, ...]) -> str:
     """"alice holds 3 cores, 4GB; bob holds gpu 1" for the peers among holders."""
     out = []
-    for h in (h for h in holders if h.peer):
+    for h in (h for h in holders if _other_user(h)):
         parts = [p for d in dims for p in _peer_part(m, h, d)]
         out.append(f"{h.who} holds {', '.join(parts)}")
     return "; ".join(out)
 
 
+def outside_amounts(holders: tuple[Holder, ...], dims: tuple[str, ...]) -> str:
+    """"gpu 0 has 70GB in use outside qex (pid 4242 (python) of bob)" for the VRAM
+    used outside qex among holders, device by device."""
+    out = []
+    for h in (h for h in holders if _outside(h) is not None):
+        for use in h.assigned:
+            if use.pool in dims:
+                devs = ", ".join(str(i) for i in use.devices)
+                what = listing(list(h.outside)) if h.outside else "a process qex cannot name"
+                out.append(f"{use.pool} {devs} has {size(use.size or 0)} in use outside qex ({what})")
+    return "; ".join(out)
+
+
 def held_by(m: Machine, holders: tuple[Holder, ...], dims: tuple[str, ...]) -> str:
     own = any(not h.peer for h in holders)
-    peers = any(h.peer for h in holders)
+    peers = any(_other_user(h) for h in holders)
     text = own_jobs(holders) if own else ""
     if peers:
         text += (" and by another user: " if own else "another user: ") + peer_amounts(m, holders, dims)
+    if any(_outside(h) is not None for h in holders):
+        text += ("; and " if text else "") + outside_amounts(holders, dims)
     return text or "nobody it can name"
 
 
@@ -167,6 +192,16 @@ def reserve_wait(job: Queued, available: int, reserve: int) -> str:
     return (f"{RESERVE_WORDS} (needs {size(job.mem)}, {size(max(available, 0))} available after the "
             f"{size(reserve)} that [system] reserve_mem keeps for the machine): it starts when more "
             "memory is free, or with a smaller claim or reserve")
+
+
+VRAM_OUTSIDE_WORDS = "this job cannot fit while VRAM outside qex is in use"
+
+
+def vram_outside_wait(m: Machine, job: Queued | None, pools: tuple[str, ...], holders: tuple[Holder, ...]) -> str:
+    """A claim on ``pools`` that the VRAM used outside qex leaves no room for
+    (``job`` None: an all-or-nothing claim, the one device of a pool)."""
+    need = needs(m, None, job, pools) if job is not None else ", ".join(whole_thing(m, n) for n in pools)
+    return f"{VRAM_OUTSIDE_WORDS} ({outside_amounts(holders, pools)}): it needs {need}"
 
 
 def whole_thing(m: Machine, name: str) -> str:

@@ -10,11 +10,15 @@ mode).
 
 from __future__ import annotations
 
-from qex.base.gpu_model import Gpu, Mig, Reading
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.base.gpu_model import Reading
 
 
 def read() -> Reading | None:
     """The GPUs NVML reports, or None where NVML is not installed or does not load."""
+    from qex.base.gpu_model import Reading
+
     try:
         import pynvml
     except ImportError:
@@ -36,7 +40,9 @@ def read() -> Reading | None:
     return Reading("nvidia", "NVML", driver, gpus)
 
 
-def _gpu(pynvml, index: int) -> Gpu:
+def _gpu(pynvml, index: int):
+    from qex.base.gpu_model import Gpu
+
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     try:
         current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
@@ -48,7 +54,9 @@ def _gpu(pynvml, index: int) -> Gpu:
                mig=tuple(_instances(pynvml, handle)) if mig_on else ())
 
 
-def _instances(pynvml, handle) -> list[Mig]:
+def _instances(pynvml, handle) -> list:
+    from qex.base.gpu_model import Mig
+
     out = []
     for k in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
         try:
@@ -58,6 +66,57 @@ def _instances(pynvml, handle) -> list[Mig]:
         name = _text(pynvml.nvmlDeviceGetName(mig))  # "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
         out.append(Mig(uuid=_text(pynvml.nvmlDeviceGetUUID(mig)), profile=name.rpartition("MIG ")[2] or name,
                        memory=int(pynvml.nvmlDeviceGetMemoryInfo(mig).total)))
+    return out
+
+
+def apps() -> tuple[list, dict, str] | None:
+    """The compute processes of each GPU and of each MIG instance: ([(pid, UUID, bytes)],
+    {GPU UUID: index}, "" or why NVML failed); None where NVML is not installed or
+    does not load. Imports nothing of qex (the minimal watcher's sampler calls it,
+    through ``qex.base.gpu_use.nvml``)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    found, where = [], {}
+    try:
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+            where[uuid] = index
+            for name, h in [(uuid, handle), *_mig_handles(pynvml, handle)]:
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                    used = getattr(p, "usedGpuMemory", None)
+                    if isinstance(used, int) and used >= 0:  # (None: the driver does not say)
+                        found.append((int(p.pid), name, used))
+    except pynvml.NVMLError as e:
+        return [], {}, f"NVML failed: {_text(str(e))}"
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+    return found, where, ""
+
+
+def _mig_handles(pynvml, handle) -> list:
+    """(UUID, handle) of each MIG instance of a GPU in MIG mode."""
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+    except pynvml.NVMLError:
+        return []
+    out = []
+    if current == pynvml.NVML_DEVICE_MIG_ENABLE:
+        for k in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, k)
+            except pynvml.NVMLError:
+                continue
+            out.append((_text(pynvml.nvmlDeviceGetUUID(mig)), mig))
     return out
 
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from argparse import Namespace
 
     from qex.base.gpu_model import Reading
-    from qex.config.model import Config
+    from qex.config.context import Context
 
 NO_DRIVER = ("no GPU driver answers on this machine (no NVML through nvidia-ml-py, no nvidia-smi, amd-smi or "
              "rocm-smi on PATH); declare the devices by hand: [[pool]] name = \"gpu\", devices = [\"24GB\", ...]")
@@ -75,14 +75,16 @@ def _write(reading: Reading, text: str, count: int) -> int:
     return 0
 
 
-def info_line(config: Config) -> tuple[str, dict] | None:
+def info_line(ctx: Context) -> tuple[str, dict] | None:
     """``qex info``'s line on the GPUs, and its JSON: the driver against the pool
-    ``gpu``; None where no pool ``gpu`` is declared and no driver is here."""
-    from qex.base import gpus
+    ``gpu``; None where no pool ``gpu`` is declared and no driver is here. The
+    driver's report is kept in the state directory and read again at most once
+    per ``[gpu] observe_every`` (``qex.queue.gpuseen.reading``)."""
     from qex.config import detect
+    from qex.queue import gpuseen
 
-    pool = config.pool("gpu")
-    reading = gpus.read(timeout=gpus.QUICK)
+    pool = ctx.config.pool("gpu")
+    reading = gpuseen.reading(ctx)
     if reading is None:
         if pool is None:
             return None

@@ -6,7 +6,8 @@ A job starts only when its claims fit, together with everything running:
   --cpu N|guess|half|full|max      cores (guess/half = half the budget, full/max = all)
   --mem SIZE|guess|half|full|max   memory; SIZE like 512MB, 2GB, 1.5GiB (powers of 1024);
                                    a bare number is bytes (under 1MiB: a warning)
-  --gpu N, --vram SIZE             devices of the pool `gpu` (declared in the config)
+  --gpu N, --vram SIZE|guess       devices of the pool `gpu` (declared in the config);
+                                   guess: the VRAM qex measured of this command's runs
   --claim NAME=N[:SIZE]            units of any pool (SIZE: per device of an indexed pool)
   --lock NAME                      one unit of NAME; a name no pool declares is a lock
 
@@ -63,6 +64,24 @@ convention CUDA honours, not isolation (see docs/gpus.md).
 nvidia-smi; amd-smi/rocm-smi); `--write` adds it to the config file, once.
 A --gpu claim with no pool gpu on a machine whose driver answers names it;
 `qex info` says where the config and the driver disagree.
+
+VRAM measured: where the driver answers (NVML, or nvidia-smi
+--query-compute-apps), a GPU job's supervisor samples the VRAM its processes
+use ~1 s after the start, then every [gpu] sample_every (5s): usage.vram_peak
+(the most on one device) and usage.vram_peak_by_device; `qex status` shows it
+beside the claim. A job above its --vram (or on a device it was not given) is
+said so at once in `vram_over`, in `qex status`, `qex list` and the events
+(change "vram"), and admission counts its use, not its claim, on that device.
+--vram guess claims the largest peak qex measured of the command, plus
+[learn] margin (nothing measured yet: whole devices).
+
+VRAM outside qex: a process on a device that belongs to no running qex job
+(of any user) takes that device's capacity, like memory outside qex; a claim
+that cannot fit beside it waits with "VRAM outside qex", the device and how
+much, and starts once it is gone (the waker looks again). A process a job left
+behind is named as that job's. The driver is read only for a pass that has a
+GPU claim to admit, at most once per [gpu] observe_every (5s, kept in the state
+directory), never waiting on it more than 2 s.
 
 Larger than the budget: [queue] oversized = run-when-idle (runs alone when
 nothing else runs, forced: true), reject, or queue.

@@ -133,8 +133,9 @@ not know):
   stream  the first line: the position the output starts after (stream null:
           nothing has happened yet; resume with --since start)
   job     one change of one job: id, name, state, previous (null on a job's
-          first line), change (state, or reason: the blocked_reason or another
-          field changed), job (the whole record, as qex status --json)
+          first line), change (state; reason: the blocked_reason or another
+          field changed; vram: its VRAM went above its claim, vram_over),
+          job (the whole record, as qex status --json)
   gap     events you cannot have: missed (how many, or null when it cannot be
           counted: a position from another stream), next_seq, reason
 

@@ -85,11 +85,13 @@ def iso_text(t: float | None) -> str | None:
 
 
 def result_text(rec: dict) -> str:
-    """The last column: a queued job's reason, an ended one's code and error."""
-    state = rec.get("state")
+    """The last column: a queued job's reason, an ended one's code and error; and a GPU
+    job's VRAM above its claim (``vram_over``), running or ended."""
+    state, over = rec.get("state"), rec.get("vram_over") or ""
     if state in FINAL:
-        return f"exit {outcome.exit_code(rec)}" + (f": {rec['error']}" if rec.get("error") else "")
-    return (rec.get("blocked_reason") or "") if state == "queued" else ""
+        text = f"exit {outcome.exit_code(rec)}" + (f": {rec['error']}" if rec.get("error") else "")
+        return text + (f"; {over}" if over else "")
+    return (rec.get("blocked_reason") or "") if state == "queued" else over
 
 
 def cell(rec: dict, field: str, now: float) -> str:

@@ -42,6 +42,8 @@ def describe(rec: dict, stuck: str = "") -> str:
                  + _sources(rec.get("claim_source") or {})))
     if devices_text(rec.get("assigned")):
         rows.append(("devices", devices_text(rec.get("assigned"))))
+    if vram_text(rec):
+        rows.append(("vram", vram_text(rec)))
     if rec.get("tags"):
         rows.append(("tags", ", ".join(safe_text(t) for t in rec["tags"])))
     if rec.get("dedupe_key"):
@@ -73,6 +75,24 @@ def describe(rec: dict, stuck: str = "") -> str:
         rows.append(("logs", dropped_text(rec)))
     rows.append(("code", str(outcome.exit_code(rec)) + (" (not stopped)" if rec.get("state") in ACTIVE else "")))
     return "\n".join(f"{k:<9}{v}" for k, v in rows)
+
+
+def vram_text(rec: dict) -> str:
+    """A GPU job's VRAM beside its claim: its peak per device (sampled by its
+    supervisor), and whether it went above what it was given ("" when not measured)."""
+    usage = rec.get("usage") or {}
+    by_device = usage.get("vram_peak_by_device") or {}
+    if not by_device:
+        return ""  # not measured: no driver answered, or it ended before its first sample
+    gpu = ((rec.get("claims") or {}).get("pools") or {}).get("gpu")
+    size = gpu.get("size") if gpu else None
+    claim = f"claim {format_size(size)} per device" if size else "claim whole devices" if gpu else "no GPU claim"
+    peaks = ", ".join(f"{format_size(n)} on {'gpu ' + k if str(k).isdigit() else safe_text(str(k), 60)}"
+                      for k, n in sorted(by_device.items()))
+    text = f"peak {peaks} ({claim})"
+    if rec.get("vram_over"):
+        text += f"; {plain(rec['vram_over'])}"
+    return text
 
 
 def queue_limit_text(rec: dict) -> str:

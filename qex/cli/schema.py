@@ -349,15 +349,15 @@ def schema_body(kind: str) -> tuple[dict, str]:
         return _status(all_required=True), "qex job record (status.json)"  # qex writes every field
     if kind == "event":
         from qex.base.states import STATES
+        from qex.store.events import CHANGES, Event
         from qex.store.events import KINDS as EVENTS
-        from qex.store.events import Event
 
         body = _object(Event, closed=False)
         p = body["properties"]
         p["event"] = {"description": p["event"]["description"], "enum": list(EVENTS)}
         for name in ("state", "previous"):
             p[name] = {"description": p[name]["description"], **_nullable_enum(STATES)}
-        p["change"] = {"description": p["change"]["description"], **_nullable_enum(["state", "reason"])}
+        p["change"] = {"description": p["change"]["description"], **_nullable_enum(list(CHANGES))}
         p["job"] = {"description": p["job"]["description"], "anyOf": [_status(all_required=False), _NULL]}
         return body, "qex event (one line of qex events --json)"
     if kind == "job":

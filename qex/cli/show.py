@@ -399,7 +399,7 @@ def cmd_info(args: Namespace) -> int:
 
     ctx = reading_context()
     info = gather(ctx)
-    gpus = info_line(ctx.config)  # the driver against the pool gpu (qex.cli.gpus)
+    gpus = info_line(ctx)  # the driver against the pool gpu (qex.cli.gpus)
     if gpus is not None:
         info["gpu_check"] = gpus[1]
     if args.json:

@@ -8,7 +8,10 @@ can hold a token. Each command keeps its last ``SAMPLES`` measurements:
   teach nothing: they reached what something stopped them at, not what they
   need);
 - ``floor``: an attempt the kernel stopped for memory. Its claim was too
-  small, so the next claim is at least double it (or what it reached, if more).
+  small, so the next claim is at least double it (or what it reached, if more);
+- ``vram`` (kept apart, in ``v``): a COMPLETED GPU attempt's VRAM peak on one
+  device (``usage.vram_peak``), for ``--vram guess``: the largest x (1 +
+  margin), whole MiB, at most the largest device of the pool (``vram_claim_for``).
 
 A submission without ``--mem`` claims ``max(largest peak x (1 + margin),
 largest floor)``, at least ``MIN_CLAIM`` (or the default claim, if that is
@@ -46,6 +49,9 @@ from qex.store import layout
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from qex.config.context import Context
+    from qex.config.keys import PoolDef
 
 FILE = layout.LEARN  # (tests have it from here)
 FORMAT = 1
@@ -190,7 +196,7 @@ def teach_locked(state_dir: str, lessons: list, now: float | None = None) -> str
     from qex.store import fs
 
     lessons = [lesson for lesson in lessons
-               if lesson[2] in ("peak", "floor") and numbers.ok(lesson[3], numbers.BYTES, 1, whole=True)]
+               if lesson[2] in ("peak", "floor", "vram") and numbers.ok(lesson[3], numbers.BYTES, 1, whole=True)]
     if not lessons:
         return None
     now = time.time() if now is None else now
@@ -211,8 +217,14 @@ def teach_locked(state_dir: str, lessons: list, now: float | None = None) -> str
     for command, template, kind, nbytes, name in lessons:
         key = key_of(command, template)
         samples = _samples({"commands": commands}, key)
-        samples.append([kind, nbytes])
+        vram = _vram_samples({"commands": commands}, key, numbers.BYTES)
+        if kind == "vram":
+            vram.append(nbytes)
+        else:
+            samples.append([kind, nbytes])
         commands[key] = {"n": str(name)[:40], "at": int(now), "s": samples[-SAMPLES:]}
+        if vram:
+            commands[key]["v"] = vram[-SAMPLES:]
     if len(commands) > MAX_COMMANDS:
         oldest = sorted(commands, key=lambda k: _when(commands[k]))[: len(commands) - MAX_COMMANDS]
         for k in oldest:
@@ -220,6 +232,63 @@ def teach_locked(state_dir: str, lessons: list, now: float | None = None) -> str
     data = json.dumps({"format": FORMAT, "commands": commands}, separators=(",", ":")).encode() + b"\n"
     fs.write_atomic(path, data, mode=0o644, sync_dir=False)  # unsorted: sorting a full store costs ~10x
     return note
+
+
+def _vram_samples(store: dict, key: str, most: int) -> list[int]:
+    """The usable VRAM peaks of a command: whole numbers of bytes from 1 to ``most``."""
+    entry = (store.get("commands") or {}).get(key)
+    if not isinstance(entry, dict) or not isinstance(entry.get("v"), list):
+        return []
+    return [n for n in entry["v"] if numbers.ok(n, most, 1, whole=True)]
+
+
+def vram_claim_for(state_dir: str, command: Sequence[str], template: Sequence[str] | None, margin: float,
+                   most: int) -> tuple[tuple[int, str] | None, str | None]:
+    """For ``--vram guess``: ((bytes per device, words for claim_source) or None, warning
+    or None). ``most``: the largest device of the pool (a peak above it is no
+    measurement of this machine). Never raises."""
+    from qex.base.units import format_size
+
+    try:
+        store = load(state_dir)
+    except Unreadable as exc:
+        return None, f"the learner store cannot be used ({exc}); --vram guess takes whole devices"
+    try:
+        peaks = _vram_samples(store, key_of(command, template), min(most, numbers.BYTES))
+    except Exception as exc:  # a shape we did not foresee: a claim is an estimate, never a crash
+        return None, f"the learner store gave no VRAM claim ({type(exc).__name__}); --vram guess takes whole devices"
+    if not peaks:
+        return None, None
+    claim = -(-int(max(peaks) * (1 + max(0.0, margin))) // (1 << 20)) * (1 << 20)  # whole MiB
+    runs = f"{len(peaks)} run{'s' if len(peaks) != 1 else ''}"
+    words = f"learned from {runs} (VRAM peak {format_size(max(peaks))})"
+    if claim > most:
+        return (most, f"{words}, capped at the largest device"), None
+    return (claim, words), None
+
+
+def vram_guess(ctx: Context, command: Sequence[str], template: Sequence[str] | None, pool: PoolDef | None,
+               sources: dict, warnings: list) -> int | None:
+    """``--vram guess`` (``qex.jobs.submit.pool_claims``): the largest VRAM peak the
+    learner knows of this command on one device, with its margin (at most the largest
+    device); else ``[defaults] vram`` (unset: whole devices). ``sources["vram"]``
+    says which; a store that cannot be used adds a warning."""
+    from qex.base.units import format_size
+
+    default = ctx.config.default_vram
+    if pool is None or not pool.indexed:
+        return default  # (the claim is refused with its reason: no pool gpu of devices)
+    found, warning = vram_claim_for(ctx.store.root, () if template else tuple(command),
+                                    tuple(template) if template else None, ctx.config.learn_margin,
+                                    max(pool.devices)) if ctx.config.learn_enabled else (None, None)
+    if warning:
+        warnings.append(warning)
+    if found is None:
+        sources["vram"] = ("guess: nothing learned of this command yet, "
+                           + (f"[defaults] vram {format_size(default)}" if default else "whole devices"))
+        return default
+    sources["vram"] = found[1]
+    return found[0]
 
 
 def _when(entry) -> float:

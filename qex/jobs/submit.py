@@ -253,8 +253,8 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
         mem = _learned_mem(ctx, req, mem, mem_budget, sources, warnings)
     ctx.check_holdable(cpu, mem, "--cpu" if req.cpu is not None else "[defaults] cpu",
                        "--mem" if req.mem is not None else "[defaults] mem")
-    pools = pool_claims(ctx, req)
-    for given, option in ((req.mem, "--mem"), (req.vram, "--vram")):
+    pools = pool_claims(ctx, req, sources, warnings)
+    for given, option in ((req.mem, "--mem"), (req.vram if req.vram != "guess" else None, "--vram")):
         slip = units.bare_size_warning(given, option) if given is not None else None
         if slip:
             warnings.append(slip)  # --mem 100 is 100 bytes, as documented; most likely a slip
@@ -308,20 +308,16 @@ def _claim_once(root: str, command: tuple, template: tuple | None, margin: float
     return learn.claim_for(root, command, template, margin, minimum=minimum, most=most)
 
 
-def pool_claims(ctx: Context, req: Request) -> dict[str, tuple[int, int | None]]:
-    """--gpu/--vram, --claim and --lock as one map: name -> (count, size)."""
+def pool_claims(ctx: Context, req: Request, sources: dict, warnings: list) -> dict[str, tuple[int, int | None]]:
+    """--gpu/--vram (``qex.jobs.gpuclaim``), --claim and --lock as one map: name -> (count, size)."""
     config = ctx.config
     pools = {p.name: p for p in config.pools}
     out: dict[str, tuple[int, int | None]] = {}
     if req.gpu is not None or req.vram is not None:
-        count = 1 if req.gpu is None else req.gpu
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise SpecError(f"--gpu: {count!r} is not a number of devices; use a whole number of 1 or more"
-                            + (" (--gpu 0 cannot go with --vram)" if req.vram is not None else ""))
-        size = units.parse_size(str(req.vram), "--vram") if req.vram is not None else config.default_vram
-        if req.vram is not None and size <= 0:
-            raise SpecError("--vram: the size must be more than zero, e.g. 20GB")
-        out["gpu"] = (count, size)
+        from qex.jobs.gpuclaim import claim
+
+        out["gpu"] = claim(ctx, req.gpu, req.vram, req.command, getattr(req, "template", None), pools.get("gpu"),
+                           sources, warnings)
     for item in req.claims:
         name, count, size = _parse_claim(item)
         _add(out, name, count, size, "--claim")
@@ -482,6 +478,9 @@ def submit_many(ctx: Context, built: list[Built],
             ids.append(rec["id"])
         return ids
 
+    if any("gpu" in (b.record["claims"].get("pools") or {}) for b in built):
+        from qex.queue import gpuseen
+        gpuseen.prefetch(ctx)  # the VRAM in use, read before the lock if it is not fresh (its pass admits it)
     try:
         result = engine.run_pass(ctx, add, early=early)
     except BaseException:

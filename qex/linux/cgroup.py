@@ -31,11 +31,13 @@ from __future__ import annotations
 import os
 import time
 
+from qex.linux.whose import cgroup_job as job_of  # a job's cgroup name: its rule is qex.linux.whose's
+from qex.linux.whose import cgroup_name as name_of
+
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.store.state import Store
 
-PREFIX = "qex-"
 SWEEP_UNKNOWN_AFTER = 60.0  # an empty qex-* cgroup of no job we know is removed after this
 
 
@@ -261,18 +263,6 @@ def machine_oom_kills() -> int | None:
 
 def disabled() -> bool:
     return os.environ.get("QEX_CGROUP", "").strip().lower() in ("off", "0", "no", "none")
-
-
-def name_of(job_id: str, attempt: int) -> str:
-    return f"{PREFIX}{job_id}-{attempt}"
-
-
-def job_of(name: str) -> str | None:
-    """The job id in a cgroup name ``qex-<id>-<attempt>``, or None for another name."""
-    if not name.startswith(PREFIX):
-        return None
-    job_id, sep, attempt = name[len(PREFIX):].rpartition("-")
-    return job_id if sep and job_id and attempt.isdigit() else None
 
 
 def warm() -> None:

@@ -7,10 +7,12 @@ its title too, and imports nothing that is not builtin (see there).
 
 import posix
 
+SUPERVISOR = "qex: supervisor"  # a supervisor's name (comm): how qex.linux.whose knows one, any user's
+
 
 def supervisor(job_id: str, watching: bool = False) -> None:
     """A job's supervisor (``watching``: the minimal watcher it execs into for a long job)."""
-    set_title(f"qex: supervisor of {job_id}{' (watching)' if watching else ''}", "qex: supervisor")
+    set_title(f"qex: supervisor of {job_id}{' (watching)' if watching else ''}", SUPERVISOR)
 
 
 def waker(uid: int, root: str) -> None:

@@ -175,6 +175,12 @@ def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[
                 running.append(views.running_of(job_id, e))
     if part is None and ctx.store.shared_root is not None:
         queued = _one_order(ctx, txn, queued, _foreign(ctx) if foreign is None else foreign)
+    seen = ()
+    if ctx.config.pools and any(q.claims for q in queued):
+        from qex.queue import gpuseen
+
+        if gpuseen.wanted(ctx, queued):  # (a pass with no GPU claim to admit never reads the driver)
+            running, seen = _vram(ctx, txn, now, running)
     from qex.base import machine
 
     avail = machine.meminfo().get("MemAvailable")
@@ -188,7 +194,23 @@ def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[
         oversized=ctx.config.oversized, max_bypass=ctx.config.max_bypass,
         pools=tuple(A.PoolSpec(p.name, p.count, tuple(p.devices)) for p in ctx.config.pools),
         running=tuple(running), peers=tuple(peer_scan.holdings(ctx)), queued=tuple(queued),
-        deps=tuple(deps), pause=pause.current(ctx, now), mem_reserve=reserve)
+        deps=tuple(deps), pause=pause.current(ctx, now), mem_reserve=reserve, seen=seen)
+
+
+def _vram(ctx: Context, txn: Txn, now: float, running: list) -> tuple[list, tuple]:
+    """The VRAM the driver reports (``qex.queue.gpuseen``): the running jobs with
+    what they use, and what is used beside them."""
+    from qex.admit.model import evolve
+    from qex.queue import gpuseen
+
+    try:
+        reading = gpuseen.observe(ctx, now)
+    except Exception:  # a driver's odd answer never stops a pass: it schedules from the config
+        reading = None
+    if reading is None or reading.error:
+        return running, ()
+    used, seen = gpuseen.for_admission(ctx, reading, txn.idx.jobs)
+    return [evolve(r, used=used[r.id]) if r.id in used else r for r in running], seen
 
 
 def _foreign(ctx: Context) -> list:

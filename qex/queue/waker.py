@@ -186,6 +186,7 @@ def _loop(ctx: Context, fd: int, next_deadline: float | None = None) -> "Launch 
             continue
         try:
             ctx.reload_config()
+            _prefetch_vram(ctx)
             result = engine.run_pass(ctx)
         except Exception:
             traceback.print_exc()
@@ -200,6 +201,21 @@ def _loop(ctx: Context, fd: int, next_deadline: float | None = None) -> "Launch 
         start_pending(ctx)
         if not (result.queued_mine or result.running_mine):
             return None
+
+
+def _prefetch_vram(ctx: Context) -> None:
+    """A GPU claim waits: the VRAM in use is read now, outside the state lock, if the
+    kept reading is too old (``qex.queue.gpuseen``), so that the pass does not wait on
+    the driver (nvidia-smi without persistence mode takes ~1.5 s)."""
+    if ctx.config.pool("gpu") is None:
+        return
+    from qex.queue import gpuseen
+
+    try:
+        if gpuseen.entries_want(ctx, ctx.store.read_index_jobs().values()):
+            gpuseen.prefetch(ctx)
+    except (OSError, ValueError):
+        pass
 
 
 def _still_found(ctx: Context, fd: int) -> bool:

@@ -34,7 +34,7 @@ STATUS_FIELDS = {
     "logs_dropped": dict, "timeout": _OPT_NUM, "retries": int, "oom_retries": int,
     "max_queue_time": _OPT_NUM, "queue_pause_secs": NUM, "kill_requested": bool, "oom_evidence": _OPT_STR,
     "queue_pauses": list, "supervisor_lost": bool, "template": (list, type(None)), "rerun_of": _OPT_STR,
-    "peer_lock": _OPT_STR,
+    "peer_lock": _OPT_STR, "vram_over": _OPT_STR,
 }
 ATTEMPT_FIELDS = {"number": int, "state": str, "claims": (dict, type(None)), "started_at": _OPT_NUM,
                   "ended_at": _OPT_NUM, "exit_code": _OPT_INT, "signal": _OPT_STR, "usage": (dict, type(None)),
@@ -57,7 +57,9 @@ STATUS_NUMBERS = {
 }
 ATTEMPT_NUMBERS = {"number": (0, N.SEQ), "started_at": (0, N.TIME), "ended_at": (0, N.TIME),
                    "exit_code": (0, N.EXIT)}
-USAGE_NUMBERS = {"max_rss": (0, N.BYTES), "cpu_secs": (0, N.DURATION), "oom_kills": (0, N.SEQ)}
+USAGE_NUMBERS = {"max_rss": (0, N.BYTES), "cpu_secs": (0, N.DURATION), "oom_kills": (0, N.SEQ),
+                 "vram_peak": (0, N.BYTES)}
+BY_DEVICE = "vram_peak_by_device"  # the one nested field of a usage: {device: bytes}
 DROPPED_NUMBERS = {"stdout_bytes": (0, N.BYTES), "stdout_lines": (0, N.BYTES), "stderr_bytes": (0, N.BYTES),
                    "stderr_lines": (0, N.BYTES)}
 # An entry's uid is -1 for a record that names none (``index.entry_of``); its cores are millicores.
@@ -154,7 +156,8 @@ def status(data: object) -> None:
             _claims(attempt["claims"], f"attempts[{i}].")
         _usage(attempt.get("usage") or {}, USAGE_NUMBERS, f"attempts[{i}].usage")
     for key in ("usage", "logs_dropped", "claim_source"):
-        if any(isinstance(v, (dict, list)) for v in (data.get(key) or {}).values()):
+        if any(isinstance(v, (dict, list)) for k, v in (data.get(key) or {}).items()
+               if not (key == "usage" and k == BY_DEVICE)):
             raise Damaged(f"the field {key} holds a nested value")
     _usage(data.get("usage") or {}, USAGE_NUMBERS, "the field usage")
     _usage(data.get("logs_dropped") or {}, DROPPED_NUMBERS, "the field logs_dropped")
@@ -165,6 +168,12 @@ def _usage(data: dict, table: dict, where: str) -> None:
     if not isinstance(data, dict):
         raise Damaged(f"{where} is {_kind(data)}")
     _numbers(data, table, f"{where}.")
+    by_device = data.get(BY_DEVICE) if table is USAGE_NUMBERS else None
+    if by_device is not None:
+        if not isinstance(by_device, dict) or len(by_device) > N.DEVICE + 1:
+            raise Damaged(f"{where}.{BY_DEVICE} is not {{device: bytes}}")
+        for device, nbytes in by_device.items():
+            _number(nbytes, N.BYTES, 0, f"{where}.{BY_DEVICE}.{str(device)[:40]}", whole=True)
 
 
 # The exact types an index entry's fields may have (``type(v) in ...``: a bool is no int here),

@@ -27,6 +27,7 @@ from qex.store import layout
 from qex.store.records import Status
 
 KINDS = ("stream", "job", "gap")
+CHANGES = ("state", "reason", "vram")  # a job line's ``change`` (vram: its VRAM above its claim)
 POLL = 0.1        # without inotify
 RECHECK = 1.0     # with inotify: look anyway this often
 
@@ -44,7 +45,7 @@ class Event:
     name: str | None = None       # job: the job's name
     state: str | None = None      # job: its state now
     previous: str | None = None   # job: its state before (null on its first line)
-    change: str | None = None     # job: "state" or "reason" (the blocked_reason or another field)
+    change: str | None = None     # job: "state", "reason" (the blocked_reason or another field), "vram" (CHANGES)
     job: Status | None = None     # job: the whole record, as qex status --json prints it
     missed: int | None = None     # gap: events lost (null: cannot be counted)
     next_seq: int | None = None   # gap: the seq of the next event you get

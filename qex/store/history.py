@@ -64,7 +64,7 @@ def line_of(rec: dict, store: object = None) -> bytes:
     if pools:
         row["claims"]["pools"] = {k: {"count": v.get("count", 1), "size": v.get("size")}
                                   for k, v in pools.items()}
-    for key in ("exit_code", "signal", "supervisor_lost", "tags", "cwd", "group", "group_name"):
+    for key in ("exit_code", "signal", "supervisor_lost", "tags", "cwd", "group", "group_name", "vram_over"):
         value = rec.get(key)
         if value not in (None, False, [], ""):
             row[key] = value

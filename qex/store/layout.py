@@ -12,7 +12,8 @@ literal out of them). Layout::
     <state>/history.jsonl          a line per finished job, for qex list (history.py)
     <state>/jobs/<id>/             status.json, spec.json (0600); from its start:
                                    stdout.log, stderr.log (and their .cut records),
-                                   supervisor.log, alive.lock, pid; after a stop
+                                   supervisor.log, alive.lock, pid; vram (a GPU job's
+                                   VRAM peak so far); after a stop
                                    hook: hook.ran, hook.log; cgroup (an older qex's);
                                    stdin (the job's input, when it has one);
                                    stdout.pipe, stderr.pipe (while a qex run follows it)
@@ -28,6 +29,10 @@ literal out of them). Layout::
                                    (learn.json.corrupt-<time>: a damaged one, moved aside)
     <state>/dedupe-recent.json     the dedupe keys of recently ended jobs
     <state>/pruned                 empty; its time says when old records were last pruned
+    <state>/gpu-seen               the driver's last report of the VRAM each process
+                                   holds (qex.base.gpu_use), read at most once per
+                                   [gpu] observe_every; gpu-reading.json: its last
+                                   report of the GPUs (qex info)
 
 Named by their writers, beside the file they become (not here: a temporary
 name follows from the final one): ``.<name>.<pid>.tmp`` while a file is written
@@ -61,6 +66,8 @@ LEARN = "learn.json"                 # the learner's store (qex.jobs.learn)
 LEARN_LOCK = "learn.lock"            # held while the learner's store is rewritten (qex.jobs.learn)
 DEDUPE_RECENT = "dedupe-recent.json"  # the dedupe keys of recently ended jobs (qex.jobs.dedupe)
 PRUNED = "pruned"                    # its time: when ended records were last pruned (qex.queue.prune)
+GPU_SEEN = "gpu-seen"                # the VRAM each process holds, as the driver last said (qex.queue.gpuseen)
+GPU_READING = "gpu-reading.json"     # the GPUs, as the driver last said (qex.queue.gpuseen, for qex info)
 
 
 
@@ -83,6 +90,7 @@ STDERR = "stderr.log"                # the job's stderr (qex.supervisor.run, .lo
 SUPERVISOR_LOG = "supervisor.log"    # its supervisor's stdout and stderr (qex.queue.fork, qex.supervisor.run)
 ALIVE = "alive.lock"                 # held by its supervisor while it lives (made by the pass: qex.queue.engine)
 PID = "pid"                          # the pid file (qex.linux.pidfile; written by qex.supervisor.spawn)
+VRAM = "vram"                        # a GPU job's VRAM peak so far, per device (qex.supervisor.vram)
 CGROUP = "cgroup"                    # names the job's cgroup: an older qex wrote it; read, removed (qex.linux.cgroup)
 HOOK_RAN = "hook.ran"                # its stop hook was started; then its verdict (qex.hooks.runner)
 HOOK_LOG = "hook.log"                # its stop hook's stdout and stderr (qex.hooks.runner)

@@ -80,13 +80,20 @@ def _attempt_classes(frozen, field, Claims) -> tuple:
         """What an attempt used. ``max_rss``: the peak in bytes, of the job's whole
         process tree from its memory cgroup (``peak_from`` "cgroup"), else of its
         largest waited-for process from getrusage ("rusage"). ``oom_kills``: OOM
-        kills the kernel counted in the job's cgroup (None without a cgroup)."""
+        kills the kernel counted in the job's cgroup (None without a cgroup).
+        ``vram_peak``: the most VRAM its processes held on one GPU, in bytes, and
+        ``vram_peak_by_device`` that peak per device (qex's number of a device of the
+        pool gpu, or a GPU's UUID), sampled by its supervisor where the driver
+        answers (None: not measured)."""
 
         max_rss: int | None = None  # peak memory in bytes (see peak_from); null: not measured
         cpu_secs: float | None = None  # CPU seconds used (user + system) of the job's processes; null: not measured
         peak_from: str | None = None  # where max_rss comes from: cgroup (the whole process tree), rusage (the largest
                                       # waited-for process), null (not measured)
         oom_kills: int | None = None  # OOM kills the kernel counted in the job's cgroup; null: the job had no cgroup
+        vram_peak: int | None = None  # the most VRAM its processes held on one GPU, in bytes; null: not measured
+        vram_peak_by_device: dict[str, int] | None = None  # that peak per device: qex's number of a device of the
+                                                           # pool gpu ("0"), or a GPU's UUID; null: not measured
 
     @frozen
     class LogsDropped:
@@ -168,11 +175,11 @@ def _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt) 
         template: tuple[str, ...] | None = None  # a fan-out job: its command with {} (the learner's key)
         rerun_of: str | None = None  # qex rerun: the id of the job this one repeats; null otherwise
         peer_lock: str | None = None  # its liveness file in the peer directory (several users); null when none
+        vram_over: str | None = None  # its VRAM above what it was given on a device, in words; null: not above
 
         @property
         def final(self) -> bool:
             return self.state in FINAL
-
     return Status
 
 
@@ -208,14 +215,15 @@ def status_defaults() -> dict:
         "claims": {"cpu": 1.0, "mem": 0, "pools": {}}, "claim_source": {}, "assigned": [], "forced": False,
         "submitted_at": 0.0, "started_at": None, "ended_at": None, "pid": None, "supervisor_pid": None,
         "exit_code": None, "signal": None, "attempt": 1, "attempts": [],
-        "usage": {"max_rss": None, "cpu_secs": None, "peak_from": None, "oom_kills": None},
+        "usage": {"max_rss": None, "cpu_secs": None, "peak_from": None, "oom_kills": None, "vram_peak": None,
+                  "vram_peak_by_device": None},
         "error": None, "blocked_reason": None, "blocked_holder": None, "blocked_since": None,
         "passed_by": 0, "dedupe_key": None, "needs": [], "after": [], "skipped_root": None,
         "logs_dropped": {"stdout_bytes": 0, "stdout_lines": 0, "stderr_bytes": 0, "stderr_lines": 0,
                          "incomplete": False},
         "timeout": None, "retries": 0, "oom_retries": 1, "max_queue_time": None, "queue_pause_secs": 0.0,
         "queue_pauses": [], "kill_requested": False, "supervisor_lost": False, "oom_evidence": None,
-        "template": None, "rerun_of": None, "peer_lock": None,
+        "template": None, "rerun_of": None, "peer_lock": None, "vram_over": None,
     }
 
 

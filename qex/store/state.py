@@ -173,6 +173,8 @@ class Store(Replay, Commit):
                 return other.read_live(job_id)
         rec = self.read_status_dict(job_id)
         if rec.get("state") != "queued":
+            if rec.get("state") == "running" and "gpu" in ((rec.get("claims") or {}).get("pools") or {}):
+                rec = self._live_vram(rec)
             return rec
         entry = (self.read_index_jobs() if index is None else index).get(job_id)
         if isinstance(entry, dict) and isinstance(entry.get("reason"), str):
@@ -182,6 +184,21 @@ class Store(Replay, Commit):
 
             rec = members.waiting_for_owner(self.root, self.member_uid, rec)
         return rec
+
+    def _live_vram(self, rec: dict) -> dict:
+        """A running GPU job's VRAM peak so far, from what its supervisor samples
+        (``layout.VRAM``, ``qex.base.gpu_files.live_text``), in its ``usage``."""
+        from qex.base import gpu_files
+
+        try:
+            data = fs.read_bytes(self.path(rec["id"], layout.VRAM), 1 << 16)
+        except OSError:
+            return rec
+        peaks = gpu_files.read_live(data, rec.get("attempt", 1))
+        if not peaks:
+            return rec
+        usage = {**(rec.get("usage") or {}), "vram_peak": max(peaks.values()), "vram_peak_by_device": peaks}
+        return {**rec, "usage": usage}
 
     def read_index_jobs(self) -> dict:
         """The active index's entries as of the journal's end, read without the lock

@@ -22,16 +22,24 @@ DRAIN_AFTER_EXIT = 2.0  # seconds the job's output is still read after it exited
 
 
 def classify(rec: dict, wait_status: int, rusage: object, stop_reason: str | None, interrupt: object,
-             sinks: dict[int, Sink], incomplete: bool, meter: Meter | None = None) -> dict:
+             sinks: dict[int, Sink], incomplete: bool, meter: Meter | None = None, vram: dict | None = None) -> dict:
+    """``vram``: what a GPU job's sampler found (``Sampler.result``), or None."""
     out, err = sinks.values()
     usage, oom_evidence = (meter or Meter()).end(rusage, wait_status, stopped_by_qex=stop_reason is not None)
+    vram_over = None
+    if vram is not None:
+        from qex.supervisor import vram_note
+
+        found = vram_note.fields(vram)
+        usage.update(found["usage"])
+        vram_over = found["vram_over"]
     outcome = {
         "ended_at": time.time(),
         "usage": usage,
         "logs_dropped": {"stdout_bytes": out.dropped_bytes, "stdout_lines": out.dropped_lines,
                          "stderr_bytes": err.dropped_bytes, "stderr_lines": err.dropped_lines,
                          "incomplete": incomplete},
-        "exit_code": None, "signal": None, "error": None, "oom_evidence": oom_evidence,
+        "exit_code": None, "signal": None, "error": None, "oom_evidence": oom_evidence, "vram_over": vram_over,
     }
     if os.WIFEXITED(wait_status):
         outcome["exit_code"] = os.WEXITSTATUS(wait_status)
@@ -83,13 +91,13 @@ def record_end(ctx: Context, txn: Txn, launch: Launch, rec: dict, outcome: dict,
         launch.alive_fd = let_go() or -1
         txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
                    assigned=[], pid=None, forced=False, started_at=None, **oom_retry, **{
-                       k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "oom_evidence")})
+                       k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "oom_evidence", "vram_over")})
     elif (outcome["state"] == "failed" and failed_before < current.get("retries", 0)
           and not current.get("kill_requested")):  # a job someone is killing is not retried
         launch.alive_fd = let_go() or -1
         txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
                    assigned=[], pid=None, forced=False, started_at=None, **{
-                       k: v for k, v in fields.items() if k in ("usage", "logs_dropped")},
+                       k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "vram_over")},
                    blocked_reason=f"queued for retry {failed_before + 1} of {current.get('retries')} "
                                   f"after attempt {attempt} failed")
     else:

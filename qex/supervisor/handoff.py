@@ -59,7 +59,7 @@ def finish() -> None:
             sink.close()  # the counted marker, as _watch closes them
         rusage = _Rusage(*ended["rusage"]) if ended["rusage"] is not None else None
         return ending.classify(passed["rec"], ended["wait_status"], rusage, ended["stop_reason"], interrupt,
-                             {i: s for i, s in enumerate(sinks)}, ended["incomplete"], meter)
+                             {i: s for i, s in enumerate(sinks)}, ended["incomplete"], meter, ended.get("vram"))
 
     run.resume(ctx, launch, interrupt, ended_rec)
 

@@ -154,12 +154,12 @@ def settle(ctx: Context, current: dict, outcome: dict, lessons: list | None = No
     retry = None
     if outcome.get("state") == "oom":
         retry = _answer_oom(ctx, current, outcome)
-    lesson = _lesson(ctx, current, outcome)
-    if lesson is not None:
+    taught = _lessons(ctx, current, outcome)
+    if taught:
         if lessons is None:
-            teach(ctx, [lesson])
+            teach(ctx, taught)
         else:
-            lessons[:] = [lesson]  # the last try of the pass (it may be tried again on a full disk)
+            lessons[:] = taught  # the last try of the pass (it may be tried again on a full disk)
     return retry
 
 
@@ -255,8 +255,20 @@ def _join(first: str, rest: str | None) -> str:
     return f"{first}. {rest}" if rest else first
 
 
+def _lessons(ctx: Context, current: dict, outcome: dict) -> list[tuple]:
+    """What this attempt teaches the learner: (command, template, kind, bytes, name) each:
+    its memory (``_lesson``), and a completed GPU job's VRAM peak on one device ("vram")."""
+    lesson = _lesson(ctx, current, outcome)
+    out = [lesson] if lesson is not None else []
+    usage = outcome.get("usage") or {}
+    if ctx.config.learn_enabled and outcome.get("state") == "completed" and usage.get("vram_peak"):
+        out.append((current.get("command") or (), current.get("template"), "vram", int(usage["vram_peak"]),
+                    current.get("name", "")))
+    return out
+
+
 def _lesson(ctx: Context, current: dict, outcome: dict) -> tuple | None:
-    """What this attempt teaches the learner: (command, template, kind, bytes, name), or None."""
+    """What this attempt teaches the learner of its memory: (command, template, kind, bytes, name), or None."""
     if not ctx.config.learn_enabled:
         return None
     state = outcome.get("state")
@@ -276,7 +288,7 @@ def _lesson(ctx: Context, current: dict, outcome: dict) -> tuple | None:
 
 
 def teach(ctx: Context, lessons: list) -> None:
-    """Teach the learner lessons (``_lesson``) under its own lock, in one write."""
+    """Teach the learner lessons (``_lessons``) under its own lock, in one write."""
     from qex.jobs import learn
 
     try:

@@ -268,12 +268,14 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
             grow(pipe)
     started = rec.get("started_at") or time.time()
     timeout_at = started + rec["timeout"] if rec.get("timeout") else None
+    sampler = _sampler(ctx, rec, started)
     handoff_at = time.time() + watch.GRACE if launch is not None else None
     mark_at = started + RUNNING_AFTER if rec.get("_unrecorded") and launch is not None else None
     pipes, abandon = sinks, None
     while True:
         pause_at = min(t for t in (handoff_at, mark_at) if t is not None) if (handoff_at or mark_at) else None
-        end = watch.loop(proc.pid, sinks, pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, pause_at)
+        end = watch.loop(proc.pid, sinks, pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, pause_at,
+                         sampler)
         if not (end.handoff and mark_at is not None):
             break
         mark_at, pipes = None, end.open_pipes  # the job runs on: record it running, then watch on
@@ -290,9 +292,12 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
 
         spawn.pid_line_now(proc)
         watch.become_watcher(ctx, launch, proc.pid, rec, interrupt, meter, sinks, end.open_pipes,
-                               timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT)
-        end = watch.loop(proc.pid, sinks, end.open_pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT)
+                               timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, sampler)
+        end = watch.loop(proc.pid, sinks, end.open_pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT,
+                         None, sampler)
     proc.returncode = end.wait_status
+    if sampler is not None:
+        sampler.stop()
     for sink in sinks.values():
         sink.close()
     proc.stdout.close()
@@ -301,7 +306,22 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
         if meter is not None:
             meter.discard()
         return abandon
-    return ending.classify(rec, end.wait_status, end.rusage, end.stop_reason, interrupt, sinks, end.incomplete, meter)
+    return ending.classify(rec, end.wait_status, end.rusage, end.stop_reason, interrupt, sinks, end.incomplete, meter,
+                           sampler.result() if sampler is not None else None)
+
+
+def _sampler(ctx: Context, rec: dict, started: float):
+    """The VRAM sampler of a job that claims the pool gpu, where a driver answers
+    (``qex.supervisor.vram_note.start``); None otherwise. Never fails the job."""
+    if "gpu" not in ((rec.get("claims") or {}).get("pools") or {}):
+        return None
+    try:
+        from qex.supervisor import vram_note
+
+        return vram_note.start(ctx, rec, started)
+    except Exception:
+        _print_exc()
+        return None
 
 
 def resume(ctx: Context, launch: Launch, interrupt: Interrupt, ended: Callable[[], dict]) -> None:
@@ -360,7 +380,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     if _CRASH:
         faults.hit("supervisor.after_final")
     if lessons:  # taught after the pass (the learner's fsync holds up no other pass)
-        _LESSONS.append(lessons[0])
+        _LESSONS.extend(lessons)
     # The first job this pass admitted is this process's next job: no fork, no new
     # process image to fault in (a drain of short jobs is mostly this hand-over). Not
     # while a process the job left behind is this process's child (_job_over).

@@ -38,6 +38,7 @@ import sys
 import time
 
 from qex.linux import tree  # (builtins only, as this module)
+from qex.linux.whose import FINISHER_TAG, WATCHER_TAG  # (posix only: how a supervisor is known)
 
 TYPE_CHECKING = False  # (typing itself is not imported; nor is __future__: the minimal watcher)
 if TYPE_CHECKING:
@@ -53,8 +54,6 @@ MAX_WAIT = 3600.0  # seconds one poll() may sleep at most
 # Seconds a job runs under the forked supervisor before the supervisor slims down
 # (QEX_WATCH_GRACE: for tests that count a supervisor's forks, which its execs reset).
 GRACE = float(os.environ.get(b"QEX_WATCH_GRACE", b"0.5"))  # (posix.environ: bytes)
-WATCHER_TAG = "qex-watch"
-FINISHER_TAG = "qex-finish"
 STOP_SIGNALS = {_signal.SIGUSR1, _signal.SIGTERM}
 _PIPE_DONE = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
@@ -98,10 +97,10 @@ class End:
 
 
 def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, timeout_at: float | None,
-         kill_grace: float, drain: float, handoff_at: float | None = None) -> End:
+         kill_grace: float, drain: float, handoff_at: float | None = None, sampler: object = None) -> End:
     """Watch the job ``pid`` (leader of its process group) until it has ended, its pipes
     are read (or ``drain`` seconds after its end) and its followers have what it wrote
-    (see the module's doc), or until ``handoff_at``."""
+    (see the module's doc), or until ``handoff_at``. ``sampler``: qex.supervisor.vram."""
     open_pipes = set(open_pipes)
     held: dict[int, int] = {}  # a follower's FIFO -> the job's pipe held back until it takes what waits
     poll, pidfd = _poll_of(pid, open_pipes, interrupt, sinks, held)
@@ -133,7 +132,7 @@ def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, 
             if handing and now >= handoff_at:
                 return End(handoff=True, open_pipes=open_pipes)
             limits = [t for t in (timeout_at if stop_reason is None else None, kill_at, drain_until,
-                                  handoff_at if handing else None) if t]
+                                  handoff_at if handing else None, _sample(sampler, now, poll, wait_status)) if t]
             # poll() takes an int of ms: a --timeout of weeks would overflow it; wake and look again
             wait = min(MAX_WAIT, max(0.0, min(limits) - now)) if limits else None
             try:
@@ -150,11 +149,19 @@ def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, 
                     _copy(fd, mask, buffer, sinks, poll, open_pipes, held)
                 elif fd == interrupt.r:
                     _woken_by(fd, pid)
+                elif sampler is not None:
+                    sampler.feed(fd, poll)
         if wait_status is None:  # pipes closed first
             _, wait_status, rusage = os.wait4(pid, 0)
     finally:
         os.close(pidfd)
     return End(wait_status, rusage, stop_reason, incomplete)
+
+
+def _sample(sampler, now: float, poll, wait_status) -> float | None:
+    """A GPU job's VRAM sampler, while the job runs: a reading started when one is due,
+    taken in when done; when the loop must look again for it (None: no sampler)."""
+    return None if sampler is None or wait_status is not None else sampler.tick(now, poll)
 
 
 def _buffer(sinks: dict) -> bytearray:
@@ -341,7 +348,7 @@ def _package_parent() -> str:
 
 def become_watcher(ctx: "Context", launch: "Launch", pid: int, rec: dict, interrupt: object, meter: "Meter",
                    sinks: dict, open_pipes: "Iterable[int]",
-                   timeout_at: float | None, kill_grace: float, drain: float) -> None:
+                   timeout_at: float | None, kill_grace: float, drain: float, sampler: object = None) -> None:
     """Exec into the minimal watcher (see ``qex.supervisor.handoff``). Returns only
     if the exec failed (the caller then goes on watching in this process). Runs in
     the full supervisor, never in the watcher: its imports stay inside it."""
@@ -363,7 +370,7 @@ def become_watcher(ctx: "Context", launch: "Launch", pid: int, rec: dict, interr
     watched = {"pid": pid, "sinks": [(p, s.handover()) for p, s in sinks.items()], "open": list(open_pipes),
                "timeout_at": timeout_at, "kill_grace": kill_grace, "drain": drain,
                "requested": None, "keep": [launch.alive_fd, launch.peer_fd],
-               "here": _package_parent()}
+               "here": _package_parent(), "vram": sampler.state() if sampler is not None else None}
     # From here a kill waits (blocked) for the watcher's handler; one that came during the
     # grace after the loop last looked is in interrupt.requested: it is handed over too.
     import signal
@@ -396,8 +403,15 @@ def main() -> None:
     for pipe, state in watch["sinks"]:
         sinks[pipe] = Sink.resume(state)
     pid = watch["pid"]
+    sampler = None
+    if watch.get("vram"):  # a GPU job (qex.supervisor.vram: builtin modules only)
+        from qex.supervisor.vram import Sampler
+
+        sampler = Sampler.resume(watch["vram"])
     end = loop(pid, {p: s for p, s in sinks.items()}, [p for p in sinks if p in watch["open"]], interrupt,
-               watch["timeout_at"], watch["kill_grace"], watch["drain"])
+               watch["timeout_at"], watch["kill_grace"], watch["drain"], None, sampler)
+    if sampler is not None:
+        sampler.stop()
     for pipe, sink in sinks.items():
         os.close(pipe)
         sink.drop_tee(cut=False)  # (all it was given is taken: the loop ends only then)
@@ -405,7 +419,8 @@ def main() -> None:
     ended = {"wait_status": end.wait_status, "stop_reason": end.stop_reason, "incomplete": end.incomplete,
              "requested": interrupt.requested,
              "rusage": (r.ru_maxrss, r.ru_utime, r.ru_stime) if r is not None else None,
-             "sinks": [s.handover() for s in sinks.values()]}
+             "sinks": [s.handover() for s in sinks.values()],
+             "vram": sampler.result() if sampler is not None else None}
     interrupt.close()
     out = write_handover((ended, passed))
     keep = [out, *watch["keep"], *(s.fd for s in sinks.values()), *(s.cut_fd for s in sinks.values())]

@@ -94,3 +94,33 @@ def nvmlDeviceGetName(h):
 
 def nvmlDeviceGetMemoryInfo(h):
     return _Memory((h.mig or h.gpu)["memory_mib"])
+
+
+class _Process:
+    def __init__(self, pid, used):
+        self.pid, self.usedGpuMemory = pid, used
+
+
+def nvmlDeviceGetComputeRunningProcesses(h):
+    """The processes of the state file's "apps" and "apps_dir" (as the fake nvidia-smi
+    reads them) on this GPU, or on this MIG instance when the app names its UUID."""
+    out = []
+    for a in _apps():
+        ref = str(a["gpu"])
+        on_gpu = ref == h.gpu["uuid"] or (ref.isdigit() and int(ref) == _state["gpus"].index(h.gpu))
+        if (h.mig is None and on_gpu) or (h.mig is not None and ref == h.mig["uuid"]):
+            out.append(_Process(int(a["pid"]), int(a["used_mib"]) * 1024 * 1024))
+    return out
+
+
+def _apps():
+    found = [dict(a) for a in _state.get("apps", [])]
+    directory = _state.get("apps_dir")
+    for name in sorted(os.listdir(directory)) if directory and os.path.isdir(directory) else ():
+        try:
+            with open(os.path.join(directory, name)) as fh:
+                pid, gpu, mib = fh.read().split()[:3]
+            found.append({"pid": int(pid), "gpu": gpu, "used_mib": int(mib)})
+        except (OSError, ValueError):
+            continue
+    return [a for a in found if os.path.exists(f"/proc/{a['pid']}")]
