@@ -117,6 +117,7 @@ def test_a_supervisor_prunes_records_past_keep_but_never_one_still_needed(qq):
 
     open_gate(qq, "a")
     qq.wait_state(holder, "completed")
+    qq.wait_for(lambda: not qq.processes(), what="the holder's supervisor to leave (it may prune as it goes)")
     _age_the_stamp(qq)
     last = qq.submit("--", "true")
     qq.wait_state(last, "completed")
