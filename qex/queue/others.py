@@ -20,8 +20,6 @@ as every other user's do: liveness is a lock the job holds.
 
 from __future__ import annotations
 
-import os
-
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.admit import Queued
@@ -81,7 +79,3 @@ def order(own: list[tuple[float, int, Queued]], foreign: list[tuple[float, int, 
         out.append(Q(q.id, place, q.priority, q.cpu, q.mem, q.claims, q.needs, q.after, q.deadline,
                      q.passed_by, q.name, q.retry))
     return out
-
-
-def is_foreign(ctx: Context, job_id: str) -> bool:
-    return ctx.store.shared_root is not None and not os.path.isdir(ctx.store.job_dir(job_id))

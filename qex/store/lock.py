@@ -69,18 +69,22 @@ class StateLock:
             os.close(fd)
             raise StoreError(f"the shared queue's lock {self.outer} is not a regular file; its owner "
                              f"repairs it with qex init --shared {os.path.dirname(self.outer)}")
+        self._take(fd, self.outer, "the shared directory's lock")
+        return fd
+
+    def _take(self, fd: int, path: str, what: str) -> None:
+        """Lock ``fd`` (waiting, or ``Busy``); on any failure the descriptor is closed."""
         try:
             if self.wait:
-                wait_lock(fd, self.outer, what="the shared directory's lock")
+                wait_lock(fd, path, what=what)
             else:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise Busy(self.outer) from None
+            raise Busy(path) from None
         except BaseException:
             os.close(fd)
             raise
-        return fd
 
     def _let_outer_go(self) -> None:
         fd, self.outer_fd = self.outer_fd, None
@@ -104,17 +108,7 @@ class StateLock:
             os.close(fd)
             raise StoreError(f"the queue lock {self.path} is not a regular file; remove it "
                              "(qex makes a new one)")
-        try:
-            if self.wait:
-                wait_lock(fd, self.path)
-            else:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise Busy(self.path) from None
-        except BaseException:
-            os.close(fd)
-            raise
+        self._take(fd, self.path, "the queue lock")
         self.fd = fd
         if self.on_hold is not None:
             self.on_hold(fd)

@@ -131,9 +131,10 @@ def locked_snapshot(q) -> list[dict]:
         os.close(fd)
 
 
-def read_line(proc, timeout: float) -> str | None:
-    """One line of a Popen's stdout within ``timeout`` seconds, or None."""
-    fd = proc.stdout.fileno()
+def read_line(source, timeout: float) -> str | None:
+    """One line of a Popen's stdout (or of a pipe: ``proc.stderr``) within ``timeout``
+    seconds, read byte by byte, unbuffered; or None."""
+    fd = (source.stdout if hasattr(source, "stdout") else source).fileno()
     buf = b""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -4,13 +4,11 @@ supervisor waits as long as it takes, and records its job's end."""
 
 import os
 import pwd
-import select
 import subprocess
 import sys
-import time
 
 import pytest
-from e2e_helpers import gated, open_gate
+from e2e_helpers import gated, open_gate, read_line
 
 CONFIG = '[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'
 
@@ -42,23 +40,6 @@ def let_go(proc) -> None:
     if proc.poll() is None:
         proc.stdin.close()
         proc.wait(timeout=20)
-
-
-def read_line(stream, timeout: float) -> str | None:
-    """One line of a pipe within ``timeout`` seconds (read byte by byte, unbuffered), or None."""
-    fd, buf = stream.fileno(), b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            break
-        chunk = os.read(fd, 1)
-        if not chunk:
-            break
-        buf += chunk
-        if chunk == b"\n":
-            return buf.decode()
-    return None
 
 
 def job_dirs(q) -> list[str]:
