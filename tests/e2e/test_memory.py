@@ -413,7 +413,14 @@ def test_a_corrupted_learner_store_does_not_break_submission(q):
     # the damaged file was moved aside, not destroyed, and the store starts again: the
     # supervisor teaches after the job's final record (which ends --wait), so the new
     # store is awaited (it moves the old one aside, then writes the new one)
-    q.wait_for(lambda: os.path.exists(store), timeout=20, what="the learner's new store")
+    def new_store():
+        try:
+            with open(store) as fh:
+                return json.load(fh).get("commands")
+        except (OSError, ValueError):
+            return None  # still the damaged one (not yet moved aside), or not yet written
+
+    q.wait_for(new_store, timeout=20, what="the learner's new store")
     aside = [n for n in os.listdir(q.state) if n.startswith("learn.json.corrupt-")]
     assert len(aside) == 1
     with open(os.path.join(q.state, aside[0]), "rb") as fh:
