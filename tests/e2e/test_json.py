@@ -130,6 +130,8 @@ def test_every_json_output_validates_against_its_schema(q, tmp_path):
     assert config["values"]["budget.cpu"]["value"] == 2 and config["values"]["budget.cpu"]["resolved"] == 2
     assert config["values"]["defaults.cpu"]["resolved"] == 1  # cores, not millicores
     _valid(v, "version", q.run("version", "--json", check=0).stdout, "version")
+    echoed = q.run("logs", "--json", fan["jobs"][1]["id"], check=0).stdout.splitlines()
+    assert [_valid(v, "logs", line, "logs")["text"] for line in echoed] == ["b"]
     events = q.run("events", "--json", "--since", "start", "--count", "3", "--timeout", "5", check=0)
     for line in events.stdout.splitlines():
         _valid(v, "event", line, "event")
