@@ -142,6 +142,10 @@ def _option_in(sentence: str) -> tuple[str | None, str | None]:
 
 
 def _dispatch(argv: list[str]) -> int:
+    if argv[:1] == ["__complete"]:  # the completions' values: no parser, no lock (qex.cli.completion)
+        from qex.cli.completion import values
+
+        return values(argv[1:])
     if argv[:1] == ["submit"]:
         from qex.cli.fastpath import RUNS, plain_submit
 

@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("show the config in force; detect this machine's GPUs", "qex.cli.show:cmd_config"),
     "schema": ("print the JSON Schema of a record", "qex.cli.show:cmd_schema"),
     "help": ("help on a topic", "qex.cli.helptext:cmd_help"),
-    "completions": ("shell completions generated from this parser", "qex.cli.helptext:cmd_completions"),
+    "completions": ("shell completions generated from this parser", "qex.cli.completion:cmd_completions"),
     "version": ("print the version", "qex.cli.show:cmd_version"),
     "init": ("make a state directory several users share", "qex.cli.init:cmd_init"),
 }
@@ -149,6 +149,7 @@ def _state_list(known, noun: str = "state"):
                              f"the {noun}s are {', '.join(known)}")
         return words
     parse.__name__ = "state list"
+    parse.known = known  # (the completions offer them)
     return parse
 
 

@@ -308,6 +308,11 @@ def _more_outputs(kind: str) -> tuple[dict, str]:
         return _obj({"path": (_S, "the shared state directory"), "group": (_S, "the group that shares it"),
                      "created": (_B, "false: it existed and was set up (repaired)"),
                      "warnings": (_arr(_S), "what to look at, in words")}), "qex init --json"
+    return _lines_out(kind)
+
+
+def _lines_out(kind: str) -> tuple[dict, str]:
+    """What is printed a line at a time: an error, a message (stderr), a line of a log."""
     if kind == "error":
         from qex.base.errors import KINDS as ERRORS
 
