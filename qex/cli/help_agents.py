@@ -1,4 +1,4 @@
-"""The text of `qex help agents` (its own module; docs/agents.md is the same text,
+"""The text of `qex help agents` (its own module; docs/agents.md and skills/qex/SKILL.md are the same text,
 tests/e2e/test_json.py keeps them equal)."""
 
 AGENTS = """\

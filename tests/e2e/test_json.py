@@ -203,6 +203,9 @@ def test_help_agents_is_the_page_for_agents_and_ships_as_docs_agents_md(q):
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(here, "docs", "agents.md")) as fh:
         assert text in fh.read()
+    with open(os.path.join(here, "skills", "qex", "SKILL.md")) as fh:  # the skill a coding agent loads
+        skill = fh.read()
+    assert skill.startswith("---\nname: qex\ndescription: ") and text in skill
 
 
 def test_every_error_kind_is_in_the_error_schema():
