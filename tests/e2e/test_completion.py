@@ -67,6 +67,13 @@ def test_bash_completes_ids_names_groups_states_topics_pools_and_only_each_comma
     assert "--line-numbers" in _complete(q, str(script), "logs", "--")
     assert _complete(q, str(script), "ki") == ["kill"]
 
+    if shutil.which("fish"):  # the fish script offers the same, where fish is installed
+        fish = tmp_path / "qex.fish"
+        fish.write_text(q.run("completions", "fish", check=0).stdout)
+        asked = subprocess.run(["fish", "-c", f"source {fish}; complete -C 'qex wait tr'; complete -C 'qex run --each'"],
+                               capture_output=True, text=True, timeout=30,
+                               env={**q.env, "PATH": f"{_shim(q)}:{os.environ['PATH']}"})
+        assert asked.stdout.split() == ["train-a"], (asked.stdout, asked.stderr)
     with open(os.path.join(q.state, "lock"), "rb+") as held:  # completion never waits for the queue's lock
         fcntl.flock(held, fcntl.LOCK_EX)
         assert _complete(q, str(script), "wait", "tr") == ["train-a"]
