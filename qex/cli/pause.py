@@ -222,7 +222,7 @@ def _drain(ctx: Context, p) -> int:
         return 1
     finally:
         signal.signal(signal.SIGTERM, old)
-    say.notice("drained: nothing runs" if p.kind == "queue" else f"qex: drained: lock {p.name} is yours now")
+    say.notice("drained: nothing runs" if p.kind == "queue" else f"drained: lock {p.name} is yours now")
     return 0
 
 
