@@ -19,6 +19,15 @@ Submit, keep the id, wait:
                                                      # a group's in order (qex schema list)
   qex run -- pytest -x                               # submit, stream the output, return its code
 
+What submit takes (all optional; qex help resources, qex help job-file):
+  --cpu N --mem 4GB --gpu N --vram 20GB --claim NAME=N --lock NAME    claims
+  --name NAME --tag T --priority N --timeout 2h --max-queue-time 30m
+  --needs ID,... (runs only if they succeed) --after ID,... (when they end)
+  --retries N --env K=V --cwd DIR --job FILE (TOML, YAML or JSON)
+  qex submit --each-line FILE -- CMD {}    one job a line: prints a group id
+  qex pipeline FILE                        stages with needs/after: a group id
+A group id (or name) works wherever a job id does: wait, status, kill, ...
+
 Coming back to a session: submit again with the same --dedupe-key KEY and get
 the id of the job that holds it (`"deduplicated": true`) instead of a second
 job; --dedupe-window T also finds one that completed within T.
@@ -60,8 +69,8 @@ keeps no time per line: qex events --json has each change's time.
 
 Schemas: qex schema KIND, KIND one of status event job pipeline submit group
 rerun list wait logs kill cancel clean info config pause pauses resume version
-init error message. Units are the records' everywhere: cores as numbers (0.5), bytes
-as integers, times in seconds since the epoch, durations in seconds.
+init error message. Units are the records' everywhere: cores as numbers (0.5),
+bytes as integers, times in seconds since the epoch, durations in seconds.
 
 Exit codes (submit, run, pipeline, rerun, wait, status --wait|--follow|--quiet):
   0-96  the job's own code              121  qex could not do it; no job ran:
