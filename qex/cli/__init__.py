@@ -67,9 +67,10 @@ def reports_a_job(argv: list[str]) -> bool:
         return False
     if argv[0] in JOB_COMMANDS:
         return True
-    # (argparse takes a unique abbreviation of an option: --qu is --quiet)
+    # (argparse takes a unique abbreviation of an option: --qu is --quiet; -q, -f and -qf are short ones)
     return argv[0] == "status" and any(
-        len(a) > 2 and a.startswith("--") and any(o.startswith(a) for o in STATUS_REPORTS) for a in argv[1:])
+        len(a) > 2 and a.startswith("--") and any(o.startswith(a) for o in STATUS_REPORTS)
+        or len(a) > 1 and a[0] == "-" and a[1] != "-" and bool(set(a[1:]) & {"q", "f"}) for a in argv[1:])
 
 
 def error_exit_code(argv: list[str], exc: QexError) -> int:
@@ -80,9 +81,10 @@ def error_exit_code(argv: list[str], exc: QexError) -> int:
     a damaged record, a full disk (1 elsewhere) -- is 121: 0-96 (2 among them) is the
     job's own code there. 127 (no such job) keeps its meaning everywhere. Other commands
     keep each error's own code (``qex.base.errors``), but a reading command that cannot
-    use the config has failed (1).
+    use the config has failed (1), and a bad value given to one of their options (a
+    ``SpecError``: ``list --last abc``, ``clean --older-than x``) is a bad command line (2).
     """
-    from qex.base.errors import ConfigError
+    from qex.base.errors import ConfigError, SpecError
 
     code = exc.exit_code
     if code not in (1, 2, 121):
@@ -91,6 +93,8 @@ def error_exit_code(argv: list[str], exc: QexError) -> int:
         return 121
     if isinstance(exc, ConfigError):
         return 1
+    if isinstance(exc, SpecError):
+        return 2
     return code
 
 
@@ -138,6 +142,10 @@ def _option_in(sentence: str) -> tuple[str | None, str | None]:
 
 
 def _dispatch(argv: list[str]) -> int:
+    if argv[:1] == ["__complete"]:  # the completions' values: no parser, no lock (qex.cli.completion)
+        from qex.cli.completion import values
+
+        return values(argv[1:])
     if argv[:1] == ["submit"]:
         from qex.cli.fastpath import RUNS, plain_submit
 
@@ -188,6 +196,11 @@ def _command_first(argv: list[str]) -> list[str]:
 def _call(target: str, args) -> int:
     """Run "module:function" with the parsed arguments."""
     import os
+
+    if getattr(args, "json", False):  # every warning and notice on stderr a JSON line (qex.base.say)
+        from qex.base import say
+
+        say.json_on()
 
     if args.lock_timeout is not None or "QEX_LOCK_TIMEOUT" in os.environ:
         from qex.store import lock

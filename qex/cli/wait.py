@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from qex.base import outcome
+from qex.base import outcome, say
 from qex.base.states import FINAL, HOLDING
 from qex.cli.common import context, err, out, print_json, reading_context
 from qex.store import layout
@@ -38,7 +38,7 @@ class AttemptNotes:
         job_id = rec.get("id", "")
         for a in attempts[self.seen.get(job_id, 0):]:
             if isinstance(a, dict) and a.get("state") == "oom" and a.get("error"):
-                err(f"qex: {job_id[:8]}: {a['error']}")
+                say.notice(f"{job_id[:8]}: {a['error']}")
         self.seen[job_id] = len(attempts)
 
 
@@ -106,7 +106,7 @@ def wait_and_print(ctx: Context, job_id: str, limit: float | None, print_record:
         except KeyboardInterrupt:
             return left()
         except WaitLimit:
-            err("qex: the wait reached its limit; the job continues")
+            say.notice("the wait reached its limit; the job continues")
             return outcome.WAIT_LIMIT
     if print_record:
         print_json(rec)
@@ -171,10 +171,10 @@ def _follow(ctx: Context, job_id: str, limit: float | None, streams: Pipes | Fil
     except (KeyboardInterrupt, Broken):
         return ints.ended(job_id)
     except WaitLimit:
-        err("qex: the wait reached its limit; the job continues")
+        say.notice("the wait reached its limit; the job continues")
         return outcome.WAIT_LIMIT
     for line in said:
-        err(f"qex: {line}")
+        say.notice(line)
     return outcome.exit_code(rec)
 
 
@@ -216,7 +216,7 @@ def cmd_wait(args: Namespace) -> int:
         except WaitLimit:
             live.close()
             if not args.quiet:
-                err("qex: the wait reached its limit; the jobs continue")
+                say.notice("the wait reached its limit; the jobs continue")
             return outcome.WAIT_LIMIT
         finally:
             live.close()

@@ -48,9 +48,9 @@ class Context:
         try:
             self.config = load_config()
         except QexError as exc:
-            import sys
+            from qex.base import say
 
-            print(f"qex: keeping the config in force: {exc}", file=sys.stderr)
+            say.warning(f"keeping the config in force: {exc}")
 
     def budget(self) -> tuple[int, int]:
         return self.config.resolve_budget(self.cores, self.mem_total)

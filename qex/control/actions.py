@@ -52,6 +52,50 @@ def _owned_active(ctx: Context, txn, job_id: str, verb: str, answer: dict) -> di
 KILL, CANCEL = "kill", "cancel"
 
 
+def select_active(ctx: Context, tags: list[str], group: str | None, states: set[str] | None,
+                  name: str | None) -> list[str]:
+    """The bulk selection of ``kill``/``cancel`` (``--tag``, ``--group``, ``--state``,
+    ``--name``, ``--mine``): the caller's own queued, starting and running jobs that match
+    every filter given (none given: all of them), in submission order. Another user's job
+    is never selected (a shared directory's other members are in their own stores; a
+    private one's entries are checked by uid, root's included). Nothing matched is
+    ``NoSuchJob`` (127), as an id that names nothing."""
+    from qex.base.errors import NoSuchJob, QexError, UsageError
+    from qex.jobs.resolve import name_matches, resolve
+
+    members = None
+    if group is not None:
+        target = resolve(ctx.store, group)
+        if not target.is_group:
+            raise UsageError(f"--group: {group} is a job, not a group; give a group id or name", option="--group",
+                             value=group)
+        members = set(target.members)
+    index = ctx.store.read_index_jobs()
+    chosen = []
+    for job_id, entry in sorted(index.items(), key=lambda item: item[1].get("seq", 0)):
+        if entry.get("uid") != ctx.uid or (states is not None and entry.get("state") not in states):
+            continue
+        if (members is not None and job_id not in members) or (name is not None and not name_matches(
+                name, entry.get("name") or "")):
+            continue
+        if tags:
+            try:
+                have = set(ctx.store.read_status_dict(job_id).get("tags") or ())
+            except QexError:
+                continue  # (ended and cleaned meanwhile, or damaged: not selected)
+            if not set(tags) <= have:
+                continue
+        chosen.append(job_id)
+    if not chosen:
+        from qex.base.units import safe_text
+
+        which = " or ".join(sorted(states)) if states else "queued or running"
+        words = [f"--tag {safe_text(t)}" for t in tags] + [f"--{k} {safe_text(v)}" for k, v in (
+            ("group", group), ("name", name)) if v is not None]
+        raise NoSuchJob(f"no {which} job of yours" + (f" matches {' '.join(words)}" if words else ""))
+    return chosen
+
+
 def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
               why: str | None = None) -> dict[str, str]:
     """The one rule of ``qex kill`` and ``qex cancel``; every command that stops a job
