@@ -248,6 +248,8 @@ def _wait_notes():
 def cmd_status(args: Namespace) -> int:
     from qex.jobs.resolve import resolve
 
+    if args.word:
+        _word_alone(args)
     ctx = reading_context()
     target = resolve(ctx.store, args.id)
     if args.follow:
@@ -268,6 +270,11 @@ def cmd_status(args: Namespace) -> int:
                 return outcome.WAIT_LIMIT
     index = ctx.store.read_index_jobs()
     records = [ctx.store.read_live(j, index) for j in target.members]
+    if args.word:
+        from qex.base.states import workflow_word
+
+        out(workflow_word([rec.get("state", "") for rec in records]))
+        return 0
     if args.show_env:
         from qex.control.actions import check_owner
 
@@ -296,6 +303,17 @@ def cmd_status(args: Namespace) -> int:
     if args.quiet or args.wait:
         return outcome.group_exit_code(records) if target.is_group else outcome.exit_code(records[0])
     return 0
+
+
+def _word_alone(args: Namespace) -> None:
+    """--word prints its word and nothing else: refuse what would add to it or wait."""
+    others = [o for o, on in (("--json", args.json), ("--wait", args.wait), ("--follow", args.follow),
+                              ("--quiet", args.quiet), ("--all", args.all), ("--show-env", args.show_env),
+                              ("--timeout", args.timeout is not None)) if on]
+    if others:
+        from qex.base.errors import UsageError
+
+        raise UsageError(f"--word prints one word alone and never waits; drop {', '.join(others)}")
 
 
 def _show_env(ctx: Context, rec: dict) -> None:
