@@ -33,3 +33,21 @@ def test_status_word_alone_and_unknown_ids(q):
     assert proc.returncode == 2 and proc.stdout == "" and "--word" in proc.stderr and "--json" in proc.stderr
     proc = q.run("status", "--word", "no-such-job")
     assert proc.returncode == 127 and proc.stdout == ""
+
+
+def test_the_profile_qex_help_workflows_and_the_docs_show_is_the_one_shipped(q):
+    """integrations/snakemake/qex (the profile the Snakemake tests run) is what
+    `qex help workflows` and docs/integrations.md print, line for line."""
+    import os
+
+    from wfm_helpers import PROFILE, REPO
+
+    with open(os.path.join(PROFILE, "config.yaml")) as fh:
+        lines = [ln.rstrip() for ln in fh if ln.strip() and not ln.lstrip().startswith("#")]
+    assert os.access(os.path.join(PROFILE, "qex-cancel"), os.X_OK)
+    topic = q.run("help", "workflows", check=0).stdout
+    with open(os.path.join(REPO, "docs", "integrations.md")) as fh:
+        docs = fh.read()
+    for line in lines:
+        assert f"    {line}\n" in topic, line
+        assert f"{line}\n" in docs, line
