@@ -51,3 +51,15 @@ def test_the_profile_qex_help_workflows_and_the_docs_show_is_the_one_shipped(q):
     for line in lines:
         assert f"    {line}\n" in topic, line
         assert f"{line}\n" in docs, line
+
+
+def test_status_word_of_a_group_is_success_only_when_every_member_completed(q, tmp_path):
+    good, mixed = tmp_path / "good.txt", tmp_path / "mixed.txt"
+    good.write_text("0\n0\n")
+    mixed.write_text("0\n3\n")
+    ok = q.run("submit", "--each-line", str(good), "--cpu", "0.25", "--mem", "16MB", "--", "sh", "-c", "exit {}",
+               check=0).stdout.strip()
+    bad = q.run("submit", "--each-line", str(mixed), "--cpu", "0.25", "--mem", "16MB", "--", "sh", "-c", "exit {}",
+                check=0).stdout.strip()
+    q.run("wait", "--quiet", ok, bad)
+    assert _word(q, ok) == "success\n" and _word(q, bad) == "failed\n"
