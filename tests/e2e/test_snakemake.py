@@ -90,6 +90,8 @@ def test_failing_rule_fails_the_workflow_and_status_word_says_failed(q, tmp_path
     assert job["state"] == "failed" and job["name"] == "smk-bad"
     assert f"external_jobid: {job['id']}" in log  # Snakemake names the qex job that failed
     assert q.run("status", "--word", job["id"], env=env, check=0).stdout == "failed\n"
+    rule_log = q.run("logs", "--stderr", job["id"][:8], env=env, check=0).stdout  # where the rule's own error is
+    assert "Error in rule bad" in rule_log and "exit 3" in rule_log
 
 
 def test_ctrl_c_of_snakemake_kills_its_queued_and_running_jobs(q, tmp_path):
