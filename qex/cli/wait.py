@@ -6,25 +6,18 @@ import sys
 import time
 
 from qex.base import outcome
-from qex.base.states import FINAL, HOLDING
 from qex.cli.common import context, err, out, print_json, reading_context
+from qex.control.waiting import WaitLimit, await_final  # (one wait: qex.api's too)
 from qex.store import layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from argparse import Namespace
-    from collections.abc import Callable
 
     from qex.cli.interrupt import Interrupts
     from qex.cli.stream import Files, Pipes
     from qex.config.context import Context
     from qex.supervisor.pipes import Ends
-
-POLL_FIRST, POLL_MAX, LIVENESS_EVERY = 0.02, 0.2, 1.0
-
-
-class WaitLimit(Exception):
-    """The caller's own --timeout passed (124)."""
 
 
 class AttemptNotes:
@@ -40,61 +33,6 @@ class AttemptNotes:
             if isinstance(a, dict) and a.get("state") == "oom" and a.get("error"):
                 err(f"qex: {job_id[:8]}: {a['error']}")
         self.seen[job_id] = len(attempts)
-
-
-def await_final(ctx: Context, job_ids: list[str], limit: float | None, first: bool = False,
-                on_tick: Callable[[], object] | None = None,
-                on_record: Callable[[dict], None] | None = None,
-                idle: Callable[[float], None] | None = None) -> dict:
-    """Poll the records (no lock) until every job (or, with ``first``, one) is final.
-    ``idle(seconds)`` is the pause between two looks (a follower copies meanwhile)."""
-    deadline = None if limit is None else time.monotonic() + limit
-    done: dict[str, dict] = {}
-    delay, last_check = POLL_FIRST, time.monotonic()
-    while True:
-        for job_id in job_ids:
-            if job_id in done:
-                continue
-            rec = ctx.store.read_status_dict(job_id)
-            if on_record is not None:
-                on_record(rec)
-            if rec.get("state") in FINAL:
-                done[job_id] = rec
-        if len(done) == len(job_ids) or (first and done):
-            return done
-        if on_tick is not None:
-            on_tick()
-        now = time.monotonic()
-        if now - last_check >= LIVENESS_EVERY:
-            last_check = now
-            _nudge(ctx, [j for j in job_ids if j not in done])
-        if deadline is not None and now >= deadline:
-            raise WaitLimit
-        (idle or time.sleep)(delay if deadline is None else max(0.0, min(delay, deadline - now)))
-        delay = min(POLL_MAX, delay * 1.5)
-
-
-def _nudge(ctx: Context, pending: list[str]) -> None:
-    """A running job whose supervisor died, or queued work with no waker: run a pass."""
-    from qex.queue import engine, waker
-    from qex.store.lock import is_held
-
-    need = False
-    for job_id in pending:
-        try:
-            rec = ctx.store.read_status_dict(job_id)
-        except Exception:
-            continue
-        state = rec.get("state")
-        if state in HOLDING and not is_held(ctx.store.path(job_id, layout.ALIVE)):
-            need = True
-        elif state == "queued" and not is_held(waker.lock_path(ctx)):
-            need = True
-    if need:
-        result = engine.run_pass(ctx)
-        from qex.supervisor import become
-
-        become.finish_pass(ctx, result)
 
 
 def wait_and_print(ctx: Context, job_id: str, limit: float | None, print_record: bool = True) -> int:
