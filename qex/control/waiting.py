@@ -50,14 +50,14 @@ def await_final(ctx: Context, job_ids: list[str], limit: float | None, first: bo
         now = time.monotonic()
         if now - last_check >= LIVENESS_EVERY:
             last_check = now
-            _nudge(ctx, [j for j in job_ids if j not in done])
+            nudge(ctx, [j for j in job_ids if j not in done])
         if deadline is not None and now >= deadline:
             raise WaitLimit
         (idle or time.sleep)(delay if deadline is None else max(0.0, min(delay, deadline - now)))
         delay = min(POLL_MAX, delay * 1.5)
 
 
-def _nudge(ctx: Context, pending: list[str]) -> None:
+def nudge(ctx: Context, pending: list[str]) -> None:
     """A running job whose supervisor died, or queued work with no waker: run a pass."""
     from qex.queue import engine, waker
     from qex.store.lock import is_held
