@@ -89,7 +89,10 @@ class _Watcher:
                     delay = POLL_FIRST
                 todo = list(self.pending.items())
             ended = 0
+            active = ctx.store.read_index_jobs() if len(todo) > 4 else {}  # one file, not a record per call
             for job_id, future in todo:
+                if job_id in active and active[job_id].get("state") not in FINAL:
+                    continue
                 try:
                     rec = ctx.store.read_status_dict(job_id)
                 except Exception:
