@@ -292,7 +292,7 @@ def cmd_logs(args: Namespace) -> int:
     pattern = _grep(args)
     if args.follow:  # (a reader that came after the limit cut what it had not read says so: 1)
         from qex.cli import stream
-        from qex.cli import wait as waiting
+        from qex.control import waiting
 
         outs = [out if pattern is None else _Grep(out, pattern) for _, out in streams]
         files = stream.Files([(ctx.store.path(job_id, name), "stdout" if name == layout.STDOUT else "stderr", o)

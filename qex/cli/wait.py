@@ -7,7 +7,6 @@ import time
 
 from qex.base import outcome
 from qex.cli.common import context, err, out, print_json, reading_context
-from qex.control.waiting import WaitLimit, await_final  # (one wait: qex.api's too)
 from qex.store import layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -37,6 +36,7 @@ class AttemptNotes:
 
 def wait_and_print(ctx: Context, job_id: str, limit: float | None, print_record: bool = True) -> int:
     from qex.cli.interrupt import Interrupts, left
+    from qex.control.waiting import WaitLimit, await_final  # (the one wait: qex.api's too)
 
     with Interrupts():  # (a signal leaves the job: qex.cli.interrupt)
         try:
@@ -88,6 +88,7 @@ def _follow(ctx: Context, job_id: str, limit: float | None, streams: Pipes | Fil
     import signal
 
     from qex.cli.stream import Broken
+    from qex.control.waiting import WaitLimit, await_final  # (the one wait: qex.api's too)
 
     notes = AttemptNotes()
 
@@ -120,6 +121,8 @@ def join(ctx: Context, job_id: str, ints: Interrupts) -> int:
     """A deduplicated ``qex run``: wait for the job that holds the key and return its
     code, printing none of its output (its own follower, the earlier tick, prints it:
     a ``>> log`` gets each line once). A signal ends this wait only (122)."""
+    from qex.control.waiting import await_final  # (the one wait: qex.api's too)
+
     try:
         rec = await_final(ctx, [job_id], None, on_tick=lambda: ints.act(ctx), on_record=AttemptNotes())[job_id]
     except KeyboardInterrupt:
@@ -139,6 +142,7 @@ def _limit(args):
 def cmd_wait(args: Namespace) -> int:
     from qex.cli.interrupt import Interrupts, left
     from qex.cli.progress import Progress
+    from qex.control.waiting import WaitLimit, await_final  # (the one wait: qex.api's too)
     from qex.jobs.resolve import resolve_jobs
 
     ctx = context()
@@ -196,6 +200,7 @@ def cmd_status(args: Namespace) -> int:
         return follow(ctx, target.job, _limit(args))
     if args.wait:
         from qex.cli.interrupt import Interrupts, left
+        from qex.control.waiting import WaitLimit, await_final
 
         with Interrupts():  # (a signal leaves the job: qex.cli.interrupt)
             try:

@@ -11,7 +11,18 @@ import textwrap
 
 from e2e_helpers import read_line, release
 
+import qex
+
+# The scripts import the qex these tests test (and so do their calls' jobs: they get the env).
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(qex.__file__)))
 CONFIG = '[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n[python]\nmax_input = "64KB"\n'
+
+
+def env_of(q) -> dict:
+    """The queue's environment, with this qex first on the path (the scripts', their jobs', the CLI's)."""
+    if not q.env.get("PYTHONPATH", "").startswith(HERE + os.pathsep):
+        q.env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, q.env.get("PYTHONPATH")) if p) + os.pathsep
+    return q.env
 
 
 def script(q, name: str, body: str) -> str:
@@ -22,7 +33,7 @@ def script(q, name: str, body: str) -> str:
 
 
 def python(q, path: str, *args, timeout=60) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, path, *map(str, args)], capture_output=True, text=True, env=q.env,
+    proc = subprocess.run([sys.executable, path, *map(str, args)], capture_output=True, text=True, env=env_of(q),
                           cwd=q.root, timeout=timeout, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
     return proc
@@ -40,6 +51,7 @@ def status(q, job_id: str) -> dict:
 
 def test_a_shell_job_from_python_is_seen_by_the_command_line_and_attached_from_another_process(q):
     q.write_config(CONFIG)
+    env_of(q)
     gate = q.gate("attach")
     path = script(q, "jobs.py", f"""
         import json, qex
@@ -74,7 +86,7 @@ def test_a_shell_job_from_python_is_seen_by_the_command_line_and_attached_from_a
         print(json.dumps([j.id, code, j.state, j.logs(), j.record["name"]]), flush=True)
     """)
     second = subprocess.Popen([sys.executable, attach, got["gated"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              env=q.env, cwd=q.root, stdin=subprocess.DEVNULL)
+                              env=env_of(q), cwd=q.root, stdin=subprocess.DEVNULL)
     try:
         assert (read_line(second, 30) or "").strip() in ("running", "starting")  # it waits: the job waits on the gate
         release(gate)
@@ -86,6 +98,7 @@ def test_a_shell_job_from_python_is_seen_by_the_command_line_and_attached_from_a
 
 def test_executor_calls_return_raise_travel_and_map_as_one_group(q):
     q.write_config(CONFIG)
+    env_of(q)
     path = script(q, "calls.py", """
         import json, qex
 
@@ -147,6 +160,7 @@ def test_calls_keep_the_budget_cancel_and_kill(q):
     cancels its job; a killed call raises JobFailed with its state; Ctrl-C in
     result() stops the wait only."""
     q.write_config(CONFIG)
+    env_of(q)
     path = script(q, "budget.py", """
         import json, os, sys, time, qex
         root = sys.argv[1]
@@ -187,7 +201,7 @@ def test_calls_keep_the_budget_cancel_and_kill(q):
             print("interrupted", json.dumps(w.job.state), flush=True)
     """)
     proc = subprocess.Popen([sys.executable, path, q.root], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=q.env, cwd=q.root, stdin=subprocess.DEVNULL, text=True)
+                            env=env_of(q), cwd=q.root, stdin=subprocess.DEVNULL, text=True)
     try:
         got = {}
         while "waiting" not in got:
