@@ -178,6 +178,9 @@ class Executor(cf.Executor):
         ctx = self._queue.ctx
         name = self._claims.get("name") or calls.label(fn)
         with as_command("submit"):
+            if self._claims.get("dedupe_key") is not None:  # (as qex submit --each-line refuses it)
+                raise SpecError("dedupe_key means one job and cannot go with map (which makes one job per "
+                                "call); use submit, or leave it out")
             packed = [calls.pack(ctx, fn, args, {}) for args in items]
             group_id, ids = _submit_group(ctx, self._claims, name, packed)
         futures = self._track(ids)

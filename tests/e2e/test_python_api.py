@@ -67,6 +67,9 @@ def test_a_shell_job_from_python_is_seen_by_the_command_line_and_attached_from_a
             qex.Job("no-such-job-here")
         except qex.QexError as exc:
             print("missing", json.dumps(exc.code))
+        other = qex.Queue(state_dir="{q.root}/other", config="{q.config}")
+        o = other.submit(["true"], name="elsewhere")
+        print("other", json.dumps([o.id, o.wait()]))
     """)
     got = lines(python(q, path))
     shell_id, code, state, out = got["shell"]
@@ -77,6 +80,10 @@ def test_a_shell_job_from_python_is_seen_by_the_command_line_and_attached_from_a
     cli = q.run("submit", "--cpu", "lots", "--", "true")  # the command line's sentence and code
     assert got["refused"] == ["SpecError", cli.stderr.strip().removeprefix("qex: "), cli.returncode]
     assert cli.returncode == 121 and got["missing"] == 127
+    other_id, other_code = got["other"]  # qex.Queue(state_dir=...): that queue's, not the environment's
+    assert other_code == 0 and not os.path.exists(os.path.join(q.state, "jobs", other_id))
+    there = q.run("status", "--json", other_id, env={"QEX_STATE_DIR": os.path.join(q.root, "other")}, check=0)
+    assert json.loads(there.stdout)[0]["name"] == "elsewhere"
 
     attach = script(q, "attach.py", """
         import json, sys, qex
@@ -179,7 +186,7 @@ def test_calls_keep_the_budget_cancel_and_kill(q):
         a, b = ex.submit(held, "a"), ex.submit(held, "b")
         while not os.path.exists(os.path.join(root, "a.start")):
             time.sleep(0.01)
-        print("while_a", json.dumps([b.job.state, b.running()]), flush=True)
+        print("while_a", json.dumps([b.job.state, b.running(), a.running(), a.cancel()]), flush=True)
         c = ex.submit(held, "c")
         print("cancel", json.dumps([c.cancel(), c.cancelled(), c.job.state]), flush=True)
         open(os.path.join(root, "gate-a"), "w").close()
@@ -215,7 +222,7 @@ def test_calls_keep_the_budget_cancel_and_kill(q):
     finally:
         proc.kill()
     got.update(lines(subprocess.CompletedProcess([], 0, out)))
-    assert got["while_a"] == ["queued", False]
+    assert got["while_a"] == ["queued", False, True, False]  # a runs: cancel() leaves it
     assert got["cancel"] == [True, True, "cancelled"]
     assert got["results"] == ["a", "b"]
     starts = {t: float(open(os.path.join(q.root, f"{t}.start")).read()) for t in "ab"}
