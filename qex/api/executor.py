@@ -114,7 +114,8 @@ class _Watcher:
         with self.lock:
             ids = list(self.pending)
         try:
-            nudge(ctx, ids)
+            with self.queue.lock:
+                nudge(ctx, ids)
         except Exception:
             pass  # (the next look tries again; a pass that cannot run now is no failure of the call)
 
@@ -165,7 +166,8 @@ class Executor(cf.Executor):
         name = self._claims.get("name") or calls.label(fn)
         with as_command("submit"):
             data = calls.pack(ctx, fn, args, kwargs)
-            ids = _submit(ctx, options(calls.command(ctx, name), {**self._claims, "name": name}), data)
+            with self._queue.lock:
+                ids = _submit(ctx, options(calls.command(ctx, name), {**self._claims, "name": name}), data)
         return self._track([ids[0]])[0]
 
     def map(self, fn, *iterables, timeout: float | None = None, chunksize: int = 1):
@@ -182,7 +184,8 @@ class Executor(cf.Executor):
                 raise SpecError("dedupe_key means one job and cannot go with map (which makes one job per "
                                 "call); use submit, or leave it out")
             packed = [calls.pack(ctx, fn, args, {}) for args in items]
-            group_id, ids = _submit_group(ctx, self._claims, name, packed)
+            with self._queue.lock:
+                group_id, ids = _submit_group(ctx, self._claims, name, packed)
         futures = self._track(ids)
         return _results(futures, group_id, end)
 
@@ -203,7 +206,8 @@ class Executor(cf.Executor):
             if waiting:
                 from qex.control.actions import CANCEL, stop_jobs
 
-                answer = stop_jobs(self._queue.ctx, [f.job.id for f in waiting], CANCEL)
+                with self._queue.lock:
+                    answer = stop_jobs(self._queue.ctx, [f.job.id for f in waiting], CANCEL)
                 for f in waiting:
                     if answer.get(f.job.id) == "cancelled":
                         self._watcher.forget(f.job.id)

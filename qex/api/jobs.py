@@ -54,6 +54,11 @@ class Queue:
         self.state_dir = os.path.abspath(state_dir) if state_dir else None
         self.config = os.path.abspath(config) if config else None
         self._ctx: Context | None = None
+        import threading
+
+        # One pass at a time from this process (a submission, a stop, the Executor's watcher's nudge):
+        # the state lock is a flock, and this process's threads share one store.
+        self.lock = threading.RLock()
 
     @property
     def ctx(self) -> Context:
@@ -155,7 +160,8 @@ def submit(command, *, queue: Queue | None = None, **given) -> Job:
     with as_command("submit"):
         if not isinstance(command, (list, tuple)):
             raise SpecError(f"the command must be a list of strings or one string, not {type(command).__name__}")
-        ids = submit_built(q.ctx, options(list(command), given))
+        with q.lock:
+            ids = submit_built(q.ctx, options(list(command), given))
     return Job(ids[0], queue=q)
 
 
@@ -254,7 +260,7 @@ class Job:
     def _stop(self, verb: str) -> str:
         from qex.control.actions import CANCEL, KILL, stop_jobs
 
-        with as_command(verb):
+        with as_command(verb), self.queue.lock:
             answer = stop_jobs(self.queue.ctx, [self.id], KILL if verb == "kill" else CANCEL)
         what = answer.get(self.id, "")
         return what[6:] if what.startswith("ended:") else what
