@@ -32,11 +32,11 @@ class Future(cf.Future):
 
     def cancel(self) -> bool:
         """Cancel the call's job if it still waits (True); once it runs, False."""
-        if self.done():
+        if not self._watcher.take([self]):  # (its job ended: the watcher completes it)
             return super().cancel()
         if not self.job.cancel():
+            self._watcher.add([self])
             return False
-        self._watcher.forget(self.job.id)
         return super().cancel()
 
     def running(self) -> bool:
@@ -71,9 +71,10 @@ class _Watcher:
                 self.thread.start()
             self.lock.notify_all()
 
-    def forget(self, job_id: str) -> None:
+    def take(self, futures: list[Future]) -> list[Future]:
+        """Those of ``futures`` this watcher will no longer complete (a cancel decides them)."""
         with self.lock:
-            self.pending.pop(job_id, None)
+            return [f for f in futures if self.pending.pop(f.job.id, None) is not None]
 
     def _run(self) -> None:
         from qex.base.states import FINAL
@@ -97,9 +98,8 @@ class _Watcher:
                     rec = ctx.store.read_status_dict(job_id)
                 except Exception:
                     continue
-                if rec.get("state") in FINAL:
+                if rec.get("state") in FINAL and self.take([future]):
                     ended += 1
-                    self.forget(job_id)
                     self._finish(ctx, future, rec)
             now = time.monotonic()
             if now - nudged >= NUDGE_EVERY:
@@ -202,7 +202,7 @@ class Executor(cf.Executor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._shut = True
         if cancel_futures:
-            waiting = [f for f in self._futures if not f.done()]
+            waiting = self._watcher.take([f for f in self._futures if not f.done()])
             if waiting:
                 from qex.control.actions import CANCEL, stop_jobs
 
@@ -210,8 +210,8 @@ class Executor(cf.Executor):
                     answer = stop_jobs(self._queue.ctx, [f.job.id for f in waiting], CANCEL)
                 for f in waiting:
                     if answer.get(f.job.id) == "cancelled":
-                        self._watcher.forget(f.job.id)
                         cf.Future.cancel(f)
+                self._watcher.add([f for f in waiting if not f.cancelled()])
         if wait:
             pending = [f for f in self._futures if not f.done()]
             with interrupted([f.job.id for f in pending]):

@@ -200,6 +200,15 @@ def test_calls_keep_the_budget_cancel_and_kill(q):
             k.result()
         except qex.JobFailed as exc:
             print("failed", json.dumps([exc.state, exc.code, exc.job == k.job.id]), flush=True)
+        ex2 = qex.Executor(cpu=2)
+        x = ex2.submit(held, "x")
+        while not os.path.exists(os.path.join(root, "x.start")):
+            time.sleep(0.01)
+        y = ex2.submit(held, "y")
+        ex2.shutdown(wait=False, cancel_futures=True)
+        print("shutdown", json.dumps([y.cancelled(), y.job.state, x.done()]), flush=True)
+        open(os.path.join(root, "gate-x"), "w").close()
+        print("x", json.dumps(x.result()), flush=True)
         w = ex.submit(held, "w")
         print("waiting", json.dumps(w.job.id), flush=True)
         try:
@@ -229,6 +238,7 @@ def test_calls_keep_the_budget_cancel_and_kill(q):
     ends = {t: float(open(os.path.join(q.root, f"{t}.end")).read()) for t in "ab"}
     assert starts["b"] >= ends["a"], (starts, ends)  # never both at once on 2 cores
     assert not os.path.exists(os.path.join(q.root, "c.start"))
+    assert got["shutdown"] == [True, "cancelled", False] and got["x"] == "x"  # cancel_futures: what waits
     assert got["killed"] == "killed" and got["failed"] == ["killed", 125, True]
     # Ctrl-C: the wait stopped, the call runs on, and stderr says how to stop it
     assert got["interrupted"] == "running"
