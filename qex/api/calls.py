@@ -79,7 +79,8 @@ def answer(ctx: Context, rec: dict) -> tuple[bool, object]:
     except (OSError, EOFError, pickle.UnpicklingError):
         result = None
     if result is None:
-        return False, JobFailed(job_id, state, code, why=why or "the call left no result")
+        return False, JobFailed(job_id, state, code, _stderr_tail(ctx, job_id),
+                                why=why or "the call left no result; its stderr ends as below")
     if result.get("ok") and state == "completed":
         try:
             return True, pickle.loads(result["value"])
@@ -95,3 +96,15 @@ def answer(ctx: Context, rec: dict) -> tuple[bool, object]:
             exc.add_note(f"qex: raised in job {job_id[:8]}; its traceback:\n{tb.rstrip()}")
             return False, exc
     return False, JobFailed(job_id, state, code, tb, why)
+
+
+def _stderr_tail(ctx: Context, job_id: str, most: int = 2000) -> str:
+    """The end of a job's stderr (a call that could not start: no qex or cloudpickle there)."""
+    from qex.store.layout import STDERR
+
+    try:
+        with open(ctx.store.path(job_id, STDERR), "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - most))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -133,13 +133,13 @@ class _Watcher:
             pass  # (cancelled meanwhile)
 
 
-_WATCHERS: dict[int, _Watcher] = {}
+_WATCHERS: dict[Queue, _Watcher] = {}
 
 
 def _watcher_of(queue: Queue) -> _Watcher:
-    w = _WATCHERS.get(id(queue))
+    w = _WATCHERS.get(queue)
     if w is None:
-        w = _WATCHERS[id(queue)] = _Watcher(queue)
+        w = _WATCHERS[queue] = _Watcher(queue)
     return w
 
 
