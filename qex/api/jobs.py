@@ -78,6 +78,12 @@ class Queue:
 
 
 def _load(state_dir: str | None, config: str | None) -> Context:
+    ctx = _context(state_dir, config)
+    ctx.forks = False  # a pass admits and forks in a fresh qex process, never in this program (qex.supervisor.starter)
+    return ctx
+
+
+def _context(state_dir: str | None, config: str | None) -> Context:
     from qex.config.context import Context
 
     if state_dir is None and config is None:

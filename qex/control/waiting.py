@@ -73,7 +73,11 @@ def nudge(ctx: Context, pending: list[str]) -> None:
             need = True
         elif state == "queued" and not is_held(waker.lock_path(ctx)):
             need = True
-    if need:
+    if need and not ctx.forks:  # (a qex.api program: a fresh process passes, qex.supervisor.starter)
+        from qex.supervisor.become import kick
+
+        kick(ctx)
+    elif need:
         result = engine.run_pass(ctx)
         from qex.supervisor import become
 

@@ -77,6 +77,11 @@ def waker_lock(uid: int) -> str:
     return f"waker-{uid}.lock"
 
 
+def starter_lock(uid: int) -> str:
+    """Held by a starter of user ``uid`` until its pass holds the state lock (qex.supervisor.starter)."""
+    return f"starter-{uid}.lock"
+
+
 def learn_aside(when: int) -> str:
     """Where a damaged learner's store is moved, at ``when`` (qex.jobs.learn)."""
     return f"{LEARN}.corrupt-{when}"
