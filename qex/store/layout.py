@@ -105,6 +105,9 @@ STDOUT_PIPE = "stdout.pipe"          # FIFOs its qex run / submit --follow reads
 STDERR_PIPE = "stderr.pipe"          # (qex.supervisor.pipes: made by the follower, written by the supervisor)
 CALL = "call.pickle"                 # a Python call: its function and arguments (qex.api.calls; read by qex.api.runner)
 RESULT = "result.pickle"             # what the call returned or raised (written by qex.api.runner)
+# What a job reads from its directory to run, beside its spec and stdin: a rerun's new job gets a copy
+# (qex.control.rerun; stdin has its own rule there, by --stdin).
+RUN_FILES = (CALL,)
 CUT = ".cut"                         # after a log's name: the log's cut record (qex.supervisor.logs)
 _NEW_JOB = ".new-"                   # before a job's id: its directory being made (qex.store.state)
 _CLEANED = ".clean-"                 # before a job's id: its directory being removed (qex.control.actions)

@@ -4,6 +4,7 @@ the command line. Several checks share one script: each script pays a start-up."
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -312,3 +313,30 @@ def test_no_supervisor_or_waker_is_a_fork_of_the_calling_program(q):
     assert got["supervisors"] == [True, True] and got["lock"] is True  # both alive while it looked
     assert got["marked"] == []
     assert got["call"] is True and got["shell"] == 0
+
+
+def test_qex_rerun_of_a_call_runs_the_call_again(q):
+    """qex rerun carries the call's file (layout.RUN_FILES) into the new job's directory."""
+    q.write_config(CONFIG)
+    env_of(q)
+    path = script(q, "rerun.py", """
+        import json, os, sys, qex
+        def scaled(x, by):
+            print("ran", x, by)
+            return {"value": x * by, "pid": os.getpid()}
+        f = qex.Executor(cpu=1).submit(scaled, 7, by=6)
+        print("first", json.dumps([f.job.id, f.result()["value"]]))
+    """)
+    job_id, value = lines(python(q, path))["first"]
+    assert value == 42
+    again = q.run("rerun", job_id, check=0).stdout.split()[0]
+    assert again != job_id and q.run("wait", again).returncode == 0
+    got = lines(python(q, script(q, "read.py", f"""
+        import json, qex
+        j = qex.Job("{again}")
+        print("again", json.dumps([j.state, j.logs()]))
+    """)))["again"]
+    assert got == ["completed", "ran 7 6\n"]
+    with open(os.path.join(q.state, "jobs", again, "result.pickle"), "rb") as fh:
+        result = pickle.load(fh)
+    assert result["ok"] and pickle.loads(result["value"])["value"] == 42
