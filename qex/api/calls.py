@@ -16,10 +16,12 @@ from qex.store.layout import CALL, RESULT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from qex.config.context import Context
 
 
-def label(fn) -> str:
+def label(fn: Callable) -> str:
     """The name a call's job gets: its function's (``qex.base.units.safe_name``)."""
     from qex.base.units import safe_name
 
@@ -31,7 +33,7 @@ def command(ctx: Context, name: str) -> list[str]:
     return [sys.executable, "-m", "qex.api.runner", ctx.store.jobs, name]
 
 
-def pack(ctx: Context, fn, args: tuple, kwargs: dict) -> bytes:
+def pack(ctx: Context, fn: Callable, args: tuple, kwargs: dict) -> bytes:
     """The call as its job reads it; refused (121) past ``[python] max_input``."""
     import cloudpickle
 
@@ -51,7 +53,7 @@ def pack(ctx: Context, fn, args: tuple, kwargs: dict) -> bytes:
     return data
 
 
-def writer(calls: dict[str, bytes]):
+def writer(calls: dict[str, bytes]) -> Callable[[str], None]:
     """``submit_many``'s ``prepare``: the call of each job into its directory."""
     def prepare(job_dir: str) -> None:
         data = calls.get(os.path.basename(job_dir))

@@ -18,6 +18,8 @@ from qex.base.errors import SpecError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
     from qex.api.jobs import Queue
 
 POLL_FIRST, POLL_MAX, NUDGE_EVERY = 0.005, 0.1, 1.0
@@ -44,11 +46,11 @@ class Future(cf.Future):
 
         return not self.done() and self.job.state in HOLDING
 
-    def result(self, timeout: float | None = None):
+    def result(self, timeout: float | None = None) -> object:
         with interrupted([self.job.id]):
             return super().result(timeout)
 
-    def exception(self, timeout: float | None = None):
+    def exception(self, timeout: float | None = None) -> BaseException | None:
         with interrupted([self.job.id]):
             return super().exception(timeout)
 
@@ -156,11 +158,11 @@ class Executor(cf.Executor):
         self._futures: list[Future] = []
         self._shut = False
 
-    def options(self, **claims) -> Executor:
+    def options(self, **claims: object) -> Executor:
         """An executor whose calls have these claims too (``ex`` stays as it was)."""
         return Executor(queue=self._queue, **{**self._claims, **claims})
 
-    def submit(self, fn, /, *args, **kwargs) -> Future:
+    def submit(self, fn: Callable, /, *args: object, **kwargs: object) -> Future:
         self._check_open()
         ctx = self._queue.ctx
         name = self._claims.get("name") or calls.label(fn)
@@ -170,7 +172,8 @@ class Executor(cf.Executor):
                 ids = _submit(ctx, options(calls.command(ctx, name), {**self._claims, "name": name}), data)
         return self._track([ids[0]])[0]
 
-    def map(self, fn, *iterables, timeout: float | None = None, chunksize: int = 1):
+    def map(self, fn: Callable, *iterables: Iterable, timeout: float | None = None,
+            chunksize: int = 1) -> Iterator:
         """The calls of ``fn`` over ``iterables`` as one group; their results in order."""
         self._check_open()
         end = None if timeout is None else time.monotonic() + timeout

@@ -17,6 +17,8 @@ from qex.base.errors import QexError, SpecError, error_exit_code
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
     from qex.config.context import Context
 
 # The keywords of qex.submit (and of an Executor's calls), each the option of `qex submit` it is.
@@ -37,7 +39,7 @@ class JobFailed(QexError):
 
 
 @contextmanager
-def as_command(verb: str):
+def as_command(verb: str) -> Iterator[None]:
     """A QexError raised inside carries the exit code of ``qex VERB`` (``error_exit_code``)."""
     try:
         yield
@@ -67,7 +69,7 @@ class Queue:
                 self._ctx = _load(self.state_dir, self.config)
         return self._ctx
 
-    def submit(self, command, **options) -> Job:
+    def submit(self, command: list[str] | str, **options: object) -> Job:
         return submit(command, queue=self, **options)
 
     def job(self, job_id: str) -> Job:
@@ -158,7 +160,7 @@ def _ids(value) -> list[str]:
     return out
 
 
-def submit(command, *, queue: Queue | None = None, **given) -> Job:
+def submit(command: list[str] | str, *, queue: Queue | None = None, **given: object) -> Job:
     """Submit a command (a list of words, or a string run by ``sh -c``) as ``qex submit`` does."""
     if isinstance(command, str):
         command = ["sh", "-c", command]
@@ -171,7 +173,8 @@ def submit(command, *, queue: Queue | None = None, **given) -> Job:
     return Job(ids[0], queue=q)
 
 
-def submit_built(ctx: Context, args: SimpleNamespace, prepare=None, payloads=None) -> list[str]:
+def submit_built(ctx: Context, args: SimpleNamespace, prepare: Callable[[str], None] | None = None,
+                 payloads: object = None) -> list[str]:
     """``qex submit``'s path below the command line: request, build, dedupe, write, pass.
     ``prepare(job_dir)``: what else each job's directory holds before a pass can start it."""
     from qex.jobs.request import request_from_args
@@ -273,7 +276,7 @@ class Job:
 
 
 @contextmanager
-def interrupted(ids: list[str], group: str | None = None):
+def interrupted(ids: list[str], group: str | None = None) -> Iterator[None]:
     """Ctrl-C while waiting: the wait stops, the jobs go on; say how to stop them."""
     try:
         yield
