@@ -110,6 +110,7 @@ def fork_early(ctx: Context, launches: list[Launch], locks: tuple[int, ...], lea
     os._exit(70)
 
 
+_STARTERS: list = []  # this process's starters (subprocess.Popen) not seen ending yet
 _STARTER = "import sys; sys.path.insert(0, sys.argv[1]); from qex.supervisor.starter import main; main()"
 
 
@@ -132,10 +133,11 @@ def kick(ctx: Context) -> None:
         return
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this qex's
     env = {**os.environ, "QEX_STATE_DIR": ctx.store.root, "QEX_CONFIG": ctx.config.path}
+    _STARTERS[:] = [p for p in _STARTERS if p.poll() is None]  # (reaps those that ended: no zombie piles up)
     try:
-        subprocess.Popen([sys.executable, "-c", _STARTER, root, str(fd)], pass_fds=(fd,), close_fds=True,
+        _STARTERS.append(subprocess.Popen([sys.executable, "-c", _STARTER, root, str(fd)], pass_fds=(fd,), close_fds=True,
                          start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, env=env, cwd="/")
+                         stderr=subprocess.DEVNULL, env=env, cwd="/"))
     except OSError:
         pass  # (the job waits queued; the next look kicks again)
     finally:

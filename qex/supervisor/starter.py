@@ -33,10 +33,12 @@ def main() -> None:
     handed = int(sys.argv[2])
     try:
         from qex.config.context import Context
+        from qex.linux.cgroup import warm
         from qex.queue import engine
         from qex.store.lock import never_give_up
         from qex.supervisor import become
 
+        warm()  # as qex submit does: the first cgroup move's wait runs beside this pass
         ctx = Context.load()
         detach_stdio(os.path.join(ctx.store.root, layout.WAKER_LOG))
         never_give_up()  # (a background process: its pass waits for the state lock as long as it takes)
