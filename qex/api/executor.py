@@ -3,7 +3,9 @@
 Each call is one job (``qex.api.calls``: pickled into its directory, run by this
 interpreter); ``map`` submits its calls as one group. A watcher thread reads the
 records of the calls not yet done (no lock, as ``qex wait`` does) and completes
-their futures; the job outlives this program, as every qex job does.
+their futures; the job outlives this program, as every qex job does. It forks
+nothing: a call that waits with nothing to start it has a fresh qex process pass
+(``qex.control.waiting.nudge``, ``qex.supervisor.become.kick``).
 """
 
 from __future__ import annotations
