@@ -265,6 +265,8 @@ dir = "/srv/qex-peers"
 max_age = "7d"
 max_records = 50
 prune_every = "none"
+[python]
+max_input = "64MB"
 """
     path = write(tmp_path, text)
     c = load_config(path, env={})
@@ -278,6 +280,7 @@ prune_every = "none"
     assert c.learn_enabled is False and c.learn_margin == pytest.approx(0.5)
     assert c.peers_dir == "/srv/qex-peers"
     assert c.store_max_age == 7 * 86400 and c.store_max_records == 50 and c.store_prune_every is None
+    assert c.python_max_input == 64 * 1024**2
     assert all(source == path for key, source in c.sources.items() if key != "pool")
     assert c.sources["pool"] == "default"
 

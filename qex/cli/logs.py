@@ -205,7 +205,7 @@ def _follow(ctx: Context, job_id: str, streams: list, pattern) -> int:
     """--follow: each stream as it grows until the job ends (--grep: the lines that match).
     A reader that came after the output limit cut what it had not read says so: 1."""
     from qex.cli import stream
-    from qex.cli import wait as waiting
+    from qex.control import waiting
 
     outs = [out if pattern is None else _Grep(out, pattern) for _, out in streams]
     files = stream.Files([(ctx.store.path(job_id, name), "stdout" if name == layout.STDOUT else "stderr", o)

@@ -277,6 +277,9 @@ KEYS = (
     Key("store.prune_every", "store_prune_every", float | None, "optional_duration", 600.0, "optional_duration",
         "how often a supervisor whose job ended removes the records past max_age and max_records "
         '(none still needed); "none": never (qex clean --auto only)', help="= {default}"),
+    Key("python.max_input", "python_max_input", int, "positive_size", 256 * MiB, "size",
+        "the most a call of qex.Executor may take pickled (its function and arguments); a larger one is refused",
+        help="= {default}"),
     Key("pool", "pools", tuple[PoolDef, ...], "pools", (), "pools",
         "the pools jobs claim: plain units (count), or devices with a size each (devices, size, env, fence)",
         help='name = "gpu", devices = ["24GB", "24GB"], env = "CUDA_VISIBLE_DEVICES", fence = true\n'

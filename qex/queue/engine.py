@@ -46,7 +46,8 @@ def run_pass(ctx: Context, mutate: Callable[[Txn], object] | None = None, save_i
 
             # A supervisor's pass may decide by the head of the queue, unless its
             # commit is to save the index file (which must have every job's words).
-            launches = admit_locked(ctx, txn, window=save_index == LAZY and not idx.save_due())
+            # (a process that must not fork, a qex.api program, only commits: qex.supervisor.starter admits)
+            launches = admit_locked(ctx, txn, window=save_index == LAZY and not idx.save_due()) if ctx.forks else []
             from qex.hooks.markers import mark_locked
 
             mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
