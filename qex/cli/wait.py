@@ -88,7 +88,7 @@ def _nudge(ctx: Context, pending: list[str]) -> None:
         state = rec.get("state")
         if state in HOLDING and not is_held(ctx.store.path(job_id, layout.ALIVE)):
             need = True
-        elif state == "queued" and not is_held(waker.lock_path(ctx)):
+        elif state == "queued" and not rec.get("slurm_job_id") and not is_held(waker.lock_path(ctx)):
             need = True
     if need:
         result = engine.run_pass(ctx)

@@ -1,0 +1,123 @@
+"""A job's request in Slurm's words: the table of docs/slurm.md (and `qex help slurm`).
+
+Each row is here once: ``claims`` reads what a job claims (no local budget, no local
+pool: the cluster is the scheduler), ``refuse`` refuses at submission what has no
+faithful translation (SpecError, 121, a sentence that names the option), and
+``sbatch_args`` writes the options. ``qex export slurm`` and the backend share them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from qex.base import units
+from qex.base.errors import SpecError
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.model import Config
+
+MiB = 1024 * 1024
+
+
+def claims(config: Config, req: object) -> tuple[dict, dict, list[str]]:
+    """The claim map of a request on Slurm: cores, memory (0: Slurm's default), and the
+    pools: ``gpu`` (GPUs, as gres), any other name a license (``--claim``, ``--lock``)."""
+    refuse(config, req)
+    sources, warnings, pools = {}, [], {}
+    cpu = units.parse_cpu(str(req.cpu), "--cpu") if req.cpu is not None else config.default_cpu
+    sources["cpu"] = "user" if req.cpu is not None else "default"
+    if isinstance(cpu, str):
+        option = "--cpu" if req.cpu is not None else "[defaults] cpu"
+        raise SpecError(f"{option}: {cpu!r} is a share of this machine's budget, which a Slurm job does not have; "
+                        "give a number of cores, e.g. --cpu 4")
+    mem = units.parse_mem(str(req.mem), "--mem") if req.mem is not None else config.default_mem
+    sources["mem"] = "user" if req.mem is not None else ("default" if mem is not None else "slurm")
+    if isinstance(mem, str):
+        option = "--mem" if req.mem is not None else "[defaults] mem"
+        raise SpecError(f"{option}: {mem!r} is a share of this machine's budget, which a Slurm job does not have; "
+                        "give a size, e.g. --mem 8GB")
+    if req.gpu is not None or req.vram is not None:
+        count = req.gpu if req.gpu is not None else 1
+        if not isinstance(count, int) or count < 1:
+            raise SpecError(f"--gpu: {count!r} is not a whole number of 1 or more")
+        if req.vram is not None:
+            warnings.append(f"--vram {units.safe_text(str(req.vram))}: Slurm has no claim of VRAM on this "
+                            f"cluster (no shard gres); the job gets {count} whole GPU(s) (--gres=gpu:{count})")
+        pools["gpu"] = {"count": count, "size": None}
+    for item in req.claims:
+        name, _, rest = item.partition("=")
+        count_text, _, size = rest.partition(":")
+        if size:
+            raise SpecError(f"--claim: {units.safe_text(item)!r} claims a size on a pool's devices, which Slurm "
+                            "licenses do not have; claim units, e.g. --claim net=1")
+        if not count_text.isdigit() or int(count_text) < 1 or not name:
+            raise SpecError(f"--claim: {units.safe_text(item)!r} is not NAME=N; e.g. --claim net=1")
+        pools[name] = {"count": int(count_text), "size": None}
+    for name in req.locks:
+        if name in pools:
+            raise SpecError(f"--lock: {name!r} is claimed twice; give each pool or lock once")
+        pools[name] = {"count": 1, "size": None}
+    return {"cpu": cpu / 1000, "mem": mem or 0, "pools": pools}, sources, warnings
+
+
+def refuse(config: Config, req: object) -> None:
+    """What has no faithful translation to Slurm is refused, by its option."""
+    def no(option: str, why: str) -> None:
+        raise SpecError(f"{option} has no faithful translation to Slurm ({why}); remove it, or submit with "
+                        "QEX_BACKEND=local")
+
+    retries = req.retries if req.retries is not None else config.default_retries
+    if retries:
+        no("--retries" if req.retries is not None else "[defaults] retries",
+           "a retry would be a new Slurm job qex is not there to submit")
+    if req.oom_retries:
+        no("--oom-retries", "an out-of-memory end is final on Slurm: claim the memory the job needs with --mem")
+    if req.stdin == "-":
+        no("--stdin -", "the job runs on a node that cannot read this terminal; give --stdin FILE on the "
+           "shared file system")
+    if req.max_queue_time is not None and req.timeout is None and config.default_timeout is None:
+        no("--max-queue-time", "Slurm's --deadline counts to the job's end: it needs --timeout")
+    if req.dedupe_window is not None:
+        no("--dedupe-window", "it asks the ended jobs' records on this machine's clock")
+
+
+def sbatch_args(config: Config, rec: dict, deps: list[str], script_log: str, array: int | None = None) -> list[str]:
+    """The options of the sbatch call that submits ``rec`` (an array of ``array`` tasks:
+    their records differ only in command and name). ``deps``: the Slurm dependency
+    terms (``afterok:123``, ``afterany:124_3``)."""
+    out = [f"--job-name={rec['name'] if array is None else rec.get('group_name') or rec['name']}",
+           f"--chdir={rec['cwd']}", f"--output={script_log}", "--export=NONE", "--kill-on-invalid-dep=no"]
+    claims = rec.get("claims") or {}
+    out.append(f"--cpus-per-task={max(1, math.ceil(float(claims.get('cpu', 1.0)) - 1e-9))}")
+    if claims.get("mem"):
+        out.append(f"--mem={max(1, math.ceil(int(claims['mem']) / MiB))}M")
+    licenses = []
+    for name, claim in sorted((claims.get("pools") or {}).items()):
+        if name == "gpu":
+            out.append(f"--gres=gpu:{claim['count']}")
+        else:
+            licenses.append(f"{name}:{claim['count']}")
+    if licenses:
+        out.append("--licenses=" + ",".join(licenses))
+    if rec.get("timeout"):
+        out.append(f"--time={max(1, math.ceil(rec['timeout'] / 60))}")
+    if rec.get("max_queue_time") is not None and rec.get("timeout"):
+        end = rec["submitted_at"] + rec["max_queue_time"] + rec["timeout"]
+        out.append("--deadline=" + time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(math.ceil(end))))
+    if rec.get("priority"):
+        out.append(f"--nice={-int(rec['priority'])}")
+    if deps:
+        out.append("--dependency=" + ",".join(deps))
+    comment = f"qex:{rec['id'] if array is None else rec.get('group') or rec['id']}"
+    if rec.get("tags"):
+        comment += " tags:" + ",".join(rec["tags"])
+    out.append(f"--comment={comment}")
+    if array is not None:
+        out.append(f"--array=0-{array - 1}")
+    for option, value in (("--partition", config.slurm_partition), ("--account", config.slurm_account),
+                          ("--qos", config.slurm_qos)):
+        if value:
+            out.append(f"{option}={value}")
+    return out + list(config.slurm_sbatch_args)
