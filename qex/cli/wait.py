@@ -79,17 +79,23 @@ def _nudge(ctx: Context, pending: list[str]) -> None:
     from qex.queue import engine, waker
     from qex.store.lock import is_held
 
-    need = False
+    need, on_slurm = False, []
     for job_id in pending:
         try:
             rec = ctx.store.read_status_dict(job_id)
         except Exception:
             continue
         state = rec.get("state")
+        if rec.get("slurm_job_id") and state == "queued":
+            on_slurm.append(job_id)
         if state in HOLDING and not is_held(ctx.store.path(job_id, layout.ALIVE)):
             need = True
         elif state == "queued" and not rec.get("slurm_job_id") and not is_held(waker.lock_path(ctx)):
             need = True
+    if on_slurm:
+        from qex.queue import slurmsync
+
+        slurmsync.refresh(ctx, on_slurm)  # (Slurm's word on its waiting jobs: one squeue call)
     if need:
         result = engine.run_pass(ctx)
         from qex.supervisor import become
@@ -267,6 +273,11 @@ def cmd_status(args: Namespace) -> int:
             except WaitLimit:
                 return outcome.WAIT_LIMIT
     index = ctx.store.read_index_jobs()
+    if any(index.get(j, {}).get("slurm") for j in target.members):
+        from qex.queue import slurmsync
+
+        slurmsync.refresh(ctx, target.members)  # (one squeue call for what Slurm still holds)
+        index = ctx.store.read_index_jobs()
     records = [ctx.store.read_live(j, index) for j in target.members]
     if args.show_env:
         from qex.control.actions import check_owner

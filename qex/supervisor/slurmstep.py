@@ -58,6 +58,7 @@ def supervise(ctx: Context, launch: Launch) -> None:
     from qex.slurm import clients
     from qex.supervisor.run import main_loop
 
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # until the supervisor's own handler: the record says it
     try:
         os.setsid()
         detach_stdio(ctx.store.path(launch.job_id, layout.SUPERVISOR_LOG))

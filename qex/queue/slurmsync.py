@@ -1,0 +1,83 @@
+"""What Slurm knows that a record of the Slurm backend does not say yet (``qex wait``,
+``qex status``, ``qex list``): asked in one ``squeue`` call, only for the jobs the index
+still has as queued or running on Slurm. A job's result is never read from Slurm: the
+qex step on its node writes the final record (``qex.supervisor.slurmstep``).
+
+What is decided here, in one pass:
+
+- a job Slurm holds with ``DependencyNeverSatisfied`` is cancelled in Slurm and recorded
+  ``skipped``, naming the first job it needs that did not succeed (as locally);
+- a job still ``queued`` here that Slurm ended or forgot before qex's step took it (an
+  ``scancel`` outside qex, its ``--deadline``, a node that failed at boot) is recorded
+  ``cancelled``, ``expired`` or ``failed``, with Slurm's words;
+- a pending job's reason is Slurm's (``Slurm: Resources``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from qex.base.states import ACTIVE
+from qex.queue import engine
+from qex.slurm.clients import ACTIVE_STATES
+
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.config.context import Context
+
+ENDED_AS = {"CANCELLED": "cancelled", "DEADLINE": "expired"}  # else failed
+
+
+def refresh(ctx: Context, job_ids: list[str] | None = None) -> None:
+    """Bring the records of the given jobs (None: every active Slurm job) up to Slurm's word."""
+    from qex.slurm import clients
+
+    jobs = ctx.store.read_index_jobs()
+    mine = {j: e["slurm"] for j, e in jobs.items() if e.get("slurm") and (job_ids is None or j in job_ids)}
+    if not mine:
+        return
+    try:
+        known = clients.queue_states(sorted(mine.values()))
+    except clients.SlurmError:
+        return  # a controller that does not answer changes nothing; the records stand
+    never = [j for j, s in mine.items() if known.get(s, ("", "", ""))[1] == clients.NEVER]
+    if never:
+        clients.cancel([mine[j] for j in never])
+    engine.run_pass(ctx, lambda txn: _apply(txn, mine, known, set(never)))
+
+
+def _apply(txn, mine: dict, known: dict, never: set) -> None:
+    now = time.time()
+    for job_id, slurm_id in mine.items():
+        entry = txn.idx.jobs.get(job_id)
+        if entry is None or entry["state"] != "queued":
+            continue  # ended meanwhile, or taken by its step (whose supervisor records it)
+        state, reason, _ = known.get(slurm_id, ("", "", ""))
+        if job_id in never:
+            root, how = _first_failed(txn, txn.record(job_id).get("needs") or ())
+            txn.update(job_id, state="skipped", ended_at=now, skipped_root=root, blocked_reason=None,
+                       blocked_holder=None, error=f"a job it needs did not succeed: {root[:8]} ({how}); "
+                       f"Slurm job {slurm_id}: DependencyNeverSatisfied, cancelled")
+        elif not state or state not in ACTIVE_STATES:
+            said = f"Slurm ended job {slurm_id} ({state}, {reason})" if state else \
+                f"Slurm no longer knows job {slurm_id}"
+            txn.update(job_id, state=ENDED_AS.get(state, "failed"), ended_at=now, blocked_reason=None,
+                       blocked_holder=None, error=f"{said} before qex's step started it; see its slurm.log")
+        else:
+            words = f"Slurm: {state.lower()}" + (f" ({reason})" if reason and reason != "None" else "")
+            if entry.get("reason") != words:
+                txn.update(job_id, change="reason", blocked_reason=words, blocked_holder="slurm",
+                           blocked_since=txn.record(job_id).get("blocked_since") or now)
+
+
+def _first_failed(txn, needs) -> tuple[str, str]:
+    for dep in needs:
+        try:
+            rec = txn.record(dep)
+        except Exception:
+            return dep, "no such job"
+        state = rec.get("state")
+        if state != "completed" and state not in ACTIVE:
+            return (rec.get("skipped_root") or dep, "skipped") if state == "skipped" else (dep, state)
+    return (needs[0] if needs else "", "its dependency can never be met")
+

@@ -1,0 +1,162 @@
+"""Issue 26: the same commands on a real Slurm (tests/slurm/cluster.py), results from qex's records.
+
+Each job waits on a gate file the test creates (never a sleep) where the test must see it
+while it runs (its claims in ``scontrol show job``, a kill)."""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+
+def gated(q, name: str, then: str = "true") -> list[str]:
+    gate = q.gate(name)
+    return ["bash", "-c", f"while [ ! -e {shlex.quote(gate)} ]; do sleep 0.05; done; {then}"]
+
+
+def release(q, name: str) -> None:
+    open(q.gate(name), "w").close()
+
+
+def scontrol(q, slurm_id: str) -> str:
+    proc = q.cluster.client("scontrol", "show", "job", slurm_id)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def until_running(q, job_id: str) -> dict:
+    return q.wait_state(job_id, "running", timeout=60)
+
+
+def test_a_job_runs_on_slurm_with_its_claims_its_exit_code_and_its_output(sq):
+    job = sq.submit("--cpu", "1.5", "--mem", "300M", "--gpu", "2", "--timeout", "90s", "--name", "core-job",
+                    "--tag", "t1", "--", *gated(sq, "core", "echo out-line; echo err-line >&2; "
+                                                        "echo gpus=$CUDA_VISIBLE_DEVICES; exit 7"))
+    rec = until_running(sq, job)
+    slurm_id = rec["slurm_job_id"]
+    assert slurm_id and slurm_id.isdigit(), rec
+    shown = scontrol(sq, slurm_id)
+    assert "JobName=core-job" in shown
+    assert re.search(r"\bNumCPUs=2\b", shown), shown           # --cpu 1.5 -> --cpus-per-task=2 (rounded up)
+    assert "mem=300M" in shown, shown                           # --mem -> --mem
+    assert "gres:gpu:2" in shown or "gres/gpu=2" in shown, shown  # --gpu 2 -> --gres=gpu:2
+    assert "TimeLimit=00:02:00" in shown, shown                 # --timeout 90s -> --time=2 (minutes, up)
+    assert f"Comment=qex:{job} tags:t1" in shown, shown         # tags -> --comment
+    assert "JobState=RUNNING" in shown
+    release(sq, "core")
+    wait = sq.run("wait", job, timeout=120)
+    assert wait.returncode == 7, (wait.stdout, wait.stderr)
+    logs = sq.run("logs", job, check=0)
+    assert "out-line" in logs.stdout and "gpus=0,1" in logs.stdout, logs.stdout
+    assert "err-line" in sq.run("logs", "--stderr", job, check=0).stdout
+    final = sq.record(job)
+    assert final["state"] == "failed" and final["exit_code"] == 7 and final["slurm_job_id"] == slurm_id
+    assert final["usage"]["cpu_secs"] is not None  # the supervisor's usage, written on the node
+
+
+def test_the_record_is_written_after_scontrol_forgot_the_job(sq):
+    job = sq.submit("--", *gated(sq, "forgot", "echo done-line"))
+    slurm_id = until_running(sq, job)["slurm_job_id"]
+    release(sq, "forgot")
+    sq.wait_state(job, "completed", timeout=60)
+
+    def forgotten():
+        return sq.cluster.client("scontrol", "show", "job", slurm_id).returncode != 0
+    sq.wait_for(forgotten, timeout=60, what="scontrol to forget the job (MinJobAge)", interval=0.5)
+    status = sq.run("status", "--json", job, check=0)
+    assert json.loads(status.stdout)[0]["state"] == "completed"
+    assert sq.run("wait", job).returncode == 0
+    assert "done-line" in sq.run("logs", job, check=0).stdout
+
+
+def test_kill_cancels_the_slurm_job_and_records_killed(sq):
+    job = sq.submit("--", *gated(sq, "never"))
+    slurm_id = until_running(sq, job)["slurm_job_id"]
+    kill = sq.run("kill", job, timeout=120)
+    assert kill.returncode == 0, (kill.stdout, kill.stderr)
+    rec = sq.wait_state(job, "killed", timeout=60)
+    assert rec["kill_requested"]
+
+    def slurm_ended():
+        out = sq.cluster.client("squeue", "-h", "-j", slurm_id, "-o", "%T").stdout.strip()
+        return out in ("", "COMPLETED", "FAILED", "CANCELLED")
+    sq.wait_for(slurm_ended, timeout=60, what="the Slurm job to end", interval=0.2)
+
+
+def test_kill_of_a_job_slurm_holds_cancels_it_there(sq):
+    held = sq.submit("--", *gated(sq, "held-first"))
+    job = sq.submit("--after", held, "--", "true")
+    slurm_id = sq.record(job)["slurm_job_id"]
+    assert "afterany:" in scontrol(sq, slurm_id)
+    assert sq.run("kill", job).returncode == 0
+    assert sq.record(job)["state"] == "cancelled"
+    shown = sq.cluster.client("squeue", "-h", "-j", slurm_id, "-o", "%T").stdout.strip()
+    assert shown in ("", "CANCELLED"), shown
+    release(sq, "held-first")
+    assert sq.run("wait", held, timeout=120).returncode == 0
+
+
+def test_a_pipeline_with_a_failing_first_stage(sq):
+    path = os.path.join(sq.root, "pipe.toml")
+    with open(path, "w") as fh:
+        fh.write('name = "p"\n'
+                 '[[jobs]]\nname = "first"\ncommand = ["sh", "-c", "exit 5"]\n'
+                 '[[jobs]]\nname = "needy"\ncommand = ["sh", "-c", "echo never"]\nneeds = ["first"]\n'
+                 '[[jobs]]\nname = "later"\ncommand = ["sh", "-c", "echo cleaned"]\nafter = ["first"]\n')
+    proc = sq.run("pipeline", path, check=0)
+    group = proc.stdout.strip().splitlines()[-1].split()[0]
+    wait = sq.run("wait", group, timeout=180)
+    assert wait.returncode == 5, (wait.stdout, wait.stderr)  # the first failure's code
+    by_name = {r["name"]: r for r in sq.records()}
+    assert by_name["first"]["state"] == "failed"
+    assert by_name["needy"]["state"] == "skipped", by_name["needy"]
+    assert by_name["needy"]["skipped_root"] == by_name["first"]["id"]
+    assert "DependencyNeverSatisfied" in by_name["needy"]["error"]
+    assert by_name["later"]["state"] == "completed"
+    assert "cleaned" in sq.run("logs", by_name["later"]["id"], check=0).stdout
+    needy = by_name["needy"]["slurm_job_id"]
+    out = sq.cluster.client("squeue", "-h", "-j", needy, "-o", "%T").stdout.strip()
+    assert out in ("", "CANCELLED"), out  # cancelled in Slurm too
+
+
+def test_a_five_line_fan_out_is_one_job_array(sq):
+    lines = os.path.join(sq.root, "lines.txt")
+    with open(lines, "w") as fh:
+        fh.write("".join(f"v{i}\n" for i in range(5)))
+    proc = sq.run("submit", "--each-line", lines, "--", "echo", "{}", check=0)
+    group = proc.stdout.split()[0]
+    recs = [r for r in sq.records() if r["group"] == group]
+    assert len(recs) == 5
+    bases = {r["slurm_job_id"].split("_")[0] for r in recs}
+    assert len(bases) == 1, [r["slurm_job_id"] for r in recs]  # one sbatch: one array
+    assert sorted(r["slurm_job_id"].split("_")[1] for r in recs) == [str(i) for i in range(5)]
+    assert sq.run("wait", group, timeout=180).returncode == 0
+    for i, r in enumerate(sorted(recs, key=lambda r: int(r["slurm_job_id"].split("_")[1]))):
+        assert sq.record(r["id"])["state"] == "completed"
+        assert sq.run("logs", r["id"], check=0).stdout.strip() == f"v{i}"
+
+
+def test_export_of_a_two_stage_pipeline_runs_under_bash_alone(sq, tmp_path):
+    out_dir = tmp_path / "exported"
+    out_dir.mkdir()
+    path = os.path.join(sq.root, "two.toml")
+    with open(path, "w") as fh:
+        fh.write(f'[[jobs]]\nname = "make"\ncommand = ["sh", "-c", "echo made > {out_dir}/a"]\n'
+                 f'[[jobs]]\nname = "use"\ncommand = ["sh", "-c", "cat {out_dir}/a > {out_dir}/b"]\n'
+                 'needs = ["make"]\n')
+    script = sq.run("export", "slurm", path, check=0).stdout
+    assert "qex" not in script.replace("# Exported by qex", "")
+    env = {"PATH": os.environ["PATH"], **sq.cluster.env}
+    proc = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    ids = proc.stdout.split()
+    assert len(ids) == 2 and all(i.isdigit() for i in ids), proc.stdout
+    second = scontrol(sq, ids[1])
+    assert f"Dependency=afterok:{ids[0]}" in second or "Dependency=(null)" in second, second
+    sq.wait_for(lambda: (out_dir / "b").exists() and (out_dir / "b").read_text() == "made\n", timeout=90,
+                what="the second stage's file", interval=0.2)
