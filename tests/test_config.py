@@ -265,6 +265,12 @@ dir = "/srv/qex-peers"
 max_age = "7d"
 max_records = 50
 prune_every = "none"
+[backend]
+kind = "slurm"
+partition = "gpu"
+account = "lab"
+qos = "high"
+sbatch_args = ["--exclusive"]
 """
     path = write(tmp_path, text)
     c = load_config(path, env={})
@@ -278,6 +284,8 @@ prune_every = "none"
     assert c.learn_enabled is False and c.learn_margin == pytest.approx(0.5)
     assert c.peers_dir == "/srv/qex-peers"
     assert c.store_max_age == 7 * 86400 and c.store_max_records == 50 and c.store_prune_every is None
+    assert c.backend_kind == "slurm" and (c.slurm_partition, c.slurm_account, c.slurm_qos) == ("gpu", "lab", "high")
+    assert c.slurm_sbatch_args == ("--exclusive",)
     assert all(source == path for key, source in c.sources.items() if key != "pool")
     assert c.sources["pool"] == "default"
 

@@ -7,6 +7,7 @@ from qex.cli.common import out
 from qex.cli.help_agents import AGENTS
 from qex.cli.help_cron import CRON
 from qex.cli.help_resources import RESOURCES
+from qex.cli.help_slurm import SLURM
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ queued -> expired | cancelled | skipped (without running)
 """,
     "resources": RESOURCES,
     "cron": CRON,
+    "slurm": SLURM,
     "config": """\
 The config file: $QEX_CONFIG, else $XDG_CONFIG_HOME/qex.toml, else
 ~/.config/qex.toml. Missing = the defaults. A file that cannot be read, a

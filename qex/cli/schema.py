@@ -53,6 +53,7 @@ NO_JSON = {
     "help": "words for people",
     "completions": "a script for a shell",
     "top": "a full-screen view for people (qex list --json and qex info --json give the same facts)",
+    "export": "it prints a bash script (the Slurm job ids are that script's output)",
 }
 
 _PRIMITIVES = {str: {"type": "string"}, int: {"type": "integer"}, float: {"type": "number"},

@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 MiB = 1024 * 1024
 
 
+def export_mode(capture: str, minimal: tuple[str, ...]) -> str:
+    """``--env-capture`` as sbatch's ``--export``: all -> ALL, minimal -> those names
+    (``qex.jobs.submit.MINIMAL_ENV``), none -> NONE."""
+    return {"all": "ALL", "minimal": ",".join(minimal), "none": "NONE"}.get(capture, "ALL")
+
+
 def claims(config: Config, req: object) -> tuple[dict, dict, list[str]]:
     """The claim map of a request on Slurm: cores, memory (0: Slurm's default), and the
     pools: ``gpu`` (GPUs, as gres), any other name a license (``--claim``, ``--lock``)."""
@@ -83,12 +89,20 @@ def refuse(config: Config, req: object) -> None:
         no("--dedupe-window", "it asks the ended jobs' records on this machine's clock")
 
 
-def sbatch_args(config: Config, rec: dict, deps: list[str], script_log: str, array: int | None = None) -> list[str]:
+def sbatch_args(config: Config, rec: dict, deps: list[str], script_log: str | None, array: int | None = None,
+                exported: str | None = None) -> list[str]:
     """The options of the sbatch call that submits ``rec`` (an array of ``array`` tasks:
     their records differ only in command and name). ``deps``: the Slurm dependency
-    terms (``afterok:123``, ``afterany:124_3``)."""
+    terms (``afterok:123``, ``afterany:124_3``). ``exported``: ``qex export slurm``'s
+    (``--export`` of the job's --env-capture; Slurm cancels what can never start;
+    Slurm's own output file), else qex's own submission (the step gives the job the
+    environment qex captured; qex records a job that can never start skipped)."""
     out = [f"--job-name={rec['name'] if array is None else rec.get('group_name') or rec['name']}",
-           f"--chdir={rec['cwd']}", f"--output={script_log}", "--export=NONE", "--kill-on-invalid-dep=no"]
+           f"--chdir={rec['cwd']}"]
+    if exported is None:
+        out += [f"--output={script_log}", "--export=NONE", "--kill-on-invalid-dep=no"]
+    else:
+        out += [f"--export={exported}", "--kill-on-invalid-dep=yes"]
     claims = rec.get("claims") or {}
     out.append(f"--cpus-per-task={max(1, math.ceil(float(claims.get('cpu', 1.0)) - 1e-9))}")
     if claims.get("mem"):
@@ -110,10 +124,11 @@ def sbatch_args(config: Config, rec: dict, deps: list[str], script_log: str, arr
         out.append(f"--nice={-int(rec['priority'])}")
     if deps:
         out.append("--dependency=" + ",".join(deps))
-    comment = f"qex:{rec['id'] if array is None else rec.get('group') or rec['id']}"
+    comment = [] if exported is not None else [f"qex:{rec['id'] if array is None else rec.get('group') or rec['id']}"]
     if rec.get("tags"):
-        comment += " tags:" + ",".join(rec["tags"])
-    out.append(f"--comment={comment}")
+        comment.append("tags:" + ",".join(rec["tags"]))
+    if comment:
+        out.append("--comment=" + " ".join(comment))
     if array is not None:
         out.append(f"--array=0-{array - 1}")
     for option, value in (("--partition", config.slurm_partition), ("--account", config.slurm_account),

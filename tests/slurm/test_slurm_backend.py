@@ -156,7 +156,23 @@ def test_export_of_a_two_stage_pipeline_runs_under_bash_alone(sq, tmp_path):
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     ids = proc.stdout.split()
     assert len(ids) == 2 and all(i.isdigit() for i in ids), proc.stdout
+    assert '"--dependency=afterok:$j0"' in script
     second = scontrol(sq, ids[1])
-    assert f"Dependency=afterok:{ids[0]}" in second or "Dependency=(null)" in second, second
+    assert re.search(rf"Dependency=afterok:{ids[0]}\b", second) or "Dependency=(null)" in second, second
     sq.wait_for(lambda: (out_dir / "b").exists() and (out_dir / "b").read_text() == "made\n", timeout=90,
                 what="the second stage's file", interval=0.2)
+
+
+def test_export_of_a_fan_out_is_one_array(sq, tmp_path):
+    lines = tmp_path / "lines"
+    lines.write_text("one\ntwo words\n")
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"command": ["sh", "-c", f"echo {{}} > {tmp_path}/out-$SLURM_ARRAY_TASK_ID"]}))
+    script = sq.run("export", "slurm", job, "--each-line", lines, check=0).stdout
+    assert "--array=0-1" in script
+    env = {"PATH": os.environ["PATH"], **sq.cluster.env}
+    proc = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip().isdigit(), (proc.stdout, proc.stderr)
+    sq.wait_for(lambda: (tmp_path / "out-1").exists() and (tmp_path / "out-1").read_text() == "two words\n",
+                timeout=90, what="the array's second task", interval=0.2)
+    assert (tmp_path / "out-0").read_text() == "one\n"
