@@ -236,6 +236,8 @@ def _info() -> dict:
         "hooks": ({}, "the stop hook in force and whose it is; null when none"),
         "damaged": (_arr(any_obj), "records a pass cannot use: id, file, problem"),
         "gpu_check": ({}, "the GPU driver checked against the pool gpu (present when there is one)"),
+        "backend": (any_obj, "where jobs run: kind (local or slurm) and, for slurm, controller: what "
+                             "`scontrol ping` answered (present with kind slurm)"),
     }, required=["machine", "budget", "held", "pools", "peers", "queue", "pauses", "damaged"])
 
 
