@@ -72,6 +72,7 @@ HOLDERS = {
     "front": "a job ahead of it in the queue is waiting for room first",
     "device": "no GPU device (or share of one) it claims is free",
     "owner": "another member's job whose owner runs no qex now: nothing will start it",
+    "slurm": "the Slurm backend: Slurm holds it (its reason is Slurm's: qex help slurm)",
 }
 PEAK_FROM = ("cgroup", "rusage")
 OOM_EVIDENCE = ("cgroup", "machine-counter")

@@ -33,9 +33,10 @@ def refresh(ctx: Context, job_ids: list[str] | None = None) -> None:
     from qex.slurm import clients
 
     jobs = ctx.store.read_index_jobs()
-    mine = {j: e["slurm"] for j, e in jobs.items() if e.get("slurm") and (job_ids is None or j in job_ids)}
+    mine = {j: e["slurm"] for j, e in jobs.items()
+            if e.get("slurm") and e["state"] == "queued" and (job_ids is None or j in job_ids)}
     if not mine:
-        return
+        return  # (a running job's record is its supervisor's to write)
     try:
         known = clients.queue_states(sorted(mine.values()))
     except clients.SlurmError:
@@ -43,7 +44,9 @@ def refresh(ctx: Context, job_ids: list[str] | None = None) -> None:
     never = [j for j, s in mine.items() if known.get(s, ("", "", ""))[1] == clients.NEVER]
     if never:
         clients.cancel([mine[j] for j in never])
-    engine.run_pass(ctx, lambda txn: _apply(txn, mine, known, set(never)))
+    words = {j: _words(*known.get(s, ("", "", ""))[:2]) for j, s in mine.items()}
+    if never or any(w is None or jobs[j].get("reason") != w for j, w in words.items()):
+        engine.run_pass(ctx, lambda txn: _apply(txn, mine, known, set(never)))  # (only when a record changes)
 
 
 def _apply(txn, mine: dict, known: dict, never: set) -> None:
@@ -64,10 +67,17 @@ def _apply(txn, mine: dict, known: dict, never: set) -> None:
             txn.update(job_id, state=ENDED_AS.get(state, "failed"), ended_at=now, blocked_reason=None,
                        blocked_holder=None, error=f"{said} before qex's step started it; see its slurm.log")
         else:
-            words = f"Slurm: {state.lower()}" + (f" ({reason})" if reason and reason != "None" else "")
+            words = _words(state, reason)
             if entry.get("reason") != words:
                 txn.update(job_id, change="reason", blocked_reason=words, blocked_holder="slurm",
                            blocked_since=txn.record(job_id).get("blocked_since") or now)
+
+
+def _words(state: str, reason: str) -> str | None:
+    """A waiting job's reason, in Slurm's words (None: Slurm no longer holds it)."""
+    if not state or state not in ACTIVE_STATES:
+        return None
+    return f"Slurm: {state.lower()}" + (f" ({reason})" if reason and reason != "None" else "")
 
 
 def _first_failed(txn, needs) -> tuple[str, str]:

@@ -176,3 +176,23 @@ def test_export_of_a_fan_out_is_one_array(sq, tmp_path):
     sq.wait_for(lambda: (tmp_path / "out-1").exists() and (tmp_path / "out-1").read_text() == "two words\n",
                 timeout=90, what="the array's second task", interval=0.2)
     assert (tmp_path / "out-0").read_text() == "one\n"
+
+
+def test_a_waiting_job_shows_slurms_reason_and_an_scancel_outside_qex_is_recorded(sq):
+    sq.write_config('[backend]\nkind = "slurm"\nsbatch_args = ["--hold"]\n')
+    job = sq.submit("--", "true")
+    status = json.loads(sq.run("status", "--json", job, check=0).stdout)[0]
+    assert status["state"] == "queued"
+    assert status["blocked_reason"] == "Slurm: pending (JobHeldUser)" and status["blocked_holder"] == "slurm"
+    assert sq.cluster.client("scancel", sq.record(job)["slurm_job_id"]).returncode == 0
+    wait = sq.run("wait", job, timeout=60)
+    rec = sq.record(job)
+    assert rec["state"] == "cancelled" and "Slurm" in rec["error"], rec
+    assert wait.returncode == 125
+
+
+def test_timeout_is_the_supervisors_on_the_node(sq):
+    job = sq.submit("--timeout", "2s", "--", "sleep", "60")
+    assert sq.run("wait", job, timeout=120).returncode == 125  # (timeout: the contract's 125)
+    rec = sq.record(job)
+    assert rec["state"] == "timeout", rec
