@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from qex.config.context import Context
 
 
+ON_NODE = "QEX_SLURM_STEP"  # set by the Slurm backend's batch script (qex.slurm.script): a pass on a node
+_ON_NODE = ON_NODE in os.environ  # admits nothing of the local queue (it would start it on the node)
+
+
 def run_pass(ctx: Context, mutate: Callable[[Txn], object] | None = None, save_index: bool = True,
              early: Callable[[Context, list[Launch], tuple[int, ...]], int] | None = None) -> PassResult:
     """One pass; ``mutate(txn)`` makes the command's own change in the same hold.
@@ -125,6 +129,8 @@ def admit_locked(ctx: Context, txn: Txn, window: bool = False) -> list[Launch]:
     reconcile_locked(ctx, txn, now)
     pause.settle_locked(ctx, txn, now)
     launches = []
+    if _ON_NODE:
+        return launches
     for _ in range(8):  # an expiry or a skip settles its dependents in the same hold
         if not any(e["state"] == "queued" and "slurm" not in e for e in txn.idx.jobs.values()):
             break

@@ -22,6 +22,7 @@ def batch_script(state_root: str, config_path: str, job_ids: list[str], log_of: 
     env["QEX_STATE_DIR"] = state_root
     env["QEX_CONFIG"] = config_path
     env.pop("QEX_BACKEND", None)
+    env["QEX_SLURM_STEP"] = "1"  # (qex.queue.engine.ON_NODE: its passes start no local job on the node)
     log = shlex.quote(log_of).replace("{}", "'\"$id\"'")
     lines = ["#!/bin/bash", "# Written by qex: runs its job under qex's step, which records the job's result.",
              *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),

@@ -196,3 +196,15 @@ def test_timeout_is_the_supervisors_on_the_node(sq):
     assert sq.run("wait", job, timeout=120).returncode == 125  # (timeout: the contract's 125)
     rec = sq.record(job)
     assert rec["state"] == "timeout", rec
+
+
+def test_run_streams_the_log_and_returns_the_jobs_code_and_rerun_submits_again(sq):
+    proc = sq.run("run", "--name", "ran", "--", "sh", "-c", "echo streamed; exit 4", timeout=120)
+    assert proc.returncode == 4, (proc.stdout, proc.stderr)
+    assert "streamed" in proc.stdout
+    first = next(r for r in sq.records() if r["name"] == "ran")
+    again = sq.run("rerun", first["id"], check=0).stdout.strip()
+    assert sq.run("wait", again, timeout=120).returncode == 4
+    assert sq.record(again)["slurm_job_id"] not in (None, first["slurm_job_id"])
+    listing = json.loads(sq.run("list", "--json", check=0).stdout)
+    assert {r["id"] for r in listing} >= {first["id"], again}
