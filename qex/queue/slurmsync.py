@@ -33,8 +33,12 @@ def refresh(ctx: Context, job_ids: list[str] | None = None) -> None:
     from qex.slurm import clients
 
     jobs = ctx.store.read_index_jobs()
+    wanted = None if job_ids is None else set(job_ids)
+    for job_id in job_ids or ():  # (and what they wait for: its end decides theirs)
+        entry = jobs.get(job_id) or {}
+        wanted.update(entry.get("needs") or (), entry.get("after") or ())
     mine = {j: e["slurm"] for j, e in jobs.items()
-            if e.get("slurm") and e["state"] == "queued" and (job_ids is None or j in job_ids)}
+            if e.get("slurm") and e["state"] == "queued" and (wanted is None or j in wanted)}
     if not mine:
         return  # (a running job's record is its supervisor's to write)
     try:
@@ -47,6 +51,35 @@ def refresh(ctx: Context, job_ids: list[str] | None = None) -> None:
     words = {j: _words(*known.get(s, ("", "", ""))[:2]) for j, s in mine.items()}
     if never or any(w is None or jobs[j].get("reason") != w for j, w in words.items()):
         engine.run_pass(ctx, lambda txn: _apply(txn, mine, known, set(never)))  # (only when a record changes)
+
+
+def skip_needing(ctx: Context, job_id: str) -> None:
+    """A Slurm job that did not succeed (its step calls this): the queued Slurm jobs that
+    need it, and those that need them, are recorded ``skipped`` at once and cancelled
+    in Slurm (one scancel), as a local pass skips them; nobody has to be waiting."""
+    from qex.slurm import clients
+
+    def skip(txn) -> list[str]:
+        now, failed, cancelled = time.time(), {job_id}, []
+        root, how = _first_failed(txn, [job_id])
+        changed = True
+        while changed:
+            changed = False
+            for other, entry in list(txn.idx.jobs.items()):
+                if entry.get("slurm") and entry["state"] == "queued" and failed & set(entry.get("needs") or ()):
+                    txn.update(other, state="skipped", ended_at=now, skipped_root=root, blocked_reason=None,
+                               blocked_holder=None, error=f"a job it needs did not succeed: {root[:8]} ({how})")
+                    failed.add(other)
+                    cancelled.append(entry["slurm"])
+                    changed = True
+        return cancelled
+
+    cancelled = engine.run_pass(ctx, skip).value
+    if cancelled:
+        try:
+            clients.cancel(cancelled)
+        except clients.SlurmError:
+            pass  # (Slurm holds them with DependencyNeverSatisfied: never started)
 
 
 def _apply(txn, mine: dict, known: dict, never: set) -> None:

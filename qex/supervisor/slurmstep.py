@@ -98,9 +98,17 @@ def main(argv: list[str]) -> int:
         except ChildProcessError:
             break
     try:
-        return outcome.exit_code(ctx.store.read_status_dict(job_id)) % 256
+        rec = ctx.store.read_status_dict(job_id)
     except Exception:
         return 1
+    if rec.get("state") != "completed":
+        from qex.queue import slurmsync
+
+        try:
+            slurmsync.skip_needing(ctx, job_id)  # (what needs it is skipped now, as a local pass skips it)
+        except Exception:
+            pass  # (qex wait and status still find them: DependencyNeverSatisfied)
+    return outcome.exit_code(rec) % 256
 
 
 def _forward(pid: int, signum: int) -> None:

@@ -116,7 +116,7 @@ def test_a_pipeline_with_a_failing_first_stage(sq):
     assert by_name["first"]["state"] == "failed"
     assert by_name["needy"]["state"] == "skipped", by_name["needy"]
     assert by_name["needy"]["skipped_root"] == by_name["first"]["id"]
-    assert "DependencyNeverSatisfied" in by_name["needy"]["error"]
+    assert "did not succeed" in by_name["needy"]["error"]  # (skipped by the failed stage's step, at its end)
     assert by_name["later"]["state"] == "completed"
     assert "cleaned" in sq.run("logs", by_name["later"]["id"], check=0).stdout
     needy = by_name["needy"]["slurm_job_id"]
@@ -208,3 +208,20 @@ def test_run_streams_the_log_and_returns_the_jobs_code_and_rerun_submits_again(s
     assert sq.record(again)["slurm_job_id"] not in (None, first["slurm_job_id"])
     listing = json.loads(sq.run("list", "--json", check=0).stdout)
     assert {r["id"] for r in listing} >= {first["id"], again}
+
+
+def test_a_job_whose_dependency_can_never_be_met_in_slurm_is_cancelled_and_skipped(sq):
+    sq.write_config('[backend]\nkind = "slurm"\nsbatch_args = ["--hold"]\n')
+    first = sq.submit("--", "true")
+    sq.write_config('[backend]\nkind = "slurm"\n')
+    second = sq.submit("--needs", first, "--", "true")
+    first_slurm, second_slurm = sq.record(first)["slurm_job_id"], sq.record(second)["slurm_job_id"]
+    assert f"afterok:{first_slurm}" in sq.cluster.client("scontrol", "show", "job", second_slurm).stdout
+    assert sq.cluster.client("scancel", first_slurm).returncode == 0  # outside qex: its step never runs
+    wait = sq.run("wait", second, timeout=120)
+    assert wait.returncode == 126, (wait.stdout, wait.stderr)  # skipped
+    rec = sq.record(second)
+    assert rec["state"] == "skipped" and "DependencyNeverSatisfied" in rec["error"], rec
+    assert rec["skipped_root"] == first and sq.record(first)["state"] == "cancelled"
+    out = sq.cluster.client("squeue", "-h", "-j", second_slurm, "-o", "%T").stdout.strip()
+    assert out in ("", "CANCELLED"), out
