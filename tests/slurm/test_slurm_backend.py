@@ -48,6 +48,7 @@ def test_a_job_runs_on_slurm_with_its_claims_its_exit_code_and_its_output(sq):
     assert "TimeLimit=00:02:00" in shown, shown                 # --timeout 90s -> --time=2 (minutes, up)
     assert f"Comment=qex:{job} tags:t1" in shown, shown         # tags -> --comment
     assert "JobState=RUNNING" in shown
+    assert f"job {slurm_id} (scontrol" in sq.run("status", job, check=0).stdout
     release(sq, "core")
     wait = sq.run("wait", job, timeout=120)
     assert wait.returncode == 7, (wait.stdout, wait.stderr)
