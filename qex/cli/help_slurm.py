@@ -12,13 +12,15 @@ says what the cluster must give.)
   account = "lab"             # sbatch --account
   qos = "normal"              # sbatch --qos
   sbatch_args = ["--exclusive"]   # more sbatch options, as written
+  shard_size = "10GB"         # what one GPU shard stands for: --vram claims shards
 
 What each request becomes (anything else with no faithful translation is refused
 at submission, 121, with a sentence that names the option):
   --cpu N           --cpus-per-task=ceil(N)
   --mem SIZE        --mem=SIZE in MB, rounded up (unset: the cluster's default)
   --gpu N           --gres=gpu:N
-  --vram SIZE       whole GPUs (--gres=gpu:N) with a warning: no shard claim
+  --vram SIZE       --gres=shard:ceil(SIZE/shard_size) with [backend] shard_size
+                    (the VRAM one shard stands for); else whole GPUs, with a warning
   --claim NAME=N    --licenses=NAME:N (a size on a pool: refused)
   --lock NAME       --licenses=NAME:1 (the cluster defines the license NAME)
   --timeout T       --time=ceil(T in minutes); qex's step stops it at T itself

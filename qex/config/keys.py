@@ -306,6 +306,9 @@ KEYS = (
     Key("backend.qos", "slurm_qos", str | None, "optional_word", None, "optional_text",
         "with kind slurm: the quality of service of the jobs (sbatch --qos; unset: the default)",
         help='= "normal"'),
+    Key("backend.shard_size", "slurm_shard_size", int | None, "optional_positive_size", None, "shard",
+        "with kind slurm: the VRAM one GPU shard of the cluster stands for (its `shard` gres); --vram then "
+        "claims shards (unset: --vram gets whole GPUs, with a warning)", help='= "10GB"'),
     Key("backend.sbatch_args", "slurm_sbatch_args", tuple[str, ...], "arg_list", (), "argv",
         "with kind slurm: more sbatch options, given to every submission as written", help='= ["--exclusive"]'),
     Key("pool", "pools", tuple[PoolDef, ...], "pools", (), "pools",

@@ -164,6 +164,7 @@ WORDS = {
     "duration": lambda value, here: _held(units.format_duration(value), value),
     "optional_duration": _optional(units.format_duration),
     "vram": _optional(units.format_size, "none (whole devices)"),
+    "shard": _optional(units.format_size, "unset (--vram gets whole GPUs)"),
     "per_stream": _optional(lambda n: f"{units.format_size(n)} per stream", "no limit"),
     "argv": lambda value, here: _held(units.safe_text(" ".join(value)) if value else "none", value),
     "states": lambda value, here: _held(", ".join(value) or "none", value),

@@ -45,13 +45,7 @@ def claims(config: Config, req: object) -> tuple[dict, dict, list[str]]:
         raise SpecError(f"{option}: {mem!r} is a share of this machine's budget, which a Slurm job does not have; "
                         "give a size, e.g. --mem 8GB")
     if req.gpu is not None or req.vram is not None:
-        count = req.gpu if req.gpu is not None else 1
-        if not isinstance(count, int) or count < 1:
-            raise SpecError(f"--gpu: {count!r} is not a whole number of 1 or more")
-        if req.vram is not None:
-            warnings.append(f"--vram {units.safe_text(str(req.vram))}: Slurm has no claim of VRAM on this "
-                            f"cluster (no shard gres); the job gets {count} whole GPU(s) (--gres=gpu:{count})")
-        pools["gpu"] = {"count": count, "size": None}
+        pools["gpu"] = _gpus(config, req, warnings)
     for item in req.claims:
         name, _, rest = item.partition("=")
         count_text, _, size = rest.partition(":")
@@ -66,6 +60,28 @@ def claims(config: Config, req: object) -> tuple[dict, dict, list[str]]:
             raise SpecError(f"--lock: {name!r} is claimed twice; give each pool or lock once")
         pools[name] = {"count": 1, "size": None}
     return {"cpu": cpu / 1000, "mem": mem or 0, "pools": pools}, sources, warnings
+
+
+def _gpus(config: Config, req: object, warnings: list[str]) -> dict:
+    """--gpu N: N whole GPUs; --vram SIZE: shards of one GPU where ``[backend] shard_size``
+    says what a shard of the cluster stands for, else whole GPUs with a warning."""
+    count = req.gpu if req.gpu is not None else 1
+    if not isinstance(count, int) or count < 1:
+        raise SpecError(f"--gpu: {count!r} is not a whole number of 1 or more")
+    if req.vram is None:
+        return {"count": count, "size": None}
+    shown = units.safe_text(str(req.vram))
+    if config.slurm_shard_size is None or req.vram == "guess":
+        warnings.append(f"--vram {shown}: no [backend] shard_size says what a shard of the cluster is; the job "
+                        f"gets {count} whole GPU(s) (--gres=gpu:{count})")
+        return {"count": count, "size": None}
+    if count != 1:
+        raise SpecError(f"--gpu {count} with --vram {shown}: Slurm's shards are a share of one GPU; claim "
+                        "--vram alone (one GPU's share), or whole GPUs with --gpu alone")
+    size = units.parse_size(str(req.vram), "--vram")
+    if size <= 0:
+        raise SpecError(f"--vram: {shown} must be more than zero, e.g. --vram 10GB")
+    return {"count": 1, "size": size}
 
 
 def refuse(config: Config, req: object) -> None:
@@ -109,7 +125,9 @@ def sbatch_args(config: Config, rec: dict, deps: list[str], script_log: str | No
         out.append(f"--mem={max(1, math.ceil(int(claims['mem']) / MiB))}M")
     licenses = []
     for name, claim in sorted((claims.get("pools") or {}).items()):
-        if name == "gpu":
+        if name == "gpu" and claim.get("size") and config.slurm_shard_size:
+            out.append(f"--gres=shard:{math.ceil(claim['size'] / config.slurm_shard_size)}")
+        elif name == "gpu":
             out.append(f"--gres=gpu:{claim['count']}")
         else:
             licenses.append(f"{name}:{claim['count']}")

@@ -14,6 +14,7 @@ import time
 
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel")
 GPUS = 4
+SHARDS = 8  # per GPU
 
 
 def why_not() -> str:
@@ -78,6 +79,8 @@ class Cluster:
         with open(os.path.join(etc, "gres.conf"), "w") as fh:
             for path in files:
                 fh.write(f"NodeName={self.host} Name=gpu File={path}\n")
+            for path in files:  # (a GPU's shards: the Slurm backend's --vram with [backend] shard_size)
+                fh.write(f"NodeName={self.host} Name=shard Count={SHARDS} File={path}\n")
         ctl, node = _free_port(), _free_port()
         conf = f"""ClusterName=qextest
 SlurmctldHost={self.host}(127.0.0.1)
@@ -111,8 +114,8 @@ InactiveLimit=0
 SlurmctldTimeout=30
 SlurmdTimeout=30
 Licenses={self.licenses}
-GresTypes=gpu
-NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.mem_mb} Gres=gpu:{GPUS} State=UNKNOWN
+GresTypes=gpu,shard
+NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.mem_mb} Gres=gpu:{GPUS},shard:{GPUS * SHARDS} State=UNKNOWN
 PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
 """
         with open(self.conf, "w") as fh:

@@ -58,6 +58,14 @@ def test_gpu_is_gres(held):
     assert "gres:gpu:3" in text or "gres/gpu=3" in text, text
 
 
+def test_vram_is_shards_where_the_config_says_what_a_shard_is(held):
+    held.write_config(HELD + 'shard_size = "10GB"\n')
+    text, err = shown(held, "--vram", "25GB")
+    assert "gres:shard:3" in text or "gres/shard=3" in text, text
+    assert "warning" not in err
+    refused(held, "--gpu", "2", "--vram", "10GB", words="shards")
+
+
 def test_vram_gets_whole_gpus_with_a_warning(held):
     text, err = shown(held, "--vram", "8GB")
     assert "gres:gpu:1" in text or "gres/gpu=1" in text, text
