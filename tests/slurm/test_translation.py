@@ -3,6 +3,7 @@ on the real test cluster. The jobs of the rows are submitted held (``sbatch_args
 itself a row): ``scontrol show job`` shows what Slurm was asked, and nothing runs."""
 
 import json
+import os
 import re
 
 import pytest
@@ -161,3 +162,15 @@ def test_config_show_and_info_say_the_backend_and_its_controller(sq):
     assert "slurm" in info and "UP" in info, info
     local = sq.run("config", "show", "--json", env={"QEX_BACKEND": "local"}, check=0).stdout
     assert json.loads(local)["values"]["backend.kind"]["source"] == "environment (QEX_BACKEND)"
+
+
+def test_cancel_takes_a_waiting_job_out_of_slurm_and_clean_removes_its_record(held):
+    proc = held.run("submit", "--", "true", check=0)
+    job = proc.stdout.strip()
+    slurm_id = held.record(job)["slurm_job_id"]
+    assert held.run("cancel", job).returncode == 0
+    assert held.record(job)["state"] == "cancelled"
+    state = held.cluster.client("squeue", "-h", "-j", slurm_id, "-o", "%T").stdout.strip()
+    assert state in ("", "CANCELLED"), state
+    assert held.run("clean", job).returncode == 0
+    assert not os.path.exists(os.path.join(held.state, "jobs", job))
