@@ -9,26 +9,15 @@ import threading
 import time
 
 import pytest
-from multiuser_helpers import World, gated, held_cpu, job_dir, open_gate, users_or_skip, wait_for
+from multiuser_helpers import World, gated, held_cpu, job_dir, open_gate, shared_lab, wait_for
 
 # Claims within a 2-core machine: a claim of more cores than the machine has is refused.
 CONFIG = '[budget]\ncpu = 1.5\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
 
 
-@pytest.fixture(scope="module")
-def users():
-    yield from users_or_skip()
-
-
 @pytest.fixture
 def lab(users):
-    """A world whose two actors share one state directory made by user 1."""
-    w = World(users, users.base, CONFIG)
-    shared = os.path.join(w.dir, "lab-queue")
-    one = w.actor(0, shared)
-    one.run("init", "--shared", shared, "--group", users.group, check=0)
-    yield w, one, w.actor(1, shared)
-    w.close()
+    yield from shared_lab(users, CONFIG)
 
 
 def mode(path: str) -> int:
