@@ -226,3 +226,11 @@ def test_a_job_whose_dependency_can_never_be_met_in_slurm_is_cancelled_and_skipp
     assert rec["skipped_root"] == first and sq.record(first)["state"] == "cancelled"
     out = sq.cluster.client("squeue", "-h", "-j", second_slurm, "-o", "%T").stdout.strip()
     assert out in ("", "CANCELLED"), out
+
+
+def test_events_show_a_slurm_jobs_life(sq):
+    job = sq.submit("--", "true")
+    assert sq.run("wait", job, timeout=120).returncode == 0
+    proc = sq.run("events", "--json", "--since", "start", "--timeout", "3s", timeout=60)
+    states = [e.get("state") for e in map(json.loads, proc.stdout.splitlines()) if e.get("id") == job]
+    assert states[0] == "queued" and states[-1] == "completed" and "running" in states, proc.stdout
