@@ -109,12 +109,18 @@ def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
 def _stop_on_slurm(on_slurm: dict[str, str], answer: dict[str, str]) -> None:
     """The Slurm backend: a job cancelled here is cancelled in Slurm (``scancel``); a
     running one's qex step gets SIGUSR1 (``scancel --batch --signal=USR1``), which its
-    supervisor answers as it answers ``qex kill`` on one machine (recorded killed)."""
+    supervisor answers as it answers ``qex kill`` on one machine (recorded killed).
+    A refusal (a job Slurm already ended or forgot, a controller that does not answer)
+    changes nothing: the record says cancelled, and a step that starts later runs nothing."""
     from qex.slurm import clients
 
-    clients.cancel([on_slurm[j] for j, what in answer.items() if what == "cancelled" and j in on_slurm])
-    clients.cancel([on_slurm[j] for j, what in answer.items() if what == "signal" and j in on_slurm],
-                   signal="USR1", batch=True)
+    for ids, how in (([on_slurm[j] for j, w in answer.items() if w == "cancelled" and j in on_slurm], {}),
+                     ([on_slurm[j] for j, w in answer.items() if w == "signal" and j in on_slurm],
+                      {"signal": "USR1", "batch": True})):
+        try:
+            clients.cancel(ids, **how)
+        except clients.SlurmError:
+            pass
 
 
 def _signal_supervisor(ctx: Context, job_id: str) -> None:
