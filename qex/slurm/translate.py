@@ -99,8 +99,10 @@ def refuse(config: Config, req: object) -> None:
     if req.stdin == "-":
         no("--stdin -", "the job runs on a node that cannot read this terminal; give --stdin FILE on the "
            "shared file system")
-    if req.max_queue_time is not None and req.timeout is None and config.default_timeout is None:
-        no("--max-queue-time", "Slurm's --deadline counts to the job's end: it needs --timeout")
+    queue_time = req.max_queue_time if req.max_queue_time is not None else config.default_max_queue_time
+    if queue_time is not None and req.timeout is None and config.default_timeout is None:
+        no("--max-queue-time" if req.max_queue_time is not None else "[defaults] max_queue_time",
+           "Slurm's --deadline counts to the job's end: it needs --timeout")
     if req.dedupe_window is not None:
         no("--dedupe-window", "it asks the ended jobs' records on this machine's clock")
 

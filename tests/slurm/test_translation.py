@@ -130,9 +130,11 @@ def test_stdin_from_the_terminal_is_refused(held):
     assert proc.returncode == 121 and "--stdin -" in proc.stderr, proc.stderr
 
 
-def test_default_retries_are_refused_naming_the_key(held):
-    held.write_config(HELD + "[defaults]\nretries = 1\n")
-    refused(held, words="[defaults] retries")
+@pytest.mark.parametrize("defaults, words", [("retries = 1", "[defaults] retries"),
+                                             ('max_queue_time = "1h"', "[defaults] max_queue_time")])
+def test_a_default_without_translation_is_refused_naming_the_key(held, defaults, words):
+    held.write_config(HELD + f"[defaults]\n{defaults}\n")
+    refused(held, words=words)
 
 
 def test_env_and_env_capture_reach_the_job_on_its_node(sq, tmp_path):
