@@ -42,7 +42,8 @@ def queue_locked(ctx: Context, txn: Txn, built: list) -> list[str]:
 
     recs = []
     for b in built:
-        recs.append({**b.record, "seq": txn.idx.next_job, "slurm_job_id": None})
+        # (an out-of-memory end is final on Slurm: [defaults] oom_retries does not apply; --oom-retries is refused)
+        recs.append({**b.record, "seq": txn.idx.next_job, "slurm_job_id": None, "oom_retries": 0})
         txn.idx.next_job += 1
     submitted: list[str] = []
     try:

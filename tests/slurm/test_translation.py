@@ -106,6 +106,11 @@ def test_priority_is_nice_reversed(held):
     assert "Nice=-4" in text, text
 
 
+def test_an_out_of_memory_end_is_final(held):
+    proc = held.run("submit", "--", "true", check=0)
+    assert held.record(proc.stdout.strip())["oom_retries"] == 0  # ([defaults] oom_retries is 1)
+
+
 def test_name_and_tags(held):
     text, _ = shown(held, "--name", "nm", "--tag", "a", "--tag", "b")
     assert "JobName=nm" in text and "tags:a,b" in text, text
