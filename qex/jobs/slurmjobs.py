@@ -50,7 +50,7 @@ def queue_locked(ctx: Context, txn: Txn, built: list) -> list[str]:
         if len(recs) > 1 and all(r.get("template") is not None for r in recs):
             _array(ctx, txn, recs, submitted)  # a fan-out: its jobs differ only in command and name
         else:
-            slurm_of: dict[str, str] = {}
+            slurm_of: dict = {}  # id -> its Slurm id, or (root, how) for a stage skipped at once
             for rec in recs:
                 _one(ctx, txn, rec, slurm_of, submitted)
     except BaseException:
@@ -70,6 +70,7 @@ def _one(ctx: Context, txn: Txn, rec: dict, slurm_of: dict, submitted: list) -> 
     deps, skip = _dependencies(txn, rec, slurm_of)
     if skip is not None:
         _skipped(rec, *skip)
+        slurm_of[rec["id"]] = skip
         return
     log = ctx.store.path(rec["id"], layout.SLURM_LOG)
     argv = translate.sbatch_args(ctx.config, rec, deps, log)
@@ -107,6 +108,10 @@ def _dependencies(txn: Txn, rec: dict, slurm_of: dict) -> tuple[list[str], tuple
     for kind, ids in (("afterok", rec.get("needs") or ()), ("afterany", rec.get("after") or ())):
         for dep in ids:
             job = slurm_of.get(dep)
+            if isinstance(job, tuple):  # a stage of this submission skipped at once: its root, its words
+                if kind == "afterok":
+                    return [], job
+                continue
             if job is None:
                 entry = txn.idx.jobs.get(dep)
                 if entry is not None and entry.get("state") in ACTIVE:

@@ -234,3 +234,15 @@ def test_events_show_a_slurm_jobs_life(sq):
     proc = sq.run("events", "--json", "--since", "start", "--timeout", "3s", timeout=60)
     states = [e.get("state") for e in map(json.loads, proc.stdout.splitlines()) if e.get("id") == job]
     assert states[0] == "queued" and states[-1] == "completed" and "running" in states, proc.stdout
+
+
+def test_a_need_that_already_failed_skips_at_submission_and_one_that_succeeded_is_met(sq):
+    bad = sq.submit("--", "false")
+    good = sq.submit("--", "true")
+    assert sq.run("wait", bad, good, timeout=120).returncode == 1
+    skipped = sq.submit("--needs", bad, "--", "true")
+    rec = sq.record(skipped)
+    assert rec["state"] == "skipped" and rec["skipped_root"] == bad and rec["slurm_job_id"] is None, rec
+    assert sq.run("wait", skipped).returncode == 126
+    met = sq.submit("--needs", good, "--", "true")
+    assert sq.run("wait", met, timeout=120).returncode == 0
