@@ -267,6 +267,13 @@ max_records = 50
 prune_every = "none"
 [python]
 max_input = "64MB"
+[backend]
+kind = "slurm"
+partition = "gpu"
+account = "lab"
+qos = "high"
+shard_size = "10GB"
+sbatch_args = ["--exclusive"]
 """
     path = write(tmp_path, text)
     c = load_config(path, env={})
@@ -281,6 +288,8 @@ max_input = "64MB"
     assert c.peers_dir == "/srv/qex-peers"
     assert c.store_max_age == 7 * 86400 and c.store_max_records == 50 and c.store_prune_every is None
     assert c.python_max_input == 64 * 1024**2
+    assert c.backend_kind == "slurm" and (c.slurm_partition, c.slurm_account, c.slurm_qos) == ("gpu", "lab", "high")
+    assert c.slurm_sbatch_args == ("--exclusive",) and c.slurm_shard_size == 10 * GiB
     assert all(source == path for key, source in c.sources.items() if key != "pool")
     assert c.sources["pool"] == "default"
 

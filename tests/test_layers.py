@@ -19,7 +19,7 @@ LAYERS = (
     ("admit", "store"),    # pure admission; the state directory on disk
     ("linux",),            # the kernel's mechanisms: cgroups, processes
     ("config",),           # the config file and its cache; a process's Context
-    ("hooks", "users"),    # the stop hook; several users (peers, shared directories)
+    ("hooks", "users", "slurm"),  # the stop hook; several users (peers, shared directories); Slurm's clients
     ("queue",),            # the pass and its actors: engine, pause, queue view, waker
     ("jobs",),             # submission: requests, job files, fan-out, pipelines, groups, names
     ("supervisor",),       # a job's supervisor, and what a process does after a pass

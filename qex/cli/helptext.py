@@ -8,6 +8,7 @@ from qex.cli.help_agents import AGENTS
 from qex.cli.help_cron import CRON
 from qex.cli.help_python import PYTHON
 from qex.cli.help_resources import RESOURCES
+from qex.cli.help_slurm import SLURM
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ queued -> expired | cancelled | skipped (without running)
     "resources": RESOURCES,
     "cron": CRON,
     "python": PYTHON,
+    "slurm": SLURM,
     "config": """\
 The config file: $QEX_CONFIG, else $XDG_CONFIG_HOME/qex.toml, else
 ~/.config/qex.toml. Missing = the defaults. A file that cannot be read, a

@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "completions": ("shell completions generated from this parser", "qex.cli.completion:cmd_completions"),
     "version": ("print the version", "qex.cli.show:cmd_version"),
     "init": ("make a state directory several users share", "qex.cli.init:cmd_init"),
+    "export": ("print a bash script that submits a job or pipeline file to Slurm with sbatch alone",
+               "qex.cli.export:cmd_export"),
 }
 
 
@@ -215,6 +217,15 @@ def _args_submit(c):
     g.add_argument("--max-jobs", metavar="N", type=_int("--max-jobs"), default=None,
                    help="with --each-line: refuse more than N jobs (default 1000)")
     c.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND...")
+
+
+def _args_export(c):
+    c.add_argument("target", choices=("slurm",), help="the scheduler: slurm (qex help slurm)")
+    c.add_argument("file", metavar="FILE", help="a job file or a pipeline file (TOML, YAML or JSON)")
+    c.add_argument("--each-line", metavar="FILE", help="a job file's command with {} for each line of FILE: "
+                   "one job array")
+    c.add_argument("--max-jobs", metavar="N", type=_int("--max-jobs"), default=None,
+                   help="with --each-line: refuse more than N jobs (default 1000)")
 
 
 def _args_pipeline(c):

@@ -54,6 +54,7 @@ NO_JSON = {
     "help": "words for people",
     "completions": "a script for a shell",
     "top": "a full-screen view for people (qex list --json and qex info --json give the same facts)",
+    "export": "it prints a bash script (the Slurm job ids are that script's output)",
 }
 
 _PRIMITIVES = {str: {"type": "string"}, int: {"type": "integer"}, float: {"type": "number"},
@@ -72,6 +73,7 @@ HOLDERS = {
     "front": "a job ahead of it in the queue is waiting for room first",
     "device": "no GPU device (or share of one) it claims is free",
     "owner": "another member's job whose owner runs no qex now: nothing will start it",
+    "slurm": "the Slurm backend: Slurm holds it (its reason is Slurm's: qex help slurm)",
 }
 PEAK_FROM = ("cgroup", "rusage")
 OOM_EVIDENCE = ("cgroup", "machine-counter")
@@ -237,6 +239,8 @@ def _info() -> dict:
         "hooks": ({}, "the stop hook in force and whose it is; null when none"),
         "damaged": (_arr(any_obj), "records a pass cannot use: id, file, problem"),
         "gpu_check": ({}, "the GPU driver checked against the pool gpu (present when there is one)"),
+        "backend": (any_obj, "where jobs run: kind (local or slurm) and, for slurm, controller: what "
+                             "`scontrol ping` answered (present with kind slurm)"),
     }, required=["machine", "budget", "held", "pools", "peers", "queue", "pauses", "damaged"])
 
 

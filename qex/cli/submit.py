@@ -33,6 +33,10 @@ def _submit_one(args, ctx: Context, leaving: bool = False, follow: bool = False,
         checker = checker_for(ctx, req)
     ends: list = []
     prepare = None
+    if follow:
+        from qex.jobs.slurmjobs import on_slurm
+
+        follow = not on_slurm(ctx)  # (a node never opens this machine's FIFOs: the log files are followed)
     if req.stdin is not None or follow:
         prepare = _preparer(req.stdin, follow, forward and req.stdin is None, ends)
     ids, result = submit_many(ctx, [built], on_locked=checker, early=become.early(leaving), prepare=prepare)

@@ -210,6 +210,11 @@ def cmd_status(args: Namespace) -> int:
             except WaitLimit:
                 return outcome.WAIT_LIMIT
     index = ctx.store.read_index_jobs()
+    if any(index.get(j, {}).get("slurm") for j in target.members):
+        from qex.queue import slurmsync
+
+        slurmsync.refresh(ctx, target.members)  # (one squeue call for what Slurm still holds)
+        index = ctx.store.read_index_jobs()
     records = [ctx.store.read_live(j, index) for j in target.members]
     if args.show_env:
         from qex.control.actions import check_owner

@@ -62,17 +62,23 @@ def nudge(ctx: Context, pending: list[str]) -> None:
     from qex.queue import engine, waker
     from qex.store.lock import is_held
 
-    need = False
+    need, on_slurm = False, []
     for job_id in pending:
         try:
             rec = ctx.store.read_status_dict(job_id)
         except Exception:
             continue
         state = rec.get("state")
+        if rec.get("slurm_job_id") and state == "queued":
+            on_slurm.append(job_id)
         if state in HOLDING and not is_held(ctx.store.path(job_id, layout.ALIVE)):
             need = True
-        elif state == "queued" and not is_held(waker.lock_path(ctx)):
+        elif state == "queued" and not rec.get("slurm_job_id") and not is_held(waker.lock_path(ctx)):
             need = True
+    if on_slurm:
+        from qex.queue import slurmsync
+
+        slurmsync.refresh(ctx, on_slurm)  # (Slurm's word on its waiting jobs: one squeue call)
     if need and not ctx.forks:  # (a qex.api program: a fresh process passes, qex.supervisor.starter)
         from qex.supervisor.become import kick
 

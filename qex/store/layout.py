@@ -18,6 +18,7 @@ literal out of them). Layout::
                                    stdin (the job's input, when it has one);
                                    stdout.pipe, stderr.pipe (while a qex run follows it);
                                    call.pickle, result.pickle (a call of qex.Executor)
+                                   slurm.log (the Slurm backend: its batch script's output)
     <state>/jobs/.new-<id>/        a job directory being made (renamed into view)
     <state>/jobs/.clean-<id>/      a job directory being removed (qex clean)
     <state>/groups/<id>.json       the members of a group
@@ -94,6 +95,7 @@ SPEC = "spec.json"                   # what to run, written once at submission (
 STDOUT = "stdout.log"                # the job's stdout (qex.supervisor.run, .logs)
 STDERR = "stderr.log"                # the job's stderr (qex.supervisor.run, .logs)
 SUPERVISOR_LOG = "supervisor.log"    # its supervisor's stdout and stderr (qex.queue.fork, qex.supervisor.run)
+SLURM_LOG = "slurm.log"              # the Slurm backend: its batch script's stdout and stderr (qex.slurm.script)
 ALIVE = "alive.lock"                 # held by its supervisor while it lives (made by the pass: qex.queue.engine)
 PID = "pid"                          # the pid file (qex.linux.pidfile; written by qex.supervisor.spawn)
 VRAM = "vram"                        # a GPU job's VRAM peak so far, per device (qex.supervisor.vram)

@@ -176,7 +176,7 @@ def _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt) 
         rerun_of: str | None = None  # qex rerun: the id of the job this one repeats; null otherwise
         peer_lock: str | None = None  # its liveness file in the peer directory (several users); null when none
         vram_over: str | None = None  # its VRAM above what it was given on a device, in words; null: not above
-
+        slurm_job_id: str | None = None  # the Slurm backend: its Slurm job id ("123", an array task "123_4"); null: local
         @property
         def final(self) -> bool:
             return self.state in FINAL
@@ -224,6 +224,7 @@ def status_defaults() -> dict:
         "timeout": None, "retries": 0, "oom_retries": 1, "max_queue_time": None, "queue_pause_secs": 0.0,
         "queue_pauses": [], "kill_requested": False, "supervisor_lost": False, "oom_evidence": None,
         "template": None, "rerun_of": None, "peer_lock": None, "vram_over": None,
+        "slurm_job_id": None,
     }
 
 
