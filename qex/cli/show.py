@@ -371,7 +371,7 @@ def _hook_log(ctx: Context, rec: dict, args) -> int:
 
 def _print_log(path: str, stream, tail, pattern) -> None:
     from qex.store import fs
-    from qex.supervisor.logs import Follower
+    from qex.supervisor.logread import Follower
 
     try:
         os.close(fs.open_regular(path))  # refuses a FIFO or a symlink planted there
