@@ -139,7 +139,7 @@ def test_without_tee_the_bytes_are_copied_the_same(tmp_path, monkeypatch):
 @pytest.mark.parametrize("chunk", [
     b"", b"\n", b"\n" * (1 << 20), b"x" * (1 << 20), bytes(range(256)) * 4096,
     b"x" * 10000 + b"\n" * 80000 + b"x" * 110000,  # sparse where it samples, dense between
-    b"x" * 70000 + b"\n", (b"a line of text\n" * 70000),
+    b"x" * 70000 + b"\n", (b"a line of text\n" * 70000), (b"y" * 99 + b"\n") * 10000, os.urandom(1 << 20),
 ])
 def test_newlines_are_counted_exactly_whatever_their_density(chunk):
     assert _newlines(chunk) == chunk.count(b"\n")
