@@ -109,6 +109,27 @@ def test_a_stopped_log_still_moves_the_pipe_on(tmp_path):
     assert open(tmp_path / "stdout.log", "rb").read() == b""
 
 
+def test_a_log_that_fails_mid_chunk_drops_the_rest_of_that_chunk_only(tmp_path, monkeypatch):
+    """The error comes after part of a chunk went into the file: the rest of that
+    chunk is taken off the pipe, never a byte of the next (the FIFO has the next
+    one to come, by the next tee)."""
+    job_r, job_w, fifo_r, fifo_w = pipes()
+    s = sink(tmp_path, 4096)
+    s.attach(fifo_w, str(tmp_path / "fifo"))
+
+    def refuse():
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(s, "_slide", refuse)
+    first, second = lines(300)[:10000], lines(301)[-5000:]
+    os.write(job_w, first + second)
+    assert s.take(job_r, bytearray(len(first))) == len(first)
+    assert s.failed == "No space left on device"
+    assert s.take(job_r, bytearray(1 << 16)) == len(second)
+    assert drain(fifo_r) == first + second
+    assert open(tmp_path / "stdout.log", "rb").read() == first[:4096]  # up to the cap, then stopped
+
+
 def test_a_gone_follower_leaves_the_log_alone_with_every_byte(tmp_path):
     job_r, job_w, fifo_r, fifo_w = pipes()
     s = sink(tmp_path, None)

@@ -19,13 +19,11 @@ job never fails because of the limit.
 The limit is about what stays on disk: it never cuts what the job's own
 follower streams. A sink with a *tee* (the write end of the FIFO ``qex run``
 reads, ``qex.supervisor.pipes``) writes every byte there too, whatever the
-file keeps. It moves them in the kernel (``take``): ``tee(2)`` duplicates what
-the job's pipe holds into the FIFO, and ``splice`` moves the same bytes from the
-pipe into the file, so that no byte passes through this process. While the FIFO
-is full (``held``) the watch loop takes no more of the job's pipe, and the job
-waits for its follower as for a pipe. Where ``tee`` is not available, ``write``
-copies what the loop read, and what the FIFO does not take at once waits in
-``pending`` until it is taken (``flush_tee``).
+file keeps, in the kernel (``take``: ``tee(2)`` into the FIFO, then ``splice``
+of the same bytes into the file). While the FIFO is full (``held``) the watch
+loop takes no more of the job's pipe: the job waits for its follower as for a
+pipe. Without ``tee``, ``write`` copies what the loop read, and what the FIFO
+does not take at once waits in ``pending`` (``flush_tee``).
 
 A reader that follows the file while it is cut (``qex logs --follow``) reads
 ``<stream>.log.cut``, a fixed-size record the supervisor rewrites in place
@@ -197,11 +195,10 @@ class Sink:
             self.failed = exc.strerror or str(exc)
 
     def take(self, pipe: int, buffer: bytearray) -> "int | None":
-        """Take what the job's ``pipe`` holds (at most ``len(buffer)`` bytes): into the
-        FIFO and the log, in the kernel where there is a FIFO and ``tee``, else read into
-        ``buffer`` and written. The count; 0 at the pipe's end; None: the FIFO is full and
-        nothing was taken (``held``: the caller waits for room in the FIFO). Raises
-        BlockingIOError when the pipe is empty."""
+        """Take what the job's ``pipe`` holds (at most ``len(buffer)`` bytes) into the FIFO
+        and the log: in the kernel where there is a FIFO and ``tee``, else read into ``buffer``
+        and written. The count; 0 at the pipe's end; None: the FIFO is full, nothing was
+        taken (``held``). Raises BlockingIOError when the pipe is empty."""
         if self.tee >= 0 and not self.pending:
             from qex.linux.tee import has_room, tee
 
@@ -233,12 +230,20 @@ class Sink:
         """Move the next ``n`` bytes of ``pipe`` into the file (``splice``), the limit
         applied as ``_write`` does; what the log cannot take (stopped) is read and dropped:
         the FIFO has them already, and the pipe must be at the next byte."""
+        moved = [0]  # (what went in before an error: the rest is dropped, no more)
+
+        def move(i: int, k: int, at: int) -> int:
+            got = os.splice(pipe, self.fd, k, None, at)
+            moved[0] += got
+            return got
+
         if not self.failed and (n <= self.room or self._look(n)):
             self.room -= n
             try:
-                n = self._put(n, lambda i, k, at: os.splice(pipe, self.fd, k, None, at))
+                self._put(n, move)
             except OSError as exc:  # a full disk stops the log, never the job
                 self.failed = exc.strerror or str(exc)
+        n -= moved[0]
         view = memoryview(buffer)
         while n > 0:
             got = os.readv(pipe, [view[:n]])
@@ -359,7 +364,7 @@ class Sink:
         s.moving = True
         self.state = s
         self._put_cut()
-        _copy(self.fd, src, dest, keep)
+        _copy_between(self.fd, self.fd, src, dest, keep)  # (dest <= src)
         if marker is not None:
             os.pwrite(self.fd, marker, s.head)
             s.marker = len(marker)
@@ -447,11 +452,6 @@ def _write_all(fd: int, data, at: int) -> None:
         view = view[n:]
 
 
-def _copy(fd: int, src: int, dest: int, n: int) -> None:
-    """Move ``n`` bytes from ``src`` to ``dest`` (dest <= src) inside one file."""
-    _copy_between(fd, fd, src, dest, n)
-
-
 def _copy_between(src_fd: int, dest_fd: int, src: int, dest: int, n: int) -> None:
     """Copy ``n`` bytes in the kernel (``copy_file_range``: no pass through this process),
     by ``pread`` and ``pwrite`` where it cannot (another file system, ranges that overlap)."""
@@ -488,11 +488,9 @@ def _count_newlines(fd: int, start: int, end: int) -> tuple[int, bytes]:
 
 
 def _newlines(chunk: bytes) -> int:
-    """``chunk.count(b"\\n")``, faster where lines are long (binary output): ``count`` looks
-    at each byte (about 3 GB/s here), ``replace`` jumps from one newline to the next
-    (``memchr``: 9 GB/s for random bytes, 4 GB/s for lines of 54 bytes, but 1.5 GB/s for
-    19 and 20 times slower than ``count`` for lines of one byte). Three samples of 4 KiB
-    choose: ``replace`` where lines are 64 bytes or longer there."""
+    """``chunk.count(b"\\n")``: ``count`` looks at each byte (3 GB/s here), ``replace`` jumps
+    between newlines (``memchr``: 9 GB/s for random bytes, 4 for lines of 54 bytes, 1.5 for
+    19, 0.06 for 1). Three samples of 4 KiB choose: ``replace`` for lines of 64 bytes or more."""
     n, middle = len(chunk), len(chunk) // 2
     if n < 1 << 16 or sum(chunk.count(b"\n", at, at + 4096) for at in (0, middle, n - 4096)) > 192:
         return chunk.count(b"\n")
