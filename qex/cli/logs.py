@@ -189,7 +189,7 @@ def _read(path: str) -> bytes | None:
     import os
 
     from qex.store import fs
-    from qex.supervisor.logs import Follower
+    from qex.supervisor.logread import Follower
 
     try:
         os.close(fs.open_regular(path))  # refuses a FIFO or a symlink planted there
