@@ -72,7 +72,7 @@ HOLDERS = {
     "device": "no GPU device (or share of one) it claims is free",
     "owner": "another member's job whose owner runs no qex now: nothing will start it",
 }
-PEAK_FROM = ("cgroup", "rusage")
+PEAK_FROM = ("cgroup", "proc-sample", "rusage")
 OOM_EVIDENCE = ("cgroup", "machine-counter")
 
 

@@ -149,8 +149,9 @@ def mount_points() -> list[str]:
 class JobCgroup:
     """A memory cgroup made for one job (see the module doc)."""
 
-    def __init__(self, kind: str, path: str):
+    def __init__(self, kind: str, path: str, scoped: bool = False):
         self.kind, self.path = kind, path
+        self.scoped = scoped  # a systemd scope's (qex.linux.scope): systemd makes and removes it
 
     @property
     def procs(self) -> str:
@@ -190,9 +191,10 @@ class JobCgroup:
     def remove(self) -> bool:
         return remove_dir(self.path)
 
-    def kill(self) -> None:
-        """SIGKILL every process in it (all of them the job's: see ``stop_and_remove``)."""
-        _kill_all(self)
+    def kill(self, spare: int | None = None) -> None:
+        """SIGKILL every process in it (all of them the job's: see ``stop_and_remove``), but
+        ``spare`` (a scope's holder, which keeps it until the record is written)."""
+        _kill_all(self, spare)
 
 
 def _move_here(kind: str, path: str) -> None:
@@ -354,6 +356,14 @@ def describe() -> dict:
     return {"per_job_cgroup": False, "kind": kind, "parent": parent, "why_not": why, "oom_evidence": fallback}
 
 
+def scope_candidate() -> bool:
+    """Whether a systemd scope may be the job's cgroup (``qex.linux.scope``): cgroup v2 with
+    per-job cgroups on, outside the root cgroup (there ``create`` makes them itself)."""
+    where = None if disabled() else here()
+    return where is not None and where[0] == "v2" and where[1].rstrip("/") not in [
+        p.rstrip("/") for p in mount_points()]
+
+
 def _v2_memory_delegated(parent: str) -> bool:
     try:
         with open(os.path.join(parent, "cgroup.subtree_control")) as fh:
@@ -433,16 +443,16 @@ def stop_and_remove(job_dir: str, job_id: str, kill: bool) -> bool:
     return done
 
 
-def _kill_all(cg: JobCgroup) -> None:
+def _kill_all(cg: JobCgroup, spare: int | None = None) -> None:
     kill_file = os.path.join(cg.path, "cgroup.kill")
-    if cg.kind == "v2" and os.path.exists(kill_file):
+    if cg.kind == "v2" and spare is None and os.path.exists(kill_file):
         try:
             with open(kill_file, "w") as fh:
                 fh.write("1")
             return
         except OSError:
             pass
-    for pid in cg.members():
+    for pid in set(cg.members()) - {spare}:
         try:
             os.kill(pid, 9)  # SIGKILL (the signal module costs a submission its enum import)
         except OSError:

@@ -1,0 +1,216 @@
+"""A job's memory cgroup on a systemd machine with cgroup v2: a transient scope per attempt.
+
+Where the cgroup qex runs in cannot have children with the memory controller (a login
+session's ``session-N.scope``, a system service: v2 forbids controllers below a cgroup
+that holds processes), qex asks systemd for a cgroup instead: each attempt runs in a
+transient scope of its own, ``qex-<id>-<attempt>.scope``, with ``MemoryAccounting=yes``
+and ``OOMPolicy=continue`` (the default, ``stop``, would stop the scope at the first OOM
+kill, and its cgroup with the counters would go before qex reads them).
+
+- a user: the user manager (``user@UID.service``), over its private socket
+  ``$XDG_RUNTIME_DIR/systemd/private`` (or the session bus): the scope lands in its
+  ``app.slice``. The runtime directory is ``/run/user/UID`` where the environment names
+  none (cron, with lingering on). The job stays inside the limits of the user's slice;
+  only the session scope it would have shared changes;
+- root, outside the root cgroup: the system manager, ``/run/systemd/private`` (or the
+  system bus), under ``qex.slice``.
+
+How a job gets in with nothing of it outside: the supervisor forks the job's process,
+which waits on a pipe (``qex.supervisor.gate``); it asks for the scope with that pid and a
+holder's (below), waits until ``/proc/<pid>/cgroup`` says the scope holds it, and only
+then lets it exec. The holder is a ``cat`` reading a pipe of the supervisor: it keeps the
+scope, and so its ``memory.peak`` and ``memory.events``, after the job's last process has
+gone, until the job's record is written (systemd stops a scope, and removes its cgroup,
+once it is empty). Then the supervisor closes the pipe, the holder exits, and systemd
+collects the scope (``CollectMode=inactive-or-failed``). A supervisor that dies closes
+the pipe too.
+
+D-Bus is spoken by ``qex.linux.dbus`` (no library: see there). One connection per
+supervisor process, opened when its first job is prepared.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from qex.linux import dbus, tree
+
+SLICE = "qex.slice"  # the system manager's jobs go under it (a user's: the user manager's app.slice)
+INSIDE_WAIT = 5.0  # seconds the supervisor waits for systemd to move the job into its scope
+_PATH, _IFACE, _DEST = "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager", "org.freedesktop.systemd1"
+_CONN: list = []  # (pid, Connection): this process's
+HOLDERS: dict[int, int] = {}  # holder pid -> the write end of its pipe (qex.linux.tree spares them)
+
+
+def manager(environ=os.environ) -> tuple[str, str, bool] | tuple[None, str, bool]:
+    """(which, socket path, through a bus daemon) of the systemd manager to ask, or
+    (None, why not, False). ``which``: "user" or "system"."""
+    if os.geteuid() == 0:
+        for path, bus in (("/run/systemd/private", False), ("/run/dbus/system_bus_socket", True)):
+            if os.path.exists(path):
+                return "system", path, bus
+        return None, "no systemd system manager answers here (no /run/systemd/private)", False
+    runtime = environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+    candidates = [(os.path.join(runtime, "systemd", "private"), False)]
+    address = environ.get("DBUS_SESSION_BUS_ADDRESS", "")
+    if address.startswith("unix:path="):
+        candidates.append((address[len("unix:path="):].split(",")[0], True))
+    candidates.append((os.path.join(runtime, "bus"), True))
+    for path, bus in candidates:
+        if os.path.exists(path):
+            return "user", path, bus
+    return None, f"no systemd user manager for uid {os.getuid()} ({runtime}/systemd/private is not there)", False
+
+
+def remedy(is_root: bool) -> str:
+    """The one-line way to per-job accounting where no manager answers."""
+    if is_root:
+        return "run qex under systemd, or give it a cgroup that delegates memory to its children"
+    return (f"loginctl enable-linger {_user()} (a user manager that outlives logins), "
+            "or ask root for a cgroup that delegates memory (Delegate=yes)")
+
+
+def _user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return str(os.getuid())
+
+
+def describe(found: dict) -> dict:
+    """``qex info``: ``found`` (``cgroup.describe``: no cgroup of qex's own here) as a
+    systemd scope per job would make it, where a manager answers; else with the remedy."""
+    which, path, _ = manager()
+    if which is None:
+        return {**found, "why_not": f"{found.get('why_not')}; {path}", "remedy": remedy(os.geteuid() == 0)}
+    parent = SLICE if which == "system" else f"user@{os.getuid()}.service/app.slice"
+    return {"per_job_cgroup": True, "kind": "systemd-scope", "manager": which, "parent": parent,
+            "socket": path, "oom_evidence": "cgroup"}
+
+
+def connect() -> dbus.Connection:
+    """This process's connection to its manager (made once; a forked child makes its own)."""
+    pid = os.getpid()
+    if _CONN and _CONN[0][0] == pid:
+        return _CONN[0][1]
+    which, path, bus = manager()
+    if which is None:
+        raise dbus.DBusError("org.freedesktop.DBus.Error.ServiceUnknown", path)
+    conn = dbus.Connection(path, bus)
+    _CONN[:] = [(pid, conn)]
+    return conn
+
+
+def forget_connection() -> None:
+    if _CONN:
+        if _CONN[0][0] == os.getpid():
+            _CONN[0][1].close()
+        del _CONN[:]
+
+
+def unit_name(job_id: str, attempt: int) -> str:
+    from qex.linux.whose import cgroup_name
+
+    return cgroup_name(job_id, attempt) + ".scope"
+
+
+def start(unit: str, pids: list[int], description: str) -> None:
+    """Ask for the transient scope ``unit`` holding ``pids``. Raises DBusError (or OSError)."""
+    props = [("PIDs", ("au", pids)), ("MemoryAccounting", ("b", True)), ("OOMPolicy", ("s", "continue")),
+             ("CollectMode", ("s", "inactive-or-failed")), ("Description", ("s", description))]
+    if os.geteuid() == 0:
+        props.append(("Slice", ("s", SLICE)))
+    conn = connect()
+    try:
+        conn.call(_PATH, _IFACE, "StartTransientUnit", _DEST, "ssa(sv)a(sa(sv))", (unit, "fail", props, []))
+    except (OSError, dbus.DBusError):
+        forget_connection()  # (a broken connection: the next job makes a new one)
+        raise
+
+
+def stop(unit: str) -> None:
+    """Stop the scope (what is left in it is killed): a job whose record says it is over."""
+    try:
+        connect().call(_PATH, _IFACE, "StopUnit", _DEST, "ss", (unit, "replace"))
+    except (OSError, dbus.DBusError):
+        forget_connection()
+
+
+def wait_inside(pid: int, unit: str, timeout: float = INSIDE_WAIT) -> str | None:
+    """The cgroup directory of ``unit`` once ``pid`` is in it (systemd moves it after the
+    call returns), or None if it is not by ``timeout`` seconds."""
+    deadline, delay = time.monotonic() + timeout, 0.0005
+    suffix = "/" + unit
+    while True:
+        try:
+            with open(f"/proc/{pid}/cgroup") as fh:
+                for line in fh:
+                    if line.startswith("0::"):
+                        path = line[3:].strip()
+                        if path.endswith(suffix):
+                            return _mounted(path)
+        except OSError:
+            return None
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def _mounted(path: str) -> str | None:
+    from qex.linux import cgroup
+
+    for point in cgroup.mount_points():
+        candidate = os.path.normpath(point + path)
+        if os.path.isdir(candidate):
+            return candidate
+    return None
+
+
+def spawn_holder() -> tuple[int, int]:
+    """(pid, write end): a ``cat`` that lives until the write end closes (see the module doc)."""
+    r, w = os.pipe()
+    try:
+        pid = os.posix_spawnp("cat", ["cat"], {"PATH": os.defpath + ":/usr/bin:/bin", "LC_ALL": "C"},
+                              file_actions=[(os.POSIX_SPAWN_DUP2, r, 0),
+                                            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)],
+                              setpgroup=0)
+    except BaseException:
+        os.close(w)
+        raise
+    finally:
+        os.close(r)
+    HOLDERS[pid] = w
+    tree.SPARED.add(pid)
+    return pid, w
+
+
+def release(pid: int | None) -> None:
+    """Let the holder ``pid`` go (its scope empties unless the job left something in it), and reap it."""
+    if pid is None:
+        return
+    w = HOLDERS.pop(pid, None)
+    tree.SPARED.discard(pid)
+    if w is not None:
+        try:
+            os.close(w)
+        except OSError:
+            pass
+    try:
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
+
+
+def release_all() -> None:
+    for pid in list(HOLDERS):
+        release(pid)
+
+
+def adopt(pid: int, w: int) -> None:
+    """A holder handed over across an exec (the minimal watcher and back)."""
+    HOLDERS[pid] = w
+    tree.SPARED.add(pid)
