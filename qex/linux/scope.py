@@ -15,11 +15,14 @@ kill, and its cgroup with the counters would go before qex reads them).
 - root, outside the root cgroup: the system manager, ``/run/systemd/private`` (or the
   system bus), under ``qex.slice``.
 
-How a job gets in with nothing of it outside: the supervisor forks the job's process,
-which waits on a pipe (``qex.supervisor.gate``); it asks for the scope with that pid and a
-holder's (below), waits until ``/proc/<pid>/cgroup`` says the scope holds it, and only
-then lets it exec. The holder is a ``cat`` reading a pipe of the supervisor: it keeps the
-scope, and so its ``memory.peak`` and ``memory.events``, after the job's last process has
+How a job gets in with nothing of it outside. The scope is made first, holding only a
+holder: a ``cat`` reading a pipe of the supervisor (``spawn_holder``), as the supervisor
+prepares the attempt (an early supervisor: while its submission still commits), with
+``Delegate=yes``, so that processes may be attached to it later. At the spawn the
+supervisor forks the job's process, which waits on a pipe (``qex.supervisor.gate``);
+asks systemd to attach it (``AttachProcessesToUnit``: the call returns once it is in);
+checks ``/proc/<pid>/cgroup``; and only then lets it exec. The holder keeps the scope,
+and so its ``memory.peak`` and ``memory.events``, after the job's last process has
 gone, until the job's record is written (systemd stops a scope, and removes its cgroup,
 once it is empty). Then the supervisor closes the pipe, the holder exits, and systemd
 collects the scope (``CollectMode=inactive-or-failed``). A supervisor that dies closes
@@ -120,7 +123,8 @@ def unit_name(job_id: str, attempt: int) -> str:
 def start(unit: str, pids: list[int], description: str) -> None:
     """Ask for the transient scope ``unit`` holding ``pids``. Raises DBusError (or OSError)."""
     props = [("PIDs", ("au", pids)), ("MemoryAccounting", ("b", True)), ("OOMPolicy", ("s", "continue")),
-             ("CollectMode", ("s", "inactive-or-failed")), ("Description", ("s", description))]
+             ("CollectMode", ("s", "inactive-or-failed")), ("Delegate", ("b", True)),
+             ("Description", ("s", description))]
     if os.geteuid() == 0:
         props.append(("Slice", ("s", SLICE)))
     conn = connect()
@@ -128,6 +132,16 @@ def start(unit: str, pids: list[int], description: str) -> None:
         conn.call(_PATH, _IFACE, "StartTransientUnit", _DEST, "ssa(sv)a(sa(sv))", (unit, "fail", props, []))
     except (OSError, dbus.DBusError):
         forget_connection()  # (a broken connection: the next job makes a new one)
+        raise
+
+
+def attach(unit: str, pids: list[int]) -> None:
+    """Move ``pids`` into the running scope ``unit`` (systemd 238+; the unit must be delegated).
+    The call returns once they are there. Raises DBusError (or OSError)."""
+    try:
+        connect().call(_PATH, _IFACE, "AttachProcessesToUnit", _DEST, "ssau", (unit, "", pids))
+    except (OSError, dbus.DBusError):
+        forget_connection()
         raise
 
 

@@ -58,29 +58,36 @@ class Meter:
             self.machine0 = cgroup.machine_oom_kills()
 
     def _plan_scope(self, job_id: str, attempt: int) -> None:
-        """Connect to systemd now (an early supervisor: while its submission commits)."""
+        """Make the attempt's scope now, holding only its holder (an early supervisor: while
+        its submission commits); the job's process joins it at the spawn (``attach``)."""
         from qex.linux import dbus, scope
 
-        try:
-            scope.connect()
-        except (OSError, dbus.DBusError) as exc:
-            self.why_not = f"{self.why_not}; no systemd scope either: {getattr(exc, 'message', '') or exc}"
-            return
-        self.unit, self.title = scope.unit_name(job_id, attempt), f"qex job {job_id} attempt {attempt}"
-
-    def attach(self, pid: int) -> None:
-        """The job's process ``pid`` exists and waits (``qex.supervisor.gate``): put it and a
-        holder into its scope, and wait until it is there. Without it, the job runs measured
-        from /proc (``why_not`` says why)."""
-        from qex.linux import dbus, scope
-
+        unit = scope.unit_name(job_id, attempt)
         try:
             self.holder, _ = scope.spawn_holder()
-            scope.start(self.unit, [pid, self.holder], self.title)
-            path = scope.wait_inside(pid, self.unit)
-            why = "" if path else f"systemd did not move the job into {self.unit} within {scope.INSIDE_WAIT:g}s"
+            scope.start(unit, [self.holder], f"qex job {job_id} attempt {attempt}")
         except (OSError, dbus.DBusError) as exc:
-            path, why = None, f"systemd did not make its scope {self.unit}: {exc}"
+            scope.release(self.holder)
+            self.holder = None
+            self.why_not = f"{self.why_not}; no systemd scope either: {getattr(exc, 'message', '') or exc}"
+            return
+        self.unit = unit
+
+    def attach(self, pid: int) -> None:
+        """The job's process ``pid`` exists and waits (``qex.supervisor.gate``): systemd moves it
+        into the scope (``AttachProcessesToUnit``: the call returns once it is there). Without
+        it, the job runs measured from /proc (``why_not`` says why, and supervisor.log)."""
+        from qex.linux import dbus, scope
+
+        path = scope.wait_inside(self.holder, self.unit)  # (made a while ago: there by now)
+        why = f"systemd did not start {self.unit} within {scope.INSIDE_WAIT:g}s"
+        if path is not None:
+            try:
+                scope.attach(self.unit, [pid])
+                path = scope.wait_inside(pid, self.unit)
+                why = f"systemd did not move the job into {self.unit}"
+            except (OSError, dbus.DBusError) as exc:
+                path, why = None, f"systemd did not move the job into {self.unit}: {exc}"
         if path is not None:
             cg = cgroup.JobCgroup("v2", path, scoped=True)
             kills = cg.oom_kills()
@@ -91,6 +98,7 @@ class Meter:
             why = f"{path} has no memory accounting files (MemoryAccounting)"
         scope.release(self.holder)
         self.holder, self.unit, self.why_not = None, None, why
+        print(f"qex: no systemd scope for this job ({why}): its peak is sampled from /proc", flush=True)
 
     def enter(self) -> None:
         """Just before the spawn: move this supervisor into the job's cgroup, so that the

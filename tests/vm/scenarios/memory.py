@@ -92,7 +92,8 @@ def first_instruction(rounds: int = 5) -> dict:
             stamp = f"{WORK}/stamp-{mode}-{i}"
             t0 = uptime()
             proc = qex("submit", "--", "/bin/sh", "-c", STAMP, stamp, QEX_CGROUP="off" if mode == "off" else None)
-            rec = json.loads(qex("wait", proc.stdout.strip(), "--json").stdout or "{}")
+            recs = json.loads(qex("wait", proc.stdout.strip(), "--json").stdout or "[{}]")  # (an array)
+            rec = recs[0] if isinstance(recs, list) and recs else {}
             try:
                 with open(stamp) as fh:
                     first = float(fh.read())
@@ -112,8 +113,9 @@ def first_instruction(rounds: int = 5) -> dict:
 
 def main() -> None:
     os.makedirs(WORK, exist_ok=True)
-    steps = [("info", lambda: qex("info").stdout), ("tree", lambda: tree("tree")),
-             ("tree_sampled", lambda: tree("tree-sampled", QEX_CGROUP="off"))]
+    steps = [("info", lambda: qex("info").stdout), ("tree", lambda: tree("tree"))]
+    if "--no-sampled" not in sys.argv:
+        steps.append(("tree_sampled", lambda: tree("tree-sampled", QEX_CGROUP="off")))
     if "--no-oom" not in sys.argv:
         steps.append(("grow", grow))
     if "--cost" in sys.argv:
