@@ -149,9 +149,9 @@ def mount_points() -> list[str]:
 class JobCgroup:
     """A memory cgroup made for one job (see the module doc)."""
 
-    def __init__(self, kind: str, path: str, scoped: bool = False):
-        self.kind, self.path = kind, path
-        self.scoped = scoped  # a systemd scope's (qex.linux.scope): systemd makes and removes it
+    def __init__(self, kind: str, path: str, scoped: bool = False, home: str = ""):
+        self.kind, self.path, self.home = kind, path, home or os.path.dirname(path)  # home: leave() goes there
+        self.scoped = scoped  # in a systemd scope (qex.linux.scope): systemd makes and removes the scope
 
     @property
     def procs(self) -> str:
@@ -165,8 +165,8 @@ class JobCgroup:
 
     def leave(self) -> None:
         """The supervisor, right after the spawn: back to the cgroup it came from
-        (the job's parent: ``create`` makes it inside ours). Raises OSError."""
-        _move_here(self.kind, os.path.dirname(self.path))
+        (the job's parent: ``create`` makes it inside ours; a scope's: its leaf). Raises OSError."""
+        _move_here(self.kind, self.home)
 
     def members(self) -> list[int]:
         try:

@@ -23,8 +23,6 @@ Imports nothing but builtin modules: the minimal watcher (``qex.supervisor.watch
 import posix as os
 import time
 
-from qex.linux.tree import SPARED  # (builtins only, as this module)
-
 EVERY = 0.2  # seconds between samples (at least)
 FIRST = 0.05  # seconds after the start of the first sample
 BUDGET = 0.01  # of a core: the period grows to keep a sample's CPU time under this share
@@ -70,7 +68,7 @@ class TreePeak:
 
 
 def descendants(root: int) -> list[int]:
-    """Every descendant of ``root`` (but the ones ``qex.linux.tree.SPARED`` names)."""
+    """Every descendant of ``root``."""
     out, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -90,10 +88,8 @@ def descendants(root: int) -> list[int]:
             finally:
                 os.close(fd)
             for w in words:
-                child = int(w)
-                if child not in SPARED:
-                    out.append(child)
-                    todo.append(child)
+                out.append(int(w))
+                todo.append(int(w))
     return out
 
 

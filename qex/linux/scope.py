@@ -15,18 +15,19 @@ kill, and its cgroup with the counters would go before qex reads them).
 - root, outside the root cgroup: the system manager, ``/run/systemd/private`` (or the
   system bus), under ``qex.slice``.
 
-How a job gets in with nothing of it outside. The scope is made first, holding only a
-holder: a ``cat`` reading a pipe of the supervisor (``spawn_holder``), as the supervisor
-prepares the attempt (an early supervisor: while its submission still commits), with
-``Delegate=yes``, so that processes may be attached to it later. At the spawn the
-supervisor forks the job's process, which waits on a pipe (``qex.supervisor.gate``);
-asks systemd to attach it (``AttachProcessesToUnit``: the call returns once it is in);
-checks ``/proc/<pid>/cgroup``; and only then lets it exec. The holder keeps the scope,
-and so its ``memory.peak`` and ``memory.events``, after the job's last process has
-gone, until the job's record is written (systemd stops a scope, and removes its cgroup,
-once it is empty). Then the supervisor closes the pipe, the holder exits, and systemd
-collects the scope (``CollectMode=inactive-or-failed``). A supervisor that dies closes
-the pipe too.
+How a job gets in with nothing of it outside, and why the scope outlives it. As the
+supervisor prepares the attempt (an early supervisor: while its submission still
+commits), it asks for the scope with its own pid (``make``): systemd moves the
+supervisor in. The scope is ``Delegate=yes``, so the supervisor may then split it into
+two leaves: ``supervisor`` (itself) and ``qex-<id>-<attempt>`` (the job's), with the
+memory controller on for them. From there it is the same as a cgroup of qex's own
+(``qex.linux.cgroup``): the supervisor moves itself into the job's leaf for the spawn
+(the job is born there) and back; the job's peak and OOM count are its leaf's, without
+the supervisor's pages. The supervisor staying in the scope keeps it, and so the
+counters, after the job's last process has gone (systemd stops a scope, and removes its
+cgroup, once it is empty) until the job's record is written; it leaves when it exits or
+moves into its next job's scope, and systemd then collects the scope
+(``CollectMode=inactive-or-failed``).
 
 D-Bus is spoken by ``qex.linux.dbus`` (no library: see there). One connection per
 supervisor process, opened when its first job is prepared.
@@ -34,16 +35,21 @@ supervisor process, opened when its first job is prepared.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 
-from qex.linux import dbus, tree
+from qex.linux import dbus
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.linux.cgroup import JobCgroup
+
+SUPERVISOR_LEAF = "supervisor"  # the scope's leaf the supervisor stays in (the job's: qex-<id>-<attempt>)
 SLICE = "qex.slice"  # the system manager's jobs go under it (a user's: the user manager's app.slice)
 INSIDE_WAIT = 5.0  # seconds the supervisor waits for systemd to move the job into its scope
 _PATH, _IFACE, _DEST = "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager", "org.freedesktop.systemd1"
 _CONN: list = []  # (pid, Connection): this process's
-HOLDERS: dict[int, int] = {}  # holder pid -> the write end of its pipe (qex.linux.tree spares them)
 
 
 def manager(environ=os.environ) -> tuple[str, str, bool] | tuple[None, str, bool]:
@@ -135,22 +141,26 @@ def start(unit: str, pids: list[int], description: str) -> None:
         raise
 
 
-def attach(unit: str, pids: list[int]) -> None:
-    """Move ``pids`` into the running scope ``unit`` (systemd 238+; the unit must be delegated).
-    The call returns once they are there. Raises DBusError (or OSError)."""
-    try:
-        connect().call(_PATH, _IFACE, "AttachProcessesToUnit", _DEST, "ssau", (unit, "", pids))
-    except (OSError, dbus.DBusError):
-        forget_connection()
-        raise
+def make(unit: str, description: str) -> JobCgroup:
+    """The job's leaf in a new scope ``unit`` that this supervisor is in (see the module
+    doc). Raises OSError or DBusError; once systemd has moved this process, it stays in
+    the scope (it cannot go back to its session's) even if the rest fails."""
+    from qex.linux.cgroup import JobCgroup, _move_here
 
-
-def stop(unit: str) -> None:
-    """Stop the scope (what is left in it is killed): a job whose record says it is over."""
-    try:
-        connect().call(_PATH, _IFACE, "StopUnit", _DEST, "ss", (unit, "replace"))
-    except (OSError, dbus.DBusError):
-        forget_connection()
+    start(unit, [os.getpid()], description)
+    path = wait_inside(os.getpid(), unit)
+    if path is None:
+        raise OSError(errno.ETIMEDOUT, f"systemd did not move the supervisor into {unit} within {INSIDE_WAIT:g}s")
+    home, leaf = os.path.join(path, SUPERVISOR_LEAF), os.path.join(path, unit[:-len(".scope")])
+    for folder in (home, leaf):
+        os.mkdir(folder)
+    _move_here("v2", home)
+    with open(os.path.join(path, "cgroup.subtree_control"), "w") as fh:
+        fh.write("+memory")
+    cg = JobCgroup("v2", leaf, scoped=True, home=home)
+    if cg.peak() is None and cg.oom_kills() is None:
+        raise OSError(errno.ENOENT, f"{leaf} has no memory accounting files")
+    return cg
 
 
 def wait_inside(pid: int, unit: str, timeout: float = INSIDE_WAIT) -> str | None:
@@ -182,49 +192,3 @@ def _mounted(path: str) -> str | None:
         if os.path.isdir(candidate):
             return candidate
     return None
-
-
-def spawn_holder() -> tuple[int, int]:
-    """(pid, write end): a ``cat`` that lives until the write end closes (see the module doc)."""
-    r, w = os.pipe()
-    try:
-        pid = os.posix_spawnp("cat", ["cat"], {"PATH": os.defpath + ":/usr/bin:/bin", "LC_ALL": "C"},
-                              file_actions=[(os.POSIX_SPAWN_DUP2, r, 0),
-                                            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)],
-                              setpgroup=0)
-    except BaseException:
-        os.close(w)
-        raise
-    finally:
-        os.close(r)
-    HOLDERS[pid] = w
-    tree.SPARED.add(pid)
-    return pid, w
-
-
-def release(pid: int | None) -> None:
-    """Let the holder ``pid`` go (its scope empties unless the job left something in it), and reap it."""
-    if pid is None:
-        return
-    w = HOLDERS.pop(pid, None)
-    tree.SPARED.discard(pid)
-    if w is not None:
-        try:
-            os.close(w)
-        except OSError:
-            pass
-    try:
-        os.waitpid(pid, 0)
-    except OSError:
-        pass
-
-
-def release_all() -> None:
-    for pid in list(HOLDERS):
-        release(pid)
-
-
-def adopt(pid: int, w: int) -> None:
-    """A holder handed over across an exec (the minimal watcher and back)."""
-    HOLDERS[pid] = w
-    tree.SPARED.add(pid)

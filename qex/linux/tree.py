@@ -17,9 +17,6 @@ Imports nothing but builtin modules: the minimal watcher (``qex.supervisor.watch
 import posix as os
 
 _ROUNDS = 20  # kill_all: scans at most (a process that forks as it dies is caught in the next)
-# Children of the supervisor that are not its job's: the holder of a job's systemd scope
-# (qex.linux.scope), which must outlive the job until its record is written.
-SPARED: set = set()
 
 
 def _stat(pid: int) -> tuple[str, int, int] | None:
@@ -63,8 +60,6 @@ def descendants(root: int, since: int = 0) -> list[int]:
     found, todo = [], list(children.get(root, ()))
     while todo:
         pid = todo.pop()
-        if pid in SPARED:
-            continue
         state, _, start = info[pid]
         if start >= since:
             todo.extend(children.get(pid, ()))
@@ -101,7 +96,7 @@ def reap_adopted(leader: int, forks: tuple[int, ...] = ()) -> int:
     others still live: what the job left behind."""
     alive = 0
     for pid in _children():
-        if pid == leader or pid in forks or pid in SPARED:
+        if pid == leader or pid in forks:
             continue
         try:
             done, _ = os.waitpid(pid, os.WNOHANG)

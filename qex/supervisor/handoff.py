@@ -103,9 +103,4 @@ def _meter(state: dict | None):
         meter.why_not, meter.cg_kills0 = state["why_not"], state["cg_kills0"]
         meter.machine0, meter.job_dir = state["machine0"], state["job_dir"]
         meter.unit = state.get("unit")
-        if state.get("holder"):  # the scope's holder, still this process's child (qex.linux.scope)
-            from qex.linux import scope
-
-            meter.holder = state["holder"][0]
-            scope.adopt(*state["holder"])
     return meter

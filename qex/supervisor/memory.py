@@ -1,8 +1,9 @@
 """Memory in the supervisor: measure each attempt, attribute an OOM kill, answer it.
 
 ``Meter`` measures one attempt: a per-job memory cgroup where the machine
-allows it (``qex.linux.cgroup``), else ``getrusage`` and the machine's
-``oom_kill`` counter. The evidence it reports is never more than it has:
+allows it (``qex.linux.cgroup``), or a leaf of a systemd scope on cgroup v2
+under systemd (``qex.linux.scope``), else the whole tree sampled from /proc
+(``qex.linux.rss``), ``getrusage`` and the machine's ``oom_kill`` counter. The evidence it reports is never more than it has:
 
 - ``cgroup``: the kernel counted an OOM kill in the job's own cgroup during
   the attempt, and the job did not exit 0;
@@ -42,9 +43,7 @@ class Meter:
         self.machine0: int | None = None
         self.job_dir = ""
         self.inside = False  # this supervisor is in the job's cgroup (between enter and leave)
-        self.unit: str | None = None  # the systemd scope planned or made for it (qex.linux.scope)
-        self.holder: int | None = None  # the pid of that scope's holder
-        self.title = ""  # the scope's description
+        self.unit: str | None = None  # the systemd scope made for it (qex.linux.scope)
 
     def prepare(self, job_dir: str, job_id: str, attempt: int) -> None:
         """Before the spawn: make the cgroup (the pid file names it: ``cgroup.note``), read the counters."""
@@ -52,53 +51,25 @@ class Meter:
         self.cg, self.why_not = cgroup.create(job_id, attempt)
         if self.cg is not None:
             self.cg_kills0 = 0  # a cgroup made a moment ago, that nothing has run in yet
-        elif cgroup.scope_candidate():  # cgroup v2 under systemd: a scope (attach, after the fork)
+        elif cgroup.scope_candidate():  # cgroup v2 under systemd: a leaf of a systemd scope
             self._plan_scope(job_id, attempt)
         if self.cg is None:  # the machine's counter is the evidence only without a cgroup
             self.machine0 = cgroup.machine_oom_kills()
 
     def _plan_scope(self, job_id: str, attempt: int) -> None:
-        """Make the attempt's scope now, holding only its holder (an early supervisor: while
-        its submission commits); the job's process joins it at the spawn (``attach``)."""
+        """The attempt's cgroup in a systemd scope (``qex.linux.scope``: an early supervisor
+        makes it while its submission commits). Without it, the job is measured from /proc
+        (``why_not`` says why, and supervisor.log)."""
         from qex.linux import dbus, scope
 
-        unit = scope.unit_name(job_id, attempt)
         try:
-            self.holder, _ = scope.spawn_holder()
-            scope.start(unit, [self.holder], f"qex job {job_id} attempt {attempt}")
+            self.cg = scope.make(scope.unit_name(job_id, attempt), f"qex job {job_id} attempt {attempt}")
         except (OSError, dbus.DBusError) as exc:
-            scope.release(self.holder)
-            self.holder = None
-            self.why_not = f"{self.why_not}; no systemd scope either: {getattr(exc, 'message', '') or exc}"
+            why = f"no systemd scope either: {getattr(exc, 'message', '') or exc}"
+            self.why_not = f"{self.why_not}; {why}"
+            print(f"qex: {why}; the job's peak is sampled from /proc", flush=True)
             return
-        self.unit = unit
-
-    def attach(self, pid: int) -> None:
-        """The job's process ``pid`` exists and waits (``qex.supervisor.gate``): systemd moves it
-        into the scope (``AttachProcessesToUnit``: the call returns once it is there). Without
-        it, the job runs measured from /proc (``why_not`` says why, and supervisor.log)."""
-        from qex.linux import dbus, scope
-
-        path = scope.wait_inside(self.holder, self.unit)  # (made a while ago: there by now)
-        why = f"systemd did not start {self.unit} within {scope.INSIDE_WAIT:g}s"
-        if path is not None:
-            try:
-                scope.attach(self.unit, [pid])
-                path = scope.wait_inside(pid, self.unit)
-                why = f"systemd did not move the job into {self.unit}"
-            except (OSError, dbus.DBusError) as exc:
-                path, why = None, f"systemd did not move the job into {self.unit}: {exc}"
-        if path is not None:
-            cg = cgroup.JobCgroup("v2", path, scoped=True)
-            kills = cg.oom_kills()
-            if kills is not None or cg.peak() is not None:
-                self.cg, self.cg_kills0 = cg, kills or 0
-                self.machine0 = None
-                return
-            why = f"{path} has no memory accounting files (MemoryAccounting)"
-        scope.release(self.holder)
-        self.holder, self.unit, self.why_not = None, None, why
-        print(f"qex: no systemd scope for this job ({why}): its peak is sampled from /proc", flush=True)
+        self.unit, self.cg_kills0 = scope.unit_name(job_id, attempt), self.cg.oom_kills() or 0
 
     def enter(self) -> None:
         """Just before the spawn: move this supervisor into the job's cgroup, so that the
@@ -173,7 +144,7 @@ class Meter:
                 if group and not cg_kills:
                     cg_kills = usage["oom_kills"] = group
             if stopped_by_qex:  # qex kill, --timeout: what is left in the job's cgroup goes too
-                self.cg.kill(spare=self.holder)
+                self.cg.kill()
                 if not self.cg.scoped:
                     cgroup.remove_dir(self.cg.path, wait=0.5)
             self.discard()
@@ -187,17 +158,6 @@ class Meter:
                 machine = cgroup.machine_oom_kills()
                 evidence = "machine-counter" if machine is not None and machine > self.machine0 else None
         return usage, evidence
-
-
-def let_scopes_go() -> None:
-    """After the job's record is written: the holder of its systemd scope exits, and systemd
-    stops and collects the scope (``qex.linux.scope``)."""
-    from qex.linux import tree
-
-    if tree.SPARED:
-        from qex.linux import scope
-
-        scope.release_all()
 
 
 # (verb, how). Commas and periods only: `qex list` shows an error in a terminal-safe form.

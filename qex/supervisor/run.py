@@ -26,7 +26,7 @@ from qex.store import fs, layout, lock
 from qex.store.state import LAZY
 from qex.supervisor import ending, spawn
 from qex.supervisor.ending import DRAIN_AFTER_EXIT
-from qex.supervisor.memory import Meter, let_scopes_go
+from qex.supervisor.memory import Meter
 from qex.supervisor.pipes import grow, open_output
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -368,7 +368,6 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     left_behind = _job_over()
     ctx.reload_config()  # [hooks] as it is when the job ends
     if rec.get("_abandon"):
-        let_scopes_go()
         return _close_and_end(launch, ctx)
     outcome = rec.pop("_outcome")
     if _CRASH:
@@ -379,7 +378,6 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
 
     lessons: list = []
     result = _until_recorded(ctx, record_end)
-    let_scopes_go()  # (its counters are in the record now)
     if _CRASH:
         faults.hit("supervisor.after_final")
     if lessons:  # taught after the pass (the learner's fsync holds up no other pass)

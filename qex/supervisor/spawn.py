@@ -125,7 +125,7 @@ def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) 
             if noted is not None and meter.cg is None:  # it could not join: the job is born outside it
                 pidfile.write(pid_path, "-", intent_line, mode)
             try:
-                proc = _child(path, spec, env, lock, store.path(launch.job_id, layout.STDIN), meter)
+                proc = _child(path, spec, env, lock, store.path(launch.job_id, layout.STDIN))
             finally:
                 meter.leave()
         finally:
@@ -137,7 +137,7 @@ def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) 
     if _CRASH:
         faults.hit("supervisor.after_spawn")
     proc.pid_line = (pid_path, mode, cgroup.note(meter.cg))
-    if meter.cg is None or meter.cg.scoped:  # all a later pass could stop it by (a scope: not on the intent line)
+    if meter.cg is None:  # without its cgroup, the pid line is all a later pass could stop it by
         try:
             write_pid_line(proc)
         except OSError as exc:  # no evidence a later pass could stop it by: it must not run
@@ -148,11 +148,10 @@ def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) 
     return proc, None
 
 
-def _child(path: str, spec: NewSpec, env: dict, lock: int, input_path: str, meter: Meter | None = None) -> Child | Popen:
+def _child(path: str, spec: NewSpec, env: dict, lock: int, input_path: str) -> Child | Popen:
     """The job, with its peer lock ``lock`` and its stdin from ``input_path``
     (``qex.supervisor.pipes.open_input``; an OSError that says which if it cannot be
-    opened): ``posix_spawn``, or ``subprocess`` for a job with a nice, or forked behind a
-    gate for a job that goes into a systemd scope (``meter.unit``: ``qex.supervisor.gate``)."""
+    opened): ``posix_spawn``, or ``subprocess`` for a job with a nice."""
     from qex.supervisor import pipes
 
     try:
@@ -160,28 +159,11 @@ def _child(path: str, spec: NewSpec, env: dict, lock: int, input_path: str, mete
     except OSError as exc:
         raise OSError(f"cannot open its input {pipes.input_words(input_path)}: {exc.strerror or exc}") from None
     try:
-        if meter is not None and meter.unit:
-            return _gated(path, spec, env, lock, stdin, meter)
         return (Child.spawn(path, spec.command, env, lock, stdin) if not spec.nice
                 else _popen(path, spec, env, lock, stdin))
     finally:
         if stdin is not None:
             os.close(stdin)  # (the job's now)
-
-
-def _gated(path: str, spec: NewSpec, env: dict, lock: int, stdin: int | None, meter: Meter) -> Child:
-    """Forked, waiting; into its scope (``meter.attach``: or measured without one); then it execs."""
-    from qex.supervisor import gate
-
-    gated = gate.Gated(Child, path, spec.command, env, job_lock_fd() if lock >= 0 else -1, lock, stdin,
-                       spec.nice or 0)
-    try:
-        meter.attach(gated.pid)
-    except BaseException:
-        os.kill(gated.pid, signal.SIGKILL)
-        gated.child.wait()
-        raise
-    return gated.open()
 
 
 def _not_started(spec, exc: BaseException) -> dict:

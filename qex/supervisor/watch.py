@@ -370,14 +370,13 @@ def become_watcher(ctx: "Context", launch: "Launch", pid: int, rec: dict, interr
         "launch": (launch.job_id, launch.alive_fd, launch.peer_fd, launch.peer_lock),
         "rec": rec,
         "meter": None if meter is None else {
-            "cg": (cg.kind, cg.path, cg.scoped) if cg is not None else None, "why_not": meter.why_not,
+            "cg": (cg.kind, cg.path, cg.scoped, cg.home) if cg is not None else None, "why_not": meter.why_not,
             "cg_kills0": meter.cg_kills0, "machine0": meter.machine0, "job_dir": meter.job_dir,
-            "unit": meter.unit, "holder": _holder(meter)},
+            "unit": meter.unit},
     }
     watched = {"pid": pid, "sinks": [(p, s.handover()) for p, s in sinks.items()], "open": list(open_pipes),
                "timeout_at": timeout_at, "kill_grace": kill_grace, "drain": drain,
-               "requested": None, "keep": [launch.alive_fd, launch.peer_fd, *_holder(meter)[1:]],
-               "spared": list(tree.SPARED),
+               "requested": None, "keep": [launch.alive_fd, launch.peer_fd],
                "here": _package_parent(), "vram": sampler.state() if sampler is not None else None,
                "rss": peak.state() if peak is not None else None}
     # From here a kill waits (blocked) for the watcher's handler; one that came during the
@@ -387,22 +386,12 @@ def become_watcher(ctx: "Context", launch: "Launch", pid: int, rec: dict, interr
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     watched["requested"] = interrupt.requested
     fd = write_handover((watched, marshal.dumps(passed)))
-    keep = [fd, *sinks, launch.alive_fd, launch.peer_fd, *_holder(meter)[1:], *(s.fd for s in sinks.values()),
+    keep = [fd, *sinks, launch.alive_fd, launch.peer_fd, *(s.fd for s in sinks.values()),
             *(s.cut_fd for s in sinks.values()), *(s.tee for s in sinks.values())]
     argv = entry_argv(watched["here"], "qex.supervisor.watch", "main", WATCHER_TAG, launch.job_id, fd,
                             minimal=True)
     exec_keeping(argv, keep)  # unblocks the signals if it returns
     os.close(fd)
-
-
-def _holder(meter) -> tuple:
-    """(pid, the write end of its pipe) of the job's scope holder (qex.linux.scope), or ()."""
-    if meter is None or meter.holder is None:
-        return ()
-    from qex.linux import scope
-
-    w = scope.HOLDERS.get(meter.holder)
-    return (meter.holder, w) if w is not None else ()
 
 
 def main() -> None:
@@ -415,7 +404,6 @@ def main() -> None:
 
     title.supervisor(job_id, watching=True)
     watch, passed = read_handover(fd)
-    tree.SPARED.update(watch.get("spared") or ())  # (a scope's holder: not the job's to stop)
     interrupt = Interrupt()
     interrupt.requested = watch["requested"]
     _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOP_SIGNALS)

@@ -44,8 +44,8 @@ def _check_tree(found: dict) -> None:
     assert tree.get("rc") == 0 and tree["state"] == "completed", found["_console"]
     usage = tree["usage"]
     assert usage["peak_from"] == "cgroup" and usage["max_rss"] >= 200 * MB, usage
-    unit = tree["log"].strip().rsplit("/", 1)[-1]
-    assert unit.startswith("qex-") and unit.endswith("-1.scope"), tree["log"]  # its own scope, not the session's
+    unit, leaf = tree["log"].strip().rsplit("/", 2)[-2:]  # its own scope's job leaf, not the session's scope
+    assert unit.startswith("qex-") and unit == leaf + ".scope" and leaf.endswith("-1"), tree["log"]
     assert tree["left"] == {"units": [], "cgroups": []}, tree["left"]
 
 
