@@ -159,21 +159,24 @@ def _sampled(found: dict) -> dict:
     return found
 
 
+WHOLE = 4096  # (safe_text's bound for the memory line: a path or a reason is printed whole)
+
+
 def _memory_lines(mem: dict) -> list[str]:
-    """How each job's memory is measured (whole words: a path is never cut)."""
+    """How each job's memory is measured (whole words: a path is never cut, ``WHOLE``)."""
     if mem.get("per_job_cgroup") and mem.get("kind") == "systemd-scope":
         return [f"memory    a systemd scope per job (the {mem['manager']} manager, qex-<id>-<attempt>.scope "
-                f"in {safe_text(mem['parent'])}): whole-tree peaks, exact OOM evidence"]
+                f"in {safe_text(mem['parent'], WHOLE)}): whole-tree peaks, exact OOM evidence"]
     if mem.get("per_job_cgroup"):
-        return [f"memory    a cgroup per job ({mem['kind']}, inside {safe_text(mem['parent'])}): "
+        return [f"memory    a cgroup per job ({mem['kind']}, inside {safe_text(mem['parent'], WHOLE)}): "
                 "whole-tree peaks, exact OOM evidence"]
     if not mem:
         return []
-    lines = [f"memory    no cgroup per job ({safe_text(mem.get('why_not', ''))}): whole-tree peaks sampled from "
+    lines = [f"memory    no cgroup per job ({safe_text(mem.get('why_not', ''), WHOLE)}): whole-tree peaks sampled from "
              f"/proc every {mem.get('sample_period', 0):g}s, OOM evidence "
              + ("from the machine's oom_kill counter" if mem.get("oom_evidence") else "unavailable")]
     if mem.get("remedy"):
-        lines.append(f"          for one: {safe_text(mem['remedy'])}")
+        lines.append(f"          for one: {safe_text(mem['remedy'], WHOLE)}")
     return lines
 
 
