@@ -15,7 +15,9 @@ count shared pages once, but reading it walks every page table of the process: 2
 a 50MB process here, against 35 us for ``statm``.)
 
 Cost: a sample reads two small files per process of the job; the period grows so that
-sampling stays under 1% of a core (``BUDGET``) however many processes the job has.
+sampling stays under 1% of a core (``BUDGET``) however many processes the job has (by
+the least recent cost of a sample: one the scheduler preempted does not stretch it). The
+record's ``sample_period`` is the last period.
 
 Imports nothing but builtin modules: the minimal watcher (``qex.supervisor.watch``) runs it.
 """
@@ -27,14 +29,15 @@ EVERY = 0.2  # seconds between samples (at least)
 FIRST = 0.05  # seconds after the start of the first sample
 BUDGET = 0.01  # of a core: the period grows to keep a sample's CPU time under this share
 PAGE = os.sysconf("SC_PAGE_SIZE")
-FIELDS = ("every", "next_at", "peak", "samples", "cpu")
+FIELDS = ("every", "next_at", "peak", "samples", "cpu", "low")
 
 
 class TreePeak:
     __slots__ = FIELDS
 
-    def __init__(self, every=EVERY, next_at=0.0, peak=0, samples=0, cpu=0.0):
+    def __init__(self, every=EVERY, next_at=0.0, peak=0, samples=0, cpu=0.0, low=None):
         self.every, self.next_at, self.peak, self.samples, self.cpu = every, next_at, peak, samples, cpu
+        self.low = low  # what a sample costs: the least of the recent ones, rising 50% a sample
 
     @classmethod
     def start(cls, started: float) -> "TreePeak":
@@ -56,7 +59,10 @@ class TreePeak:
             self.cpu += cost
             self.samples += 1
             self.peak = max(self.peak, total)
-            self.every = max(self.every, cost / BUDGET)
+            # A sample the scheduler preempted looks costly once: the period follows the least
+            # recent cost (which rises with a tree that really grows), not every spike.
+            self.low = cost if self.low is None else min(cost, self.low * 1.5)
+            self.every = max(EVERY, self.low / BUDGET)
             self.next_at = now + self.every
         return self.next_at
 

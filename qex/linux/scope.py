@@ -181,7 +181,7 @@ def wait_inside(pid: int, unit: str, timeout: float = INSIDE_WAIT) -> str | None
         if time.monotonic() >= deadline:
             return None
         time.sleep(delay)
-        delay = min(delay * 2, 0.02)
+        delay = min(delay * 2, 0.005)
 
 
 def _mounted(path: str) -> str | None:
