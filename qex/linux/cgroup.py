@@ -15,8 +15,10 @@ before it spawns the job and back to its own cgroup right after (``join``,
   shell's leaf scope cannot): peak from ``memory.peak`` (5.19+), OOM kills
   from the ``oom_kill`` line of ``memory.events``.
 
-Anything else gives ``None``: the supervisor then measures with ``getrusage``
-and the machine's ``oom_kill`` counter. ``QEX_CGROUP=off`` forces that.
+Anything else gives ``None``: on cgroup v2 under systemd the job's cgroup is then a
+leaf of a systemd scope (``qex.linux.scope``, ``scope_candidate``); elsewhere the
+supervisor samples the job's tree from /proc (``qex.linux.rss``) and takes the
+machine's ``oom_kill`` counter. ``QEX_CGROUP=off`` forces that.
 
 The path of a job's cgroup is written in its ``jobs/<id>/pid`` file, on the
 supervisor's intent line before the spawn and on the job's pid line after it
@@ -191,10 +193,9 @@ class JobCgroup:
     def remove(self) -> bool:
         return remove_dir(self.path)
 
-    def kill(self, spare: int | None = None) -> None:
-        """SIGKILL every process in it (all of them the job's: see ``stop_and_remove``), but
-        ``spare`` (a scope's holder, which keeps it until the record is written)."""
-        _kill_all(self, spare)
+    def kill(self) -> None:
+        """SIGKILL every process in it (all of them the job's: see ``stop_and_remove``)."""
+        _kill_all(self)
 
 
 def _move_here(kind: str, path: str) -> None:
@@ -443,16 +444,16 @@ def stop_and_remove(job_dir: str, job_id: str, kill: bool) -> bool:
     return done
 
 
-def _kill_all(cg: JobCgroup, spare: int | None = None) -> None:
+def _kill_all(cg: JobCgroup) -> None:
     kill_file = os.path.join(cg.path, "cgroup.kill")
-    if cg.kind == "v2" and spare is None and os.path.exists(kill_file):
+    if cg.kind == "v2" and os.path.exists(kill_file):
         try:
             with open(kill_file, "w") as fh:
                 fh.write("1")
             return
         except OSError:
             pass
-    for pid in set(cg.members()) - {spare}:
+    for pid in cg.members():
         try:
             os.kill(pid, 9)  # SIGKILL (the signal module costs a submission its enum import)
         except OSError:
