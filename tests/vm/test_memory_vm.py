@@ -74,9 +74,10 @@ def test_as_the_session_user_each_attempt_gets_a_scope_of_the_user_manager(tmp_p
     cost = found["cost"]
     _record_cost(found)
     assert len(cost["submit_scope"]) >= 4 and len(cost["submit_off"]) >= 4, cost
-    # TCG on a loaded 2-core host: single samples vary by 3x (1.8-5.2 s for the same submission), so
-    # the bound here only catches a regression; the figures are in bench/results/ and bench/README.md.
-    assert cost["submit_ratio"] <= 1.6 and cost["spawn_ratio"] <= 2.0, cost
+    # The spawn's part, where the scope once cost 2.2x: now the same two cgroup.procs writes as a
+    # cgroup of qex's own. The whole submit-to-first-instruction is recorded, not asserted: in TCG on a
+    # loaded 2-core host one submission takes 1-11 s (bench/README.md, bench/results/).
+    assert cost["spawn_ratio"] <= 1.5, cost
 
 
 def test_as_root_in_a_system_service_each_attempt_gets_a_scope_under_qex_slice(tmp_path):
