@@ -10,8 +10,9 @@ kill, and its cgroup with the counters would go before qex reads them).
 - a user: the user manager (``user@UID.service``), over its private socket
   ``$XDG_RUNTIME_DIR/systemd/private`` (or the session bus): the scope lands in its
   ``app.slice``. The runtime directory is ``/run/user/UID`` where the environment names
-  none (cron, with lingering on). The job stays inside the limits of the user's slice;
-  only the session scope it would have shared changes;
+  none (cron, with lingering on). The job (and its supervisor, which moves
+  into the scope for good) stays inside the limits of the user's slice; only the session
+  scope they would have shared changes;
 - root, outside the root cgroup: the system manager, ``/run/systemd/private`` (or the
   system bus), under ``qex.slice``.
 
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 SUPERVISOR_LEAF = "supervisor"  # the scope's leaf the supervisor stays in (the job's: qex-<id>-<attempt>)
 SLICE = "qex.slice"  # the system manager's jobs go under it (a user's: the user manager's app.slice)
-INSIDE_WAIT = 5.0  # seconds the supervisor waits for systemd to move the job into its scope
+INSIDE_WAIT = 5.0  # seconds the supervisor waits for systemd to move it into the scope
 _PATH, _IFACE, _DEST = "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager", "org.freedesktop.systemd1"
 _CONN: list = []  # (pid, Connection): this process's
 
