@@ -61,7 +61,7 @@ class _Writer:
     def pad(self, n: int) -> None:
         self.buf.extend(b"\0" * (-len(self.buf) % n))
 
-    def put(self, sig: str, value) -> None:
+    def put(self, sig: str, value: object) -> None:
         c = sig[0]
         self.pad(_ALIGN[c])
         if c in _FIXED:
@@ -95,7 +95,7 @@ class _Reader:
     def __init__(self, data: bytes, pos: int = 0):
         self.data, self.pos = data, pos
 
-    def get(self, sig: str):
+    def get(self, sig: str) -> object:
         c = sig[0]
         self.pos += -self.pos % _ALIGN[c]
         if c in _FIXED:

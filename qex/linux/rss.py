@@ -47,7 +47,7 @@ class TreePeak:
         return tuple(getattr(self, name) for name in FIELDS)
 
     @classmethod
-    def resume(cls, state) -> "TreePeak | None":
+    def resume(cls, state: tuple | None) -> "TreePeak | None":
         return cls(*state) if state else None
 
     def tick(self, now: float) -> float:

@@ -53,7 +53,7 @@ _PATH, _IFACE, _DEST = "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Ma
 _CONN: list = []  # (pid, Connection): this process's
 
 
-def manager(environ=os.environ) -> tuple[str, str, bool] | tuple[None, str, bool]:
+def manager(environ: dict = os.environ) -> tuple[str, str, bool] | tuple[None, str, bool]:
     """(which, socket path, through a bus daemon) of the systemd manager to ask, or
     (None, why not, False). ``which``: "user" or "system"."""
     if os.geteuid() == 0:

@@ -97,7 +97,7 @@ class End:
 
 
 def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, timeout_at: float | None,
-         kill_grace: float, drain: float, handoff_at: float | None = None, sampler: object = None, peak=None) -> End:
+         kill_grace: float, drain: float, handoff_at: float | None = None, sampler: object = None, peak: object = None) -> End:
     """Watch the job ``pid`` (leader of its process group) until it has ended, its pipes
     are read (or ``drain`` seconds after its end) and its followers have what it wrote (see
     the module's doc), or until ``handoff_at``. ``sampler``: qex.supervisor.vram; ``peak``: rss."""
@@ -158,7 +158,7 @@ def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, 
     return End(wait_status, rusage, stop_reason, incomplete)
 
 
-def _sample(sampler, now: float, poll, wait_status, peak=None) -> float | None:
+def _sample(sampler, now: float, poll, wait_status, peak: object = None) -> float | None:
     """A GPU job's VRAM sampler, while the job runs: a reading started when one is due,
     taken in when done; and the /proc sampler of a job without a cgroup (``peak``:
     qex.linux.rss). When the loop must look again for them (None: no sampler)."""
