@@ -124,7 +124,9 @@ def dropped_text(rec: dict) -> str:
 
 
 def _peak_from(usage: dict) -> str:
-    return {"cgroup": " (whole process tree)", "rusage": " (largest process)"}.get(usage.get("peak_from"), "")
+    from qex.supervisor.memory import peak_words
+
+    return peak_words(usage)
 
 
 def _sources(sources: dict) -> str:

@@ -75,7 +75,7 @@ HOLDERS = {
     "owner": "another member's job whose owner runs no qex now: nothing will start it",
     "slurm": "the Slurm backend: Slurm holds it (its reason is Slurm's: qex help slurm)",
 }
-PEAK_FROM = ("cgroup", "rusage")
+PEAK_FROM = ("cgroup", "proc-sample", "rusage")
 OOM_EVIDENCE = ("cgroup", "machine-counter")
 
 
@@ -232,7 +232,8 @@ def _info() -> dict:
         "pools": (_arr(any_obj), "each pool of the config: its units and who holds them"),
         "peers": (_arr(any_obj), "what other users' queues hold (the peer directory): cpu in cores, mem in bytes"),
         "peer_dir": (any_obj, "the peer directory: its path, its problems, each record read or ignored"),
-        "memory": (any_obj, "whether a job gets its own memory cgroup, and what an OOM verdict rests on"),
+        "memory": (any_obj, "how a job's memory is measured (a cgroup of qex's own, a systemd scope, /proc samples), "
+                              "what an OOM verdict rests on, and where there is no cgroup the remedy"),
         "queue": (any_obj, "running and queued counts, the health line and since when it holds, the state dir"),
         "pauses": (_arr(_PAUSE), "the pauses in force (as qex pause --json)"),
         "shared": ({}, "a shared state directory: its members; null when private"),

@@ -58,6 +58,7 @@ STATUS_NUMBERS = {
 ATTEMPT_NUMBERS = {"number": (0, N.SEQ), "started_at": (0, N.TIME), "ended_at": (0, N.TIME),
                    "exit_code": (0, N.EXIT)}
 USAGE_NUMBERS = {"max_rss": (0, N.BYTES), "cpu_secs": (0, N.DURATION), "oom_kills": (0, N.SEQ),
+                 "sample_period": (0, N.DURATION),
                  "vram_peak": (0, N.BYTES)}
 BY_DEVICE = "vram_peak_by_device"  # the one nested field of a usage: {device: bytes}
 DROPPED_NUMBERS = {"stdout_bytes": (0, N.BYTES), "stdout_lines": (0, N.BYTES), "stderr_bytes": (0, N.BYTES),

@@ -88,8 +88,10 @@ def _attempt_classes(frozen, field, Claims) -> tuple:
 
         max_rss: int | None = None  # peak memory in bytes (see peak_from); null: not measured
         cpu_secs: float | None = None  # CPU seconds used (user + system) of the job's processes; null: not measured
-        peak_from: str | None = None  # where max_rss comes from: cgroup (the whole process tree), rusage (the largest
-                                      # waited-for process), null (not measured)
+        peak_from: str | None = None  # where max_rss comes from: cgroup (the whole process tree), proc-sample (the
+                                      # whole tree's Pss sampled from /proc every sample_period seconds, without a
+                                      # cgroup), rusage (the largest waited-for process), null (not measured)
+        sample_period: float | None = None  # seconds between the /proc samples of a proc-sample peak; null: other
         oom_kills: int | None = None  # OOM kills the kernel counted in the job's cgroup; null: the job had no cgroup
         vram_peak: int | None = None  # the most VRAM its processes held on one GPU, in bytes; null: not measured
         vram_peak_by_device: dict[str, int] | None = None  # that peak per device: qex's number of a device of the
@@ -215,8 +217,8 @@ def status_defaults() -> dict:
         "claims": {"cpu": 1.0, "mem": 0, "pools": {}}, "claim_source": {}, "assigned": [], "forced": False,
         "submitted_at": 0.0, "started_at": None, "ended_at": None, "pid": None, "supervisor_pid": None,
         "exit_code": None, "signal": None, "attempt": 1, "attempts": [],
-        "usage": {"max_rss": None, "cpu_secs": None, "peak_from": None, "oom_kills": None, "vram_peak": None,
-                  "vram_peak_by_device": None},
+        "usage": {"max_rss": None, "cpu_secs": None, "peak_from": None, "sample_period": None, "oom_kills": None,
+                  "vram_peak": None, "vram_peak_by_device": None},
         "error": None, "blocked_reason": None, "blocked_holder": None, "blocked_since": None,
         "passed_by": 0, "dedupe_key": None, "needs": [], "after": [], "skipped_root": None,
         "logs_dropped": {"stdout_bytes": 0, "stdout_lines": 0, "stderr_bytes": 0, "stderr_lines": 0,
