@@ -265,6 +265,10 @@ dir = "/srv/qex-peers"
 max_age = "7d"
 max_records = 50
 prune_every = "none"
+[politeness]
+nice = 0
+io_class = "idle"
+oom_score_adj = -10
 """
     path = write(tmp_path, text)
     c = load_config(path, env={})
@@ -278,7 +282,8 @@ prune_every = "none"
     assert c.learn_enabled is False and c.learn_margin == pytest.approx(0.5)
     assert c.peers_dir == "/srv/qex-peers"
     assert c.store_max_age == 7 * 86400 and c.store_max_records == 50 and c.store_prune_every is None
-    assert all(source == path for key, source in c.sources.items() if key != "pool")
+    assert c.nice == 0 and c.io_class == "idle" and c.oom_score_adj == -10
+    assert all(source == path for key, source in c.sources.items() if key not in ("pool", "system.max_pressure"))
     assert c.sources["pool"] == "default"
 
 

@@ -24,6 +24,7 @@ def request_from_args(args: Namespace | SimpleNamespace, ctx: Context) -> Reques
                                ("name", "name"), ("priority", "priority"), ("timeout", "timeout"),
                                ("max_queue_time", "max_queue_time"), ("retries", "retries"),
                                ("oom_retries", "oom_retries"), ("cwd", "cwd"), ("nice", "nice"),
+                               ("io_class", "io_class"), ("oom_score_adj", "oom_score_adj"),
                                ("env_capture", "env_capture"), ("dedupe_key", "dedupe_key"),
                                ("dedupe_window", "dedupe_window"), ("stdin", "stdin")):
         value = getattr(args, option, None)

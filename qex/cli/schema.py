@@ -233,6 +233,9 @@ def _info() -> dict:
         "pauses": (_arr(_PAUSE), "the pauses in force (as qex pause --json)"),
         "shared": ({}, "a shared state directory: its members; null when private"),
         "hooks": ({}, "the stop hook in force and whose it is; null when none"),
+        "manners": (any_obj, "what every job runs with ([politeness]): nice, io_class, oom_score_adj"),
+        "pressure": (any_obj, "the memory pressure: some_avg10 (PSI, a percentage; null: the kernel gives "
+                              "none) and max ([system] max_pressure; null: off)"),
         "damaged": (_arr(any_obj), "records a pass cannot use: id, file, problem"),
         "gpu_check": ({}, "the GPU driver checked against the pool gpu (present when there is one)"),
     }, required=["machine", "budget", "held", "pools", "peers", "queue", "pauses", "damaged"])

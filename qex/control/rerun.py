@@ -53,7 +53,7 @@ def submit(ctx: Context, job_id: str) -> tuple[str, PassResult, list[str]]:
     req, old = request_of(ctx, job_id)
     built = build(ctx, req)
     built.spec.env = dict(old.env)          # the environment it ran with, not the caller's
-    built.spec.nice, built.spec.hints = old.nice, old.hints
+    built.spec.hints = old.hints  # (its niceness and the rest: the words it was asked with, as a new submission)
     ids, result = submit_many(ctx, [built], prepare=_input_again(ctx, job_id, req.stdin))
     return ids[0], result, built.warnings
 

@@ -176,10 +176,10 @@ def _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt) 
         rerun_of: str | None = None  # qex rerun: the id of the job this one repeats; null otherwise
         peer_lock: str | None = None  # its liveness file in the peer directory (several users); null when none
         vram_over: str | None = None  # its VRAM above what it was given on a device, in words; null: not above
-
-        @property
-        def final(self) -> bool:
-            return self.state in FINAL
+        nice: int | None = None  # the niceness it runs at ([politeness] nice, --nice); null: an older qex's
+        io_class: str | None = None  # its I/O class: best-effort (level 7), idle, none (inherited); null: as nice
+        oom_score_adj: int | None = None  # its oom_score_adj ([politeness], --oom-score-adj); null: inherited
+    Status.final = property(lambda self: self.state in FINAL, doc="whether its state is final")
     return Status
 
 
@@ -195,6 +195,8 @@ def _spec_class(define, field) -> type:
         env: dict[str, str]
         format: int = FORMAT
         nice: int | None = None
+        io_class: str | None = None
+        oom_score_adj: int | None = None
         hints: bool = False
         request: dict = field(factory=dict)
 
@@ -224,6 +226,7 @@ def status_defaults() -> dict:
         "timeout": None, "retries": 0, "oom_retries": 1, "max_queue_time": None, "queue_pause_secs": 0.0,
         "queue_pauses": [], "kill_requested": False, "supervisor_lost": False, "oom_evidence": None,
         "template": None, "rerun_of": None, "peer_lock": None, "vram_over": None,
+        "nice": None, "io_class": None, "oom_score_adj": None,
     }
 
 
@@ -239,6 +242,8 @@ class NewSpec(Plain):
     env: dict
     format: int = FORMAT
     nice: int | None = None
+    io_class: str | None = None
+    oom_score_adj: int | None = None
     hints: bool = False
     request: dict = Factory(dict)
 
