@@ -70,6 +70,7 @@ HOLDERS = {
     "dependency": "a job it --needs or runs --after has not ended yet",
     "front": "a job ahead of it in the queue is waiting for room first",
     "device": "no GPU device (or share of one) it claims is free",
+    "pressure": "the machine's memory pressure is above [system] max_pressure: no job starts",
     "owner": "another member's job whose owner runs no qex now: nothing will start it",
 }
 PEAK_FROM = ("cgroup", "rusage")
