@@ -60,10 +60,15 @@ def words(nice: int, io_class: str | None, oom: int | None) -> str:
     return f"nice {nice}, I/O {io}, oom_score_adj {'inherited' if oom is None else oom}"
 
 
-def _syscall(which: int, *args: int) -> int:
-    import ctypes
+_LIBC: list = []  # (ctypes, libc), once per process
 
-    libc = ctypes.CDLL(None, use_errno=True)
+
+def _syscall(which: int, *args: int) -> int:
+    if not _LIBC:
+        import ctypes
+
+        _LIBC.append((ctypes, ctypes.CDLL(None, use_errno=True)))
+    ctypes, libc = _LIBC[0]
     number = _SYSCALLS.get(os.uname().machine)
     if number is None:
         raise OSError(0, f"no ioprio system call known on {os.uname().machine}")

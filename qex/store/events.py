@@ -166,8 +166,12 @@ class _File:
         return data[:end].splitlines()
 
     def reopened(self, path: str) -> bool:
-        """Open ``path`` again in place of the descriptor (NFS: close-to-open, above), keeping
-        the offset; False if it is another file now (rotated) or none."""
+        """Close the descriptor and open ``path`` again, keeping the offset (NFS: close-to-open,
+        above; closed first, as the client reuses the open of a file still open, without asking
+        the server); False, with no descriptor, if ``path`` is another file now (rotated) or none."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -175,12 +179,13 @@ class _File:
         if os.fstat(fd).st_ino != self.ino:
             os.close(fd)
             return False
-        os.close(self.fd)
-        self.fd = fd
+        self.fd, self.path = fd, path
         return True
 
     def close(self) -> None:
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 # ---- the reader ----------------------------------------------------------------
@@ -262,8 +267,10 @@ class Reader:
             self._open_current(out)
             return out
         rotated = fresh and self.file.path == self.cur_path and not self.file.reopened(self.cur_path)
-        if rotated:
-            self.file.reopened(self.rot_path)  # (its last appends, if it is the rotated file now)
+        if rotated and not self.file.reopened(self.rot_path):  # (its last appends, if it is the rotated file)
+            self.file = None  # rotated twice since, or removed: from the current file (its gap, if any)
+            self._open_current(out)
+            return out
         out += self._take(self.file.lines())
         if self.file.path == self.rot_path:
             moved = True  # the rotated file never grows: go on to the current one
