@@ -124,12 +124,23 @@ def followers(out: dict) -> None:
         rec = json.load(fh)
     out["record"] = {k: rec.get(k) for k in ("state", "submitted_at", "started_at", "ended_at")}
     out["wait_rc"], out["logs_lines"] = wait.proc.returncode, [line for _, line in logs.lines]
+    # From the moment B's qex committed each change (its journal event's time, read through B):
+    # the job's own end (ended_at) comes earlier by what its supervisor takes to record it.
+    committed = {}
+    with open("/run/b/state/journal.jsonl") as fh:
+        for line in fh:
+            e = json.loads(line)
+            if e.get("id") == job_id and e.get("change") == "state":
+                committed.setdefault(e["state"], e["time"])
+    queued_at, ended_at = committed.get("queued", rec["submitted_at"]), committed.get("completed", rec["ended_at"])
+    out["committed"] = committed
     out["latency"] = {
-        "events_submitted": None if queued is None else queued[0] - rec["submitted_at"],
-        "events_ended": None if done is None else done[0] - rec["ended_at"],
-        "wait_ended": wait.ended - rec["ended_at"],
-        "logs_ended": logs.ended - rec["ended_at"],
+        "events_submitted": None if queued is None else queued[0] - queued_at,
+        "events_ended": None if done is None else done[0] - ended_at,
+        "wait_ended": wait.ended - ended_at,
+        "logs_ended": logs.ended - ended_at,
     }
+    out["after_the_jobs_end"] = {"wait": wait.ended - rec["ended_at"], "logs": logs.ended - rec["ended_at"]}
     ev.stop()
 
 
