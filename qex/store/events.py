@@ -36,7 +36,7 @@ from qex.store.records import Status
 KINDS = ("stream", "job", "gap")
 CHANGES = ("state", "reason", "vram")  # a job line's ``change`` (vram: its VRAM above its claim)
 POLL = 0.1        # without inotify
-RECHECK = 0.5     # with inotify: look anyway this often, the file opened again (another NFS client's writes)
+RECHECK = 0.25    # with inotify: look anyway this often, the file opened again (another NFS client's writes)
 
 
 @frozen
