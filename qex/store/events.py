@@ -264,6 +264,8 @@ class Reader:
         ``fresh``: open the journal again first (what inotify may not have said: NFS)."""
         out, self.pending = self.pending, []
         if self.file is None:
+            if fresh:  # no journal yet: NFS keeps its "no such file" until the directory is looked at again
+                _look_at(self.root)
             self._open_current(out)
             return out
         rotated = fresh and self.file.path == self.cur_path and not self.file.reopened(self.cur_path)
@@ -345,6 +347,15 @@ class Reader:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+
+def _look_at(folder: str) -> None:
+    """Open ``folder`` (and close it): an NFS client revalidates a directory it opens, and
+    with it the names it had cached as missing (a journal created on another machine)."""
+    try:
+        os.close(os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+    except OSError:
+        pass
 
 
 def _index_position(root: str) -> tuple[str | None, int]:
