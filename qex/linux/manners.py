@@ -60,21 +60,41 @@ def words(nice: int, io_class: str | None, oom: int | None) -> str:
     return f"nice {nice}, I/O {io}, oom_score_adj {'inherited' if oom is None else oom}"
 
 
-_LIBC: list = []  # (ctypes, libc), once per process
+_SYSCALL: list = []  # (syscall, get_errno) of libc, bound once per process (bind)
+
+
+def bind() -> None:
+    """Bind libc's ``syscall`` through ``_ctypes`` (importing ctypes itself costs a just-forked
+    supervisor several ms before its job's first instruction: ``qex.linux.proc.look_up_prctl``).
+    An early supervisor binds it while its commit's fsyncs run (``prepare_early``)."""
+    if _SYSCALL:
+        return
+    import _ctypes
+
+    class CLong(_ctypes._SimpleCData):
+        _type_ = "l"
+
+    class Function(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+        _restype_ = CLong
+
+    class Libc:
+        _handle = _ctypes.dlopen(None)
+
+    call = Function(("syscall", Libc))
+    call.argtypes = (CLong, CLong, CLong, CLong)
+    _SYSCALL.append((call, _ctypes.get_errno))
 
 
 def _syscall(which: int, *args: int) -> int:
-    if not _LIBC:
-        import ctypes
-
-        _LIBC.append((ctypes, ctypes.CDLL(None, use_errno=True)))
-    ctypes, libc = _LIBC[0]
+    bind()
+    call, get_errno = _SYSCALL[0]
     number = _SYSCALLS.get(os.uname().machine)
     if number is None:
         raise OSError(0, f"no ioprio system call known on {os.uname().machine}")
-    got = libc.syscall(number[which], *(ctypes.c_int(a) for a in args))
+    got = call(number[which], *args, *(0,) * (3 - len(args)))
     if got < 0:
-        err = ctypes.get_errno()
+        err = get_errno()
         raise OSError(err, os.strerror(err))
     return got
 
