@@ -4,13 +4,9 @@ a runner that calls the real `qex` in a real process, as a user would."""
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
-
-QEX = [sys.executable, "-m", "qex"]
+from driver import Qex, processes
 
 
 def pytest_configure(config):
@@ -36,51 +32,24 @@ def pytest_unconfigure(config):
         shutil.rmtree(config._qex_cache, ignore_errors=True)
 
 
-class Queue:
-    """One test's qex: its own state directory, config and peer directory."""
+class Queue(Qex):
+    """One test's qex: its own state directory, config and peer directory (the driver: tests/driver.py)."""
 
     def __init__(self, root):
         self.root = root
-        self.state = os.path.join(root, "state")
         self.config = os.path.join(root, "qex.toml")
         self.peers = os.path.join(root, "peers")
-        self.env = {**os.environ, "QEX_STATE_DIR": self.state, "QEX_CONFIG": self.config,
-                    "QEX_PEER_DIR": self.peers, "QEX_KILL_GRACE": "2"}
-        self.env.pop("CUDA_VISIBLE_DEVICES", None)
+        state = os.path.join(root, "state")
+        env = {**os.environ, "QEX_STATE_DIR": state, "QEX_CONFIG": self.config,
+               "QEX_PEER_DIR": self.peers, "QEX_KILL_GRACE": "2"}
+        env.pop("CUDA_VISIBLE_DEVICES", None)
         # Every qex call would recompile every module it imports (~0.3 s) without its bytecode cache.
-        self.env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        super().__init__(state, env, root)
 
     def write_config(self, text: str) -> None:
         with open(self.config, "w") as fh:
             fh.write(text)
-
-    def run(self, *args, input=None, timeout=60, env=None, check=None) -> subprocess.CompletedProcess:
-        """Run `qex ARGS...` to completion; returns the CompletedProcess (text). Its stdin is
-        ``input``, else /dev/null (`qex run` gives its stdin to its job: never the terminal
-        of whoever runs the tests)."""
-        given = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
-        proc = subprocess.run(QEX + [str(a) for a in args], **given, capture_output=True, text=True,
-                              timeout=timeout, env={**self.env, **(env or {})}, cwd=self.root)
-        if check is not None:
-            assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
-        return proc
-
-    def popen(self, *args, env=None, **kw) -> subprocess.Popen:
-        kw.setdefault("stdin", subprocess.DEVNULL)  # (as run: never the terminal of whoever runs the tests)
-        return subprocess.Popen(QEX + [str(a) for a in args], env={**self.env, **(env or {})},
-                                cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-
-    def submit(self, *args, **kw) -> str:
-        """Submit and return the id (asserts exit 0 and a clean stdout)."""
-        proc = self.run("submit", *args, **kw)
-        assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
-        job_id = proc.stdout.strip()
-        assert len(job_id) == 36 and "\n" not in job_id, proc.stdout
-        return job_id
-
-    def record(self, job_id: str) -> dict:
-        with open(os.path.join(self.state, "jobs", job_id, "status.json")) as fh:
-            return json.load(fh)
 
     def records(self) -> list[dict]:
         out = []
@@ -92,29 +61,6 @@ class Queue:
                     out.append(json.load(fh))
         return sorted(out, key=lambda r: r["seq"])
 
-    def wait_for(self, predicate, timeout=20.0, what="condition", interval=0.02):
-        """Poll ``predicate`` until it returns a truthy value; fail after ``timeout``."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-            time.sleep(interval)
-
-    def wait_state(self, job_id: str, states, timeout=20.0) -> dict:
-        states = {states} if isinstance(states, str) else set(states)
-
-        def check():
-            try:
-                rec = self.record(job_id)
-            except (FileNotFoundError, ValueError):
-                return None
-            return rec if rec["state"] in states else None
-
-        return self.wait_for(check, timeout, f"job {job_id[:8]} to be {sorted(states)}")
-
     def processes(self) -> list[int]:
         """Pids of live processes whose environment names this queue's state dir."""
         return qex_processes(self.state)
@@ -125,24 +71,8 @@ class Queue:
 
 
 def qex_processes(state_dir: str) -> list[int]:
-    needle = f"QEX_STATE_DIR={state_dir}".encode()
-    me = os.getpid()
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == me:
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                environ = fh.read().split(b"\0")
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                stat = fh.read()
-            if needle in environ and b") Z" not in stat:
-                with open(f"/proc/{pid}/cmdline", "rb") as fh:  # the process may end meanwhile
-                    if b"qex" in fh.read():
-                        found.append(int(pid))
-        except OSError:
-            continue
-    return found
+    """Live qex processes (and jobs started as ``qex ...``) whose environment names ``state_dir``."""
+    return [pid for pid, cmd in processes(f"QEX_STATE_DIR={state_dir}".encode(), exact=True) if b"qex" in cmd]
 
 
 @pytest.fixture

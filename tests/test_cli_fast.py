@@ -86,14 +86,15 @@ def test_a_bad_submit_line_gives_121_by_either_path(q):
 @pytest.mark.parametrize("argv,table", [
     (["submit", "x"], True), (["run"], True), (["pipeline"], True), (["rerun"], True), (["wait"], True),
     (["status", "x", "--quiet"], True), (["status", "x", "--qu"], True), (["status", "--wait", "x"], True),
-    (["status", "x", "--fol"], True), (["status", "x"], False), (["status", "x", "--json"], False),
+    (["status", "x", "--fol"], True), (["status", "x", "-q"], True), (["status", "-f", "x"], True), (["status", "x"], False), (["status", "x", "--json"], False),
     (["status", "x", "--"], False), (["list"], False), (["logs", "x", "--follow"], False), ([], False)])
 def test_the_commands_of_the_exit_code_table(argv, table):
-    from qex.base.errors import AmbiguousId, ConfigError, NoSuchJob, UsageError
+    from qex.base.errors import AmbiguousId, ConfigError, NoSuchJob, SpecError, UsageError
     from qex.cli import error_exit_code, reports_a_job
 
     assert reports_a_job(argv) is table
     assert error_exit_code(argv, UsageError("x")) == (121 if table else 2)
     assert error_exit_code(argv, AmbiguousId("x")) == (121 if table else 2)
     assert error_exit_code(argv, ConfigError("x")) == (121 if table else 1)
+    assert error_exit_code(argv, SpecError("--last: 'abc' is not a whole number")) == (121 if table else 2)
     assert error_exit_code(argv, NoSuchJob("x")) == 127

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import sys
 
+# (the rule of exit codes lives below the command line: qex.api raises with the same codes)
+from qex.base.errors import JOB_COMMANDS, error_exit_code, reports_a_job  # noqa: F401
+
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from collections.abc import Iterable
-
-    from qex.base.errors import QexError
 
 
 def main(argv: Iterable[str] | None = None) -> None:
@@ -53,45 +54,6 @@ def run(argv: list[str]) -> int:
     except BrokenPipeError:
         _quiet_broken_pipe()
         return 0
-
-
-# The commands of the exit-code table (CONTRACT.md "Exit codes"; qex help exit-codes): their
-# code is the job's, so 0-96 and 2 among them are never qex's own.
-JOB_COMMANDS = ("submit", "run", "pipeline", "rerun", "wait")
-STATUS_REPORTS = ("--wait", "--follow", "--quiet")  # status with one of these is in the table too
-
-
-def reports_a_job(argv: list[str]) -> bool:
-    """Whether this command line is one of the exit-code table's: its code is a job's."""
-    if not argv:
-        return False
-    if argv[0] in JOB_COMMANDS:
-        return True
-    # (argparse takes a unique abbreviation of an option: --qu is --quiet)
-    return argv[0] == "status" and any(
-        len(a) > 2 and a.startswith("--") and any(o.startswith(a) for o in STATUS_REPORTS) for a in argv[1:])
-
-
-def error_exit_code(argv: list[str], exc: QexError) -> int:
-    """The one place that decides the exit code of an error that reached the command line.
-
-    On the commands of the exit-code table, anything qex could not do -- a bad command
-    line (2 elsewhere: an unknown option, a missing argument, an ambiguous id), a refusal,
-    a damaged record, a full disk (1 elsewhere) -- is 121: 0-96 (2 among them) is the
-    job's own code there. 127 (no such job) keeps its meaning everywhere. Other commands
-    keep each error's own code (``qex.base.errors``), but a reading command that cannot
-    use the config has failed (1).
-    """
-    from qex.base.errors import ConfigError
-
-    code = exc.exit_code
-    if code not in (1, 2, 121):
-        return code
-    if reports_a_job(argv):
-        return 121
-    if isinstance(exc, ConfigError):
-        return 1
-    return code
 
 
 def wants_json(argv: list[str]) -> bool:
@@ -138,6 +100,10 @@ def _option_in(sentence: str) -> tuple[str | None, str | None]:
 
 
 def _dispatch(argv: list[str]) -> int:
+    if argv[:1] == ["__complete"]:  # the completions' values: no parser, no lock (qex.cli.completion)
+        from qex.cli.completion import values
+
+        return values(argv[1:])
     if argv[:1] == ["submit"]:
         from qex.cli.fastpath import RUNS, plain_submit
 
@@ -188,6 +154,11 @@ def _command_first(argv: list[str]) -> list[str]:
 def _call(target: str, args) -> int:
     """Run "module:function" with the parsed arguments."""
     import os
+
+    if getattr(args, "json", False):  # every warning and notice on stderr a JSON line (qex.base.say)
+        from qex.base import say
+
+        say.json_on()
 
     if args.lock_timeout is not None or "QEX_LOCK_TIMEOUT" in os.environ:
         from qex.store import lock

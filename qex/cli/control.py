@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from qex.cli.common import context, err, out
+from qex.base import say
+from qex.cli.common import context, out
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -15,7 +16,7 @@ def cmd_kill(args: Namespace) -> int:
     from qex.control.actions import KILL, stop_jobs
 
     ctx = context()
-    job_ids, in_group = _targets(ctx, args.ids)
+    job_ids, in_group = _chosen(ctx, args, KILL)
     answer = stop_jobs(ctx, job_ids, KILL, wait=True)
     report = _Report(args)
     for job_id in job_ids:
@@ -26,8 +27,8 @@ def cmd_kill(args: Namespace) -> int:
         elif what == "signalled":
             report.add(job_id, "signalled", "running", None)
             report.note(f"{job_id[:8]} was signalled but has not ended yet")
-        else:
-            report.add(job_id, "stopped", what, None)
+        else:  # (a queued job leaves the queue: cancelled)
+            report.add(job_id, "cancelled" if what == "cancelled" else "stopped", what, None)
             report.line(f"{job_id}  {what}")
     return report.finish()
 
@@ -36,7 +37,7 @@ def cmd_cancel(args: Namespace) -> int:
     from qex.control.actions import CANCEL, stop_jobs
 
     ctx = context()
-    job_ids, in_group = _targets(ctx, args.ids)
+    job_ids, in_group = _chosen(ctx, args, CANCEL)
     answer = stop_jobs(ctx, job_ids, CANCEL)
     report = _Report(args)
     for job_id in job_ids:
@@ -60,7 +61,9 @@ def cmd_cancel(args: Namespace) -> int:
 class _Report:
     """What kill and cancel did, job by job: lines on stdout and sentences on stderr, or
     under ``--json`` one object on stdout (``qex schema kill``) and, when a job named on
-    the command line could not be stopped, the error object on stderr (exit 1 either way)."""
+    the command line could not be stopped, the error object on stderr (exit 1 either way);
+    a note (a job signalled that has not ended, a running job cancel leaves) is a message
+    on stderr either way (``qex.base.say``)."""
 
     def __init__(self, args):
         self.json, self.jobs, self.faults = args.json, [], []
@@ -69,12 +72,11 @@ class _Report:
         self.jobs.append({"id": job_id, "result": result, "state": state})
         if fault is not None:
             self.faults.append((result, fault))
-            if not self.json:
-                err(f"qex: {fault}")
+            if not self.json:  # (--json: the faults are one error object, at the end)
+                say.notice(fault)
 
     def note(self, sentence: str) -> None:
-        if not self.json:
-            err(f"qex: {sentence}")
+        say.notice(sentence)  # (--json: a message object, qex.base.say)
 
     def line(self, text: str) -> None:
         if not self.json:
@@ -90,6 +92,30 @@ class _Report:
         if self.faults:
             print_error("; ".join(f for _, f in self.faults), 1, self.faults[0][0], True)
         return 1 if self.faults else 0
+
+
+def _chosen(ctx: Context, args, verb: str) -> tuple[list[str], set[str]]:
+    """The jobs to stop: those the ids name, or the bulk selection (``select_active``),
+    each of which is treated as a group's member (one that ended meanwhile is no fault)."""
+    from qex.base.errors import UsageError
+
+    states = None
+    if args.state:
+        from qex.base.states import ACTIVE
+
+        states = {s for words in args.state for w in words for s in (ACTIVE if w == "active" else (w,))}
+    selects = bool(args.tag or args.group is not None or states or args.name is not None or args.mine)
+    if args.ids and selects:
+        raise UsageError(f"give {verb} ids, or select with --tag, --group, --state, --name or --mine; not both")
+    if not args.ids and not selects:
+        raise UsageError(f"{verb} needs ids, or --tag T, --group G, --state S, --name N or --mine "
+                         f"(see qex {verb} --help)")
+    if args.ids:
+        return _targets(ctx, args.ids)
+    from qex.control.actions import select_active
+
+    job_ids = select_active(ctx, args.tag, args.group, states, args.name)
+    return job_ids, set(job_ids)
 
 
 def _targets(ctx: Context, words: list[str]) -> tuple[list[str], set[str]]:
@@ -135,13 +161,13 @@ def cmd_clean(args: Namespace) -> int:
 
         swept = sweep_unfinished_dirs(ctx)
         if swept and not args.json:
-            err(f"qex: removed {swept} job director{'y' if swept == 1 else 'ies'} that never got a record")
+            say.notice(f"removed {swept} job director{'y' if swept == 1 else 'ies'} that never got a record")
     for job_id, why in refused.items() if not args.json else ():  # (--json: all of it on stdout)
-        err(f"qex: not cleaned {job_id[:8]}: {why}")
+        say.notice(f"not cleaned {job_id[:8]}: {why}")
     for job_id, keep in kept.items() if not args.json else ():
-        err(f"qex: kept {job_id[:8]}: {keep['why']}")
+        say.notice(f"kept {job_id[:8]}: {keep['why']}")
     if removed and not args.json:
-        err(f"qex: removed {len(removed)} record(s)")
+        say.notice(f"removed {len(removed)} record(s)")
     failed = bool((refused or kept) and args.ids)
     if args.json:
         from qex.cli import print_error

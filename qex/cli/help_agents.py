@@ -1,4 +1,4 @@
-"""The text of `qex help agents` (its own module; docs/agents.md is the same text,
+"""The text of `qex help agents` (its own module; docs/agents.md and skills/qex/SKILL.md are the same text,
 tests/e2e/test_json.py keeps them equal)."""
 
 AGENTS = """\
@@ -19,6 +19,15 @@ Submit, keep the id, wait:
                                                      # a group's in order (qex schema list)
   qex run -- pytest -x                               # submit, stream the output, return its code
 
+What submit takes (all optional; qex help resources, qex help job-file):
+  --cpu N --mem 4GB --gpu N --vram 20GB --claim NAME=N --lock NAME    claims
+  --name NAME --tag T --priority N --timeout 2h --max-queue-time 30m
+  --needs ID,... (runs only if they succeed) --after ID,... (when they end)
+  --retries N --env K=V --cwd DIR --job FILE (TOML, YAML or JSON)
+  qex submit --each-line FILE -- CMD {}    one job a line: prints a group id
+  qex pipeline FILE                        stages with needs/after: a group id
+A group id (or name) works wherever a job id does: wait, status, kill, ...
+
 Coming back to a session: submit again with the same --dedupe-key KEY and get
 the id of the job that holds it (`"deduplicated": true`) instead of a second
 job; --dedupe-window T also finds one that completed within T.
@@ -36,7 +45,10 @@ front, device, owner; `qex schema status` says what each means).
 
 Errors are data: under --json a failure prints one JSON object on stderr,
   {"error": sentence, "code": exit code, "kind": word, "option": ..., "value": ...}
-with the same exit code as without --json (qex schema error). kind is stable:
+with the same exit code as without --json (qex schema error). Under --json every
+other line on stderr is JSON too: {"level": "warning"|"notice", "message": ...}
+(qex schema message), e.g. a bare --mem size, a pause the new job waits for, a
+lock qex waits for. Tell them apart by the key "error". kind is stable:
 usage, spec, refused, config, lock_timeout, no_such_job, ambiguous, store,
 permission, broken_record, interrupted, ended, running, not_paused,
 not_cleaned, error; option and value name the option at fault and the value
@@ -44,12 +56,21 @@ given, where one is.
 
 Stopping and cleaning: qex kill --json, qex cancel --json print each job and
 what was done to it (exit 1 when a job you named could not be); qex clean
---json prints what was removed, kept and refused.
+--json prints what was removed, kept and refused. In bulk, instead of ids:
+  qex kill --tag sweep-3 --json     # your queued and running jobs with that tag
+  qex cancel --name 'train-*'       # also --group G, --state S, --mine (all yours)
+Every option given must match; only your own jobs are ever selected; none
+matched is 127, as an id that names nothing.
+
+A job's output: qex logs ID --json prints one object per line (stream, line,
+text, context; qex schema logs). Choose lines with --lines A:B, --head N,
+--tail N, --grep RE (-F plain text, -C N context, --max-count N). The log
+keeps no time per line: qex events --json has each change's time.
 
 Schemas: qex schema KIND, KIND one of status event job pipeline submit group
-rerun list wait kill cancel clean info config pause pauses resume version
-init error. Units are the records' everywhere: cores as numbers (0.5), bytes
-as integers, times in seconds since the epoch, durations in seconds.
+rerun list wait logs kill cancel clean info config pause pauses resume version
+init error message. Units are the records' everywhere: cores as numbers (0.5),
+bytes as integers, times in seconds since the epoch, durations in seconds.
 
 Exit codes (submit, run, pipeline, rerun, wait, status --wait|--follow|--quiet):
   0-96  the job's own code              121  qex could not do it; no job ran:
@@ -59,7 +80,8 @@ Exit codes (submit, run, pipeline, rerun, wait, status --wait|--follow|--quiet):
   100   not stopped (status --quiet)     123  it expired in the queue
   124   your wait's limit; wait again    125  kill, cancel, --timeout stopped it
   126   a job it needed failed           127  no such job or group
-Other commands: 0 success, 1 failure, 2 bad command line, 127 no such job.
+Other commands: 0 success, 1 failure, 2 bad command line (a bad option or
+value: fix the command), 127 no such job (kill/cancel: nothing selected).
 
 Rules a script can rely on:
   - stdout of submit carries only the id (or JSON with --json); messages go to stderr.

@@ -1,4 +1,4 @@
-"""qex help TOPIC and qex completions SHELL (generated from the parser)."""
+"""qex help TOPIC (qex completions SHELL: qex.cli.completion)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from qex.base.errors import UsageError
 from qex.cli.common import out
 from qex.cli.help_agents import AGENTS
 from qex.cli.help_cron import CRON
+from qex.cli.help_python import PYTHON
 from qex.cli.help_resources import RESOURCES
+from qex.cli.help_slurm import SLURM
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -81,6 +83,8 @@ queued -> expired | cancelled | skipped (without running)
 """,
     "resources": RESOURCES,
     "cron": CRON,
+    "python": PYTHON,
+    "slurm": SLURM,
     "config": """\
 The config file: $QEX_CONFIG, else $XDG_CONFIG_HOME/qex.toml, else
 ~/.config/qex.toml. Missing = the defaults. A file that cannot be read, a
@@ -343,53 +347,4 @@ def cmd_help(args: Namespace) -> int:
 
         text = text.replace(CONFIG_KEYS, "\n".join(help_lines()))
     out(text.rstrip())
-    return 0
-
-
-def _tree():
-    """(command, [options]) pairs from the real parser."""
-    import argparse
-
-    from qex.cli.parser import build
-
-    parser = build()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    tree = []
-    for name, p in sub.choices.items():
-        opts = sorted(o for a in p._actions for o in a.option_strings if o.startswith("--"))
-        choices = {o: list(a.choices) for a in p._actions if a.choices and not isinstance(a.choices, dict)
-                   for o in (a.option_strings or [a.dest])}
-        tree.append((name, opts, choices))
-    return tree
-
-
-def cmd_completions(args: Namespace) -> int:
-    tree = _tree()
-    names = " ".join(n for n, _, _ in tree)
-    if args.shell == "bash":
-        out("# bash completion for qex (generated from its parser)")
-        out("_qex() {\n  local cur=${COMP_WORDS[COMP_CWORD]} cmd=${COMP_WORDS[1]}")
-        out(f'  if [ "$COMP_CWORD" -eq 1 ]; then COMPREPLY=($(compgen -W "{names}" -- "$cur")); return; fi')
-        out('  case "$cmd" in')
-        for name, opts, choices in tree:
-            words = " ".join(opts + [c for k, v in choices.items() if not k.startswith("-") for c in v])
-            out(f'    {name}) COMPREPLY=($(compgen -W "{words}" -- "$cur"));;')
-        out("  esac\n}\ncomplete -o default -F _qex qex")
-    elif args.shell == "zsh":
-        out("#compdef qex\n# zsh completion for qex (generated from its parser)")
-        out("_qex() {\n  local -a cmds\n  if (( CURRENT == 2 )); then")
-        out(f"    cmds=({names}); compadd -a cmds; return\n  fi\n  case $words[2] in")
-        for name, opts, choices in tree:
-            words = " ".join(opts + [c for k, v in choices.items() if not k.startswith("-") for c in v])
-            out(f"    {name}) compadd -- {words};;")
-        out("  esac\n}\ncompdef _qex qex")
-    else:
-        out("# fish completion for qex (generated from its parser)")
-        for name, opts, choices in tree:
-            out(f"complete -c qex -f -n __fish_use_subcommand -a {name}")
-            for o in opts:
-                out(f"complete -c qex -n '__fish_seen_subcommand_from {name}' -l {o[2:]}")
-            for k, v in choices.items():
-                if not k.startswith("-"):
-                    out(f"complete -c qex -n '__fish_seen_subcommand_from {name}' -a '{' '.join(v)}'")
     return 0

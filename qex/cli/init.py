@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from qex.cli.common import err, out
+from qex.base import say
+from qex.cli.common import out
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -24,5 +25,5 @@ def cmd_init(args: Namespace) -> int:
     out(f"each member uses it with: export QEX_STATE_DIR={done['path']}")
     out("give every member the same config (QEX_CONFIG) so that all compute one budget")
     for warning in done["warnings"]:
-        err(f"qex: warning: {warning}")
+        say.warning(warning)
     return 0

@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "wait": ("wait for jobs to end; return the code of the first that did not succeed", "qex.cli.wait:cmd_wait"),
     "status": ("show one job (or group)", "qex.cli.wait:cmd_status"),
     "list": ("list jobs", "qex.cli.show:cmd_list"),
-    "logs": ("print a job's output", "qex.cli.show:cmd_logs"),
+    "logs": ("print a job's output", "qex.cli.logs:cmd_logs"),
     "kill": ("stop jobs: every process of a running one; a queued one is cancelled", "qex.cli.control:cmd_kill"),
     "cancel": ("take queued jobs out of the queue", "qex.cli.control:cmd_cancel"),
     "clean": ("remove the records of ended jobs that no queued or running job needs",
@@ -31,9 +31,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("show the config in force; detect this machine's GPUs", "qex.cli.show:cmd_config"),
     "schema": ("print the JSON Schema of a record", "qex.cli.show:cmd_schema"),
     "help": ("help on a topic", "qex.cli.helptext:cmd_help"),
-    "completions": ("shell completions generated from this parser", "qex.cli.helptext:cmd_completions"),
+    "completions": ("shell completions generated from this parser", "qex.cli.completion:cmd_completions"),
     "version": ("print the version", "qex.cli.show:cmd_version"),
     "init": ("make a state directory several users share", "qex.cli.init:cmd_init"),
+    "export": ("print a bash script that submits a job or pipeline file to Slurm with sbatch alone",
+               "qex.cli.export:cmd_export"),
 }
 
 
@@ -143,7 +145,7 @@ def _int(option):
     return parse
 
 
-def _state_list(known):
+def _state_list(known, noun: str = "state"):
     """``--state running,queued``: each word one of ``known``; a list, appended (``cmd_list`` joins them)."""
     def parse(text):
         from qex.base.errors import UsageError
@@ -151,10 +153,11 @@ def _state_list(known):
         words = [w.strip() for w in text.split(",") if w.strip()]
         bad = [w for w in words if w not in known]
         if bad or not words:
-            raise UsageError(f"--state: {', '.join(map(repr, bad)) or 'nothing'} is no state; "
-                             f"the states are {', '.join(known)}")
+            raise UsageError(f"--state: {', '.join(map(repr, bad)) or 'nothing'} is no {noun}; "
+                             f"the {noun}s are {', '.join(known)}")
         return words
     parse.__name__ = "state list"
+    parse.known = known  # (the completions offer them)
     return parse
 
 
@@ -211,9 +214,9 @@ def _args_submit(c):
     g.add_argument("--json", action="store_true", help='print {"id": ..., "deduplicated": false} (qex schema submit); '
                    'with --each-line: the group (qex schema group)')
     g.add_argument("--wait", action="store_true", help="wait for the end; stdout carries the record")
-    g.add_argument("--follow", action="store_true", help="stream the output; return the job's code")
+    g.add_argument("-f", "--follow", action="store_true", help="stream the output; return the job's code")
     g.add_argument("--wait-timeout", metavar="T", help="stop waiting after T (124)")
-    g.add_argument("--quiet", action="store_true",
+    g.add_argument("-q", "--quiet", action="store_true",
                    help="print nothing on success; no notice on stderr (warnings and errors stay)")
     g = c.add_argument_group("fan-out (qex help each-line)")
     g.add_argument("--each-line", metavar="FILE|-", help="one job per line of FILE (- = stdin), the line where {} is")
@@ -222,11 +225,20 @@ def _args_submit(c):
     c.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND...")
 
 
+def _args_export(c):
+    c.add_argument("target", choices=("slurm",), help="the scheduler: slurm (qex help slurm)")
+    c.add_argument("file", metavar="FILE", help="a job file or a pipeline file (TOML, YAML or JSON)")
+    c.add_argument("--each-line", metavar="FILE", help="a job file's command with {} for each line of FILE: "
+                   "one job array")
+    c.add_argument("--max-jobs", metavar="N", type=_int("--max-jobs"), default=None,
+                   help="with --each-line: refuse more than N jobs (default 1000)")
+
+
 def _args_pipeline(c):
     c.add_argument("file", metavar="FILE", help="a pipeline file (TOML, YAML or JSON; qex help job-file)")
     c.add_argument("--id-file", metavar="FILE", help="write the group and each stage here, one 'ID NAME' a line")
     c.add_argument("--json", action="store_true", help="print the group and its jobs (qex schema group)")
-    c.add_argument("--quiet", action="store_true", help="no notice on stderr: only the group id, on stdout")
+    c.add_argument("-q", "--quiet", action="store_true", help="no notice on stderr: only the group id, on stdout")
 
 
 def _args_rerun(c):
@@ -238,7 +250,7 @@ def _args_rerun(c):
 def _args_run(c):
     add_job_options(c)
     c.add_argument("--each-line", metavar="FILE", help=argparse.SUPPRESS)  # refused with a sentence
-    c.add_argument("--quiet", action="store_true",
+    c.add_argument("-q", "--quiet", action="store_true",
                    help="no notice on stderr (the id, a deduplicated submission); warnings and errors stay")
     c.add_argument("--output", choices=("all", "on-failure"), default="all",
                    help="on-failure: hold the job's output and print it, after a one-line verdict on stderr, "
@@ -250,16 +262,16 @@ def _args_wait(c):
     c.add_argument("ids", nargs="+", metavar="ID")
     c.add_argument("--next", action="store_true", help="return when the first of them ends")
     c.add_argument("--timeout", metavar="T", help="stop waiting after T (124)")
-    c.add_argument("--quiet", action="store_true")
+    c.add_argument("-q", "--quiet", action="store_true", help="print nothing; the exit code says it")
     c.add_argument("--json", action="store_true", help="print the records: an array, whatever the number of ids "
                    "(qex schema wait)")
 
 
 def _args_status(c):
     c.add_argument("id", metavar="ID")
-    c.add_argument("--wait", action="store_true")
-    c.add_argument("--follow", action="store_true")
-    c.add_argument("--quiet", action="store_true", help="print nothing; the exit code says it (100: not stopped)")
+    c.add_argument("--wait", action="store_true", help="wait for the end; print the record")
+    c.add_argument("-f", "--follow", action="store_true", help="stream the output until the end; return its code")
+    c.add_argument("-q", "--quiet", action="store_true", help="print nothing; the exit code says it (100: not stopped)")
     c.add_argument("--json", action="store_true", help="print the records: an array, one for a job, a group's in "
                    "submission order (qex schema list)")
     c.add_argument("--all", action="store_true", help="a group: every record in words, not the summary")
@@ -291,10 +303,25 @@ def _args_list(c):
 
 
 def _args_logs(c):
+    c.description = (f"{c.description}. A selection, in this order: --lines, --grep (with -F, -C, --max-count), "
+                     "--head, --tail. A terminal gets at most the last 1000 lines of a stream given no selection "
+                     "(it says so); a pipe gets everything. The log keeps no time per line: qex events --json has "
+                     "the job's times.")
     c.add_argument("id", metavar="ID")
-    c.add_argument("--follow", action="store_true")
-    c.add_argument("--tail", type=_int("--tail"), metavar="N")
+    c.add_argument("-f", "--follow", action="store_true", help="print the output as it comes until the job ends "
+                                                               "(takes --grep and -F only)")
+    c.add_argument("--head", type=_int("--head"), metavar="N", help="the first N lines (of those chosen)")
+    c.add_argument("--tail", type=_int("--tail"), metavar="N", help="the last N lines (of those chosen)")
+    c.add_argument("--lines", metavar="A:B", help="lines A to B of the log, from 1 (10:20, 10:, :20, 7)")
     c.add_argument("--grep", metavar="RE", help="only the lines that match (with --follow too)")
+    c.add_argument("-F", "--fixed", action="store_true", help="--grep's text is plain text, not a regular expression")
+    c.add_argument("-C", "--context", type=_int("--context"), metavar="N",
+                   help="with --grep: N lines before and after each match too, -- between groups apart")
+    c.add_argument("--max-count", type=_int("--max-count"), metavar="N", help="with --grep: the first N matches")
+    c.add_argument("-n", "--line-numbers", action="store_true",
+                   help="each line's number in the log before it (N: a line, N- a context line)")
+    c.add_argument("--json", action="store_true", help="one object per line: stream, line, text, context "
+                                                       "(qex schema logs); stdout's lines, then stderr's")
     s = c.add_mutually_exclusive_group()
     s.add_argument("--stdout", action="store_true", help="the job's stdout only")
     s.add_argument("--stderr", action="store_true",
@@ -312,13 +339,28 @@ def _args_events(c):
 
 
 def _args_kill(c):
-    c.add_argument("ids", nargs="+", metavar="ID")
-    c.add_argument("--json", action="store_true", help="print each job and what was done to it (qex schema kill)")
+    _stop_args(c, "kill")
 
 
 def _args_cancel(c):
-    c.add_argument("ids", nargs="+", metavar="ID")
-    c.add_argument("--json", action="store_true", help="print each job and what was done to it (qex schema cancel)")
+    _stop_args(c, "cancel")
+
+
+def _stop_args(c, verb: str) -> None:
+    """kill and cancel: ids, or a bulk selection of the caller's own active jobs."""
+    from qex.base.states import ACTIVE
+
+    c.add_argument("ids", nargs="*", metavar="ID", help="jobs or groups (or select them with the options below)")
+    g = c.add_argument_group("select instead of ids: your own queued or running jobs that match every option "
+                             "given; none matched: 127")
+    g.add_argument("--tag", action="append", default=[], metavar="T", help="jobs with this tag (repeatable: all)")
+    g.add_argument("--group", metavar="G", help="jobs of this group")
+    g.add_argument("--state", action="append", default=[], type=_state_list(ACTIVE + ("active",), "active state"),
+                   metavar="S[,S...]", help=f"jobs in these states: {', '.join(ACTIVE)}")
+    g.add_argument("--name", metavar="NAME", help="jobs of this name (or a shell pattern: 'train-*')")
+    g.add_argument("--mine", action="store_true", help="every queued or running job of yours")
+    c.add_argument("--json", action="store_true",
+                   help=f"print each job and what was done to it (qex schema {verb})")
 
 
 def _args_clean(c):

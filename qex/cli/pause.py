@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import time
 
+from qex.base import say
 from qex.base.errors import UsageError
 from qex.base.states import HOLDING
-from qex.cli.common import context, err, out, print_json
+from qex.cli.common import context, out, print_json
 from qex.store import layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -84,7 +85,7 @@ def cmd_resume(args: Namespace) -> int:
 
     took = f" for {format_duration(now - p.since)}" if p.since else ""
     by = "" if p.broken else f" by {safe_text(p.user)}"
-    err(f"qex: {what} is resumed (it was paused{by}{took})"
+    say.notice(f"{what} is resumed (it was paused{by}{took})"
         + ("; queued jobs may start now" if kind == "queue" else "; a job may take it now"))
     return 0
 
@@ -163,24 +164,24 @@ def _tell_paused(ctx: Context, p, made: bool, jobs: dict) -> None:
     if not made:
         item = next((i for i in pause.listing(ctx.store, jobs, now) if i["file"] == p.path), None)
         if item is None:  # ended (or resumed by another command) since we looked
-            err("qex: already paused, and that pause has just ended; pause again to start a new one")
+            say.notice("already paused, and that pause has just ended; pause again to start a new one")
             return
-        err(f"qex: already paused: {pause.render(item, now)}; that pause stays as it is (its end and its reason)")
+        say.notice(f"already paused: {pause.render(item, now)}; that pause stays as it is (its end and its reason)")
         return
     until = f" for {format_duration(p.until - p.since)}, until {pause.clock(p.until, now)}" if p.until else ""
     if p.kind == "queue":
         running = sum(1 for e in jobs.values() if e.get("state") in HOLDING)
         queued = sum(1 for e in jobs.values() if e.get("state") == "queued")
-        err(f"qex: the queue is paused{until}: nothing new starts ({queued} queued); {running} running "
+        say.notice(f"the queue is paused{until}: nothing new starts ({queued} queued); {running} running "
             "job(s) and their retries go on; qex resume queue ends it")
         return
     name = safe_text(p.name)
     held = pause.holders(jobs, p.name)
     if held:
-        err(f"qex: lock {name} is held by job {', '.join(j[:8] for j in held)}: it is yours as soon as that job "
+        say.notice(f"lock {name} is held by job {', '.join(j[:8] for j in held)}: it is yours as soon as that job "
             f"ends, and no job gets it meanwhile{until}; qex resume lock {name} gives it back")
     else:
-        err(f"qex: lock {name} is yours now{until}: no job gets it; qex resume lock {name} gives it back")
+        say.notice(f"lock {name} is yours now{until}: no job gets it; qex resume lock {name} gives it back")
 
 
 def _busy(jobs: dict, p) -> list[str]:
@@ -206,10 +207,10 @@ def _drain(ctx: Context, p) -> int:
             if not busy:
                 break
             if not os.path.lexists(p.path) or not _still(ctx, p):
-                err(f"qex: the pause of {what} ended before it drained")
+                say.notice(f"the pause of {what} ended before it drained")
                 return 1
             if not announced:
-                err(f"qex: waiting for {len(busy)} job(s) to end: {', '.join(j[:8] for j in busy[:10])}"
+                say.notice(f"waiting for {len(busy)} job(s) to end: {', '.join(j[:8] for j in busy[:10])}"
                     + (" ..." if len(busy) > 10 else "") + "; Ctrl-C stops waiting, the pause stays")
                 announced = True
             if time.monotonic() - last_nudge >= NUDGE_EVERY:
@@ -217,11 +218,11 @@ def _drain(ctx: Context, p) -> int:
                 _nudge(ctx, busy)
             time.sleep(DRAIN_POLL)
     except KeyboardInterrupt:
-        err(f"qex: stopped waiting; {what} stays paused")
+        say.notice(f"stopped waiting; {what} stays paused")
         return 1
     finally:
         signal.signal(signal.SIGTERM, old)
-    err("qex: drained: nothing runs" if p.kind == "queue" else f"qex: drained: lock {p.name} is yours now")
+    say.notice("drained: nothing runs" if p.kind == "queue" else f"drained: lock {p.name} is yours now")
     return 0
 
 

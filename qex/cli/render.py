@@ -38,6 +38,8 @@ def describe(rec: dict, stuck: str = "") -> str:
     rows.append(("command", plain(shlex.join(rec.get("command") or ()), 400)))
     rows.append(("cwd", safe_text(rec.get("cwd", ""), 400)))
     rows.append(("owner", safe_text(str(rec.get("owner", "")))))
+    if rec.get("slurm_job_id"):
+        rows.append(("slurm", f"job {safe_text(rec['slurm_job_id'])} (scontrol show job {safe_text(rec['slurm_job_id'])})"))
     rows.append(("claims", claims_text(rec.get("claims") or {})
                  + _sources(rec.get("claim_source") or {})))
     if devices_text(rec.get("assigned")):

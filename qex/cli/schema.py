@@ -25,6 +25,7 @@ KINDS = {
     "rerun": "qex rerun --json",
     "list": "qex list --json and qex status --json: an array of records",
     "wait": "qex wait --json: an array of records, whatever the number of ids",
+    "logs": "one line of qex logs --json: one object per line of the log",
     "kill": "qex kill --json",
     "cancel": "qex cancel --json",
     "clean": "qex clean --json",
@@ -36,6 +37,7 @@ KINDS = {
     "version": "qex version --json",
     "init": "qex init --shared DIR --json",
     "error": "under --json, a failure: one object on stderr, the exit code unchanged",
+    "message": "under --json, a warning or a notice: one object a line on stderr (never prose)",
 }
 
 # command -> the kinds its --json prints (tests/e2e/test_json.py walks the parser: every
@@ -44,15 +46,15 @@ OUTPUTS = {
     "submit": ("submit", "group"), "pipeline": ("group",), "rerun": ("rerun",), "wait": ("wait",),
     "status": ("list",), "list": ("list",), "kill": ("kill",), "cancel": ("cancel",), "clean": ("clean",),
     "info": ("info",), "pause": ("pause", "pauses"), "resume": ("resume",), "events": ("event",),
-    "config": ("config",), "version": ("version",), "init": ("init",),
+    "config": ("config",), "version": ("version",), "init": ("init",), "logs": ("logs",),
 }
 NO_JSON = {
     "run": "its stdout and stderr are the job's own (qex submit --json, then qex wait --json)",
-    "logs": "it prints the job's own output",
     "schema": "it prints JSON Schemas: always JSON",
     "help": "words for people",
     "completions": "a script for a shell",
     "top": "a full-screen view for people (qex list --json and qex info --json give the same facts)",
+    "export": "it prints a bash script (the Slurm job ids are that script's output)",
 }
 
 _PRIMITIVES = {str: {"type": "string"}, int: {"type": "integer"}, float: {"type": "number"},
@@ -72,6 +74,7 @@ HOLDERS = {
     "device": "no GPU device (or share of one) it claims is free",
     "pressure": "the machine's memory pressure is above [system] max_pressure: no job starts",
     "owner": "another member's job whose owner runs no qex now: nothing will start it",
+    "slurm": "the Slurm backend: Slurm holds it (its reason is Slurm's: qex help slurm)",
 }
 PEAK_FROM = ("cgroup", "rusage")
 OOM_EVIDENCE = ("cgroup", "machine-counter")
@@ -198,8 +201,9 @@ def _stopped(done: str) -> dict:
                    "had already ended: nothing done), running (cancel leaves a running job)"),
         "state": (_opt(_S), "its state now"),
     })
-    return _obj({"jobs": (_arr(job), f"every job named (a group: each of its jobs), in order; exit 1 when a job "
-                                     f"named by its own id could not be {done}")})
+    return _obj({"jobs": (_arr(job), f"every job named (a group: each of its jobs), or selected by --tag, --group, "
+                                     f"--state, --name, --mine (your own queued or running jobs; none: 127), in "
+                                     f"order; exit 1 when a job named by its own id could not be {done}")})
 
 
 _PAUSE = _obj({
@@ -239,6 +243,8 @@ def _info() -> dict:
                               "none) and max ([system] max_pressure; null: off)"),
         "damaged": (_arr(any_obj), "records a pass cannot use: id, file, problem"),
         "gpu_check": ({}, "the GPU driver checked against the pool gpu (present when there is one)"),
+        "backend": (any_obj, "where jobs run: kind (local or slurm) and, for slurm, controller: what "
+                             "`scontrol ping` answered (present with kind slurm)"),
     }, required=["machine", "budget", "held", "pools", "peers", "queue", "pauses", "damaged"])
 
 
@@ -310,6 +316,11 @@ def _more_outputs(kind: str) -> tuple[dict, str]:
         return _obj({"path": (_S, "the shared state directory"), "group": (_S, "the group that shares it"),
                      "created": (_B, "false: it existed and was set up (repaired)"),
                      "warnings": (_arr(_S), "what to look at, in words")}), "qex init --json"
+    return _lines_out(kind)
+
+
+def _lines_out(kind: str) -> tuple[dict, str]:
+    """What is printed a line at a time: an error, a message (stderr), a line of a log."""
     if kind == "error":
         from qex.base.errors import KINDS as ERRORS
 
@@ -323,6 +334,22 @@ def _more_outputs(kind: str) -> tuple[dict, str]:
             "option": (_opt(_S), "the option at fault (--mem), where one is; else null"),
             "value": (_opt(_S), "the value given to it, where known; else null"),
         }), "a failure under --json (one line on stderr)"
+    if kind == "logs":
+        return _obj({
+            "stream": ({"enum": ["stdout", "stderr", "hook"]}, "the log the line is from: the job's stdout or "
+                       "stderr, or the stop hook's output (--hook); stdout's lines come before stderr's"),
+            "line": (_I, "its number in that log, from 1 (as grep -n and --lines count: at newlines)"),
+            "text": (_S, "the line without its newline; bytes that are not UTF-8 become U+FFFD"),
+            "context": (_B, "true: a line shown only as -C context of a --grep match; false otherwise"),
+        }, closed=True), "one line of qex logs --json"
+    if kind == "message":
+        from qex.base.say import LEVELS
+
+        return _obj({
+            "level": ({"enum": list(LEVELS)}, "warning: something to look at (the command did what was asked all "
+                      "the same); notice: what happened, for a person (a job joined, a pause in force, ...)"),
+            "message": (_S, "the sentence qex prints without --json (after 'qex: ' or 'qex: warning: ')"),
+        }), "a warning or a notice under --json (one line on stderr)"
     raise ValueError(kind)
 
 

@@ -1,4 +1,4 @@
-"""qex list, logs, info, config show, schema, version."""
+"""qex list, info, config show, schema, version (qex logs: qex.cli.logs)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,17 @@ import os
 import sys
 import time
 
+from qex.base import say
 from qex.base.errors import QexError, SpecError
 from qex.base.text import plain
-from qex.cli.common import err, out, print_json, reading_context
+from qex.cli.common import out, print_json, reading_context
+from qex.jobs.resolve import name_matches
 from qex.store import layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from argparse import Namespace
 
-    from qex.config.context import Context
 
 
 def cmd_version(args: Namespace) -> int:
@@ -59,19 +60,11 @@ class _Wanted:
             return False
         if self.tags and not self.tags <= set(rec.get("tags") or ()):
             return False
-        if self.name is not None and not _name_matches(self.name, rec.get("name") or ""):
+        if self.name is not None and not name_matches(self.name, rec.get("name") or ""):
             return False
         if self.since is not None and (rec.get("ended_at") or self.since) < self.since:
             return False  # (an active job is in any window that reaches now)
         return self.cwd is None or rec.get("cwd") == self.cwd
-
-
-def _name_matches(wanted: str, name: str) -> bool:
-    if any(c in wanted for c in "*?["):
-        from fnmatch import fnmatchcase
-
-        return fnmatchcase(name, wanted)
-    return name == wanted
 
 
 def _since(text: str, now: float) -> float:
@@ -179,7 +172,7 @@ def _read_row(store, job_id: str, index: dict) -> dict | None:
     try:
         return store.read_live(job_id, index)
     except BrokenRecord as exc:
-        err(f"qex: {plain(str(exc), None)}")
+        say.warning(plain(str(exc), None))
     except QexError:
         pass  # a job directory still being made, or cleaned meanwhile
     return None
@@ -194,7 +187,7 @@ def _list_all(store, args, wanted: _Wanted, rows: _Rows) -> int:
     from qex.store import history
 
     index = store.read_index_jobs()
-    items, missed = history.listing(store, index, lambda exc: err(f"qex: {plain(str(exc), None)}"))
+    items, missed = history.listing(store, index, lambda exc: say.warning(plain(str(exc), None)))
     found = _found(store, items, index, wanted, rows)
     others = (r for r in _others_active(store) if wanted(r))  # a shared directory: the other members' active jobs
     rows.start()
@@ -265,134 +258,6 @@ def _others_active(store) -> list[dict]:
     return sorted(out, key=lambda r: r.get("submitted_at") or 0)
 
 
-def cmd_logs(args: Namespace) -> int:
-    from qex.jobs.resolve import resolve
-
-    ctx = reading_context()
-    target = resolve(ctx.store, args.id)
-    if target.is_group:
-        from qex.base.errors import UsageError
-        from qex.jobs.groups import stage_names
-
-        raise UsageError(f"{args.id} is a group; logs reads one job: give one of its jobs "
-                         f"({stage_names(ctx.store, target.members)})")
-    job_id = target.job
-    rec = ctx.store.read_status_dict(job_id)
-    from qex.control.actions import check_owner
-
-    check_owner(ctx, rec, "read the logs of", changes=False)
-    if args.hook:
-        return _hook_log(ctx, rec, args)
-    # Both streams: each to its own. One stream asked for: on stdout, so that it can be piped.
-    streams = [(layout.STDOUT, sys.stdout), (layout.STDERR, sys.stderr)]
-    if args.stdout:
-        streams = streams[:1]
-    elif args.stderr:
-        streams = [(layout.STDERR, sys.stdout)]
-    pattern = _grep(args)
-    if args.follow:  # (a reader that came after the limit cut what it had not read says so: 1)
-        from qex.cli import stream
-        from qex.cli import wait as waiting
-
-        outs = [out if pattern is None else _Grep(out, pattern) for _, out in streams]
-        files = stream.Files([(ctx.store.path(job_id, name), "stdout" if name == layout.STDOUT else "stderr", o)
-                              for (name, _), o in zip(streams, outs)])
-        try:
-            waiting.await_final(ctx, [job_id], None, idle=files.idle)
-        except KeyboardInterrupt:
-            return 1 if files.skipped else 0
-        files.finish()
-        for o in outs:
-            if isinstance(o, _Grep):
-                o.close()
-        return 1 if files.skipped else 0
-    for name, stream in streams:
-        _print_log(ctx.store.path(job_id, name), stream, args.tail, pattern)
-    from qex.cli.render import dropped_text
-
-    dropped = dropped_text(rec)
-    if dropped:
-        err(f"qex: {dropped}")
-    return 0
-
-
-class _Grep:
-    """A stream for ``logs --follow --grep``: what is written to it goes on to
-    ``stream`` a whole line at a time, the lines that match only (the last line, if
-    it has no newline when the job ends, at ``close``). It is its own ``buffer``."""
-
-    def __init__(self, stream, pattern):
-        self.stream, self.pattern, self.held = stream, pattern, b""
-        self.buffer = self
-
-    def write(self, data: bytes) -> int:
-        lines = (self.held + data).split(b"\n")
-        self.held = lines.pop()
-        self._out(b"".join(line + b"\n" for line in lines if self.pattern.search(line)))
-        return len(data)
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-    def close(self) -> None:
-        held, self.held = self.held, b""
-        if held and self.pattern.search(held):
-            self._out(held)
-
-    def _out(self, data: bytes) -> None:
-        if data:
-            self.stream.buffer.write(data)
-            self.stream.flush()
-
-
-def _grep(args):
-    if not args.grep:
-        return None
-    import re
-
-    try:
-        return re.compile(args.grep.encode())
-    except re.error as exc:
-        raise SpecError(f"--grep: {args.grep!r} is not a regular expression ({exc})") from None
-
-
-def _hook_log(ctx: Context, rec: dict, args) -> int:
-    """qex logs ID --hook: the hook's output on stdout, the verdict on stderr."""
-    from qex.hooks.runner import describe
-
-    if args.follow:
-        raise SpecError("--hook reads the stop hook's output once; drop --follow")
-    log, words = describe(ctx, rec)
-    if log is not None:
-        _print_log(log, sys.stdout, args.tail, _grep(args))
-    err(f"qex: {words}")
-    return 0 if log is not None else 1
-
-
-def _print_log(path: str, stream, tail, pattern) -> None:
-    from qex.store import fs
-    from qex.supervisor.logs import Follower
-
-    try:
-        os.close(fs.open_regular(path))  # refuses a FIFO or a symlink planted there
-        data = Follower(path).read()  # consistent even while the output limit cuts the file
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        err(f"qex: cannot read {path}: {exc.strerror or exc}")
-        return
-    if pattern is not None or tail is not None:
-        lines = data.splitlines(keepends=True)
-        if pattern is not None:
-            lines = [line for line in lines if pattern.search(line)]
-        if tail is not None:
-            lines = lines[-tail:] if tail > 0 else []
-        data = b"".join(lines)
-    stream.flush()
-    stream.buffer.write(data)
-    stream.flush()
-
-
 def cmd_info(args: Namespace) -> int:
     from qex.cli.gpus import info_line
     from qex.queue.info import gather
@@ -402,12 +267,20 @@ def cmd_info(args: Namespace) -> int:
     gpus = info_line(ctx)  # the driver against the pool gpu (qex.cli.gpus)
     if gpus is not None:
         info["gpu_check"] = gpus[1]
+    from qex.jobs.slurmjobs import on_slurm
+
+    if on_slurm(ctx):  # (the controller it reaches: scontrol ping)
+        from qex.slurm.clients import ping
+
+        info["backend"] = {"kind": "slurm", "controller": ping()}
     if args.json:
         print_json(info)
         return 0
     from qex.queue.info import render
 
     lines = render(info).split("\n")
+    if "backend" in info:
+        lines.insert(0, f"backend   slurm: {info['backend']['controller']}")
     if gpus is not None:  # above the queue's health line, which ends what info says
         at = next((i for i, line in enumerate(lines) if line.startswith("queue ")), len(lines))
         lines.insert(at, f"gpus      {gpus[0]}")
@@ -438,6 +311,12 @@ def cmd_config(args: Namespace) -> int:
     width = max((len(k) for k, _, _ in rows), default=10)
     for key, value, source in rows:
         out(f"{key:<{width}}  {value}  ({source})")
+    from qex.config.keys import backend
+
+    if backend(config) == "slurm":
+        from qex.slurm.clients import ping
+
+        out(f"slurm controller: {ping()}")
     return 0
 
 

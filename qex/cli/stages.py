@@ -7,7 +7,8 @@ the group first.
 
 from __future__ import annotations
 
-from qex.cli.common import context, err, out, write_id_file
+from qex.base import say
+from qex.cli.common import context, out, write_id_file
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def cmd_pipeline(args: Namespace) -> int:
         _print_group(group_id, name, jobs)
         return 0
     if not args.quiet:
-        err(f"qex: pipeline {name}: {len(jobs)} stage{'s' if len(jobs) != 1 else ''} queued as group {group_id[:8]}")
+        say.notice(f"pipeline {name}: {len(jobs)} stage{'s' if len(jobs) != 1 else ''} queued as group {group_id[:8]}")
     out(group_id)
     return 0
 
@@ -64,7 +65,7 @@ def cmd_rerun(args: Namespace) -> int:
                         f"({stage_names(ctx.store, target.members)}), or submit the pipeline again")
     new_id, result, warnings = rerun.submit(ctx, target.job)
     for warning in warnings:
-        err(f"qex: warning: {warning}")
+        say.warning(warning)
     from qex.supervisor import become
 
     become.finish_pass(ctx, result)
@@ -75,15 +76,15 @@ def cmd_rerun(args: Namespace) -> int:
 
         print_json({"id": new_id, "rerun_of": target.job})
         return 0
-    err(f"qex: rerun of {target.job[:8]}")
+    say.notice(f"rerun of {target.job[:8]}")
     out(new_id)
     return 0
 
 
 def cmd_each_line(args: Namespace) -> int:
     """qex submit --each-line: validate every line, then queue every job in one lock hold."""
-    from qex.cli.request import request_from_args
     from qex.jobs import fanout, groups
+    from qex.jobs.request import request_from_args
 
     ctx = context()
     group_id, name, lines, built = fanout.prepare(ctx, args, request_from_args)
@@ -102,7 +103,7 @@ def cmd_each_line(args: Namespace) -> int:
         skipped.append(f"{lines.empty} empty line{'s' if lines.empty != 1 else ''}")
     if lines.comments:
         skipped.append(f"{lines.comments} comment line{'s' if lines.comments != 1 else ''}")
-    err(f"qex: {len(built)} job{'s' if len(built) != 1 else ''} queued as group {name} ({group_id[:8]})"
+    say.notice(f"{len(built)} job{'s' if len(built) != 1 else ''} queued as group {name} ({group_id[:8]})"
         + (f"; {' and '.join(skipped)} gave no job" if skipped else ""))
     if not args.quiet:
         out(group_id)
@@ -116,4 +117,4 @@ def _warn(built) -> None:
             if warning not in seen:
                 seen.append(warning)
     for warning in seen:
-        err(f"qex: warning: {warning}")
+        say.warning(warning)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from qex.base import say
 from qex.base.errors import SpecError
 from qex.cli.common import context, err, out, print_json, write_id_file
 
@@ -17,14 +18,14 @@ def _submit_one(args, ctx: Context, leaving: bool = False, follow: bool = False,
     """Submit the job of the command line. ``follow``: this process streams its output
     (the pipes are made before the commit); ``forward``: and gives it our stdin (qex run).
     Returns (id, PassResult, the dedupe hit or None, the pipes' ends or None)."""
-    from qex.cli.request import request_from_args
+    from qex.jobs.request import request_from_args
     from qex.jobs.submit import build, submit_many
     from qex.supervisor import become
 
     req = request_from_args(args, ctx)
     built = build(ctx, req)
     for warning in built.warnings:
-        err(f"qex: warning: {warning}")
+        say.warning(warning)
     checker = None
     if req.dedupe_key is not None:
         from qex.jobs.dedupe import checker_for
@@ -32,6 +33,10 @@ def _submit_one(args, ctx: Context, leaving: bool = False, follow: bool = False,
         checker = checker_for(ctx, req)
     ends: list = []
     prepare = None
+    if follow:
+        from qex.jobs.slurmjobs import on_slurm
+
+        follow = not on_slurm(ctx)  # (a node never opens this machine's FIFOs: the log files are followed)
     if req.stdin is not None or follow:
         prepare = _preparer(req.stdin, follow, forward and req.stdin is None, ends)
     ids, result = submit_many(ctx, [built], on_locked=checker, early=become.early(leaving), prepare=prepare)
@@ -54,7 +59,7 @@ def _preparer(stdin: str | None, follow: bool, forward: bool, ends: list):
             try:
                 ends.append(pipes.make(job_dir, forward))
             except OSError as exc:
-                err(f"qex: warning: cannot make the pipes to follow the job in {job_dir} ({exc.strerror or exc}); "
+                say.warning(f"cannot make the pipes to follow the job in {job_dir} ({exc.strerror or exc}); "
                     "following its log files instead" + ("; its stdin is /dev/null" if forward else ""))
     return prepare
 
@@ -66,7 +71,7 @@ def _say_what_happened(ctx: Context, job_id: str, hit, quiet: bool = False) -> N
         from qex.jobs.dedupe import describe
 
         if not quiet or hit.stuck:
-            err(f"qex: {describe(hit)}")
+            say.notice(describe(hit))
         return
     if quiet:
         return
@@ -74,7 +79,7 @@ def _say_what_happened(ctx: Context, job_id: str, hit, quiet: bool = False) -> N
 
     note = submission_note(ctx, job_id)
     if note:
-        err(f"qex: {note}")
+        say.notice(note)
 
 
 def cmd_submit(args: Namespace | SimpleNamespace) -> int:
@@ -106,8 +111,8 @@ def cmd_submit(args: Namespace | SimpleNamespace) -> int:
         elif not args.quiet:
             out(job_id)
         return 0
-    if not args.quiet:
-        err(job_id)
+    if not args.quiet:  # (--json: stderr carries JSON only, qex.base.say)
+        say.notice(f"job {job_id}") if say.as_json() else err(job_id)
     from qex.cli import wait as waiting
 
     if args.follow:
@@ -156,7 +161,7 @@ def cmd_run(args: Namespace) -> int:
                 ints.owner = False
                 joined = followed(ctx.store.job_dir(job_id))
                 if not quiet:
-                    err(f"qex: joining job {job_id}: " + (
+                    say.notice(f"joining job {job_id}: " + (
                         f"its output goes to the qex run that started it (qex logs {job_id[:8]})" if joined
                         else "following its output") + "; Ctrl-C stops only this wait, the job continues")
                 if joined:  # its own follower prints its output: not twice into a `>> log`
@@ -167,7 +172,7 @@ def cmd_run(args: Namespace) -> int:
             else:
                 ints.job_id = job_id
                 if not quiet:
-                    err(f"qex: job {job_id}")
+                    say.notice(f"job {job_id}")
             code = waiting.follow(ctx, job_id, None, ints, ends=ends, sinks=sinks)
             if held is not None and code != 0:
                 held.release(_verdict(ctx, job_id, code))

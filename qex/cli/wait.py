@@ -5,26 +5,18 @@ from __future__ import annotations
 import sys
 import time
 
-from qex.base import outcome
-from qex.base.states import FINAL, HOLDING
+from qex.base import outcome, say
 from qex.cli.common import context, err, out, print_json, reading_context
 from qex.store import layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from argparse import Namespace
-    from collections.abc import Callable
 
     from qex.cli.interrupt import Interrupts
     from qex.cli.stream import Files, Pipes
     from qex.config.context import Context
     from qex.supervisor.pipes import Ends
-
-POLL_FIRST, POLL_MAX, LIVENESS_EVERY = 0.02, 0.2, 1.0
-
-
-class WaitLimit(Exception):
-    """The caller's own --timeout passed (124)."""
 
 
 class AttemptNotes:
@@ -38,67 +30,13 @@ class AttemptNotes:
         job_id = rec.get("id", "")
         for a in attempts[self.seen.get(job_id, 0):]:
             if isinstance(a, dict) and a.get("state") == "oom" and a.get("error"):
-                err(f"qex: {job_id[:8]}: {a['error']}")
+                say.notice(f"{job_id[:8]}: {a['error']}")
         self.seen[job_id] = len(attempts)
-
-
-def await_final(ctx: Context, job_ids: list[str], limit: float | None, first: bool = False,
-                on_tick: Callable[[], object] | None = None,
-                on_record: Callable[[dict], None] | None = None,
-                idle: Callable[[float], None] | None = None) -> dict:
-    """Poll the records (no lock) until every job (or, with ``first``, one) is final.
-    ``idle(seconds)`` is the pause between two looks (a follower copies meanwhile)."""
-    deadline = None if limit is None else time.monotonic() + limit
-    done: dict[str, dict] = {}
-    delay, last_check = POLL_FIRST, time.monotonic()
-    while True:
-        for job_id in job_ids:
-            if job_id in done:
-                continue
-            rec = ctx.store.read_status_dict(job_id)
-            if on_record is not None:
-                on_record(rec)
-            if rec.get("state") in FINAL:
-                done[job_id] = rec
-        if len(done) == len(job_ids) or (first and done):
-            return done
-        if on_tick is not None:
-            on_tick()
-        now = time.monotonic()
-        if now - last_check >= LIVENESS_EVERY:
-            last_check = now
-            _nudge(ctx, [j for j in job_ids if j not in done])
-        if deadline is not None and now >= deadline:
-            raise WaitLimit
-        (idle or time.sleep)(delay if deadline is None else max(0.0, min(delay, deadline - now)))
-        delay = min(POLL_MAX, delay * 1.5)
-
-
-def _nudge(ctx: Context, pending: list[str]) -> None:
-    """A running job whose supervisor died, or queued work with no waker: run a pass."""
-    from qex.queue import engine, waker
-    from qex.store.lock import is_held
-
-    need = False
-    for job_id in pending:
-        try:
-            rec = ctx.store.read_status_dict(job_id)
-        except Exception:
-            continue
-        state = rec.get("state")
-        if state in HOLDING and not is_held(ctx.store.path(job_id, layout.ALIVE)):
-            need = True
-        elif state == "queued" and not is_held(waker.lock_path(ctx)):
-            need = True
-    if need:
-        result = engine.run_pass(ctx)
-        from qex.supervisor import become
-
-        become.finish_pass(ctx, result)
 
 
 def wait_and_print(ctx: Context, job_id: str, limit: float | None, print_record: bool = True) -> int:
     from qex.cli.interrupt import Interrupts, left
+    from qex.control.waiting import WaitLimit, await_final  # (the one wait: qex.api's too)
 
     with Interrupts():  # (a signal leaves the job: qex.cli.interrupt)
         try:
@@ -106,7 +44,7 @@ def wait_and_print(ctx: Context, job_id: str, limit: float | None, print_record:
         except KeyboardInterrupt:
             return left()
         except WaitLimit:
-            err("qex: the wait reached its limit; the job continues")
+            say.notice("the wait reached its limit; the job continues")
             return outcome.WAIT_LIMIT
     if print_record:
         print_json(rec)
@@ -150,6 +88,7 @@ def _follow(ctx: Context, job_id: str, limit: float | None, streams: Pipes | Fil
     import signal
 
     from qex.cli.stream import Broken
+    from qex.control.waiting import WaitLimit, await_final  # (the one wait: qex.api's too)
 
     notes = AttemptNotes()
 
@@ -171,10 +110,10 @@ def _follow(ctx: Context, job_id: str, limit: float | None, streams: Pipes | Fil
     except (KeyboardInterrupt, Broken):
         return ints.ended(job_id)
     except WaitLimit:
-        err("qex: the wait reached its limit; the job continues")
+        say.notice("the wait reached its limit; the job continues")
         return outcome.WAIT_LIMIT
     for line in said:
-        err(f"qex: {line}")
+        say.notice(line)
     return outcome.exit_code(rec)
 
 
@@ -182,6 +121,8 @@ def join(ctx: Context, job_id: str, ints: Interrupts) -> int:
     """A deduplicated ``qex run``: wait for the job that holds the key and return its
     code, printing none of its output (its own follower, the earlier tick, prints it:
     a ``>> log`` gets each line once). A signal ends this wait only (122)."""
+    from qex.control.waiting import await_final  # (the one wait: qex.api's too)
+
     try:
         rec = await_final(ctx, [job_id], None, on_tick=lambda: ints.act(ctx), on_record=AttemptNotes())[job_id]
     except KeyboardInterrupt:
@@ -201,6 +142,7 @@ def _limit(args):
 def cmd_wait(args: Namespace) -> int:
     from qex.cli.interrupt import Interrupts, left
     from qex.cli.progress import Progress
+    from qex.control.waiting import WaitLimit, await_final  # (the one wait: qex.api's too)
     from qex.jobs.resolve import resolve_jobs
 
     ctx = context()
@@ -216,7 +158,7 @@ def cmd_wait(args: Namespace) -> int:
         except WaitLimit:
             live.close()
             if not args.quiet:
-                err("qex: the wait reached its limit; the jobs continue")
+                say.notice("the wait reached its limit; the jobs continue")
             return outcome.WAIT_LIMIT
         finally:
             live.close()
@@ -258,6 +200,7 @@ def cmd_status(args: Namespace) -> int:
         return follow(ctx, target.job, _limit(args))
     if args.wait:
         from qex.cli.interrupt import Interrupts, left
+        from qex.control.waiting import WaitLimit, await_final
 
         with Interrupts():  # (a signal leaves the job: qex.cli.interrupt)
             try:
@@ -267,6 +210,11 @@ def cmd_status(args: Namespace) -> int:
             except WaitLimit:
                 return outcome.WAIT_LIMIT
     index = ctx.store.read_index_jobs()
+    if any(index.get(j, {}).get("slurm") for j in target.members):
+        from qex.queue import slurmsync
+
+        slurmsync.refresh(ctx, target.members)  # (one squeue call for what Slurm still holds)
+        index = ctx.store.read_index_jobs()
     records = [ctx.store.read_live(j, index) for j in target.members]
     if args.show_env:
         from qex.control.actions import check_owner

@@ -268,6 +268,20 @@ class Checks:
             self.fail(key, "starts with an empty program name; put the program first")
         return tuple(value)
 
+    def optional_word(self, key: str, value: object) -> str | None:
+        self.want(key, value, isinstance(value, str), "a word, e.g. \"gpu\"")
+        if not value or any(c.isspace() or not c.isprintable() for c in value):
+            self.fail(key, f"= {shown(value)} is not one word; give the name without spaces, or remove the key")
+        return value
+
+    def arg_list(self, key: str, value: object) -> tuple[str, ...]:
+        self.want(key, value, isinstance(value, list), 'a list of strings, e.g. ["--exclusive"]')
+        for item in value:
+            self.want(key, item, isinstance(item, str), "a list of strings")
+            if "\0" in item or "\n" in item:
+                self.fail(key, "holds a NUL or a newline, which no command line option carries; remove it")
+        return tuple(value)
+
     def states(self, key: str, value: object) -> tuple[str, ...]:
         self.want(key, value, isinstance(value, list), "a list of state names, e.g. [\"failed\", \"oom\"]")
         for item in value:

@@ -52,6 +52,50 @@ def _owned_active(ctx: Context, txn, job_id: str, verb: str, answer: dict) -> di
 KILL, CANCEL = "kill", "cancel"
 
 
+def select_active(ctx: Context, tags: list[str], group: str | None, states: set[str] | None,
+                  name: str | None) -> list[str]:
+    """The bulk selection of ``kill``/``cancel`` (``--tag``, ``--group``, ``--state``,
+    ``--name``, ``--mine``): the caller's own queued, starting and running jobs that match
+    every filter given (none given: all of them), in submission order. Another user's job
+    is never selected (a shared directory's other members are in their own stores; a
+    private one's entries are checked by uid, root's included). Nothing matched is
+    ``NoSuchJob`` (127), as an id that names nothing."""
+    from qex.base.errors import NoSuchJob, QexError, UsageError
+    from qex.jobs.resolve import name_matches, resolve
+
+    members = None
+    if group is not None:
+        target = resolve(ctx.store, group)
+        if not target.is_group:
+            raise UsageError(f"--group: {group} is a job, not a group; give a group id or name", option="--group",
+                             value=group)
+        members = set(target.members)
+    index = ctx.store.read_index_jobs()
+    chosen = []
+    for job_id, entry in sorted(index.items(), key=lambda item: item[1].get("seq", 0)):
+        if entry.get("uid") != ctx.uid or (states is not None and entry.get("state") not in states):
+            continue
+        if (members is not None and job_id not in members) or (name is not None and not name_matches(
+                name, entry.get("name") or "")):
+            continue
+        if tags:
+            try:
+                have = set(ctx.store.read_status_dict(job_id).get("tags") or ())
+            except QexError:
+                continue  # (ended and cleaned meanwhile, or damaged: not selected)
+            if not set(tags) <= have:
+                continue
+        chosen.append(job_id)
+    if not chosen:
+        from qex.base.units import safe_text
+
+        which = " or ".join(sorted(states)) if states else "queued or running"
+        words = [f"--tag {safe_text(t)}" for t in tags] + [f"--{k} {safe_text(v)}" for k, v in (
+            ("group", group), ("name", name)) if v is not None]
+        raise NoSuchJob(f"no {which} job of yours" + (f" matches {' '.join(words)}" if words else ""))
+    return chosen
+
+
 def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
               why: str | None = None) -> dict[str, str]:
     """The one rule of ``qex kill`` and ``qex cancel``; every command that stops a job
@@ -69,12 +113,16 @@ def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
     """
     why = why or (f"cancelled by {ctx.user} before it started" if verb == KILL else f"cancelled by {ctx.user}")
 
+    on_slurm: dict[str, str] = {}  # job id -> its Slurm job id (the Slurm backend: scancel stops it)
+
     def mark(txn):
         answer = {}
         for job_id in job_ids:
             entry = _owned_active(ctx, txn, job_id, verb, answer)
             if entry is None:
                 continue
+            if entry.get("slurm"):
+                on_slurm[job_id] = entry["slurm"]
             if entry["state"] == "queued":
                 txn.update(job_id, state="cancelled", ended_at=time.time(), error=why,
                            blocked_reason=None, blocked_holder=None)
@@ -88,8 +136,10 @@ def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
 
     result = engine.run_pass(ctx, mark)
     answer = result.value
+    if on_slurm:
+        _stop_on_slurm(on_slurm, answer)
     for job_id, what in answer.items():
-        if what == "signal":
+        if what == "signal" and job_id not in on_slurm:
             _signal_supervisor(ctx, job_id)
 
     from qex.supervisor import become
@@ -100,12 +150,31 @@ def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
     return answer
 
 
+def _stop_on_slurm(on_slurm: dict[str, str], answer: dict[str, str]) -> None:
+    """The Slurm backend: a job cancelled here is cancelled in Slurm (``scancel``); a
+    running one's qex step gets SIGUSR1 (``scancel --batch --signal=USR1``), which its
+    supervisor answers as it answers ``qex kill`` on one machine (recorded killed).
+    A refusal (a job Slurm already ended or forgot, a controller that does not answer)
+    changes nothing: the record says cancelled, and a step that starts later runs nothing."""
+    from qex.slurm import clients
+
+    for ids, how in (([on_slurm[j] for j, w in answer.items() if w == "cancelled" and j in on_slurm], {}),
+                     ([on_slurm[j] for j, w in answer.items() if w == "signal" and j in on_slurm],
+                      {"signal": "USR1", "batch": True})):
+        try:
+            clients.cancel(ids, **how)
+        except clients.SlurmError:
+            pass
+
+
 def _signal_supervisor(ctx: Context, job_id: str) -> None:
     try:
         rec = ctx.store.read_status_dict(job_id)
     except Exception:
         return
     pid = rec.get("supervisor_pid")
+    if rec.get("slurm_job_id"):
+        return  # its supervisor runs on a node of the cluster: Slurm signals it (_stop_on_slurm)
     if pid and is_held(ctx.store.path(job_id, layout.ALIVE)):
         try:
             os.kill(pid, signal.SIGUSR1)

@@ -180,10 +180,10 @@ def remember_locked(store: Store, rec: dict) -> None:
         fs.write_json(os.path.join(store.root, layout.DEDUPE_RECENT), {"format": 1, "keys": recent},
                       mode=0o644, sync_dir=False)
     except Exception:
-        import sys
+        from qex.base import say
 
-        print("qex: could not remember the dedupe key of a completed job "
-              f"(a later --dedupe-window will not find job {rec['id'][:8]})", file=sys.stderr)
+        say.warning("could not remember the dedupe key of a completed job "
+                    f"(a later --dedupe-window will not find job {rec['id'][:8]})")
 
 
 def _slot(uid, key: str) -> str:

@@ -93,6 +93,15 @@ def resolve(store: Store, word: str) -> Target:
     raise AmbiguousId(f"{shown!r} matches {len(matches)} things: {listed}; give more of the id")
 
 
+def name_matches(wanted: str, name: str) -> bool:
+    """``--name`` of list, kill and cancel: the name itself, or a shell pattern ('train-*')."""
+    if any(c in wanted for c in "*?["):
+        from fnmatch import fnmatchcase
+
+        return fnmatchcase(name, wanted)
+    return name == wanted
+
+
 def _named(store: Store, name: str, groups: bool = True, whose: str = "") -> dict[str, Target]:
     """What a name names in one store (CONTRACT.md, "An ID is"): the queued or running
     jobs and the active groups of that name -- one is the answer, two are ambiguous --;

@@ -84,7 +84,9 @@ def build(ctx: Context, req: Request, now: float | None = None, found: set | Non
     cwd = _cwd(req.cwd)
     env = _environment(req)
     _check_program(req.command[0], cwd, env, found)
-    claims, sources, warnings = resolve_claims(ctx, req)
+    from qex.jobs import slurmjobs  # (Slurm is the scheduler: no budget here, its own claims)
+
+    claims, sources, warnings = (slurmjobs.claims(ctx, req) if slurmjobs.on_slurm(ctx) else resolve_claims(ctx, req))
     hints = sources.get("cpu") == "user" and sources.get("mem") == "user"
     name = units.check_name(req.name, "--name") if req.name else units.safe_name(os.path.basename(req.command[0]))
     tags = [units.check_name(t, "--tag") for t in req.tags]
@@ -392,24 +394,14 @@ def _claim_name(name: str, option: str) -> str:
     return name
 
 
-def _no_gpu_pool(where: str) -> str:
-    """The refusal of a GPU claim with no pool ``gpu``: with what the driver reports, where one answers."""
-    from qex.base import gpus
-
-    reading = gpus.read(timeout=gpus.QUICK)
-    if reading is not None and reading.gpus:
-        return (f"there is no pool 'gpu' in {where}, and this machine's driver reports {reading.summary()}: "
-                "run `qex config detect` to see them as a [[pool]], `qex config detect --write` to add it")
-    return (f"there is no pool 'gpu' in {where}: declare the devices with [[pool]] name = \"gpu\", "
-            "devices = [\"24GB\", ...] to use --gpu or --vram (`qex config detect` writes it where a driver answers)")
-
-
 def _check_claim(config, pool, name: str, count: int, size) -> None:
     """Refuse at submission what could never fit an empty machine."""
     where = f"the config ({config.path})"
     if pool is None:
         if name == "gpu":
-            raise SpecError(_no_gpu_pool(where))
+            from qex.jobs.gpuclaim import no_gpu_pool
+
+            raise SpecError(no_gpu_pool(where))
         if count != 1:
             raise SpecError(f"{name!r} is not a pool in {where}, so it is a lock of one unit and "
                             f"{count} units of it can never be had; declare [[pool]] name = \"{name}\", count = N")
@@ -463,12 +455,18 @@ def submit_many(ctx: Context, built: list[Built],
         _discard(ctx, built)
         raise
 
+    from qex.jobs import slurmjobs
+
+    slurm = slurmjobs.on_slurm(ctx)
+
     def add(txn):
         txn.settle_first = True  # (the flush of the job directories, or one job's fsyncs: durable first)
         if on_locked is not None:
             answer = on_locked(txn, built)
             if answer is not None:
                 return answer
+        if slurm:
+            return slurmjobs.queue_locked(ctx, txn, built)  # sbatch, then the records: Slurm admits them
         ids = []
         for b in built:
             rec = {**b.record, "seq": txn.idx.next_job}
@@ -477,7 +475,7 @@ def submit_many(ctx: Context, built: list[Built],
             ids.append(rec["id"])
         return ids
 
-    if any("gpu" in (b.record["claims"].get("pools") or {}) for b in built):
+    if not slurm and any("gpu" in (b.record["claims"].get("pools") or {}) for b in built):
         from qex.queue import gpuseen
         gpuseen.prefetch(ctx)  # the VRAM in use, read before the lock if it is not fresh (its pass admits it)
     try:

@@ -34,7 +34,8 @@ STATUS_FIELDS = {
     "logs_dropped": dict, "timeout": _OPT_NUM, "retries": int, "oom_retries": int,
     "max_queue_time": _OPT_NUM, "queue_pause_secs": NUM, "kill_requested": bool, "oom_evidence": _OPT_STR,
     "queue_pauses": list, "supervisor_lost": bool, "template": (list, type(None)), "rerun_of": _OPT_STR,
-    "peer_lock": _OPT_STR, "vram_over": _OPT_STR, "nice": _OPT_INT, "io_class": _OPT_STR, "oom_score_adj": _OPT_INT,
+    "peer_lock": _OPT_STR, "vram_over": _OPT_STR, "slurm_job_id": _OPT_STR, "nice": _OPT_INT, "io_class": _OPT_STR,
+    "oom_score_adj": _OPT_INT,
 }
 ATTEMPT_FIELDS = {"number": int, "state": str, "claims": (dict, type(None)), "started_at": _OPT_NUM,
                   "ended_at": _OPT_NUM, "exit_code": _OPT_INT, "signal": _OPT_STR, "usage": (dict, type(None)),

@@ -210,7 +210,7 @@ def wait_lock(fd: int, path: str, what: str = "the queue lock") -> None:
     if limit > NOTICE:
         then = ("waiting as long as it takes (a supervisor or waker never gives up)" if limit == FOREVER
                 else f"giving up after {_secs(limit)} (--lock-timeout SECONDS, or {ENV}, to change it)")
-        _say(f"qex: waiting for {what} {path}, held by {holder(fd)}; {then}")
+        _say(f"waiting for {what} {path}, held by {holder(fd)}; {then}")
         if _flock_within(fd, limit - (time.monotonic() - start)):
             return
     raise LockTimeout(f"{what} {path} is still held by {holder(fd)} after {_secs(limit)} of waiting, "
@@ -316,15 +316,10 @@ def _secs(seconds: float) -> str:
 
 
 def _say(line: str) -> None:
-    import sys
-
+    from qex.base import say
     from qex.base.text import plain
 
-    try:
-        sys.stderr.write(plain(line, None) + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError, AttributeError):
-        pass  # no stderr to say it on: wait all the same
+    say.notice(plain(line, None))  # (no stderr to say it on: it waits all the same)
 
 
 class _Alarm(Exception):

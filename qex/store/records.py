@@ -37,6 +37,7 @@ def _declare() -> None:
     PoolClaim, Claims, Assigned = _claim_classes(frozen, field)
     Usage, LogsDropped, Attempt = _attempt_classes(frozen, field, Claims)
     Status = _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt)
+    Status.final = property(lambda self: self.state in FINAL, doc="whether its state is final")
     Spec = _spec_class(define, field)
     for cls in (PoolClaim, Claims, Assigned, Usage, LogsDropped, Attempt, Status, Spec):
         cls.__qualname__ = cls.__name__  # records.Status, as if declared at the top
@@ -176,10 +177,10 @@ def _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt) 
         rerun_of: str | None = None  # qex rerun: the id of the job this one repeats; null otherwise
         peer_lock: str | None = None  # its liveness file in the peer directory (several users); null when none
         vram_over: str | None = None  # its VRAM above what it was given on a device, in words; null: not above
+        slurm_job_id: str | None = None  # the Slurm backend: its Slurm job id ("123", an array task "123_4"); null: local
         nice: int | None = None  # the niceness it runs at ([politeness] nice, --nice); null: an older qex's
         io_class: str | None = None  # its I/O class: best-effort (level 7), idle, none (inherited); null: as nice
         oom_score_adj: int | None = None  # its oom_score_adj ([politeness], --oom-score-adj); null: inherited
-    Status.final = property(lambda self: self.state in FINAL, doc="whether its state is final")
     return Status
 
 
@@ -226,7 +227,7 @@ def status_defaults() -> dict:
         "timeout": None, "retries": 0, "oom_retries": 1, "max_queue_time": None, "queue_pause_secs": 0.0,
         "queue_pauses": [], "kill_requested": False, "supervisor_lost": False, "oom_evidence": None,
         "template": None, "rerun_of": None, "peer_lock": None, "vram_over": None,
-        "nice": None, "io_class": None, "oom_score_adj": None,
+        "slurm_job_id": None, "nice": None, "io_class": None, "oom_score_adj": None,
     }
 
 

@@ -17,13 +17,13 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 
+from driver import Qex
+
 from crash import invariants as inv
 
-QEX = [sys.executable, "-m", "qex"]
 ID_LEN = 36
 
 CONFIG = """\
@@ -80,6 +80,7 @@ class Harness:
                     "PYTHONPYCACHEPREFIX": os.path.join(tempfile.gettempdir(), "qex-crash-pycache")}
         for name in ("QEX_CRASH_AT", "CUDA_VISIBLE_DEVICES", "PYTHONDONTWRITEBYTECODE"):
             self.env.pop(name, None)
+        self.driver = Qex(self.state, self.env, root)  # (the tests' one driver: tests/driver.py)
         self.crash_rate, self.kill_rate = crash_rate, kill_rate
         self.known: set[str] = set()       # ids a command printed
         self.cleaned: set[str] = set()     # ids given to qex clean
@@ -95,14 +96,12 @@ class Harness:
         env = dict(self.env)
         if call.crash:
             env["QEX_CRASH_AT"] = call.crash
-        call.proc = subprocess.Popen(QEX + call.argv, env=env, cwd=self.root, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        call.proc = self.driver.popen(*call.argv, env=env)
         self.calls += 1
 
     def qex(self, *argv, timeout=60) -> subprocess.CompletedProcess:
         self.calls += 1
-        return subprocess.run(QEX + list(argv), env=self.env, cwd=self.root, capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return self.driver.run(*argv, timeout=timeout)
 
     def job_command(self, rng, seconds: float, code: int = 0) -> list[str]:
         script = f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {self.runs_path}; '

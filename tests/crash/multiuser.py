@@ -49,6 +49,8 @@ import sys
 import threading
 import time
 
+from driver import Qex
+
 from crash import invariants as inv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,7 +58,7 @@ _E2E = os.path.join(os.path.dirname(HERE), "e2e")
 if _E2E not in sys.path:
     sys.path.insert(0, _E2E)
 
-from multiuser_helpers import PROJECT, Users, World  # noqa: E402
+from multiuser_helpers import PROJECT, Users, World, make_users, users_or_skip  # noqa: E402,F401  (for bench/soak.py, the rounds)
 
 ID_LEN = 36
 TAG_VAR = "QEXMU_TAG"
@@ -86,20 +88,6 @@ LAYOUTS = ("private", "shared")
 KINDS = ("command", "waker", "supervisor")
 ADMIT_WAIT = 0.5  # qex.users.peer_admission.ADMIT_WAIT: a pass waits that long for the admission lock
 KILL_WEIGHTS = {"command": 1, "waker": 1, "supervisor": 2, "other": 0.5}
-
-
-def make_users(n: int = 2) -> tuple[Users, str | None]:
-    """``n`` real users in one group; returns them and why they could not be made (None: made)."""
-    u = Users()
-    suffix = u.group[len("qexg"):]
-    u.names = [f"qex{chr(ord('a') + i)}{suffix}" for i in range(n)]
-    why = u.create()
-    if why is None:
-        # The users read qex's bytecode (PYTHONDONTWRITEBYTECODE): compile it once, as root.
-        import compileall
-
-        compileall.compile_dir(os.path.join(PROJECT, "qex"), quiet=1)
-    return u, why
 
 
 # ---- /proc -----------------------------------------------------------------------------------
@@ -472,17 +460,19 @@ class MultiHarness:
         return self.users.env(extra)
 
     def argv(self, user: int, args) -> list[str]:
-        return self.users.wrap(self.names[user], [self.users.python, "-m", "qex", *map(str, args)])
+        return self.driver(user).argv(args)
+
+    def driver(self, user: int, crash: str | None = None) -> Qex:
+        """User ``user``'s qex (the tests' one driver: tests/driver.py)."""
+        return Qex(self.states[user], self.env(user, crash), self.world.dir,
+                   self.users.wrap(self.names[user], [self.users.python, "-m", "qex"]), self.names[user])
 
     def qex(self, user: int, *args, timeout: float = 90) -> subprocess.CompletedProcess:
         self.calls += 1
-        return subprocess.run(self.argv(user, args), env=self.env(user), cwd=self.world.dir, capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return self.driver(user).run(*args, timeout=timeout)
 
     def start(self, call: Call) -> None:
-        call.proc = subprocess.Popen(self.argv(call.user, call.argv), env=self.env(call.user, call.crash),
-                                     cwd=self.world.dir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        call.proc = self.driver(call.user, call.crash).popen(*call.argv)
         self.calls += 1
 
     def close(self) -> None:

@@ -16,25 +16,14 @@ import time
 
 import pytest
 
-from crash.multiuser import BUDGET, GB, LAYOUTS, TAG_VAR, MultiHarness, Sampler, make_users, run_rounds
+from crash.multiuser import BUDGET, GB, LAYOUTS, TAG_VAR, MultiHarness, Sampler, run_rounds, users_or_skip
 
 ROUNDS = int(os.environ.get("QEX_MU_ROUNDS", "3"))  # ~3 s each on 2 cores
 
 
-def _users(n: int):
-    u, why = make_users(n)
-    if why:
-        u.remove()
-        pytest.skip(why)
-    try:
-        yield u
-    finally:
-        u.remove()
-
-
 @pytest.fixture(scope="module")
 def users():
-    yield from _users(2)
+    yield from users_or_skip(2)
 
 
 def _report(problems: list[str], totals: dict, seed: int) -> str:
@@ -57,7 +46,7 @@ def test_multiuser_rounds_with_kills_keep_one_budget_owners_and_secrets(users, l
 def test_multiuser_soak(layout):
     minutes = float(os.environ["QEX_SOAK_MINUTES"])
     seed = int(os.environ.get("QEX_CRASH_SEED") or random.randrange(1 << 32))
-    for u in _users(int(os.environ.get("QEX_SOAK_USERS", "3"))):
+    for u in users_or_skip(int(os.environ.get("QEX_SOAK_USERS", "3"))):
         problems, totals = run_rounds(u, layout, seed, minutes=minutes, stop_at_first=False)
         print(f"{totals['last']}; {totals['rounds']} rounds, {totals['jobs']} jobs, {totals['kills']} kills "
               f"{totals['kinds']}, {len(problems)} violations")

@@ -6,6 +6,7 @@ import signal
 
 import pytest
 from e2e_helpers import group_members, read_records
+from multiuser_helpers import users_or_skip
 
 
 @pytest.fixture(autouse=True)
@@ -21,3 +22,9 @@ def _reap_job_groups(request):
                 os.killpg(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+@pytest.fixture(scope="module")
+def users():
+    """Two real users in one group (made as root, removed after the module); skips, with the reason, elsewhere."""
+    yield from users_or_skip()

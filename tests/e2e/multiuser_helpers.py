@@ -8,7 +8,6 @@ without either, the tests that need real users skip and say why.
 """
 
 import fcntl
-import json
 import os
 import secrets
 import shutil
@@ -16,8 +15,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
+from driver import Qex, job_dir, processes, read_record, stores, wait_for  # noqa: F401  (for the tests)
 from e2e_helpers import gate_command, release
 
 import qex
@@ -41,13 +40,24 @@ def library_path() -> str:
     return os.pathsep.join(dirs)
 
 
-def users_or_skip():
-    """For a fixture: ``yield from`` it to get the test users, created once and removed
+def make_users(n: int = 2) -> tuple["Users", str | None]:
+    """``n`` real users in one group; returns them and why they could not be made (None: made)."""
+    u = Users(n)
+    why = u.create()
+    if why is None:
+        # The users read qex's bytecode (PYTHONDONTWRITEBYTECODE): compile it once, as root.
+        import compileall
+
+        compileall.compile_dir(os.path.join(PROJECT, "qex"), quiet=1)
+    return u, why
+
+
+def users_or_skip(n: int = 2):
+    """For a fixture: ``yield from`` it to get ``n`` test users, created once and removed
     afterwards; the test is skipped (with the reason) where they cannot be made."""
     import pytest
 
-    u = Users()
-    why = u.create()
+    u, why = make_users(n)
     if why:
         u.remove()
         pytest.skip(why)
@@ -57,13 +67,28 @@ def users_or_skip():
         u.remove()
 
 
-class Users:
-    """One group and two users for a test session."""
+def shared_lab(users: "Users", config_text: str):
+    """For a fixture: a world whose first two users share one state directory that the
+    first made (qex init --shared) and the second has entered; yields (world, one, two)."""
+    w = World(users, users.base, config_text)
+    shared = os.path.join(w.dir, "lab-queue")
+    one = w.actor(0, shared)
+    one.run("init", "--shared", shared, "--group", users.group, check=0)
+    two = w.actor(1, shared)
+    two.run("list", check=0)  # (its own directory in it)
+    try:
+        yield w, one, two
+    finally:
+        w.close()
 
-    def __init__(self):
+
+class Users:
+    """One group and ``n`` users (default two) for a test session."""
+
+    def __init__(self, n: int = 2):
         tag = secrets.token_hex(3)
         self.group = f"qexg{tag}"
-        self.names = [f"qexa{tag}", f"qexb{tag}"]
+        self.names = [f"qex{chr(ord('a') + i)}{tag}" for i in range(n)]
         self.base = tempfile.mkdtemp(prefix="qex-mu-", dir="/tmp")
         os.chmod(self.base, 0o755)
         self.made: list[str] = []
@@ -123,90 +148,30 @@ class Users:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-class Actor:
-    """qex as one user (or as this process's user when ``users`` is None)."""
+class Actor(Qex):
+    """qex as one user (or as this process's user when ``users`` is None): the one driver
+    (tests/driver.py) with ``setpriv`` in front."""
 
     def __init__(self, name: str | None, users: Users | None, state: str, config: str, peers: str, cwd: str):
-        self.name, self.users, self.state, self.cwd = name, users, state, cwd
-        self.vars = {"QEX_STATE_DIR": state, "QEX_CONFIG": config, "QEX_PEER_DIR": peers}
+        self.name, self.users = name, users
+        qvars = {"QEX_STATE_DIR": state, "QEX_CONFIG": config, "QEX_PEER_DIR": peers}
+        if users is None:
+            env = {**os.environ, **qvars, "QEX_KILL_GRACE": "2", "PYTHONDONTWRITEBYTECODE": "1"}
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+            super().__init__(state, env, cwd, who=self.user)
+        else:
+            super().__init__(state, users.env(qvars), cwd, who=self.user)
+
+    def argv(self, args) -> list[str]:
+        if self.users is None:
+            return super().argv(args)
+        return self.users.wrap(self.name, [self.users.python, "-m", "qex", *map(str, args)])
 
     @property
     def user(self) -> str:
         import pwd
 
         return self.name or pwd.getpwuid(os.getuid()).pw_name
-
-    def argv(self, args) -> list[str]:
-        if self.users is None:
-            return [sys.executable, "-m", "qex", *map(str, args)]
-        return self.users.wrap(self.name, [self.users.python, "-m", "qex", *map(str, args)])
-
-    def env(self) -> dict:
-        if self.users is None:
-            env = {**os.environ, **self.vars, "QEX_KILL_GRACE": "2", "PYTHONDONTWRITEBYTECODE": "1"}
-            env.pop("CUDA_VISIBLE_DEVICES", None)
-            return env
-        return self.users.env(self.vars)
-
-    def run(self, *args, timeout=30, check=None) -> subprocess.CompletedProcess:
-        proc = subprocess.run(self.argv(args), env=self.env(), cwd=self.cwd, capture_output=True, text=True,
-                              timeout=timeout)
-        if check is not None:
-            assert proc.returncode == check, (self.user, args, proc.returncode, proc.stdout, proc.stderr)
-        return proc
-
-    def submit(self, *args) -> str:
-        proc = self.run("submit", *args, check=0)
-        job_id = proc.stdout.strip()
-        assert len(job_id) == 36, proc
-        return job_id
-
-    def record(self, job_id: str) -> dict:
-        return read_record(self.state, job_id)
-
-    def wait_state(self, job_id: str, states, timeout=20.0) -> dict:
-        states = {states} if isinstance(states, str) else set(states)
-
-        def check():
-            try:
-                rec = self.record(job_id)
-            except (OSError, ValueError):
-                return None
-            return rec if rec["state"] in states else None
-
-        return wait_for(check, timeout, f"job {job_id[:8]} of {self.user} to be {sorted(states)}")
-
-
-def stores(state: str) -> list[str]:
-    """The state directories in ``state``: itself, or (a shared directory) its members'."""
-    if not os.path.isdir(state) or os.path.isdir(os.path.join(state, "jobs")):
-        return [state]
-    return [os.path.join(state, n) for n in sorted(os.listdir(state)) if n.startswith("member-")] or [state]
-
-
-def job_dir(state: str, job_id: str) -> str:
-    """Where job ``job_id``'s directory is (in whichever member's directory it is)."""
-    for store in stores(state):
-        path = os.path.join(store, "jobs", job_id)
-        if os.path.isdir(path):
-            return path
-    return os.path.join(state, "jobs", job_id)
-
-
-def read_record(state: str, job_id: str) -> dict:
-    with open(os.path.join(job_dir(state, job_id), "status.json")) as fh:
-        return json.load(fh)
-
-
-def wait_for(predicate, timeout=20.0, what="condition", interval=0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 # A job that waits on a file the test makes, and the release of it (one home: e2e_helpers).
@@ -230,7 +195,7 @@ def held_cpu(state: str) -> float:
 def qex_pids(state: str) -> list[int]:
     """Live qex processes (commands, supervisors, wakers) of one state directory: a command's
     line is ``python -m qex ...``, what qex leaves running names itself ``qex: ...`` (qex.linux.title)."""
-    return [pid for pid, cmd in _processes(f"QEX_STATE_DIR={state}".encode(), exact=True)
+    return [pid for pid, cmd in processes(f"QEX_STATE_DIR={state}".encode(), exact=True)
             if b"-m\0qex" in cmd or cmd.startswith(b"qex: ")]
 
 
@@ -241,34 +206,16 @@ def processes_of(state: str, but_group: int | None = None) -> list[int]:
     from e2e_helpers import proc_stat
 
     out = []
-    for pid, _ in _processes(f"QEX_STATE_DIR={state}".encode(), exact=True):
+    for pid, _ in processes(f"QEX_STATE_DIR={state}".encode(), exact=True):
         st = proc_stat(pid)
         if st is not None and st[2] != but_group:
             out.append(pid)
     return out
 
 
-def _processes(needle: bytes, exact: bool = False):
-    me = os.getpid()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as fh:
-                environ = fh.read().split(b"\0")
-            with open(f"/proc/{name}/cmdline", "rb") as fh:
-                cmd = fh.read()
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                zombie = b") Z" in fh.read()
-        except OSError:
-            continue
-        if not zombie and any(e == needle if exact else e.startswith(needle) for e in environ):
-            yield int(name), cmd
-
-
 def kill_everything_under(base: str) -> None:
     """SIGKILL every process (qex or job) whose state directory is under ``base``."""
-    for pid, _ in list(_processes(f"QEX_STATE_DIR={base}".encode())):
+    for pid, _ in list(processes(f"QEX_STATE_DIR={base}".encode())):
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:

@@ -9,27 +9,15 @@ import subprocess
 import textwrap
 
 import pytest
-from multiuser_helpers import World, gated, open_gate, qex_pids, users_or_skip, wait_for
+from multiuser_helpers import World, gated, open_gate, qex_pids, shared_lab, wait_for
 
 # Claims within a 2-core machine: a claim of more cores than the machine has is refused.
 CONFIG = '[budget]\ncpu = 1.5\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
 
 
-@pytest.fixture(scope="module")
-def users():
-    yield from users_or_skip()
-
-
 @pytest.fixture
 def lab(users):
-    w = World(users, users.base, CONFIG)
-    shared = os.path.join(w.dir, "lab-queue")
-    bob = w.actor(0, shared)
-    bob.run("init", "--shared", shared, "--group", users.group, check=0)
-    mallory = w.actor(1, shared)
-    mallory.run("list", check=0)  # her own directory in it
-    yield w, bob, mallory
-    w.close()
+    yield from shared_lab(users, CONFIG)
 
 
 def member(actor, users) -> str:

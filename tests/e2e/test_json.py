@@ -130,6 +130,8 @@ def test_every_json_output_validates_against_its_schema(q, tmp_path):
     assert config["values"]["budget.cpu"]["value"] == 2 and config["values"]["budget.cpu"]["resolved"] == 2
     assert config["values"]["defaults.cpu"]["resolved"] == 1  # cores, not millicores
     _valid(v, "version", q.run("version", "--json", check=0).stdout, "version")
+    echoed = q.run("logs", "--json", fan["jobs"][1]["id"], check=0).stdout.splitlines()
+    assert [_valid(v, "logs", line, "logs")["text"] for line in echoed] == ["b"]
     events = q.run("events", "--json", "--since", "start", "--count", "3", "--timeout", "5", check=0)
     for line in events.stdout.splitlines():
         _valid(v, "event", line, "event")
@@ -201,6 +203,9 @@ def test_help_agents_is_the_page_for_agents_and_ships_as_docs_agents_md(q):
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(here, "docs", "agents.md")) as fh:
         assert text in fh.read()
+    with open(os.path.join(here, "skills", "qex", "SKILL.md")) as fh:  # the skill a coding agent loads
+        skill = fh.read()
+    assert skill.startswith("---\nname: qex\ndescription: ") and text in skill
 
 
 def test_every_error_kind_is_in_the_error_schema():

@@ -12,16 +12,11 @@ import time
 
 import pytest
 from e2e_helpers import alive, fd_targets
-from multiuser_helpers import World, gated, open_gate, processes_of, users_or_skip, wait_for
+from multiuser_helpers import World, gated, open_gate, processes_of, wait_for
 
 CONFIG = ('[budget]\ncpu = 2\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
           '[[pool]]\nname = "gpu"\ndevices = ["8GB", "8GB"]\nenv = "CUDA_VISIBLE_DEVICES"\n')
 PEER_WORDS = "this job cannot fit while another user holds capacity"
-
-
-@pytest.fixture(scope="module")
-def users():
-    yield from users_or_skip()
 
 
 @pytest.fixture

@@ -9,26 +9,15 @@ import threading
 import time
 
 import pytest
-from multiuser_helpers import World, gated, held_cpu, job_dir, open_gate, users_or_skip, wait_for
+from multiuser_helpers import World, gated, held_cpu, job_dir, open_gate, shared_lab, wait_for
 
 # Claims within a 2-core machine: a claim of more cores than the machine has is refused.
 CONFIG = '[budget]\ncpu = 1.5\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
 
 
-@pytest.fixture(scope="module")
-def users():
-    yield from users_or_skip()
-
-
 @pytest.fixture
 def lab(users):
-    """A world whose two actors share one state directory made by user 1."""
-    w = World(users, users.base, CONFIG)
-    shared = os.path.join(w.dir, "lab-queue")
-    one = w.actor(0, shared)
-    one.run("init", "--shared", shared, "--group", users.group, check=0)
-    yield w, one, w.actor(1, shared)
-    w.close()
+    yield from shared_lab(users, CONFIG)
 
 
 def mode(path: str) -> int:
@@ -65,10 +54,10 @@ def test_init_makes_a_setgid_group_directory_and_refuses_what_it_must(lab, users
 
 def test_another_user_cannot_kill_cancel_clean_or_read_the_secrets_of_my_jobs(lab):
     w, one, two = lab
-    running = one.submit("--cpu", "1.5", "--env", "SECRET=s3cret", "--",
+    running = one.submit("--cpu", "1.5", "--env", "SECRET=s3cret", "--tag", "lab", "--",
                          *gated(w.gate("r"), then="echo out-s3cret"))
     one.wait_state(running, "running")
-    queued = one.submit("--cpu", "0.5", "--", "true")
+    queued = one.submit("--cpu", "0.5", "--tag", "lab", "--", "true")
     done = one.submit("--cpu", "0.05", "--", "sh", "-c", "echo out-s3cret")
     assert one.record(queued)["state"] == "queued"
     before = {j: one.record(j)["state"] for j in (running, queued)}
@@ -79,6 +68,9 @@ def test_another_user_cannot_kill_cancel_clean_or_read_the_secrets_of_my_jobs(la
         assert r.returncode == 1, (args, r.returncode, r.stdout, r.stderr)
         assert f"belongs to {one.user}" in r.stderr and "only its owner (or root)" in r.stderr, (args, r.stderr)
         assert "s3cret" not in r.stdout + r.stderr, (args, r.stdout)
+    for args in (("kill", "--tag", "lab"), ("cancel", "--mine"), ("kill", "--name", "*")):  # bulk: never hers
+        r = two.run(*args)
+        assert r.returncode == 127 and "of yours" in r.stderr, (args, r.returncode, r.stderr)
     assert {j: one.record(j)["state"] for j in (running, queued)} == before  # untouched
     assert not one.record(running).get("kill_requested")
 

@@ -224,7 +224,7 @@ def test_list_group_shows_the_members_in_order_by_id_prefix_or_name(qq):
         assert [r["name"] for r in json.loads(listing.stdout)] == ["first", "second", "third"]
     text = qq.run("list", "--group", "three").stdout
     assert other[:8] not in text and "second" in text
-    assert qq.run("list", "--group", other).returncode == 121  # a job is not a group
+    assert qq.run("list", "--group", other).returncode == 2  # a job is not a group: a bad command line of list
     assert qq.run("list", "--group", "nothing-here").returncode == 127
 
 

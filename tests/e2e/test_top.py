@@ -185,13 +185,6 @@ def test_top_reads_while_another_process_holds_the_state_lock(q):
         os.close(fd)
 
 
-@pytest.fixture(scope="module")
-def users():
-    from multiuser_helpers import users_or_skip
-
-    yield from users_or_skip()
-
-
 def test_top_in_a_shared_directory_shows_the_other_members_jobs_too(users):
     """Two real users in one shared state directory: the one's qex top shows the
     other's running and queued jobs, with whose they are."""
