@@ -274,6 +274,10 @@ account = "lab"
 qos = "high"
 shard_size = "10GB"
 sbatch_args = ["--exclusive"]
+[politeness]
+nice = 0
+io_class = "idle"
+oom_score_adj = -10
 """
     path = write(tmp_path, text)
     c = load_config(path, env={})
@@ -290,7 +294,8 @@ sbatch_args = ["--exclusive"]
     assert c.python_max_input == 64 * 1024**2
     assert c.backend_kind == "slurm" and (c.slurm_partition, c.slurm_account, c.slurm_qos) == ("gpu", "lab", "high")
     assert c.slurm_sbatch_args == ("--exclusive",) and c.slurm_shard_size == 10 * GiB
-    assert all(source == path for key, source in c.sources.items() if key != "pool")
+    assert c.nice == 0 and c.io_class == "idle" and c.oom_score_adj == -10
+    assert all(source == path for key, source in c.sources.items() if key not in ("pool", "system.max_pressure"))
     assert c.sources["pool"] == "default"
 
 

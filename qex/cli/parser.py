@@ -118,7 +118,13 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--env-capture", choices=("all", "minimal", "none"), default=None,
                    help="which of your environment the job gets (default all)")
     g.add_argument("--cwd", metavar="DIR", help="run in DIR (default: here)")
-    g.add_argument("--nice", type=_int("--nice"), default=None, help="niceness of the job")
+    g.add_argument("--nice", type=_int("--nice"), default=None,
+                   help="the job's niceness, absolute, -20 to 19 (default [politeness] nice, 10)")
+    g.add_argument("--io-class", metavar="CLASS", default=None,
+                   help="the job's I/O class: best-effort (its lowest priority), idle or none "
+                        "(default [politeness] io_class)")
+    g.add_argument("--oom-score-adj", metavar="N", type=_int("--oom-score-adj"), default=None,
+                   help="the job's oom_score_adj, -1000 to 1000 (default [politeness] oom_score_adj, 500)")
     g.add_argument("--stdin", metavar="FILE|-",
                    help="the job's standard input: FILE (opened when it starts), or - (a copy of this "
                         "command's stdin, at most 64MiB); default: /dev/null for submit, "

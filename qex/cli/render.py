@@ -46,6 +46,10 @@ def describe(rec: dict, stuck: str = "") -> str:
         rows.append(("devices", devices_text(rec.get("assigned"))))
     if vram_text(rec):
         rows.append(("vram", vram_text(rec)))
+    if rec.get("nice") is not None:
+        from qex.linux.manners import words as manners
+
+        rows.append(("manners", manners(rec["nice"], rec.get("io_class"), rec.get("oom_score_adj"))))
     if rec.get("tags"):
         rows.append(("tags", ", ".join(safe_text(t) for t in rec["tags"])))
     if rec.get("dedupe_key"):

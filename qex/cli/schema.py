@@ -72,6 +72,7 @@ HOLDERS = {
     "dependency": "a job it --needs or runs --after has not ended yet",
     "front": "a job ahead of it in the queue is waiting for room first",
     "device": "no GPU device (or share of one) it claims is free",
+    "pressure": "the machine's memory pressure is above [system] max_pressure: no job starts",
     "owner": "another member's job whose owner runs no qex now: nothing will start it",
     "slurm": "the Slurm backend: Slurm holds it (its reason is Slurm's: qex help slurm)",
 }
@@ -238,6 +239,9 @@ def _info() -> dict:
         "pauses": (_arr(_PAUSE), "the pauses in force (as qex pause --json)"),
         "shared": ({}, "a shared state directory: its members; null when private"),
         "hooks": ({}, "the stop hook in force and whose it is; null when none"),
+        "manners": (any_obj, "what every job runs with ([politeness]): nice, io_class, oom_score_adj"),
+        "pressure": (any_obj, "the memory pressure: some_avg10 (PSI, a percentage; null: the kernel gives "
+                              "none) and max ([system] max_pressure; null: off)"),
         "damaged": (_arr(any_obj), "records a pass cannot use: id, file, problem"),
         "gpu_check": ({}, "the GPU driver checked against the pool gpu (present when there is one)"),
         "backend": (any_obj, "where jobs run: kind (local or slurm) and, for slurm, controller: what "

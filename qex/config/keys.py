@@ -225,6 +225,7 @@ RESERVE_MOST = {"cooperative": 2 * GiB, "single-user": 512 * MiB}  # at most thi
 DEFAULT_HOOK_STATES = FINAL_RAN + ("expired",)
 POOL_KEYS = ("name", "count", "devices", "size", "env", "fence")  # the keys of one [[pool]]
 DEVICE_KEYS = ("size", "index", "uuid", "name")  # the keys of a device given as a table
+IO_CLASSES = ("best-effort", "idle", "none")  # [politeness] io_class, --io-class (qex.linux.manners)
 
 KEYS = (
     Key("budget.cpu", "budget_cpu", Percent | int, "budget_cpu", Percent(75), "budget_cpu",
@@ -240,6 +241,21 @@ KEYS = (
     Key("system.stuck_after", "stuck_after", float, "duration", 3600.0, "duration",
         "how long a queued job may wait while none of its user's jobs run before status and "
         "submit --dedupe-key call it stuck", help="= {default}"),
+    Key("system.max_pressure", "max_pressure", float | None, "pressure", None, "pressure",
+        "no job starts while the machine's memory pressure (PSI some avg10 of /proc/pressure/memory, "
+        "the share of the last 10 s some task waited for memory) is above this percentage (unset: off)",
+        help='= "20%" (unset: off)'),
+    Key("politeness.nice", "nice", int, "niceness", 10, "text",
+        "the niceness every job runs at, absolute (a job's --nice wins); below its starter's needs root",
+        help="= {default}"),
+    Key("politeness.io_class", "io_class", str, "choice", "best-effort", "io_class",
+        "the I/O class every job runs in: best-effort at its lowest priority, idle (disk time no one "
+        "else wants), none (as its starter's); a job's --io-class wins", help="= {options}",
+        options=IO_CLASSES),
+    Key("politeness.oom_score_adj", "oom_score_adj", int, "oom_score_adj", 500, "text",
+        "every job's oom_score_adj, so the kernel's OOM killer picks a batch job before a person's "
+        "editor (-1000 to 1000; below its starter's needs root); a job's --oom-score-adj wins",
+        help="= {default}"),
     Key("enforce.mode", "mode", str, "choice", "cooperative", "text",
         "a machine shared by several users, or by one: sets the defaults of the budget and the reserve",
         help="= {options}", options=tuple(MODES)),

@@ -170,6 +170,9 @@ WORDS = {
     "states": lambda value, here: _held(", ".join(value) or "none", value),
     "yes_no": lambda value, here: _held("yes" if value else "no", value),
     "margin": _margin,
+    "pressure": _optional(lambda v: f"{v:g}% (memory PSI some avg10)", "off"),
+    "io_class": lambda value, here: _held(f"{value} (priority 7, the lowest)" if value == "best-effort" else value,
+                                          value),
     "peer_dir": _peer_dir,
     "backend": _backend,
     "pools": _pools,
@@ -237,4 +240,6 @@ def as_written(key: Key, value: object) -> str:
         return f'"{units.format_duration(value)}"'
     if key.show == "margin":
         return f'"{value * 100:g}%"'
+    if key.show == "pressure":
+        return "none" if value is None else f'"{value:g}%"'
     return str(value)

@@ -55,7 +55,7 @@ def submit(ctx: Context, job_id: str) -> tuple[str, PassResult, list[str]]:
     req, old = request_of(ctx, job_id)
     built = build(ctx, req)
     built.spec.env = dict(old.env)          # the environment it ran with, not the caller's
-    built.spec.nice, built.spec.hints = old.nice, old.hints
+    built.spec.hints = old.hints  # (its niceness and the rest: the words it was asked with, as a new submission)
     steps = [step for step in (_files_again(ctx, job_id), _input_again(ctx, job_id, req.stdin)) if step]
     ids, result = submit_many(ctx, [built], prepare=lambda job_dir: [step(job_dir) for step in steps])
     return ids[0], result, built.warnings

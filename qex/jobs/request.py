@@ -21,7 +21,7 @@ SCALARS = (("cpu", "cpu"), ("mem", "mem"), ("gpu", "gpu"), ("vram", "vram"),
            ("name", "name"), ("priority", "priority"), ("timeout", "timeout"),
            ("max_queue_time", "max_queue_time"), ("retries", "retries"),
            ("oom_retries", "oom_retries"), ("cwd", "cwd"), ("nice", "nice"),
-           ("env_capture", "env_capture"), ("dedupe_key", "dedupe_key"),
+           ("io_class", "io_class"), ("oom_score_adj", "oom_score_adj"), ("env_capture", "env_capture"), ("dedupe_key", "dedupe_key"),
            ("dedupe_window", "dedupe_window"), ("stdin", "stdin"))
 
 

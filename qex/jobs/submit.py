@@ -53,6 +53,8 @@ class Request(Plain):
     env_capture: str = "all"
     cwd: str | None = None
     nice: int | None = None
+    io_class: str | None = None
+    oom_score_adj: int | None = None
     group: str | None = None
     group_name: str | None = None
     job_env: dict[str, str] = Factory(dict)    # from a job file
@@ -102,8 +104,12 @@ def build(ctx: Context, req: Request, now: float | None = None, found: set | Non
                         f"from {-numbers.PRIORITY} to {numbers.PRIORITY}")
     if req.stdin not in (None, "-"):
         req.stdin = os.path.abspath(req.stdin)  # (as a shell's < FILE: from here; a rerun finds it again)
-    spec = NewSpec(id=job_id, command=tuple(req.command), cwd=cwd, env=env, nice=req.nice, hints=hints,
-                request=_request_words(req))
+    from qex.jobs import polite
+
+    nice, io_class, oom, said = polite.resolve(ctx, req.nice, req.io_class, req.oom_score_adj)
+    warnings += said
+    spec = NewSpec(id=job_id, command=tuple(req.command), cwd=cwd, env=env, nice=nice, io_class=io_class,
+                   oom_score_adj=oom, hints=hints, request=_request_words(req))
     record = {
         "format": FORMAT, "id": job_id, "seq": 0, "state": "queued", "name": name,
         "command": list(req.command), "cwd": cwd, "owner": ctx.user, "uid": ctx.uid,
@@ -111,7 +117,7 @@ def build(ctx: Context, req: Request, now: float | None = None, found: set | Non
         "claims": claims, "claim_source": sources, "submitted_at": now, "timeout": timeout,
         "retries": retries, "oom_retries": oom_retries, "max_queue_time": mqt,
         "needs": list(req.needs), "after": list(req.after), "dedupe_key": req.dedupe_key,
-        "attempt": 1, "attempts": [],
+        "attempt": 1, "attempts": [], "nice": nice, "io_class": io_class, "oom_score_adj": oom,
     }
     if req.template is not None:
         record["template"] = list(req.template)
@@ -134,7 +140,8 @@ def build_like(first: Built, command: list[str], name: str, found: set | None = 
     name = units.check_name(name, "--name")
     job_id = new_id()
     spec = NewSpec(id=job_id, command=tuple(command), cwd=base.cwd, env=base.env, nice=base.nice,
-                   hints=base.hints, request={**base.request, "command": list(command), "name": name})
+                   io_class=base.io_class, oom_score_adj=base.oom_score_adj, hints=base.hints,
+                   request={**base.request, "command": list(command), "name": name})
     record = {k: (v.copy() if type(v) in (list, dict) else v) for k, v in first.record.items()}
     record.update(id=job_id, name=name, command=list(command))
     return Built(spec, record, first.warnings)
@@ -233,22 +240,14 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
     config = ctx.config
     cpu_budget, mem_budget = ctx.budget()
     sources, warnings = {}, []
-    if req.cpu is not None:
-        cpu = units.parse_cpu(str(req.cpu), "--cpu")
-        sources["cpu"] = "user"
-    else:
-        cpu = config.default_cpu
-        sources["cpu"] = "default"
+    cpu = config.default_cpu if req.cpu is None else units.parse_cpu(str(req.cpu), "--cpu")
+    sources["cpu"] = "default" if req.cpu is None else "user"
     if isinstance(cpu, str):
         cpu = resolve_word(cpu, cpu_budget)
-    if req.mem is not None:
-        mem = units.parse_mem(str(req.mem), "--mem")
-        sources["mem"] = "user"
-    else:
-        mem = config.default_mem
-        sources["mem"] = "default"
-        if mem is None:  # (a 1-core machine: never more than an idle machine holds, which is less the reserve)
-            mem = min(ctx.mem_total // max(1, ctx.cores), ctx.holdable()[1] or ctx.mem_total)
+    mem = config.default_mem if req.mem is None else units.parse_mem(str(req.mem), "--mem")
+    sources["mem"] = "default" if req.mem is None else "user"
+    if mem is None:  # (a 1-core machine: never more than an idle machine holds, which is less the reserve)
+        mem = min(ctx.mem_total // max(1, ctx.cores), ctx.holdable()[1] or ctx.mem_total)
     if isinstance(mem, str):
         mem = resolve_word(mem, mem_budget)
     if req.mem is None and config.learn_enabled:

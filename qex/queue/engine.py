@@ -203,7 +203,24 @@ def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[
         oversized=ctx.config.oversized, max_bypass=ctx.config.max_bypass,
         pools=tuple(A.PoolSpec(p.name, p.count, tuple(p.devices)) for p in ctx.config.pools),
         running=tuple(running), peers=tuple(peer_scan.holdings(ctx)), queued=tuple(queued),
-        deps=tuple(deps), pause=pause.current(ctx, now), mem_reserve=reserve, seen=seen)
+        deps=tuple(deps), pause=pause.current(ctx, now), mem_reserve=reserve, seen=seen,
+        pressure=_pressure(ctx) if queued else None)
+
+
+def _pressure(ctx: Context) -> tuple[float, float] | None:
+    """(the machine's memory pressure, ``[system] max_pressure``) when it is above, else None.
+    A file that cannot be read now holds nothing back (the config's load refused the key
+    where the kernel gives none)."""
+    most = ctx.config.max_pressure
+    if most is None:
+        return None
+    from qex.base import machine
+
+    try:
+        now = machine.memory_pressure()
+    except (OSError, ValueError):
+        return None
+    return (now, most) if now > most else None
 
 
 def _vram(ctx: Context, txn: Txn, now: float, running: list) -> tuple[list, tuple]:

@@ -56,6 +56,9 @@ def gather(ctx: Context) -> dict:
         "pauses": _pauses(ctx, idx),
         "shared": shared.members_summary(ctx.store),
         "hooks": _hooks(ctx),
+        "manners": {"nice": ctx.config.nice, "io_class": ctx.config.io_class,
+                    "oom_score_adj": ctx.config.oom_score_adj},
+        "pressure": _pressure(ctx),
         "damaged": damaged(ctx, idx),
     }
 
@@ -72,6 +75,18 @@ def decide(ctx: Context, idx: Index, now: float) -> tuple[str, float | None, Sna
     snap = engine.snapshot(ctx, txn, now)
     plan = A.admit(snap)
     return plan.health, _health_since(txn, plan, idx), snap
+
+
+def _pressure(ctx: Context) -> dict:
+    """The machine's memory pressure now (PSI some avg10, a percentage; None where the
+    kernel gives none) and ``[system] max_pressure`` (None: off)."""
+    from qex.base import machine
+
+    try:
+        now = machine.memory_pressure()
+    except (OSError, ValueError):
+        now = None
+    return {"some_avg10": now, "max": ctx.config.max_pressure}
 
 
 def _hooks(ctx: Context) -> dict | None:
@@ -251,6 +266,7 @@ def render(info: dict) -> str:
     lines.extend(_peer_lines(info))
     if info.get("hooks"):
         lines.append(_hook_line(info["hooks"]))
+    lines.extend(_manner_lines(info))
     mem = info.get("memory") or {}
     lines.extend(_memory_lines(mem))
     q = info["queue"]
@@ -273,6 +289,21 @@ def render(info: dict) -> str:
 
     lines += [f"damaged   {plain(d['problem'] or d['file'], 600)}" for d in info.get("damaged") or ()]
     return "\n".join(lines)
+
+
+def _manner_lines(info: dict) -> list[str]:
+    """Every job's manners ([politeness]) and the memory pressure ([system] max_pressure)."""
+    from qex.linux.manners import words
+
+    lines, m, p = [], info.get("manners"), info.get("pressure") or {}
+    if m:
+        lines.append(f"manners   every job: {words(m['nice'], m['io_class'], m['oom_score_adj'])} ([politeness]; "
+                     "a job's --nice, --io-class, --oom-score-adj win)")
+    if p.get("max") is not None or p.get("some_avg10") is not None:
+        now = "unknown" if p.get("some_avg10") is None else f"{p['some_avg10']:g}%"
+        limit = "off" if p.get("max") is None else f"{p['max']:g}%"
+        lines.append(f"pressure  memory {now} (PSI some avg10); no job starts above [system] max_pressure: {limit}")
+    return lines
 
 
 def _hook_line(h: dict) -> str:

@@ -37,6 +37,7 @@ def _declare() -> None:
     PoolClaim, Claims, Assigned = _claim_classes(frozen, field)
     Usage, LogsDropped, Attempt = _attempt_classes(frozen, field, Claims)
     Status = _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt)
+    Status.final = property(lambda self: self.state in FINAL, doc="whether its state is final")
     Spec = _spec_class(define, field)
     for cls in (PoolClaim, Claims, Assigned, Usage, LogsDropped, Attempt, Status, Spec):
         cls.__qualname__ = cls.__name__  # records.Status, as if declared at the top
@@ -179,9 +180,9 @@ def _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt) 
         peer_lock: str | None = None  # its liveness file in the peer directory (several users); null when none
         vram_over: str | None = None  # its VRAM above what it was given on a device, in words; null: not above
         slurm_job_id: str | None = None  # the Slurm backend: its Slurm job id ("123", an array task "123_4"); null: local
-        @property
-        def final(self) -> bool:
-            return self.state in FINAL
+        nice: int | None = None  # the niceness it runs at ([politeness] nice, --nice); null: an older qex's
+        io_class: str | None = None  # its I/O class: best-effort (level 7), idle, none (inherited); null: as nice
+        oom_score_adj: int | None = None  # its oom_score_adj ([politeness], --oom-score-adj); null: inherited
     return Status
 
 
@@ -197,6 +198,8 @@ def _spec_class(define, field) -> type:
         env: dict[str, str]
         format: int = FORMAT
         nice: int | None = None
+        io_class: str | None = None
+        oom_score_adj: int | None = None
         hints: bool = False
         request: dict = field(factory=dict)
 
@@ -226,7 +229,7 @@ def status_defaults() -> dict:
         "timeout": None, "retries": 0, "oom_retries": 1, "max_queue_time": None, "queue_pause_secs": 0.0,
         "queue_pauses": [], "kill_requested": False, "supervisor_lost": False, "oom_evidence": None,
         "template": None, "rerun_of": None, "peer_lock": None, "vram_over": None,
-        "slurm_job_id": None,
+        "slurm_job_id": None, "nice": None, "io_class": None, "oom_score_adj": None,
     }
 
 
@@ -242,6 +245,8 @@ class NewSpec(Plain):
     env: dict
     format: int = FORMAT
     nice: int | None = None
+    io_class: str | None = None
+    oom_score_adj: int | None = None
     hints: bool = False
     request: dict = Factory(dict)
 

@@ -15,7 +15,7 @@ import time
 
 from qex.base.errors import StoreError
 from qex.base.states import HOLDING
-from qex.linux import pidfile, title, tree
+from qex.linux import manners, pidfile, title, tree
 from qex.linux.proc import KILL_GRACE, child_subreaper, detach_stdio, forked_children, look_up_prctl, signal_group
 from qex.linux.rss import TreePeak
 from qex.queue import engine, reconcile
@@ -129,6 +129,7 @@ def prepare_early(ctx: Context, launch: Launch) -> None:
         meter.prepare(ctx.store.job_dir(launch.job_id), launch.job_id, launch.attempt)
         launch.meter = meter
         look_up_prctl()  # (the subreaper, set in supervise)
+        manners.bind()  # (the job's I/O class, set at the spawn)
     except Exception:
         launch.spec = launch.meter = None
 
