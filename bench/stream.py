@@ -14,21 +14,27 @@ runs R rounds (default 2), each tool in turn within a round:
 - ``tsp -f cat FILE`` if task-spooler is installed (its own socket and TMPDIR; tsp
   writes the job's output to a file of its own, never to stdout: DEST does not apply)
 
-DEST is /dev/null and a file beside FILE (the page cache, mostly). Prints the best MB/s
-of each and the ratio to ``cat`` to the same DEST. Standard library only; runs the qex
-of this checkout (``python -m qex`` with this repository first on PYTHONPATH). I/O heavy:
-N MB read R x 5 times, N MB written R x 3 times.
+DEST is /dev/null and a file beside FILE (the page cache, mostly). Prints the best and
+the median MB/s of each and their ratios to ``cat`` to the same DEST (a shared machine's
+noise is large: say which), and writes every sample to ``bench/results/stream-<time>.json``
+(``--results-dir``; ``''`` for none). Standard library only; runs the qex of this checkout
+(``python -m qex`` with this repository first on PYTHONPATH). I/O heavy: N MB read R x 5
+times, N MB written R x 3 times.
 """
 
 import argparse
+import json
 import os
+import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "bench", "results")
 
 
 def make_file(path: str, mb: int) -> None:
@@ -50,7 +56,9 @@ def main() -> int:
     p.add_argument("--mb", type=int, default=1024)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--keep-file", action="store_true", help="leave the temporary directory (prints its path)")
+    p.add_argument("--results-dir", default=RESULTS, help="where stream-<time>.json goes ('' for none)")
     args = p.parse_args()
+    load_at_start = os.getloadavg()[0]
     tmp = tempfile.mkdtemp(prefix="qex-bench-stream-")
     src, out_file = os.path.join(tmp, "input.bin"), os.path.join(tmp, "output.bin")
     env = {**os.environ, "QEX_STATE_DIR": os.path.join(tmp, "state"), "QEX_CONFIG": os.path.join(tmp, "none.toml"),
@@ -58,7 +66,7 @@ def main() -> int:
     tsp = shutil.which("tsp")
     tsp_env = {**os.environ, "TS_SOCKET": os.path.join(tmp, "ts.sock"), "TMPDIR": tmp}
     qex = [sys.executable, "-m", "qex", "run", "--quiet", "--", "cat", src]
-    best: dict[tuple[str, str], float] = {}
+    secs_of: dict[tuple[str, str], list[float]] = {}
     try:
         make_file(src, args.mb)
         subprocess.run(["cat", src], stdout=subprocess.DEVNULL, check=True)  # (in the page cache for all)
@@ -66,8 +74,7 @@ def main() -> int:
             for dest in (os.devnull, out_file):
                 where = "/dev/null" if dest == os.devnull else "file"
                 for name, argv, e in (("cat", ["cat", src], None), ("qex run", qex, env)):
-                    secs = timed(argv, dest, e)
-                    best[(name, where)] = min(best.get((name, where), secs), secs)
+                    secs_of.setdefault((name, where), []).append(timed(argv, dest, e))
                     if name == "qex run" and where == "file" and r == 0:
                         ok = subprocess.run(["cmp", src, out_file]).returncode == 0
                         print(f"qex run output to a file is {'byte-exact' if ok else 'NOT byte-exact'}")
@@ -76,18 +83,12 @@ def main() -> int:
             if tsp:
                 t0 = time.perf_counter()
                 subprocess.run([tsp, "-f", "cat", src], stdout=subprocess.DEVNULL, env=tsp_env, check=True)
-                secs = time.perf_counter() - t0
-                best[("tsp -f", "its file")] = min(best.get(("tsp -f", "its file"), secs), secs)
+                secs_of.setdefault(("tsp -f", "its file"), []).append(time.perf_counter() - t0)
                 subprocess.run([tsp, "-C"], env=tsp_env, stdout=subprocess.DEVNULL)  # (its finished jobs' files stay)
                 for name in os.listdir(tmp):
                     if name.startswith("ts-out."):
                         os.unlink(os.path.join(tmp, name))
-        print(f"{args.mb} MB, best of {args.rounds} (load average {os.getloadavg()[0]:.1f}, "
-              f"{os.cpu_count()} cores)")
-        print(f"{'tool':10} {'to':10} {'MB/s':>8} {'vs cat':>7}")
-        for (name, where), secs in sorted(best.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            base = best.get(("cat", where)) or best.get(("cat", "file"))
-            print(f"{name:10} {where:10} {args.mb / secs:8.0f} {base / secs:6.2f}x")
+        report(args, secs_of, load_at_start)
         if not tsp:
             print("tsp -f: task-spooler is not installed (apt-get install task-spooler)")
     finally:
@@ -98,6 +99,30 @@ def main() -> int:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def report(args, secs_of: dict, load_at_start: float) -> None:
+    """The table (best and median MB/s, each against ``cat`` to the same place) and the results file."""
+    print(f"{args.mb} MB, {args.rounds} round(s) (load average {load_at_start:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end, {os.cpu_count()} cores)")
+    print(f"{'tool':10} {'to':10} {'best MB/s':>10} {'vs cat':>7} {'median':>8} {'vs cat':>7}")
+    rows = []
+    for (name, where), secs in sorted(secs_of.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        base = secs_of.get(("cat", where)) or secs_of[("cat", "file")]
+        best, median = min(secs), statistics.median(secs)
+        print(f"{name:10} {where:10} {args.mb / best:10.0f} {min(base) / best:6.2f}x {args.mb / median:8.0f} "
+              f"{statistics.median(base) / median:6.2f}x")
+        rows.append({"tool": name, "to": where, "seconds": secs, "best_mb_s": args.mb / best,
+                     "median_mb_s": args.mb / median, "best_vs_cat": min(base) / best,
+                     "median_vs_cat": statistics.median(base) / median})
+    if args.results_dir:
+        os.makedirs(args.results_dir, exist_ok=True)
+        path = os.path.join(args.results_dir, time.strftime("stream-%Y%m%d-%H%M%S.json"))
+        with open(path, "w") as fh:
+            json.dump({"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
+                       "cpus": os.cpu_count(), "kernel": platform.release(), "mb": args.mb, "rounds": args.rounds,
+                       "load_at_start": load_at_start, "load_at_end": os.getloadavg()[0], "rows": rows}, fh, indent=1)
+        print(f"results: {path}")
 
 
 if __name__ == "__main__":

@@ -588,3 +588,16 @@ def test_callers_build_values_positionally_in_the_documented_order():
     assert (Dep("x", "skipped", "root").root, PoolSpec("gpu", None, (GB,)).devices) == ("root", (GB,))
     s = Snapshot(1.0, 2000, GB, None, "queue", 2, (), (r,), (p,), (q,))
     assert s.deps == () and s.pause == Pause() and (s.pause.queue, s.pause.queue_reason, s.pause.locks) == (False, "", ())
+
+
+def test_memory_pressure_holds_every_job_a_retry_too_and_says_the_number():
+    s = snap([job("j1"), job("j2", retry=True), job("j3", deadline=10.0), job("j4", needs=("x",))],
+             deps=(Dep("x", "failed"),), pressure=(37.5, 20.0))
+    plan = admit(s)
+    assert started(plan) == []
+    assert {w: v.holder for w, v in waits(plan).items()} == {"j1": "pressure", "j2": "pressure"}
+    assert "37.5%" in waits(plan)["j1"].reason and "[system] max_pressure 20%" in waits(plan)["j1"].reason
+    assert [e.id for e in plan.expire] == ["j3"] and "raise [system] max_pressure" in plan.expire[0].reason
+    assert [k.id for k in plan.skip] == ["j4"]  # (a failed need still skips)
+    assert plan.health.startswith("held while the machine is under memory pressure: 37.5%")
+    assert started(admit(snap([job("j1")], pressure=None))) == ["j1"]

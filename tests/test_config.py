@@ -265,6 +265,19 @@ dir = "/srv/qex-peers"
 max_age = "7d"
 max_records = 50
 prune_every = "none"
+[python]
+max_input = "64MB"
+[backend]
+kind = "slurm"
+partition = "gpu"
+account = "lab"
+qos = "high"
+shard_size = "10GB"
+sbatch_args = ["--exclusive"]
+[politeness]
+nice = 0
+io_class = "idle"
+oom_score_adj = -10
 """
     path = write(tmp_path, text)
     c = load_config(path, env={})
@@ -278,7 +291,11 @@ prune_every = "none"
     assert c.learn_enabled is False and c.learn_margin == pytest.approx(0.5)
     assert c.peers_dir == "/srv/qex-peers"
     assert c.store_max_age == 7 * 86400 and c.store_max_records == 50 and c.store_prune_every is None
-    assert all(source == path for key, source in c.sources.items() if key != "pool")
+    assert c.python_max_input == 64 * 1024**2
+    assert c.backend_kind == "slurm" and (c.slurm_partition, c.slurm_account, c.slurm_qos) == ("gpu", "lab", "high")
+    assert c.slurm_sbatch_args == ("--exclusive",) and c.slurm_shard_size == 10 * GiB
+    assert c.nice == 0 and c.io_class == "idle" and c.oom_score_adj == -10
+    assert all(source == path for key, source in c.sources.items() if key not in ("pool", "system.max_pressure"))
     assert c.sources["pool"] == "default"
 
 

@@ -19,12 +19,12 @@ LAYERS = (
     ("admit", "store"),    # pure admission; the state directory on disk
     ("linux",),            # the kernel's mechanisms: cgroups, processes
     ("config",),           # the config file and its cache; a process's Context
-    ("hooks", "users"),    # the stop hook; several users (peers, shared directories)
+    ("hooks", "users", "slurm"),  # the stop hook; several users (peers, shared directories); Slurm's clients
     ("queue",),            # the pass and its actors: engine, pause, queue view, waker
     ("jobs",),             # submission: requests, job files, fan-out, pipelines, groups, names
     ("supervisor",),       # a job's supervisor, and what a process does after a pass
     ("control",),          # kill, cancel, clean, rerun
-    ("cli",),              # the command line: parse, call, print
+    ("cli", "api"),        # the command line: parse, call, print; the Python API (qex.submit, qex.Executor)
 )
 TOP = ("__init__", "__main__")  # the modules directly in qex/: __main__ imports the command line
 MAX_TOP_MODULES = 10
@@ -149,7 +149,9 @@ def test_admission_imports_nothing_that_reaches_the_machine():
 
 # library -> the only modules that may import it (their command's module: qex/cli/ loads one per
 # command, qex/cli/__init__.py). curses: `qex top`'s screen (~2 ms; docs/design.md, "Start-up").
-ONLY_IN = {"curses": {"cli/top.py"}, "_curses": set(), "textual": set(), "rich": set()}
+# cloudpickle: a Python call's travel (qex.api.calls, and the job's side, qex.api.runner).
+ONLY_IN = {"curses": {"cli/top.py"}, "_curses": set(), "textual": set(), "rich": set(),
+           "cloudpickle": {"api/calls.py", "api/runner.py"}}
 
 
 def third_party_imports(path: pathlib.Path) -> list[tuple[str, int]]:

@@ -6,7 +6,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qex.supervisor.logs import MIN_LIMIT, Follower, Sink, read_cut
+from qex.supervisor.logread import Follower
+from qex.supervisor.logs import MIN_LIMIT, Sink, read_cut
 
 MARKER = re.compile(rb"\n?\[qex\] ---- (\d+) bytes \([^)]*\) and (\d+) line\(s\) of stdout are not in this file: "
                     rb"they passed \[logs\] max_bytes = 4KB(; the text below starts in the middle of a line)? ----\n")

@@ -11,6 +11,7 @@ gives each job one verdict, checked in this order:
 4. oversized  — it can never start here (over the budget with oversized =
                 queue/reject, or a pool claim above what the pool has);
 5. person     — it claims a lock or pool that a person paused;
+   pressure   — the machine's memory pressure is above ``[system] max_pressure``;
 6. front      — an own-blocked front job has used up its bypass allowance;
 7. capacity   — it starts, or waits for capacity. The first job that waits for
                 capacity (not only for an all-or-nothing claim) is the front:
@@ -207,6 +208,7 @@ def _admit(snap: Snapshot) -> tuple[Plan, str | None]:
     pause = snap.pause
     paused, locks = pause.queue, ctx.locks
     paused_verdict = Verdict("pause", words.pause_wait(pause.queue_reason), cause="pause") if paused else None
+    pressed = Verdict("pressure", words.pressure_wait(snap.pressure), cause="pressure") if snap.pressure else None
     now = snap.now
     starts: list[Start] = []
     waits: list[Wait] = []
@@ -224,6 +226,8 @@ def _admit(snap: Snapshot) -> tuple[Plan, str | None]:
         v = None
         if job.needs or job.after or paused or claims or job.cpu > m.cpu or job.mem > m.mem:
             v = _own_verdict(ctx, job, paused_verdict, locks)  # (a plain job has none: no call)
+        if v is None and pressed is not None:  # (no job starts under memory pressure, a retry neither)
+            v = pressed
         if v is None and front_verdict is not None and front.allowance <= 0:
             v = front_verdict
         if v is None:
@@ -465,6 +469,8 @@ def _health(ctx: Context, front: Front | None, started: int, waits: list, first_
         return f"running {running}" if running else "idle"
     if snap.pause.queue:
         return f"paused: {words.pause_wait(snap.pause.queue_reason)}"
+    if snap.pressure:
+        return words.pressure_wait(snap.pressure, "held")
     if stuck:
         return stuck
     if front is not None:

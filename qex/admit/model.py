@@ -239,15 +239,17 @@ class Snapshot(Value):
     ``mem_reserve`` is that reserve (``[system] reserve_mem``), for the words of
     a job that waits on it. ``seen``: VRAM used on the devices of indexed pools
     beside this queue's running jobs (what the driver reported, when a pass
-    asked it: ``qex.queue.gpuseen``)."""
+    asked it: ``qex.queue.gpuseen``). ``pressure``: (the machine's memory pressure, ``[system]
+    max_pressure``) when the first is above the second (no job starts), else None."""
 
     __slots__ = ("now", "cpu_budget", "mem_budget", "mem_available", "oversized", "max_bypass", "pools",
-                 "running", "peers", "queued", "deps", "pause", "mem_reserve", "seen")
+                 "running", "peers", "queued", "deps", "pause", "mem_reserve", "seen", "pressure")
 
     def __init__(self, now: float, cpu_budget: int, mem_budget: int, mem_available: int | None, oversized: str,
                  max_bypass: int, pools: tuple[PoolSpec, ...], running: tuple[Running, ...],
                  peers: tuple[PeerHold, ...], queued: tuple[Queued, ...], deps: tuple[Dep, ...] = (),
-                 pause: Pause = NO_PAUSE, mem_reserve: int = 0, seen: tuple[Seen, ...] = ()):
+                 pause: Pause = NO_PAUSE, mem_reserve: int = 0, seen: tuple[Seen, ...] = (),
+                 pressure: tuple[float, float] | None = None):
         s = _SETATTR(self)
         s("now", now)
         s("cpu_budget", cpu_budget)
@@ -263,6 +265,7 @@ class Snapshot(Value):
         s("pause", pause)
         s("mem_reserve", mem_reserve)
         s("seen", seen)
+        s("pressure", pressure)
 
 
 class Start(Value):
@@ -280,7 +283,7 @@ class Start(Value):
 class Wait(Value):
     """Leave this job queued. ``holder`` says who holds what it needs:
     own | peer | outside | oversized | lock | person | pause | dependency |
-    front | device. ``front`` is the front job's id when holder is "front"."""
+    front | device | pressure. ``front`` is the front job's id when holder is "front"."""
 
     __slots__ = ("id", "reason", "holder", "front")
 

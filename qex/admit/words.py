@@ -231,6 +231,12 @@ def front_wait(front_label: str) -> str:
             "which waits for capacity that this queue's jobs hold")
 
 
+def pressure_wait(pressure: tuple[float, float], how: str = "waits") -> str:
+    now, most = pressure
+    return (f"{how} while the machine is under memory pressure: {now:g}% (PSI some avg10, the share of the "
+            f"last 10 s some task waited for memory) is above [system] max_pressure {most:g}%")
+
+
 def pause_wait(reason: str) -> str:
     return reason or "the queue is paused"
 
@@ -304,6 +310,7 @@ _REMEDY = {
     "dependency": "give it a --max-queue-time that covers the whole pipeline",
     "lock": "give it a --max-queue-time that covers the holder's run",
     "pause": "ask the person to resume it, or give it a longer --max-queue-time",
+    "pressure": "give it a longer --max-queue-time, or raise [system] max_pressure",
 }
 
 

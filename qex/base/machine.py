@@ -40,6 +40,34 @@ def _read_proc(path: str, size: int) -> bytes:
         os.close(fd)
 
 
+# Memory pressure (PSI): its file, which QEX_PSI_FILE replaces (the tests write one; every
+# process of a queue must see the same, so it is read from the environment they inherit).
+PSI_MEMORY = "/proc/pressure/memory"
+
+
+def psi_path() -> str:
+    return os.environ.get("QEX_PSI_FILE") or PSI_MEMORY
+
+
+def memory_pressure(path: str | None = None) -> float:
+    """``some avg10`` of the memory PSI file: the share (a percentage) of the last 10 s in
+    which some task waited for memory. Raises OSError (ValueError: a file that says no
+    such number) where the kernel gives none (before Linux 4.20, CONFIG_PSI off, psi=0)."""
+    path = path or psi_path()
+    with open(path, "rb") as fh:  # (a kernel with psi=0 refuses the read: EOPNOTSUPP)
+        data = fh.read(512)
+    for line in data.splitlines():
+        if line.startswith(b"some "):
+            for word in line.split()[1:]:
+                if word.startswith(b"avg10="):
+                    from qex.base import numbers
+
+                    value = float(word[6:])
+                    if numbers.ok(value, 100):
+                        return value
+    raise ValueError(f"{path} holds no 'some avg10=' percentage")
+
+
 def mem_total() -> int:
     return meminfo().get("MemTotal", 0)
 

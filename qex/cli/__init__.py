@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import sys
 
+# (the rule of exit codes lives below the command line: qex.api raises with the same codes)
+from qex.base.errors import JOB_COMMANDS, error_exit_code, reports_a_job  # noqa: F401
+
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from collections.abc import Iterable
-
-    from qex.base.errors import QexError
 
 
 def main(argv: Iterable[str] | None = None) -> None:
@@ -53,49 +54,6 @@ def run(argv: list[str]) -> int:
     except BrokenPipeError:
         _quiet_broken_pipe()
         return 0
-
-
-# The commands of the exit-code table (CONTRACT.md "Exit codes"; qex help exit-codes): their
-# code is the job's, so 0-96 and 2 among them are never qex's own.
-JOB_COMMANDS = ("submit", "run", "pipeline", "rerun", "wait")
-STATUS_REPORTS = ("--wait", "--follow", "--quiet")  # status with one of these is in the table too
-
-
-def reports_a_job(argv: list[str]) -> bool:
-    """Whether this command line is one of the exit-code table's: its code is a job's."""
-    if not argv:
-        return False
-    if argv[0] in JOB_COMMANDS:
-        return True
-    # (argparse takes a unique abbreviation of an option: --qu is --quiet; -q, -f and -qf are short ones)
-    return argv[0] == "status" and any(
-        len(a) > 2 and a.startswith("--") and any(o.startswith(a) for o in STATUS_REPORTS)
-        or len(a) > 1 and a[0] == "-" and a[1] != "-" and bool(set(a[1:]) & {"q", "f"}) for a in argv[1:])
-
-
-def error_exit_code(argv: list[str], exc: QexError) -> int:
-    """The one place that decides the exit code of an error that reached the command line.
-
-    On the commands of the exit-code table, anything qex could not do -- a bad command
-    line (2 elsewhere: an unknown option, a missing argument, an ambiguous id), a refusal,
-    a damaged record, a full disk (1 elsewhere) -- is 121: 0-96 (2 among them) is the
-    job's own code there. 127 (no such job) keeps its meaning everywhere. Other commands
-    keep each error's own code (``qex.base.errors``), but a reading command that cannot
-    use the config has failed (1), and a bad value given to one of their options (a
-    ``SpecError``: ``list --last abc``, ``clean --older-than x``) is a bad command line (2).
-    """
-    from qex.base.errors import ConfigError, SpecError
-
-    code = exc.exit_code
-    if code not in (1, 2, 121):
-        return code
-    if reports_a_job(argv):
-        return 121
-    if isinstance(exc, ConfigError):
-        return 1
-    if isinstance(exc, SpecError):
-        return 2
-    return code
 
 
 def wants_json(argv: list[str]) -> bool:

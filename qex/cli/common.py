@@ -55,7 +55,3 @@ def write_id_file(path: str, lines: list[str]) -> None:
             os.close(fd)
     except OSError as exc:
         raise RefusedError(f"--id-file: cannot write {path}: {exc.strerror}") from None
-
-
-def command_after_dashes(argv: list[str]) -> list[str]:
-    return argv[1:] if argv[:1] == ["--"] else argv

@@ -35,7 +35,7 @@ def _options(args):
 
 def cmd_events(args: Namespace) -> int:
     from qex.base import paths
-    from qex.store.events import Reader, Watch
+    from qex.store.events import POLL, RECHECK, Reader, Watch
     from qex.store.state import Store
 
     since, limit = _options(args)
@@ -54,10 +54,10 @@ def cmd_events(args: Namespace) -> int:
         poller.register(stdout_fd, 0)  # POLLERR/POLLHUP only: the reader of our pipe went away
     except (OSError, ValueError):
         stdout_fd = None
-    jobs = 0
+    jobs, fresh = 0, False
     try:
         while True:
-            for event in reader.poll():
+            for event in reader.poll(fresh):
                 out.write((_json(event) if args.json else render(event)) + "\n")
                 if event.get("event") == "job":
                     jobs += 1
@@ -70,15 +70,15 @@ def cmd_events(args: Namespace) -> int:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return 0
-            wait = 0.1 if watch.fileno() is None else 1.0
+            wait = POLL if watch.fileno() is None else RECHECK
             if deadline is not None:
                 wait = min(wait, deadline - now)
             for fd, ev in poller.poll(max(0, wait) * 1000):
                 if fd == stdout_fd and ev & (select.POLLERR | select.POLLHUP):
                     _quiet_stdout()
                     return 0
-            if watch.fileno() is not None:
-                watch.relevant()
+            # nothing from inotify about the journal: open it again (NFS: another client's writes)
+            fresh = not (watch.fileno() is not None and watch.relevant())
     finally:
         reader.close()
         watch.close()

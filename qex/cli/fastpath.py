@@ -20,7 +20,7 @@ SUBMIT_DEFAULTS = {
     "claim": [], "lock": [], "name": None, "tag": [], "priority": None, "timeout": None,
     "max_queue_time": None, "retries": None, "oom_retries": None, "dedupe_key": None,
     "dedupe_window": None, "needs": [], "after": [], "env": [], "env_capture": None, "cwd": None,
-    "nice": None, "stdin": None, "job": None, "id_file": None, "json": False, "wait": False, "follow": False,
+    "nice": None, "io_class": None, "oom_score_adj": None, "stdin": None, "job": None, "id_file": None, "json": False, "wait": False, "follow": False,
     "wait_timeout": None, "quiet": False, "each_line": None, "max_jobs": None, "lock_timeout": None,
 }
 

@@ -6,7 +6,9 @@ from qex.base.errors import UsageError
 from qex.cli.common import out
 from qex.cli.help_agents import AGENTS
 from qex.cli.help_cron import CRON
+from qex.cli.help_python import PYTHON
 from qex.cli.help_resources import RESOURCES
+from qex.cli.help_slurm import SLURM
 from qex.cli.help_workflows import WORKFLOWS
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -82,6 +84,8 @@ queued -> expired | cancelled | skipped (without running)
 """,
     "resources": RESOURCES,
     "cron": CRON,
+    "python": PYTHON,
+    "slurm": SLURM,
     "workflows": WORKFLOWS,
     "config": """\
 The config file: $QEX_CONFIG, else $XDG_CONFIG_HOME/qex.toml, else

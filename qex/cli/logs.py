@@ -189,7 +189,7 @@ def _read(path: str) -> bytes | None:
     import os
 
     from qex.store import fs
-    from qex.supervisor.logs import Follower
+    from qex.supervisor.logread import Follower
 
     try:
         os.close(fs.open_regular(path))  # refuses a FIFO or a symlink planted there
@@ -205,7 +205,7 @@ def _follow(ctx: Context, job_id: str, streams: list, pattern) -> int:
     """--follow: each stream as it grows until the job ends (--grep: the lines that match).
     A reader that came after the output limit cut what it had not read says so: 1."""
     from qex.cli import stream
-    from qex.cli import wait as waiting
+    from qex.control import waiting
 
     outs = [out if pattern is None else _Grep(out, pattern) for _, out in streams]
     files = stream.Files([(ctx.store.path(job_id, name), "stdout" if name == layout.STDOUT else "stderr", o)

@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "completions": ("shell completions generated from this parser", "qex.cli.completion:cmd_completions"),
     "version": ("print the version", "qex.cli.show:cmd_version"),
     "init": ("make a state directory several users share", "qex.cli.init:cmd_init"),
+    "export": ("print a bash script that submits a job or pipeline file to Slurm with sbatch alone",
+               "qex.cli.export:cmd_export"),
 }
 
 
@@ -116,7 +118,13 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--env-capture", choices=("all", "minimal", "none"), default=None,
                    help="which of your environment the job gets (default all)")
     g.add_argument("--cwd", metavar="DIR", help="run in DIR (default: here)")
-    g.add_argument("--nice", type=_int("--nice"), default=None, help="niceness of the job")
+    g.add_argument("--nice", type=_int("--nice"), default=None,
+                   help="the job's niceness, absolute, -20 to 19 (default [politeness] nice, 10)")
+    g.add_argument("--io-class", metavar="CLASS", default=None,
+                   help="the job's I/O class: best-effort (its lowest priority), idle or none "
+                        "(default [politeness] io_class)")
+    g.add_argument("--oom-score-adj", metavar="N", type=_int("--oom-score-adj"), default=None,
+                   help="the job's oom_score_adj, -1000 to 1000 (default [politeness] oom_score_adj, 500)")
     g.add_argument("--stdin", metavar="FILE|-",
                    help="the job's standard input: FILE (opened when it starts), or - (a copy of this "
                         "command's stdin, at most 64MiB); default: /dev/null for submit, "
@@ -215,6 +223,15 @@ def _args_submit(c):
     g.add_argument("--max-jobs", metavar="N", type=_int("--max-jobs"), default=None,
                    help="with --each-line: refuse more than N jobs (default 1000)")
     c.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND...")
+
+
+def _args_export(c):
+    c.add_argument("target", choices=("slurm",), help="the scheduler: slurm (qex help slurm)")
+    c.add_argument("file", metavar="FILE", help="a job file or a pipeline file (TOML, YAML or JSON)")
+    c.add_argument("--each-line", metavar="FILE", help="a job file's command with {} for each line of FILE: "
+                   "one job array")
+    c.add_argument("--max-jobs", metavar="N", type=_int("--max-jobs"), default=None,
+                   help="with --each-line: refuse more than N jobs (default 1000)")
 
 
 def _args_pipeline(c):

@@ -38,12 +38,18 @@ def describe(rec: dict, stuck: str = "") -> str:
     rows.append(("command", plain(shlex.join(rec.get("command") or ()), 400)))
     rows.append(("cwd", safe_text(rec.get("cwd", ""), 400)))
     rows.append(("owner", safe_text(str(rec.get("owner", "")))))
+    if rec.get("slurm_job_id"):
+        rows.append(("slurm", f"job {safe_text(rec['slurm_job_id'])} (scontrol show job {safe_text(rec['slurm_job_id'])})"))
     rows.append(("claims", claims_text(rec.get("claims") or {})
                  + _sources(rec.get("claim_source") or {})))
     if devices_text(rec.get("assigned")):
         rows.append(("devices", devices_text(rec.get("assigned"))))
     if vram_text(rec):
         rows.append(("vram", vram_text(rec)))
+    if rec.get("nice") is not None:
+        from qex.linux.manners import words as manners
+
+        rows.append(("manners", manners(rec["nice"], rec.get("io_class"), rec.get("oom_score_adj"))))
     if rec.get("tags"):
         rows.append(("tags", ", ".join(safe_text(t) for t in rec["tags"])))
     if rec.get("dedupe_key"):
@@ -122,7 +128,9 @@ def dropped_text(rec: dict) -> str:
 
 
 def _peak_from(usage: dict) -> str:
-    return {"cgroup": " (whole process tree)", "rusage": " (largest process)"}.get(usage.get("peak_from"), "")
+    from qex.supervisor.memory import peak_words
+
+    return peak_words(usage)
 
 
 def _sources(sources: dict) -> str:

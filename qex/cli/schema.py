@@ -54,6 +54,7 @@ NO_JSON = {
     "help": "words for people",
     "completions": "a script for a shell",
     "top": "a full-screen view for people (qex list --json and qex info --json give the same facts)",
+    "export": "it prints a bash script (the Slurm job ids are that script's output)",
 }
 
 _PRIMITIVES = {str: {"type": "string"}, int: {"type": "integer"}, float: {"type": "number"},
@@ -71,9 +72,11 @@ HOLDERS = {
     "dependency": "a job it --needs or runs --after has not ended yet",
     "front": "a job ahead of it in the queue is waiting for room first",
     "device": "no GPU device (or share of one) it claims is free",
+    "pressure": "the machine's memory pressure is above [system] max_pressure: no job starts",
     "owner": "another member's job whose owner runs no qex now: nothing will start it",
+    "slurm": "the Slurm backend: Slurm holds it (its reason is Slurm's: qex help slurm)",
 }
-PEAK_FROM = ("cgroup", "rusage")
+PEAK_FROM = ("cgroup", "proc-sample", "rusage")
 OOM_EVIDENCE = ("cgroup", "machine-counter")
 
 
@@ -230,13 +233,19 @@ def _info() -> dict:
         "pools": (_arr(any_obj), "each pool of the config: its units and who holds them"),
         "peers": (_arr(any_obj), "what other users' queues hold (the peer directory): cpu in cores, mem in bytes"),
         "peer_dir": (any_obj, "the peer directory: its path, its problems, each record read or ignored"),
-        "memory": (any_obj, "whether a job gets its own memory cgroup, and what an OOM verdict rests on"),
+        "memory": (any_obj, "how a job's memory is measured (a cgroup of qex's own, a systemd scope, /proc samples), "
+                              "what an OOM verdict rests on, and where there is no cgroup the remedy"),
         "queue": (any_obj, "running and queued counts, the health line and since when it holds, the state dir"),
         "pauses": (_arr(_PAUSE), "the pauses in force (as qex pause --json)"),
         "shared": ({}, "a shared state directory: its members; null when private"),
         "hooks": ({}, "the stop hook in force and whose it is; null when none"),
+        "manners": (any_obj, "what every job runs with ([politeness]): nice, io_class, oom_score_adj"),
+        "pressure": (any_obj, "the memory pressure: some_avg10 (PSI, a percentage; null: the kernel gives "
+                              "none) and max ([system] max_pressure; null: off)"),
         "damaged": (_arr(any_obj), "records a pass cannot use: id, file, problem"),
         "gpu_check": ({}, "the GPU driver checked against the pool gpu (present when there is one)"),
+        "backend": (any_obj, "where jobs run: kind (local or slurm) and, for slurm, controller: what "
+                             "`scontrol ping` answered (present with kind slurm)"),
     }, required=["machine", "budget", "held", "pools", "peers", "queue", "pauses", "damaged"])
 
 

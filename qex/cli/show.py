@@ -267,12 +267,20 @@ def cmd_info(args: Namespace) -> int:
     gpus = info_line(ctx)  # the driver against the pool gpu (qex.cli.gpus)
     if gpus is not None:
         info["gpu_check"] = gpus[1]
+    from qex.jobs.slurmjobs import on_slurm
+
+    if on_slurm(ctx):  # (the controller it reaches: scontrol ping)
+        from qex.slurm.clients import ping
+
+        info["backend"] = {"kind": "slurm", "controller": ping()}
     if args.json:
         print_json(info)
         return 0
     from qex.queue.info import render
 
     lines = render(info).split("\n")
+    if "backend" in info:
+        lines.insert(0, f"backend   slurm: {info['backend']['controller']}")
     if gpus is not None:  # above the queue's health line, which ends what info says
         at = next((i for i, line in enumerate(lines) if line.startswith("queue ")), len(lines))
         lines.insert(at, f"gpus      {gpus[0]}")
@@ -303,6 +311,12 @@ def cmd_config(args: Namespace) -> int:
     width = max((len(k) for k, _, _ in rows), default=10)
     for key, value, source in rows:
         out(f"{key:<{width}}  {value}  ({source})")
+    from qex.config.keys import backend
+
+    if backend(config) == "slurm":
+        from qex.slurm.clients import ping
+
+        out(f"slurm controller: {ping()}")
     return 0
 
 

@@ -236,7 +236,7 @@ class Files:
     output limit cut before this reader got to it is counted in ``gaps`` and said."""
 
     def __init__(self, streams: list[tuple[str, str, object]]):
-        from qex.supervisor.logs import Follower
+        from qex.supervisor.logread import Follower
 
         self.tails = []
         for path, label, stream in streams:

@@ -18,7 +18,7 @@ def _submit_one(args, ctx: Context, leaving: bool = False, follow: bool = False,
     """Submit the job of the command line. ``follow``: this process streams its output
     (the pipes are made before the commit); ``forward``: and gives it our stdin (qex run).
     Returns (id, PassResult, the dedupe hit or None, the pipes' ends or None)."""
-    from qex.cli.request import request_from_args
+    from qex.jobs.request import request_from_args
     from qex.jobs.submit import build, submit_many
     from qex.supervisor import become
 
@@ -33,6 +33,10 @@ def _submit_one(args, ctx: Context, leaving: bool = False, follow: bool = False,
         checker = checker_for(ctx, req)
     ends: list = []
     prepare = None
+    if follow:
+        from qex.jobs.slurmjobs import on_slurm
+
+        follow = not on_slurm(ctx)  # (a node never opens this machine's FIFOs: the log files are followed)
     if req.stdin is not None or follow:
         prepare = _preparer(req.stdin, follow, forward and req.stdin is None, ends)
     ids, result = submit_many(ctx, [built], on_locked=checker, early=become.early(leaving), prepare=prepare)

@@ -6,25 +6,17 @@ import sys
 import time
 
 from qex.base import outcome, say
-from qex.base.states import FINAL, HOLDING
 from qex.cli.common import context, err, out, print_json, reading_context
 from qex.store import layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from argparse import Namespace
-    from collections.abc import Callable
 
     from qex.cli.interrupt import Interrupts
     from qex.cli.stream import Files, Pipes
     from qex.config.context import Context
     from qex.supervisor.pipes import Ends
-
-POLL_FIRST, POLL_MAX, LIVENESS_EVERY = 0.02, 0.2, 1.0
-
-
-class WaitLimit(Exception):
-    """The caller's own --timeout passed (124)."""
 
 
 class AttemptNotes:
@@ -42,63 +34,9 @@ class AttemptNotes:
         self.seen[job_id] = len(attempts)
 
 
-def await_final(ctx: Context, job_ids: list[str], limit: float | None, first: bool = False,
-                on_tick: Callable[[], object] | None = None,
-                on_record: Callable[[dict], None] | None = None,
-                idle: Callable[[float], None] | None = None) -> dict:
-    """Poll the records (no lock) until every job (or, with ``first``, one) is final.
-    ``idle(seconds)`` is the pause between two looks (a follower copies meanwhile)."""
-    deadline = None if limit is None else time.monotonic() + limit
-    done: dict[str, dict] = {}
-    delay, last_check = POLL_FIRST, time.monotonic()
-    while True:
-        for job_id in job_ids:
-            if job_id in done:
-                continue
-            rec = ctx.store.read_status_dict(job_id)
-            if on_record is not None:
-                on_record(rec)
-            if rec.get("state") in FINAL:
-                done[job_id] = rec
-        if len(done) == len(job_ids) or (first and done):
-            return done
-        if on_tick is not None:
-            on_tick()
-        now = time.monotonic()
-        if now - last_check >= LIVENESS_EVERY:
-            last_check = now
-            _nudge(ctx, [j for j in job_ids if j not in done])
-        if deadline is not None and now >= deadline:
-            raise WaitLimit
-        (idle or time.sleep)(delay if deadline is None else max(0.0, min(delay, deadline - now)))
-        delay = min(POLL_MAX, delay * 1.5)
-
-
-def _nudge(ctx: Context, pending: list[str]) -> None:
-    """A running job whose supervisor died, or queued work with no waker: run a pass."""
-    from qex.queue import engine, waker
-    from qex.store.lock import is_held
-
-    need = False
-    for job_id in pending:
-        try:
-            rec = ctx.store.read_status_dict(job_id)
-        except Exception:
-            continue
-        state = rec.get("state")
-        if state in HOLDING and not is_held(ctx.store.path(job_id, layout.ALIVE)):
-            need = True
-        elif state == "queued" and not is_held(waker.lock_path(ctx)):
-            need = True
-    if need:
-        result = engine.run_pass(ctx)
-        from qex.supervisor import become
-
-        become.finish_pass(ctx, result)
-
-
 def wait_and_print(ctx: Context, job_id: str, limit: float | None, print_record: bool = True) -> int:
     from qex.cli.interrupt import Interrupts, left
+    from qex.control.waiting import WaitLimit, await_final  # (the one wait: qex.api's too)
 
     with Interrupts():  # (a signal leaves the job: qex.cli.interrupt)
         try:
@@ -150,6 +88,7 @@ def _follow(ctx: Context, job_id: str, limit: float | None, streams: Pipes | Fil
     import signal
 
     from qex.cli.stream import Broken
+    from qex.control.waiting import WaitLimit, await_final  # (the one wait: qex.api's too)
 
     notes = AttemptNotes()
 
@@ -182,6 +121,8 @@ def join(ctx: Context, job_id: str, ints: Interrupts) -> int:
     """A deduplicated ``qex run``: wait for the job that holds the key and return its
     code, printing none of its output (its own follower, the earlier tick, prints it:
     a ``>> log`` gets each line once). A signal ends this wait only (122)."""
+    from qex.control.waiting import await_final  # (the one wait: qex.api's too)
+
     try:
         rec = await_final(ctx, [job_id], None, on_tick=lambda: ints.act(ctx), on_record=AttemptNotes())[job_id]
     except KeyboardInterrupt:
@@ -201,6 +142,7 @@ def _limit(args):
 def cmd_wait(args: Namespace) -> int:
     from qex.cli.interrupt import Interrupts, left
     from qex.cli.progress import Progress
+    from qex.control.waiting import WaitLimit, await_final  # (the one wait: qex.api's too)
     from qex.jobs.resolve import resolve_jobs
 
     ctx = context()
@@ -260,6 +202,7 @@ def cmd_status(args: Namespace) -> int:
         return follow(ctx, target.job, _limit(args))
     if args.wait:
         from qex.cli.interrupt import Interrupts, left
+        from qex.control.waiting import WaitLimit, await_final
 
         with Interrupts():  # (a signal leaves the job: qex.cli.interrupt)
             try:
@@ -269,6 +212,11 @@ def cmd_status(args: Namespace) -> int:
             except WaitLimit:
                 return outcome.WAIT_LIMIT
     index = ctx.store.read_index_jobs()
+    if any(index.get(j, {}).get("slurm") for j in target.members):
+        from qex.queue import slurmsync
+
+        slurmsync.refresh(ctx, target.members)  # (one squeue call for what Slurm still holds)
+        index = ctx.store.read_index_jobs()
     records = [ctx.store.read_live(j, index) for j in target.members]
     if args.word:
         from qex.base.states import workflow_word
@@ -281,28 +229,33 @@ def cmd_status(args: Namespace) -> int:
         for rec in records:  # refuse before printing anything
             check_owner(ctx, rec, "read the environment of", changes=False)
     if not args.quiet:
-        if args.json:  # always an array: one record for a job, a group's in submission order
-            if args.show_env:
-                records = [{**rec, "env": dict(ctx.store.read_spec(rec["id"]).env)} for rec in records]
-            print_json(records)
-        elif target.is_group and not (args.all or args.show_env):
-            from qex.cli.render import group_summary
-
-            out(group_summary(records, target.group, target.group_name, time.time()))
-        else:
-            from qex.cli.render import describe
-            from qex.jobs.stuck import stuck_words
-
-            now = time.time()
-            for i, rec in enumerate(records):
-                if i:
-                    out()
-                out(describe(rec, stuck_words(ctx, rec, index, now)))
-                if args.show_env:
-                    _show_env(ctx, rec)
+        _print_status(ctx, args, target, records, index)
     if args.quiet or args.wait:
         return outcome.group_exit_code(records) if target.is_group else outcome.exit_code(records[0])
     return 0
+
+
+def _print_status(ctx: Context, args: Namespace, target, records: list[dict], index: dict) -> None:
+    """The records of `qex status` as asked: JSON, a group's summary, or each in words."""
+    if args.json:  # always an array: one record for a job, a group's in submission order
+        if args.show_env:
+            records = [{**rec, "env": dict(ctx.store.read_spec(rec["id"]).env)} for rec in records]
+        print_json(records)
+    elif target.is_group and not (args.all or args.show_env):
+        from qex.cli.render import group_summary
+
+        out(group_summary(records, target.group, target.group_name, time.time()))
+    else:
+        from qex.cli.render import describe
+        from qex.jobs.stuck import stuck_words
+
+        now = time.time()
+        for i, rec in enumerate(records):
+            if i:
+                out()
+            out(describe(rec, stuck_words(ctx, rec, index, now)))
+            if args.show_env:
+                _show_env(ctx, rec)
 
 
 def _word_alone(args: Namespace) -> None:

@@ -20,11 +20,16 @@ if TYPE_CHECKING:
 class Context:
     """What one process knows while it works on one state directory."""
 
-    __slots__ = ("store", "config", "uid", "user", "cores", "mem_total")
+    __slots__ = ("store", "config", "uid", "user", "cores", "mem_total", "forks")
 
-    def __init__(self, store: Store, config: Config, uid: int, user: str, cores: int, mem_total: int):
+    def __init__(self, store: Store, config: Config, uid: int, user: str, cores: int, mem_total: int,
+                 forks: bool = True):
         self.store, self.config, self.uid, self.user = store, config, uid, user
         self.cores, self.mem_total = cores, mem_total
+        # Whether this process may fork what a pass starts (supervisors, a waker, a hook runner).
+        # False in a program that uses qex.api: its passes only commit, and a fresh qex process
+        # admits and forks (qex.supervisor.starter), never a copy of the program.
+        self.forks = forks
 
     @classmethod
     def load(cls, config: Config | None = None) -> Context:

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PEER_DIR = "/tmp/qex-peers"
 PEER_DIR_ENV = "QEX_PEER_DIR"
+BACKEND_ENV = "QEX_BACKEND"
+BACKENDS = ("local", "slurm")
 
 
 class Percent(Plain, frozen=True):
@@ -154,6 +156,21 @@ def resolve_word(word: str, budget: int) -> int:
     raise ValueError(f"not a claim word: {word!r}")
 
 
+def backend(config: object, env: Mapping[str, str] = os.environ) -> str:
+    """The backend in force: ``$QEX_BACKEND`` (local or slurm), else ``[backend] kind``.
+    A value of the variable that names no backend is refused (ConfigError, 121)."""
+    word = env.get(BACKEND_ENV)
+    if not word:
+        return config.backend_kind
+    if word not in BACKENDS:
+        from qex.base import units
+        from qex.base.errors import ConfigError
+
+        raise ConfigError(f"{BACKEND_ENV}={units.safe_text(word)!r} names no backend; use local or slurm, "
+                          "or unset it to use [backend] kind")
+    return word
+
+
 def peer_dir(config: object, env: Mapping[str, str] = os.environ) -> str:
     """The peer directory: ``$QEX_PEER_DIR``, else ``[peers] dir``, else /tmp/qex-peers."""
     return env.get(PEER_DIR_ENV) or config.peers_dir or DEFAULT_PEER_DIR
@@ -208,6 +225,7 @@ RESERVE_MOST = {"cooperative": 2 * GiB, "single-user": 512 * MiB}  # at most thi
 DEFAULT_HOOK_STATES = FINAL_RAN + ("expired",)
 POOL_KEYS = ("name", "count", "devices", "size", "env", "fence")  # the keys of one [[pool]]
 DEVICE_KEYS = ("size", "index", "uuid", "name")  # the keys of a device given as a table
+IO_CLASSES = ("best-effort", "idle", "none")  # [politeness] io_class, --io-class (qex.linux.manners)
 
 KEYS = (
     Key("budget.cpu", "budget_cpu", Percent | int, "budget_cpu", Percent(75), "budget_cpu",
@@ -223,6 +241,21 @@ KEYS = (
     Key("system.stuck_after", "stuck_after", float, "duration", 3600.0, "duration",
         "how long a queued job may wait while none of its user's jobs run before status and "
         "submit --dedupe-key call it stuck", help="= {default}"),
+    Key("system.max_pressure", "max_pressure", float | None, "pressure", None, "pressure",
+        "no job starts while the machine's memory pressure (PSI some avg10 of /proc/pressure/memory, "
+        "the share of the last 10 s some task waited for memory) is above this percentage (unset: off)",
+        help='= "20%" (unset: off)'),
+    Key("politeness.nice", "nice", int, "niceness", 10, "text",
+        "the niceness every job runs at, absolute (a job's --nice wins); below its starter's needs root",
+        help="= {default}"),
+    Key("politeness.io_class", "io_class", str, "choice", "best-effort", "io_class",
+        "the I/O class every job runs in: best-effort at its lowest priority, idle (disk time no one "
+        "else wants), none (as its starter's); a job's --io-class wins", help="= {options}",
+        options=IO_CLASSES),
+    Key("politeness.oom_score_adj", "oom_score_adj", int, "oom_score_adj", 500, "text",
+        "every job's oom_score_adj, so the kernel's OOM killer picks a batch job before a person's "
+        "editor (-1000 to 1000; below its starter's needs root); a job's --oom-score-adj wins",
+        help="= {default}"),
     Key("enforce.mode", "mode", str, "choice", "cooperative", "text",
         "a machine shared by several users, or by one: sets the defaults of the budget and the reserve",
         help="= {options}", options=tuple(MODES)),
@@ -277,6 +310,26 @@ KEYS = (
     Key("store.prune_every", "store_prune_every", float | None, "optional_duration", 600.0, "optional_duration",
         "how often a supervisor whose job ended removes the records past max_age and max_records "
         '(none still needed); "none": never (qex clean --auto only)', help="= {default}"),
+    Key("python.max_input", "python_max_input", int, "positive_size", 256 * MiB, "size",
+        "the most a call of qex.Executor may take pickled (its function and arguments); a larger one is refused",
+        help="= {default}"),
+    Key("backend.kind", "backend_kind", str, "choice", "local", "backend",
+        "where jobs run: on this machine (local, qex admits them), or on a Slurm cluster (slurm, "
+        "sbatch submits them; see qex help slurm)", help="= {options}", options=BACKENDS, env=BACKEND_ENV),
+    Key("backend.partition", "slurm_partition", str | None, "optional_word", None, "optional_text",
+        "with kind slurm: the partition jobs are submitted to (sbatch --partition; unset: the cluster's default)",
+        help='= "gpu"'),
+    Key("backend.account", "slurm_account", str | None, "optional_word", None, "optional_text",
+        "with kind slurm: the account jobs are charged to (sbatch --account; unset: the user's default)",
+        help='= "lab"'),
+    Key("backend.qos", "slurm_qos", str | None, "optional_word", None, "optional_text",
+        "with kind slurm: the quality of service of the jobs (sbatch --qos; unset: the default)",
+        help='= "normal"'),
+    Key("backend.shard_size", "slurm_shard_size", int | None, "optional_positive_size", None, "shard",
+        "with kind slurm: the VRAM one GPU shard of the cluster stands for (its `shard` gres); --vram then "
+        "claims shards (unset: --vram gets whole GPUs, with a warning)", help='= "10GB"'),
+    Key("backend.sbatch_args", "slurm_sbatch_args", tuple[str, ...], "arg_list", (), "argv",
+        "with kind slurm: more sbatch options, given to every submission as written", help='= ["--exclusive"]'),
     Key("pool", "pools", tuple[PoolDef, ...], "pools", (), "pools",
         "the pools jobs claim: plain units (count), or devices with a size each (devices, size, env, fence)",
         help='name = "gpu", devices = ["24GB", "24GB"], env = "CUDA_VISIBLE_DEVICES", fence = true\n'

@@ -223,6 +223,38 @@ class Checks:
             self.fail(key, f"= {shown(value)} is not a percentage from 0% to 100%; use one like \"20%\"")
         return pct / 100
 
+    def bounded_int(self, key: str, value: object, least: int, most: int) -> int:
+        self.want(key, value, is_int(value), f"an integer from {least} to {most}")
+        if not least <= value <= most:
+            self.fail(key, f"= {value} is not from {least} to {most}; use an integer from {least} to {most}")
+        return value
+
+    def niceness(self, key: str, value: object) -> int:
+        return self.bounded_int(key, value, -20, 19)
+
+    def oom_score_adj(self, key: str, value: object) -> int:
+        return self.bounded_int(key, value, -1000, 1000)
+
+    def pressure(self, key: str, value: object) -> float | None:
+        """A percentage above 0 and below 100 (``20``, ``"20%"``), or "none"; refused where
+        the kernel gives no memory pressure (``qex.base.machine.memory_pressure``)."""
+        if is_none_word(value) or (isinstance(value, str) and value.strip().lower() == "off"):
+            return None
+        pct = percent_number(value) if isinstance(value, str) else float(value) if is_number(value) else None
+        if pct is None or not 0 < pct < 100:
+            self.fail(key, f"= {shown(value)} is not a percentage above 0% and below 100%; "
+                      'use one like "20%", or "none" (off)')
+        from qex.base import machine
+
+        try:
+            machine.memory_pressure()
+        except (OSError, ValueError) as exc:
+            self.fail(key, f"= {shown(value)} needs the kernel's memory pressure, which this machine does not "
+                      f"give ({machine.psi_path()}: {getattr(exc, 'strerror', None) or exc}; it needs Linux 4.20 "
+                      "or later with CONFIG_PSI, and psi=1 on the kernel command line where it is off by "
+                      "default); remove the key")
+        return pct
+
     def argv(self, key: str, value: object) -> tuple[str, ...]:
         example = 'a list of strings, the command and its arguments, e.g. ["notify-send", "qex"]'
         self.want(key, value, isinstance(value, list), example)
@@ -234,6 +266,20 @@ class Checks:
                 self.fail(key, "holds a NUL character, which no command line can carry; remove it")
         if not value[0]:
             self.fail(key, "starts with an empty program name; put the program first")
+        return tuple(value)
+
+    def optional_word(self, key: str, value: object) -> str | None:
+        self.want(key, value, isinstance(value, str), "a word, e.g. \"gpu\"")
+        if not value or any(c.isspace() or not c.isprintable() for c in value):
+            self.fail(key, f"= {shown(value)} is not one word; give the name without spaces, or remove the key")
+        return value
+
+    def arg_list(self, key: str, value: object) -> tuple[str, ...]:
+        self.want(key, value, isinstance(value, list), 'a list of strings, e.g. ["--exclusive"]')
+        for item in value:
+            self.want(key, item, isinstance(item, str), "a list of strings")
+            if "\0" in item or "\n" in item:
+                self.fail(key, "holds a NUL or a newline, which no command line option carries; remove it")
         return tuple(value)
 
     def states(self, key: str, value: object) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ and what it resolves to here.
 from __future__ import annotations
 
 from qex.base import units
-from qex.config.keys import KEYS, Key, Percent, PoolDef, peer_dir
+from qex.config.keys import KEYS, Key, Percent, PoolDef, backend, peer_dir
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -132,6 +132,16 @@ def _peer_dir(setting, here: _Here) -> tuple:
     return units.safe_text(resolved), setting, resolved
 
 
+def _backend(setting, here: _Here) -> tuple:
+    from qex.base.errors import ConfigError
+
+    try:
+        resolved = backend(here.config, here.env)
+    except ConfigError:
+        resolved = setting  # (the command that uses it says why the variable is refused)
+    return resolved, setting, resolved
+
+
 def _margin(value, here: _Here) -> tuple:
     words = f"{value * 100:g}%"
     return words, words, words
@@ -149,16 +159,22 @@ WORDS = {
     "default_mem": _default_mem,
     "reserve": _reserve,
     "text": lambda value, here: _held(str(value), value),
+    "optional_text": lambda value, here: _held("unset" if value is None else units.safe_text(value), value),
     "size": lambda value, here: _held(units.format_size(value), value),
     "duration": lambda value, here: _held(units.format_duration(value), value),
     "optional_duration": _optional(units.format_duration),
     "vram": _optional(units.format_size, "none (whole devices)"),
+    "shard": _optional(units.format_size, "unset (--vram gets whole GPUs)"),
     "per_stream": _optional(lambda n: f"{units.format_size(n)} per stream", "no limit"),
     "argv": lambda value, here: _held(units.safe_text(" ".join(value)) if value else "none", value),
     "states": lambda value, here: _held(", ".join(value) or "none", value),
     "yes_no": lambda value, here: _held("yes" if value else "no", value),
     "margin": _margin,
+    "pressure": _optional(lambda v: f"{v:g}% (memory PSI some avg10)", "off"),
+    "io_class": lambda value, here: _held(f"{value} (priority 7, the lowest)" if value == "best-effort" else value,
+                                          value),
     "peer_dir": _peer_dir,
+    "backend": _backend,
     "pools": _pools,
 }
 
@@ -224,4 +240,6 @@ def as_written(key: Key, value: object) -> str:
         return f'"{units.format_duration(value)}"'
     if key.show == "margin":
         return f'"{value * 100:g}%"'
+    if key.show == "pressure":
+        return "none" if value is None else f'"{value:g}%"'
     return str(value)

@@ -113,12 +113,16 @@ def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
     """
     why = why or (f"cancelled by {ctx.user} before it started" if verb == KILL else f"cancelled by {ctx.user}")
 
+    on_slurm: dict[str, str] = {}  # job id -> its Slurm job id (the Slurm backend: scancel stops it)
+
     def mark(txn):
         answer = {}
         for job_id in job_ids:
             entry = _owned_active(ctx, txn, job_id, verb, answer)
             if entry is None:
                 continue
+            if entry.get("slurm"):
+                on_slurm[job_id] = entry["slurm"]
             if entry["state"] == "queued":
                 txn.update(job_id, state="cancelled", ended_at=time.time(), error=why,
                            blocked_reason=None, blocked_holder=None)
@@ -132,8 +136,10 @@ def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
 
     result = engine.run_pass(ctx, mark)
     answer = result.value
+    if on_slurm:
+        _stop_on_slurm(on_slurm, answer)
     for job_id, what in answer.items():
-        if what == "signal":
+        if what == "signal" and job_id not in on_slurm:
             _signal_supervisor(ctx, job_id)
 
     from qex.supervisor import become
@@ -144,12 +150,31 @@ def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
     return answer
 
 
+def _stop_on_slurm(on_slurm: dict[str, str], answer: dict[str, str]) -> None:
+    """The Slurm backend: a job cancelled here is cancelled in Slurm (``scancel``); a
+    running one's qex step gets SIGUSR1 (``scancel --batch --signal=USR1``), which its
+    supervisor answers as it answers ``qex kill`` on one machine (recorded killed).
+    A refusal (a job Slurm already ended or forgot, a controller that does not answer)
+    changes nothing: the record says cancelled, and a step that starts later runs nothing."""
+    from qex.slurm import clients
+
+    for ids, how in (([on_slurm[j] for j, w in answer.items() if w == "cancelled" and j in on_slurm], {}),
+                     ([on_slurm[j] for j, w in answer.items() if w == "signal" and j in on_slurm],
+                      {"signal": "USR1", "batch": True})):
+        try:
+            clients.cancel(ids, **how)
+        except clients.SlurmError:
+            pass
+
+
 def _signal_supervisor(ctx: Context, job_id: str) -> None:
     try:
         rec = ctx.store.read_status_dict(job_id)
     except Exception:
         return
     pid = rec.get("supervisor_pid")
+    if rec.get("slurm_job_id"):
+        return  # its supervisor runs on a node of the cluster: Slurm signals it (_stop_on_slurm)
     if pid and is_held(ctx.store.path(job_id, layout.ALIVE)):
         try:
             os.kill(pid, signal.SIGUSR1)

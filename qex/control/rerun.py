@@ -4,8 +4,10 @@
 directory and its environment (from spec.json, never from the shell that
 types the rerun), and the user's own words for everything else (claims,
 timeout, tags, dependencies, ...), checked again as a new submission would
-be. Never the old dedupe key (a rerun is asked for on purpose), never the old
-group (the group is the handle of what was submitted together).
+be, with a copy of what it read from its directory to run (a Python call's
+``call.pickle``: ``layout.RUN_FILES``) and its input again. Never the old
+dedupe key (a rerun is asked for on purpose), never the old group (the group
+is the handle of what was submitted together).
 """
 
 from __future__ import annotations
@@ -53,9 +55,37 @@ def submit(ctx: Context, job_id: str) -> tuple[str, PassResult, list[str]]:
     req, old = request_of(ctx, job_id)
     built = build(ctx, req)
     built.spec.env = dict(old.env)          # the environment it ran with, not the caller's
-    built.spec.nice, built.spec.hints = old.nice, old.hints
-    ids, result = submit_many(ctx, [built], prepare=_input_again(ctx, job_id, req.stdin))
+    built.spec.hints = old.hints  # (its niceness and the rest: the words it was asked with, as a new submission)
+    steps = [step for step in (_files_again(ctx, job_id), _input_again(ctx, job_id, req.stdin)) if step]
+    ids, result = submit_many(ctx, [built], prepare=lambda job_dir: [step(job_dir) for step in steps])
     return ids[0], result, built.warnings
+
+
+def _files_again(ctx: Context, job_id: str):
+    """A copy of what the job read from its directory to run (``layout.RUN_FILES``: a
+    Python call's ``call.pickle``), those it has."""
+    import os
+
+    from qex.store import layout
+
+    found = [name for name in layout.RUN_FILES if os.path.exists(ctx.store.path(job_id, name))]
+    if not found:
+        return None
+
+    def prepare(job_dir: str) -> None:
+        for name in found:
+            source = ctx.store.path(job_id, name)
+            try:
+                with open(source, "rb") as fh:
+                    data = fh.read()
+            except OSError as exc:
+                raise SpecError(f"cannot rerun {job_id[:8]}: its {name} ({source}) cannot be read: "
+                                f"{exc.strerror}") from None
+            fd = os.open(os.path.join(job_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            with open(fd, "wb") as out:
+                out.write(data)
+    return prepare
 
 
 def _input_again(ctx: Context, job_id: str, stdin: str | None):

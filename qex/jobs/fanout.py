@@ -185,7 +185,7 @@ def prepare(ctx: Context, args: Namespace, request_of: Callable[[Namespace, Cont
             ) -> tuple[str, str, Lines, list[Built]]:
     """Everything checked, every job built; nothing written yet.
     ``request_of(args, ctx)``: the Request the command line gives (its command
-    is the template; ``qex.cli.request``), asked for once the options pass.
+    is the template; ``qex.jobs.request``), asked for once the options pass.
 
     Returns (group id, group name, lines, built jobs).
     """

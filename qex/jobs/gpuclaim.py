@@ -29,3 +29,15 @@ def claim(ctx: Context, gpu: object, vram: object, command: list, template: list
     if vram is not None and size <= 0:
         raise SpecError("--vram: the size must be more than zero, e.g. 20GB")
     return count, size
+
+
+def no_gpu_pool(where: str) -> str:
+    """The refusal of a GPU claim with no pool ``gpu``: with what the driver reports, where one answers."""
+    from qex.base import gpus
+
+    reading = gpus.read(timeout=gpus.QUICK)
+    if reading is not None and reading.gpus:
+        return (f"there is no pool 'gpu' in {where}, and this machine's driver reports {reading.summary()}: "
+                "run `qex config detect` to see them as a [[pool]], `qex config detect --write` to add it")
+    return (f"there is no pool 'gpu' in {where}: declare the devices with [[pool]] name = \"gpu\", "
+            "devices = [\"24GB\", ...] to use --gpu or --vram (`qex config detect` writes it where a driver answers)")

@@ -18,7 +18,7 @@ from qex.store import fs, layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from qex.config.context import Context
     from qex.jobs.submit import Built
@@ -51,8 +51,10 @@ def remove_quietly(store: Store, group_id: str) -> None:
         pass
 
 
-def submit(ctx: Context, built: list[Built], group_id: str, name: str, kind: str) -> tuple[list[str], PassResult]:
+def submit(ctx: Context, built: list[Built], group_id: str, name: str, kind: str,
+           prepare: Callable[[str], None] | None = None) -> tuple[list[str], PassResult]:
     """Queue every job of ``built`` and the group file in one lock hold.
+    ``prepare``: as ``submit_many``'s (a Python call's file, ``qex.api``).
 
     Returns (ids, PassResult). Nothing is left behind if it fails.
     """
@@ -64,7 +66,7 @@ def submit(ctx: Context, built: list[Built], group_id: str, name: str, kind: str
         return None  # go on: submit_many queues the jobs in this same hold
 
     try:
-        return submit_many(ctx, built, on_locked=write_group)
+        return submit_many(ctx, built, on_locked=write_group, prepare=prepare)
     except BaseException:
         remove_quietly(ctx.store, group_id)
         raise

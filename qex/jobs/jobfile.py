@@ -40,7 +40,9 @@ class JobFile:
                                             # --after)
     dedupe_key: str | None = None  # while a job of yours with this key is active, give its id instead (as
                                    # --dedupe-key)
-    nice: int | None = None  # niceness of the job (as --nice)
+    nice: int | None = None  # niceness of the job, absolute (as --nice)
+    io_class: str | None = None  # I/O class of the job: best-effort, idle or none (as --io-class)
+    oom_score_adj: int | None = None  # oom_score_adj of the job, -1000 to 1000 (as --oom-score-adj)
     resources: Resources = field(factory=Resources)  # what the job claims
 
 
@@ -118,6 +120,7 @@ def apply_to(req: "Request", job: JobFile, path: str) -> None:
         req.claims.append(_claim_text(name, value, path))
     req.locks += list(r.locks)
     req.name, req.cwd, req.nice = job.name, job.cwd, job.nice
+    req.io_class, req.oom_score_adj = job.io_class, job.oom_score_adj
     req.job_env = {str(k): str(v) for k, v in job.env.items()}
     req.env_capture = job.env_capture or req.env_capture
     req.tags, req.priority = list(job.tags), job.priority or 0

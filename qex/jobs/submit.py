@@ -53,6 +53,8 @@ class Request(Plain):
     env_capture: str = "all"
     cwd: str | None = None
     nice: int | None = None
+    io_class: str | None = None
+    oom_score_adj: int | None = None
     group: str | None = None
     group_name: str | None = None
     job_env: dict[str, str] = Factory(dict)    # from a job file
@@ -82,7 +84,9 @@ def build(ctx: Context, req: Request, now: float | None = None, found: set | Non
     cwd = _cwd(req.cwd)
     env = _environment(req)
     _check_program(req.command[0], cwd, env, found)
-    claims, sources, warnings = resolve_claims(ctx, req)
+    from qex.jobs import slurmjobs  # (Slurm is the scheduler: no budget here, its own claims)
+
+    claims, sources, warnings = (slurmjobs.claims(ctx, req) if slurmjobs.on_slurm(ctx) else resolve_claims(ctx, req))
     hints = sources.get("cpu") == "user" and sources.get("mem") == "user"
     name = units.check_name(req.name, "--name") if req.name else units.safe_name(os.path.basename(req.command[0]))
     tags = [units.check_name(t, "--tag") for t in req.tags]
@@ -100,8 +104,12 @@ def build(ctx: Context, req: Request, now: float | None = None, found: set | Non
                         f"from {-numbers.PRIORITY} to {numbers.PRIORITY}")
     if req.stdin not in (None, "-"):
         req.stdin = os.path.abspath(req.stdin)  # (as a shell's < FILE: from here; a rerun finds it again)
-    spec = NewSpec(id=job_id, command=tuple(req.command), cwd=cwd, env=env, nice=req.nice, hints=hints,
-                request=_request_words(req))
+    from qex.jobs import polite
+
+    nice, io_class, oom, said = polite.resolve(ctx, req.nice, req.io_class, req.oom_score_adj)
+    warnings += said
+    spec = NewSpec(id=job_id, command=tuple(req.command), cwd=cwd, env=env, nice=nice, io_class=io_class,
+                   oom_score_adj=oom, hints=hints, request=_request_words(req))
     record = {
         "format": FORMAT, "id": job_id, "seq": 0, "state": "queued", "name": name,
         "command": list(req.command), "cwd": cwd, "owner": ctx.user, "uid": ctx.uid,
@@ -109,7 +117,7 @@ def build(ctx: Context, req: Request, now: float | None = None, found: set | Non
         "claims": claims, "claim_source": sources, "submitted_at": now, "timeout": timeout,
         "retries": retries, "oom_retries": oom_retries, "max_queue_time": mqt,
         "needs": list(req.needs), "after": list(req.after), "dedupe_key": req.dedupe_key,
-        "attempt": 1, "attempts": [],
+        "attempt": 1, "attempts": [], "nice": nice, "io_class": io_class, "oom_score_adj": oom,
     }
     if req.template is not None:
         record["template"] = list(req.template)
@@ -132,7 +140,8 @@ def build_like(first: Built, command: list[str], name: str, found: set | None = 
     name = units.check_name(name, "--name")
     job_id = new_id()
     spec = NewSpec(id=job_id, command=tuple(command), cwd=base.cwd, env=base.env, nice=base.nice,
-                   hints=base.hints, request={**base.request, "command": list(command), "name": name})
+                   io_class=base.io_class, oom_score_adj=base.oom_score_adj, hints=base.hints,
+                   request={**base.request, "command": list(command), "name": name})
     record = {k: (v.copy() if type(v) in (list, dict) else v) for k, v in first.record.items()}
     record.update(id=job_id, name=name, command=list(command))
     return Built(spec, record, first.warnings)
@@ -231,22 +240,14 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
     config = ctx.config
     cpu_budget, mem_budget = ctx.budget()
     sources, warnings = {}, []
-    if req.cpu is not None:
-        cpu = units.parse_cpu(str(req.cpu), "--cpu")
-        sources["cpu"] = "user"
-    else:
-        cpu = config.default_cpu
-        sources["cpu"] = "default"
+    cpu = config.default_cpu if req.cpu is None else units.parse_cpu(str(req.cpu), "--cpu")
+    sources["cpu"] = "default" if req.cpu is None else "user"
     if isinstance(cpu, str):
         cpu = resolve_word(cpu, cpu_budget)
-    if req.mem is not None:
-        mem = units.parse_mem(str(req.mem), "--mem")
-        sources["mem"] = "user"
-    else:
-        mem = config.default_mem
-        sources["mem"] = "default"
-        if mem is None:  # (a 1-core machine: never more than an idle machine holds, which is less the reserve)
-            mem = min(ctx.mem_total // max(1, ctx.cores), ctx.holdable()[1] or ctx.mem_total)
+    mem = config.default_mem if req.mem is None else units.parse_mem(str(req.mem), "--mem")
+    sources["mem"] = "default" if req.mem is None else "user"
+    if mem is None:  # (a 1-core machine: never more than an idle machine holds, which is less the reserve)
+        mem = min(ctx.mem_total // max(1, ctx.cores), ctx.holdable()[1] or ctx.mem_total)
     if isinstance(mem, str):
         mem = resolve_word(mem, mem_budget)
     if req.mem is None and config.learn_enabled:
@@ -393,24 +394,14 @@ def _claim_name(name: str, option: str) -> str:
     return name
 
 
-def _no_gpu_pool(where: str) -> str:
-    """The refusal of a GPU claim with no pool ``gpu``: with what the driver reports, where one answers."""
-    from qex.base import gpus
-
-    reading = gpus.read(timeout=gpus.QUICK)
-    if reading is not None and reading.gpus:
-        return (f"there is no pool 'gpu' in {where}, and this machine's driver reports {reading.summary()}: "
-                "run `qex config detect` to see them as a [[pool]], `qex config detect --write` to add it")
-    return (f"there is no pool 'gpu' in {where}: declare the devices with [[pool]] name = \"gpu\", "
-            "devices = [\"24GB\", ...] to use --gpu or --vram (`qex config detect` writes it where a driver answers)")
-
-
 def _check_claim(config, pool, name: str, count: int, size) -> None:
     """Refuse at submission what could never fit an empty machine."""
     where = f"the config ({config.path})"
     if pool is None:
         if name == "gpu":
-            raise SpecError(_no_gpu_pool(where))
+            from qex.jobs.gpuclaim import no_gpu_pool
+
+            raise SpecError(no_gpu_pool(where))
         if count != 1:
             raise SpecError(f"{name!r} is not a pool in {where}, so it is a lock of one unit and "
                             f"{count} units of it can never be had; declare [[pool]] name = \"{name}\", count = N")
@@ -464,12 +455,18 @@ def submit_many(ctx: Context, built: list[Built],
         _discard(ctx, built)
         raise
 
+    from qex.jobs import slurmjobs
+
+    slurm = slurmjobs.on_slurm(ctx)
+
     def add(txn):
         txn.settle_first = True  # (the flush of the job directories, or one job's fsyncs: durable first)
         if on_locked is not None:
             answer = on_locked(txn, built)
             if answer is not None:
                 return answer
+        if slurm:
+            return slurmjobs.queue_locked(ctx, txn, built)  # sbatch, then the records: Slurm admits them
         ids = []
         for b in built:
             rec = {**b.record, "seq": txn.idx.next_job}
@@ -478,7 +475,7 @@ def submit_many(ctx: Context, built: list[Built],
             ids.append(rec["id"])
         return ids
 
-    if any("gpu" in (b.record["claims"].get("pools") or {}) for b in built):
+    if not slurm and any("gpu" in (b.record["claims"].get("pools") or {}) for b in built):
         from qex.queue import gpuseen
         gpuseen.prefetch(ctx)  # the VRAM in use, read before the lock if it is not fresh (its pass admits it)
     try:

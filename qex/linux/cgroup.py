@@ -15,8 +15,10 @@ before it spawns the job and back to its own cgroup right after (``join``,
   shell's leaf scope cannot): peak from ``memory.peak`` (5.19+), OOM kills
   from the ``oom_kill`` line of ``memory.events``.
 
-Anything else gives ``None``: the supervisor then measures with ``getrusage``
-and the machine's ``oom_kill`` counter. ``QEX_CGROUP=off`` forces that.
+Anything else gives ``None``: on cgroup v2 under systemd the job's cgroup is then a
+leaf of a systemd scope (``qex.linux.scope``, ``scope_candidate``); elsewhere the
+supervisor samples the job's tree from /proc (``qex.linux.rss``) and takes the
+machine's ``oom_kill`` counter. ``QEX_CGROUP=off`` forces that.
 
 The path of a job's cgroup is written in its ``jobs/<id>/pid`` file, on the
 supervisor's intent line before the spawn and on the job's pid line after it
@@ -149,8 +151,9 @@ def mount_points() -> list[str]:
 class JobCgroup:
     """A memory cgroup made for one job (see the module doc)."""
 
-    def __init__(self, kind: str, path: str):
-        self.kind, self.path = kind, path
+    def __init__(self, kind: str, path: str, scoped: bool = False, home: str = ""):
+        self.kind, self.path, self.home = kind, path, home or os.path.dirname(path)  # home: leave() goes there
+        self.scoped = scoped  # in a systemd scope (qex.linux.scope): systemd makes and removes the scope
 
     @property
     def procs(self) -> str:
@@ -164,8 +167,8 @@ class JobCgroup:
 
     def leave(self) -> None:
         """The supervisor, right after the spawn: back to the cgroup it came from
-        (the job's parent: ``create`` makes it inside ours). Raises OSError."""
-        _move_here(self.kind, os.path.dirname(self.path))
+        (the job's parent: ``create`` makes it inside ours; a scope's: its leaf). Raises OSError."""
+        _move_here(self.kind, self.home)
 
     def members(self) -> list[int]:
         try:
@@ -352,6 +355,14 @@ def describe() -> dict:
     else:
         return {"per_job_cgroup": True, "kind": kind, "parent": parent, "oom_evidence": "cgroup"}
     return {"per_job_cgroup": False, "kind": kind, "parent": parent, "why_not": why, "oom_evidence": fallback}
+
+
+def scope_candidate() -> bool:
+    """Whether a systemd scope may be the job's cgroup (``qex.linux.scope``): cgroup v2 with
+    per-job cgroups on, outside the root cgroup (there ``create`` makes them itself)."""
+    where = None if disabled() else here()
+    return where is not None and where[0] == "v2" and where[1].rstrip("/") not in [
+        p.rstrip("/") for p in mount_points()]
 
 
 def _v2_memory_delegated(parent: str) -> bool:

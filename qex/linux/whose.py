@@ -52,9 +52,12 @@ def cgroup_name(job_id: str, attempt: int) -> str:
 
 
 def cgroup_job(name: str) -> str | None:
-    """The job id in a cgroup name ``qex-<id>-<attempt>``, or None for another name."""
+    """The job id in a cgroup name ``qex-<id>-<attempt>`` (or a systemd scope's,
+    ``qex-<id>-<attempt>.scope``: qex.linux.scope), or None for another name."""
     if not name.startswith(CGROUP_PREFIX):
         return None
+    if name.endswith(".scope"):
+        name = name[:-len(".scope")]
     job_id, sep, attempt = name[len(CGROUP_PREFIX):].rpartition("-")
     return job_id if sep and job_id and attempt.isdigit() else None
 

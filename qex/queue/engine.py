@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from qex.config.context import Context
 
 
+ON_NODE = "QEX_SLURM_STEP"  # set by the Slurm backend's batch script (qex.slurm.script): a pass on a node
+_ON_NODE = ON_NODE in os.environ  # admits nothing of the local queue (it would start it on the node)
+
+
 def run_pass(ctx: Context, mutate: Callable[[Txn], object] | None = None, save_index: bool = True,
              early: Callable[[Context, list[Launch], tuple[int, ...]], int] | None = None) -> PassResult:
     """One pass; ``mutate(txn)`` makes the command's own change in the same hold.
@@ -46,7 +50,8 @@ def run_pass(ctx: Context, mutate: Callable[[Txn], object] | None = None, save_i
 
             # A supervisor's pass may decide by the head of the queue, unless its
             # commit is to save the index file (which must have every job's words).
-            launches = admit_locked(ctx, txn, window=save_index == LAZY and not idx.save_due())
+            # (a process that must not fork, a qex.api program, only commits: qex.supervisor.starter admits)
+            launches = admit_locked(ctx, txn, window=save_index == LAZY and not idx.save_due()) if ctx.forks else []
             from qex.hooks.markers import mark_locked
 
             mark_locked(ctx, txn)  # before the commit: a job final on disk always has its marker
@@ -68,7 +73,7 @@ def run_pass(ctx: Context, mutate: Callable[[Txn], object] | None = None, save_i
         queued_mine = any(jobs[q.id]["uid"] == uid for q in idx.view.jobs)
         running_mine = any(jobs[j]["uid"] == uid for j in holding)
     else:
-        mine = [e["state"] for e in jobs.values() if e["uid"] == uid]
+        mine = [e["state"] for e in jobs.values() if e["uid"] == uid and "slurm" not in e]  # (no waker for Slurm's)
         queued_mine, running_mine = "queued" in mine, any(s in HOLDING for s in mine)
     return PassResult(value, launches, queued_mine, running_mine, txn.next_deadline)
 
@@ -125,8 +130,10 @@ def admit_locked(ctx: Context, txn: Txn, window: bool = False) -> list[Launch]:
     reconcile_locked(ctx, txn, now)
     pause.settle_locked(ctx, txn, now)
     launches = []
+    if _ON_NODE:
+        return launches
     for _ in range(8):  # an expiry or a skip settles its dependents in the same hold
-        if not any(e["state"] == "queued" for e in txn.idx.jobs.values()):
+        if not any(e["state"] == "queued" and "slurm" not in e for e in txn.idx.jobs.values()):
             break
         foreign = _foreign(ctx)
         plan = _admit_head(ctx, txn, now) if window and not foreign else None
@@ -165,6 +172,8 @@ def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[
     else:
         for job_id, e in txn.idx.jobs.items():
             state = e["state"]
+            if "slurm" in e:
+                continue  # a Slurm job: its cluster admits it, and what it holds is the cluster's
             if state == "queued":
                 known = memo.get(job_id)  # (``views.queued_of`` inlined: this loop runs for every job)
                 q = known[1] if known is not None and known[0] is e else views.queued_of(job_id, e)
@@ -194,7 +203,24 @@ def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[
         oversized=ctx.config.oversized, max_bypass=ctx.config.max_bypass,
         pools=tuple(A.PoolSpec(p.name, p.count, tuple(p.devices)) for p in ctx.config.pools),
         running=tuple(running), peers=tuple(peer_scan.holdings(ctx)), queued=tuple(queued),
-        deps=tuple(deps), pause=pause.current(ctx, now), mem_reserve=reserve, seen=seen)
+        deps=tuple(deps), pause=pause.current(ctx, now), mem_reserve=reserve, seen=seen,
+        pressure=_pressure(ctx) if queued else None)
+
+
+def _pressure(ctx: Context) -> tuple[float, float] | None:
+    """(the machine's memory pressure, ``[system] max_pressure``) when it is above, else None.
+    A file that cannot be read now holds nothing back (the config's load refused the key
+    where the kernel gives none)."""
+    most = ctx.config.max_pressure
+    if most is None:
+        return None
+    from qex.base import machine
+
+    try:
+        now = machine.memory_pressure()
+    except (OSError, ValueError):
+        return None
+    return (now, most) if now > most else None
 
 
 def _vram(ctx: Context, txn: Txn, now: float, running: list) -> tuple[list, tuple]:

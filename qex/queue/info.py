@@ -4,6 +4,8 @@ whose it is. Gathered read-only (no record changes)."""
 
 from __future__ import annotations
 
+import os
+
 from qex.base.states import HOLDING
 from qex.base.units import format_cores, format_duration, format_size, safe_text
 
@@ -54,6 +56,9 @@ def gather(ctx: Context) -> dict:
         "pauses": _pauses(ctx, idx),
         "shared": shared.members_summary(ctx.store),
         "hooks": _hooks(ctx),
+        "manners": {"nice": ctx.config.nice, "io_class": ctx.config.io_class,
+                    "oom_score_adj": ctx.config.oom_score_adj},
+        "pressure": _pressure(ctx),
         "damaged": damaged(ctx, idx),
     }
 
@@ -70,6 +75,18 @@ def decide(ctx: Context, idx: Index, now: float) -> tuple[str, float | None, Sna
     snap = engine.snapshot(ctx, txn, now)
     plan = A.admit(snap)
     return plan.health, _health_since(txn, plan, idx), snap
+
+
+def _pressure(ctx: Context) -> dict:
+    """The machine's memory pressure now (PSI some avg10, a percentage; None where the
+    kernel gives none) and ``[system] max_pressure`` (None: off)."""
+    from qex.base import machine
+
+    try:
+        now = machine.memory_pressure()
+    except (OSError, ValueError):
+        now = None
+    return {"some_avg10": now, "max": ctx.config.max_pressure}
 
 
 def _hooks(ctx: Context) -> dict | None:
@@ -136,7 +153,46 @@ def _health_since(txn, plan, idx) -> float | None:
 def _memory() -> dict:
     from qex.linux import cgroup
 
-    return cgroup.describe()
+    found = cgroup.describe()
+    if found.get("per_job_cgroup") or not cgroup.scope_candidate():
+        return _sampled(found)
+    from qex.linux import scope
+
+    return _sampled(scope.describe(found))
+
+
+def _sampled(found: dict) -> dict:
+    """Without a cgroup per job: peaks sampled from /proc (qex.linux.rss), and how to get one."""
+    if not found.get("per_job_cgroup"):
+        from qex.linux.rss import EVERY
+
+        found["peak_from"], found["sample_period"] = "proc-sample", EVERY
+        if "remedy" not in found and found.get("kind") == "v2":
+            from qex.linux import scope
+
+            found["remedy"] = scope.remedy(os.geteuid() == 0)
+    return found
+
+
+WHOLE = 4096  # (safe_text's bound for the memory line: a path or a reason is printed whole)
+
+
+def _memory_lines(mem: dict) -> list[str]:
+    """How each job's memory is measured (whole words: a path is never cut, ``WHOLE``)."""
+    if mem.get("per_job_cgroup") and mem.get("kind") == "systemd-scope":
+        return [f"memory    a systemd scope per job (the {mem['manager']} manager, qex-<id>-<attempt>.scope "
+                f"in {safe_text(mem['parent'], WHOLE)}): whole-tree peaks, exact OOM evidence"]
+    if mem.get("per_job_cgroup"):
+        return [f"memory    a cgroup per job ({mem['kind']}, inside {safe_text(mem['parent'], WHOLE)}): "
+                "whole-tree peaks, exact OOM evidence"]
+    if not mem:
+        return []
+    lines = [f"memory    no cgroup per job ({safe_text(mem.get('why_not', ''), WHOLE)}): whole-tree peaks sampled from "
+             f"/proc every {mem.get('sample_period', 0):g}s, OOM evidence "
+             + ("from the machine's oom_kill counter" if mem.get("oom_evidence") else "unavailable")]
+    if mem.get("remedy"):
+        lines.append(f"          for one: {safe_text(mem['remedy'], WHOLE)}")
+    return lines
 
 
 def pool_use(pool: PoolDef, running: list[tuple[str, dict]], snap: Snapshot) -> dict:
@@ -210,13 +266,9 @@ def render(info: dict) -> str:
     lines.extend(_peer_lines(info))
     if info.get("hooks"):
         lines.append(_hook_line(info["hooks"]))
+    lines.extend(_manner_lines(info))
     mem = info.get("memory") or {}
-    if mem.get("per_job_cgroup"):
-        lines.append(f"memory    a cgroup per job ({mem['kind']}, inside {safe_text(mem['parent'], 120)}): "
-                     "whole-tree peaks, exact OOM evidence")
-    elif mem:
-        lines.append(f"memory    no cgroup per job ({safe_text(mem.get('why_not', ''), 120)}): OOM evidence "
-                     + ("from the machine's oom_kill counter" if mem.get("oom_evidence") else "unavailable"))
+    lines.extend(_memory_lines(mem))
     q = info["queue"]
     if q.get("sharing"):
         lines.append(f"state     {safe_text(q['state_dir'], 300)}: {q['sharing']}")
@@ -237,6 +289,21 @@ def render(info: dict) -> str:
 
     lines += [f"damaged   {plain(d['problem'] or d['file'], 600)}" for d in info.get("damaged") or ()]
     return "\n".join(lines)
+
+
+def _manner_lines(info: dict) -> list[str]:
+    """Every job's manners ([politeness]) and the memory pressure ([system] max_pressure)."""
+    from qex.linux.manners import words
+
+    lines, m, p = [], info.get("manners"), info.get("pressure") or {}
+    if m:
+        lines.append(f"manners   every job: {words(m['nice'], m['io_class'], m['oom_score_adj'])} ([politeness]; "
+                     "a job's --nice, --io-class, --oom-score-adj win)")
+    if p.get("max") is not None or p.get("some_avg10") is not None:
+        now = "unknown" if p.get("some_avg10") is None else f"{p['some_avg10']:g}%"
+        limit = "off" if p.get("max") is None else f"{p['max']:g}%"
+        lines.append(f"pressure  memory {now} (PSI some avg10); no job starts above [system] max_pressure: {limit}")
+    return lines
 
 
 def _hook_line(h: dict) -> str:

@@ -194,10 +194,16 @@ def _others(ctx: Context) -> list[dict]:
 
 
 def _identity(path: str) -> tuple | None:
+    """The file at ``path`` as of now: opened, not ``stat``-ed, since an NFS client answers a
+    ``stat`` from its attribute cache (up to a minute) but revalidates at an open (close-to-open)."""
     try:
-        st = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 

@@ -47,7 +47,7 @@ def queued(ctx: Context) -> list[tuple[float, int, Queued]]:
                 check.index_entry(job_id, e)  # (first: every field below has its type and bounds then)
             except check.Damaged:
                 continue  # a damaged entry (a number out of its bounds too: -2 cores would free two) holds nothing
-            if e["state"] != "queued" or e["uid"] != uid or e["holder"] not in CAPACITY:
+            if e["state"] != "queued" or e["uid"] != uid or e["holder"] not in CAPACITY or "slurm" in e:
                 continue
             q = views.queued_of(job_id, {**e, "needs": [], "after": [], "deadline": None, "attempt": 1})
             out.append((float(e["submitted_at"]), uid, q))

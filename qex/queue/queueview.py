@@ -54,7 +54,7 @@ class QueueView:
             else:
                 _count(self.shapes, sh, -1)
                 _count(self.held, (sh, holder), -1)
-        state = entry["state"] if entry is not None else None
+        state = entry["state"] if entry is not None and "slurm" not in entry else None  # (Slurm's: not here)
         if state in HOLDING:
             self.holding.add(job_id)
         else:

@@ -34,7 +34,8 @@ STATUS_FIELDS = {
     "logs_dropped": dict, "timeout": _OPT_NUM, "retries": int, "oom_retries": int,
     "max_queue_time": _OPT_NUM, "queue_pause_secs": NUM, "kill_requested": bool, "oom_evidence": _OPT_STR,
     "queue_pauses": list, "supervisor_lost": bool, "template": (list, type(None)), "rerun_of": _OPT_STR,
-    "peer_lock": _OPT_STR, "vram_over": _OPT_STR,
+    "peer_lock": _OPT_STR, "vram_over": _OPT_STR, "slurm_job_id": _OPT_STR, "nice": _OPT_INT, "io_class": _OPT_STR,
+    "oom_score_adj": _OPT_INT,
 }
 ATTEMPT_FIELDS = {"number": int, "state": str, "claims": (dict, type(None)), "started_at": _OPT_NUM,
                   "ended_at": _OPT_NUM, "exit_code": _OPT_INT, "signal": _OPT_STR, "usage": (dict, type(None)),
@@ -54,10 +55,12 @@ STATUS_NUMBERS = {
     "blocked_since": (0, N.TIME), "pid": _PID, "supervisor_pid": _PID, "exit_code": (0, N.EXIT),
     "attempt": (0, N.SEQ), "passed_by": (0, N.SEQ), "timeout": (0, N.DURATION), "retries": (0, N.COUNT),
     "oom_retries": (0, N.COUNT), "max_queue_time": (0, N.DURATION), "queue_pause_secs": (0, N.DURATION),
+    "nice": (-20, 19), "oom_score_adj": (-1000, 1000),
 }
 ATTEMPT_NUMBERS = {"number": (0, N.SEQ), "started_at": (0, N.TIME), "ended_at": (0, N.TIME),
                    "exit_code": (0, N.EXIT)}
 USAGE_NUMBERS = {"max_rss": (0, N.BYTES), "cpu_secs": (0, N.DURATION), "oom_kills": (0, N.SEQ),
+                 "sample_period": (0, N.DURATION),
                  "vram_peak": (0, N.BYTES)}
 BY_DEVICE = "vram_peak_by_device"  # the one nested field of a usage: {device: bytes}
 DROPPED_NUMBERS = {"stdout_bytes": (0, N.BYTES), "stdout_lines": (0, N.BYTES), "stderr_bytes": (0, N.BYTES),
@@ -203,7 +206,7 @@ def _plain_entry(entry) -> bool:
 
 
 SPEC_FIELDS = {"id": str, "command": list, "cwd": str, "env": dict, "format": int, "nice": _OPT_INT,
-               "hints": bool, "request": dict}
+               "io_class": _OPT_STR, "oom_score_adj": _OPT_INT, "hints": bool, "request": dict}
 
 
 def spec(data: object) -> None:

@@ -7,6 +7,13 @@ takes no lock: it reads whole lines only (a line being appended is left for
 the next read), follows the file with inotify (a short poll where inotify is
 missing), and follows rotation (``journal.jsonl`` -> ``journal.1.jsonl``).
 
+Where inotify delivers nothing (a state directory on NFS: another client's
+writes never reach this kernel's inotify), the follower looks anyway every
+``RECHECK`` seconds, and opens the journal again each time (``poll(fresh=True)``):
+an NFS client revalidates a file's attributes and cached pages at its open
+(close-to-open consistency), while an ``fstat`` or a ``stat`` of a path may
+answer from its attribute cache for up to a minute.
+
 A position is ``STREAM:SEQ``: the last event a reader has. Every line this
 module emits carries one (``stream`` and ``seq``), so a reader that stops
 anywhere can come back with ``--since STREAM:SEQ`` and lose nothing and see
@@ -29,7 +36,7 @@ from qex.store.records import Status
 KINDS = ("stream", "job", "gap")
 CHANGES = ("state", "reason", "vram")  # a job line's ``change`` (vram: its VRAM above its claim)
 POLL = 0.1        # without inotify
-RECHECK = 1.0     # with inotify: look anyway this often
+RECHECK = 0.25    # with inotify: look anyway this often, the file opened again (another NFS client's writes)
 
 
 @frozen
@@ -158,8 +165,27 @@ class _File:
         self.offset += end
         return data[:end].splitlines()
 
+    def reopened(self, path: str) -> bool:
+        """Close the descriptor and open ``path`` again, keeping the offset (NFS: close-to-open,
+        above; closed first, as the client reuses the open of a file still open, without asking
+        the server); False, with no descriptor, if ``path`` is another file now (rotated) or none."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        if os.fstat(fd).st_ino != self.ino:
+            os.close(fd)
+            return False
+        self.fd, self.path = fd, path
+        return True
+
     def close(self) -> None:
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 # ---- the reader ----------------------------------------------------------------
@@ -233,10 +259,18 @@ class Reader:
             self.seq = last_seq
 
     # -- reading --
-    def poll(self) -> list[dict]:
-        """Everything new since the last call (the stream line first, then job and gap lines)."""
+    def poll(self, fresh: bool = False) -> list[dict]:
+        """Everything new since the last call (the stream line first, then job and gap lines).
+        ``fresh``: open the journal again first (what inotify may not have said: NFS)."""
         out, self.pending = self.pending, []
         if self.file is None:
+            if fresh:  # no journal yet: NFS keeps its "no such file" until the directory is looked at again
+                _look_at(self.root)
+            self._open_current(out)
+            return out
+        rotated = fresh and self.file.path == self.cur_path and not self.file.reopened(self.cur_path)
+        if rotated and not self.file.reopened(self.rot_path):  # (its last appends, if it is the rotated file)
+            self.file = None  # rotated twice since, or removed: from the current file (its gap, if any)
             self._open_current(out)
             return out
         out += self._take(self.file.lines())
@@ -244,7 +278,7 @@ class Reader:
             moved = True  # the rotated file never grows: go on to the current one
         else:
             try:
-                moved = os.stat(self.cur_path).st_ino != self.file.ino
+                moved = rotated or os.stat(self.cur_path).st_ino != self.file.ino
             except FileNotFoundError:
                 moved = True
             if moved:  # rotated: what was appended to it is there once the rename is seen
@@ -313,6 +347,15 @@ class Reader:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+
+def _look_at(folder: str) -> None:
+    """Open ``folder`` (and close it): an NFS client revalidates a directory it opens, and
+    with it the names it had cached as missing (a journal created on another machine)."""
+    try:
+        os.close(os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+    except OSError:
+        pass
 
 
 def _index_position(root: str) -> tuple[str | None, int]:

@@ -78,7 +78,7 @@ def entry_of(rec: dict) -> dict:
     """The compact view of an active job that a pass needs (from a status dict)."""
     claims = rec.get("claims") or {}
     mqt = rec.get("max_queue_time")
-    return {
+    entry = {
         "seq": rec["seq"], "state": rec["state"], "owner": rec.get("owner", ""),
         "uid": rec.get("uid", -1), "name": rec.get("name", ""),
         "group": rec.get("group"), "group_name": rec.get("group_name"),
@@ -97,6 +97,9 @@ def entry_of(rec: dict) -> dict:
         "kill": rec.get("kill_requested", False), "submitted_at": rec.get("submitted_at", 0.0),
         "peer_lock": rec.get("peer_lock"),
     }
+    if rec.get("slurm_job_id"):
+        entry["slurm"] = rec["slurm_job_id"]  # a Slurm job: never admitted here (qex.queue.views.local)
+    return entry
 
 
 def live_reason(rec: dict, entry: dict) -> dict:

@@ -16,7 +16,9 @@ literal out of them). Layout::
                                    VRAM peak so far); after a stop
                                    hook: hook.ran, hook.log; cgroup (an older qex's);
                                    stdin (the job's input, when it has one);
-                                   stdout.pipe, stderr.pipe (while a qex run follows it)
+                                   stdout.pipe, stderr.pipe (while a qex run follows it);
+                                   call.pickle, result.pickle (a call of qex.Executor)
+                                   slurm.log (the Slurm backend: its batch script's output)
     <state>/jobs/.new-<id>/        a job directory being made (renamed into view)
     <state>/jobs/.clean-<id>/      a job directory being removed (qex clean)
     <state>/groups/<id>.json       the members of a group
@@ -76,6 +78,11 @@ def waker_lock(uid: int) -> str:
     return f"waker-{uid}.lock"
 
 
+def starter_lock(uid: int) -> str:
+    """Held by a starter of user ``uid`` until its pass holds the state lock (qex.supervisor.starter)."""
+    return f"starter-{uid}.lock"
+
+
 def learn_aside(when: int) -> str:
     """Where a damaged learner's store is moved, at ``when`` (qex.jobs.learn)."""
     return f"{LEARN}.corrupt-{when}"
@@ -88,6 +95,7 @@ SPEC = "spec.json"                   # what to run, written once at submission (
 STDOUT = "stdout.log"                # the job's stdout (qex.supervisor.run, .logs)
 STDERR = "stderr.log"                # the job's stderr (qex.supervisor.run, .logs)
 SUPERVISOR_LOG = "supervisor.log"    # its supervisor's stdout and stderr (qex.queue.fork, qex.supervisor.run)
+SLURM_LOG = "slurm.log"              # the Slurm backend: its batch script's stdout and stderr (qex.slurm.script)
 ALIVE = "alive.lock"                 # held by its supervisor while it lives (made by the pass: qex.queue.engine)
 PID = "pid"                          # the pid file (qex.linux.pidfile; written by qex.supervisor.spawn)
 VRAM = "vram"                        # a GPU job's VRAM peak so far, per device (qex.supervisor.vram)
@@ -97,6 +105,11 @@ HOOK_LOG = "hook.log"                # its stop hook's stdout and stderr (qex.ho
 STDIN = "stdin"                      # its input: a copy (--stdin -), a link (--stdin FILE), a FIFO (qex run)
 STDOUT_PIPE = "stdout.pipe"          # FIFOs its qex run / submit --follow reads the output from
 STDERR_PIPE = "stderr.pipe"          # (qex.supervisor.pipes: made by the follower, written by the supervisor)
+CALL = "call.pickle"                 # a Python call: its function and arguments (qex.api.calls; read by qex.api.runner)
+RESULT = "result.pickle"             # what the call returned or raised (written by qex.api.runner)
+# What a job reads from its directory to run, beside its spec and stdin: a rerun's new job gets a copy
+# (qex.control.rerun; stdin has its own rule there, by --stdin).
+RUN_FILES = (CALL,)
 CUT = ".cut"                         # after a log's name: the log's cut record (qex.supervisor.logs)
 _NEW_JOB = ".new-"                   # before a job's id: its directory being made (qex.store.state)
 _CLEANED = ".clean-"                 # before a job's id: its directory being removed (qex.control.actions)

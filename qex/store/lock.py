@@ -31,6 +31,8 @@ FOREVER = float("inf")
 timeout: float | None = None
 
 
+NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # a file system without flock (no_flock)
+
 class Busy(Exception):
     """``StateLock(wait=False)``: another process holds the lock."""
 
@@ -82,6 +84,11 @@ class StateLock:
         except BlockingIOError:
             os.close(fd)
             raise Busy(path) from None
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in NO_FLOCK:
+                raise no_flock(exc, path, what) from None
+            raise
         except BaseException:
             os.close(fd)
             raise
@@ -123,6 +130,16 @@ class StateLock:
         self._let_outer_go()
 
 
+def no_flock(exc: OSError, path: str, what: str = "the lock") -> StoreError:
+    """The refusal of a file system that gives no ``flock`` (an NFS mount with ``nolock``, or
+    NFSv3 without its lock manager: ENOLCK; some FUSE file systems: EOPNOTSUPP, ENOSYS).
+    qex never goes on unlocked: two passes at once would admit past the budget and lose
+    records (docs/assumptions.md, "NFS")."""
+    return StoreError(f"{what} {path} cannot be locked: {exc.strerror or exc} (flock); qex never runs "
+                      "unlocked, so nothing was done. Put the state directory on a local disk or an NFSv4 "
+                      "mount, whose flock is a lock the server keeps (QEX_STATE_DIR; docs/assumptions.md)")
+
+
 def hold(path: str, mode: int = 0o600) -> int | None:
     """Take an exclusive lock on ``path`` without waiting; return the fd, or None if held.
 
@@ -139,6 +156,8 @@ def hold(path: str, mode: int = 0o600) -> int | None:
         os.close(fd)
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             return None
+        if exc.errno in NO_FLOCK:
+            raise no_flock(exc, path) from None
         raise
     return fd
 
@@ -157,6 +176,8 @@ def is_held(path: str) -> bool:
     except OSError as exc:
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             return True
+        if exc.errno in NO_FLOCK:
+            raise no_flock(exc, path) from None
         raise
     finally:
         os.close(fd)

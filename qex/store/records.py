@@ -37,6 +37,7 @@ def _declare() -> None:
     PoolClaim, Claims, Assigned = _claim_classes(frozen, field)
     Usage, LogsDropped, Attempt = _attempt_classes(frozen, field, Claims)
     Status = _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt)
+    Status.final = property(lambda self: self.state in FINAL, doc="whether its state is final")
     Spec = _spec_class(define, field)
     for cls in (PoolClaim, Claims, Assigned, Usage, LogsDropped, Attempt, Status, Spec):
         cls.__qualname__ = cls.__name__  # records.Status, as if declared at the top
@@ -88,8 +89,10 @@ def _attempt_classes(frozen, field, Claims) -> tuple:
 
         max_rss: int | None = None  # peak memory in bytes (see peak_from); null: not measured
         cpu_secs: float | None = None  # CPU seconds used (user + system) of the job's processes; null: not measured
-        peak_from: str | None = None  # where max_rss comes from: cgroup (the whole process tree), rusage (the largest
-                                      # waited-for process), null (not measured)
+        peak_from: str | None = None  # where max_rss comes from: cgroup (the whole process tree), proc-sample (the
+                                      # whole tree's Pss sampled from /proc every sample_period seconds, without a
+                                      # cgroup), rusage (the largest waited-for process), null (not measured)
+        sample_period: float | None = None  # seconds between the /proc samples of a proc-sample peak; null: other
         oom_kills: int | None = None  # OOM kills the kernel counted in the job's cgroup; null: the job had no cgroup
         vram_peak: int | None = None  # the most VRAM its processes held on one GPU, in bytes; null: not measured
         vram_peak_by_device: dict[str, int] | None = None  # that peak per device: qex's number of a device of the
@@ -176,10 +179,10 @@ def _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt) 
         rerun_of: str | None = None  # qex rerun: the id of the job this one repeats; null otherwise
         peer_lock: str | None = None  # its liveness file in the peer directory (several users); null when none
         vram_over: str | None = None  # its VRAM above what it was given on a device, in words; null: not above
-
-        @property
-        def final(self) -> bool:
-            return self.state in FINAL
+        slurm_job_id: str | None = None  # the Slurm backend: its Slurm job id ("123", an array task "123_4"); null: local
+        nice: int | None = None  # the niceness it runs at ([politeness] nice, --nice); null: an older qex's
+        io_class: str | None = None  # its I/O class: best-effort (level 7), idle, none (inherited); null: as nice
+        oom_score_adj: int | None = None  # its oom_score_adj ([politeness], --oom-score-adj); null: inherited
     return Status
 
 
@@ -195,6 +198,8 @@ def _spec_class(define, field) -> type:
         env: dict[str, str]
         format: int = FORMAT
         nice: int | None = None
+        io_class: str | None = None
+        oom_score_adj: int | None = None
         hints: bool = False
         request: dict = field(factory=dict)
 
@@ -215,8 +220,8 @@ def status_defaults() -> dict:
         "claims": {"cpu": 1.0, "mem": 0, "pools": {}}, "claim_source": {}, "assigned": [], "forced": False,
         "submitted_at": 0.0, "started_at": None, "ended_at": None, "pid": None, "supervisor_pid": None,
         "exit_code": None, "signal": None, "attempt": 1, "attempts": [],
-        "usage": {"max_rss": None, "cpu_secs": None, "peak_from": None, "oom_kills": None, "vram_peak": None,
-                  "vram_peak_by_device": None},
+        "usage": {"max_rss": None, "cpu_secs": None, "peak_from": None, "sample_period": None, "oom_kills": None,
+                  "vram_peak": None, "vram_peak_by_device": None},
         "error": None, "blocked_reason": None, "blocked_holder": None, "blocked_since": None,
         "passed_by": 0, "dedupe_key": None, "needs": [], "after": [], "skipped_root": None,
         "logs_dropped": {"stdout_bytes": 0, "stdout_lines": 0, "stderr_bytes": 0, "stderr_lines": 0,
@@ -224,6 +229,7 @@ def status_defaults() -> dict:
         "timeout": None, "retries": 0, "oom_retries": 1, "max_queue_time": None, "queue_pause_secs": 0.0,
         "queue_pauses": [], "kill_requested": False, "supervisor_lost": False, "oom_evidence": None,
         "template": None, "rerun_of": None, "peer_lock": None, "vram_over": None,
+        "slurm_job_id": None, "nice": None, "io_class": None, "oom_score_adj": None,
     }
 
 
@@ -239,6 +245,8 @@ class NewSpec(Plain):
     env: dict
     format: int = FORMAT
     nice: int | None = None
+    io_class: str | None = None
+    oom_score_adj: int | None = None
     hints: bool = False
     request: dict = Factory(dict)
 

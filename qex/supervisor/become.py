@@ -9,9 +9,11 @@ supervisor (``qex.supervisor.run.main_loop``), which never returns.
 from __future__ import annotations
 
 import os
+import sys
 
 from qex.queue import fork
 from qex.queue.context import Launch, PassResult
+from qex.store import layout
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -44,9 +46,14 @@ def revive_waker(ctx: Context) -> None:
 
 def finish_pass(ctx: Context, result: PassResult, leaving: bool = False) -> None:
     """Fork what the pass admitted (``qex.queue.launch.after_pass``); in a forked
-    supervisor, supervise and never return."""
+    supervisor, supervise and never return. A process that must not fork
+    (``ctx.forks`` False) has a fresh one run the pass instead (``starter.kick``)."""
     from qex.queue.launch import after_pass
 
+    if not ctx.forks:  # (a qex.api program: its pass admitted nothing; a fresh process passes)
+        if result.queued_mine or result.running_mine:
+            kick(ctx)
+        return
     if result.launches:
         import qex.supervisor.run  # noqa: F401 (imported once here, not in each just-forked child: fork_early)
     become_supervisor_if(ctx, after_pass(ctx, result, leaving))
@@ -101,3 +108,37 @@ def fork_early(ctx: Context, launches: list[Launch], locks: tuple[int, ...], lea
         os._exit(70)
     main_loop(ctx, child)  # never returns: it ends in os._exit
     os._exit(70)
+
+
+_STARTERS: list = []  # this process's starters (subprocess.Popen) not seen ending yet
+_STARTER = "import sys; sys.path.insert(0, sys.argv[1]); from qex.supervisor.starter import main; main()"
+
+
+def starter_lock_path(ctx: Context) -> str:
+    return os.path.join(ctx.store.root, layout.starter_lock(ctx.uid))
+
+
+def kick(ctx: Context) -> None:
+    """Have a fresh qex process pass (``qex.supervisor.starter``), unless one started
+    already has yet to take the state lock (its pass will see what this process committed)."""
+    import subprocess
+
+    from qex.store.lock import hold
+
+    try:
+        fd = hold(starter_lock_path(ctx), layout.MEMBER_FILE_MODE if ctx.store.shared else 0o600)
+    except OSError:
+        return  # (the next look kicks again)
+    if fd is None:
+        return
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this qex's
+    env = {**os.environ, "QEX_STATE_DIR": ctx.store.root, "QEX_CONFIG": ctx.config.path}
+    _STARTERS[:] = [p for p in _STARTERS if p.poll() is None]  # (reaps those that ended: no zombie piles up)
+    try:
+        _STARTERS.append(subprocess.Popen([sys.executable, "-c", _STARTER, root, str(fd)], pass_fds=(fd,), close_fds=True,
+                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, env=env, cwd="/"))
+    except OSError:
+        pass  # (the job waits queued; the next look kicks again)
+    finally:
+        os.close(fd)  # the starter holds the lock now (an flock is its open file's)

@@ -22,10 +22,13 @@ DRAIN_AFTER_EXIT = 2.0  # seconds the job's output is still read after it exited
 
 
 def classify(rec: dict, wait_status: int, rusage: object, stop_reason: str | None, interrupt: object,
-             sinks: dict[int, Sink], incomplete: bool, meter: Meter | None = None, vram: dict | None = None) -> dict:
-    """``vram``: what a GPU job's sampler found (``Sampler.result``), or None."""
+             sinks: dict[int, Sink], incomplete: bool, meter: Meter | None = None, vram: dict | None = None,
+             sampled: dict | None = None) -> dict:
+    """``vram``: what a GPU job's sampler found (``Sampler.result``), or None; ``sampled``:
+    what the /proc sampler of a job without a cgroup found (``rss.TreePeak.result``)."""
     out, err = sinks.values()
-    usage, oom_evidence = (meter or Meter()).end(rusage, wait_status, stopped_by_qex=stop_reason is not None)
+    usage, oom_evidence = (meter or Meter()).end(rusage, wait_status, stopped_by_qex=stop_reason is not None,
+                                                 sampled=sampled)
     vram_over = None
     if vram is not None:
         from qex.supervisor import vram_note

@@ -59,7 +59,8 @@ def finish() -> None:
             sink.close()  # the counted marker, as _watch closes them
         rusage = _Rusage(*ended["rusage"]) if ended["rusage"] is not None else None
         return ending.classify(passed["rec"], ended["wait_status"], rusage, ended["stop_reason"], interrupt,
-                             {i: s for i, s in enumerate(sinks)}, ended["incomplete"], meter, ended.get("vram"))
+                             {i: s for i, s in enumerate(sinks)}, ended["incomplete"], meter, ended.get("vram"),
+                             ended.get("rss"))
 
     run.resume(ctx, launch, interrupt, ended_rec)
 
@@ -101,4 +102,5 @@ def _meter(state: dict | None):
         meter.cg = cgroup.JobCgroup(*state["cg"]) if state["cg"] else None
         meter.why_not, meter.cg_kills0 = state["why_not"], state["cg_kills0"]
         meter.machine0, meter.job_dir = state["machine0"], state["job_dir"]
+        meter.unit = state.get("unit")
     return meter

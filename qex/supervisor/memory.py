@@ -1,8 +1,9 @@
 """Memory in the supervisor: measure each attempt, attribute an OOM kill, answer it.
 
 ``Meter`` measures one attempt: a per-job memory cgroup where the machine
-allows it (``qex.linux.cgroup``), else ``getrusage`` and the machine's
-``oom_kill`` counter. The evidence it reports is never more than it has:
+allows it (``qex.linux.cgroup``), or a leaf of a systemd scope on cgroup v2
+under systemd (``qex.linux.scope``), else the whole tree sampled from /proc
+(``qex.linux.rss``), ``getrusage`` and the machine's ``oom_kill`` counter. The evidence it reports is never more than it has:
 
 - ``cgroup``: the kernel counted an OOM kill in the job's own cgroup during
   the attempt, and the job did not exit 0;
@@ -42,6 +43,7 @@ class Meter:
         self.machine0: int | None = None
         self.job_dir = ""
         self.inside = False  # this supervisor is in the job's cgroup (between enter and leave)
+        self.unit: str | None = None  # the systemd scope made for it (qex.linux.scope)
 
     def prepare(self, job_dir: str, job_id: str, attempt: int) -> None:
         """Before the spawn: make the cgroup (the pid file names it: ``cgroup.note``), read the counters."""
@@ -49,8 +51,25 @@ class Meter:
         self.cg, self.why_not = cgroup.create(job_id, attempt)
         if self.cg is not None:
             self.cg_kills0 = 0  # a cgroup made a moment ago, that nothing has run in yet
+        elif cgroup.scope_candidate():  # cgroup v2 under systemd: a leaf of a systemd scope
+            self._plan_scope(job_id, attempt)
         if self.cg is None:  # the machine's counter is the evidence only without a cgroup
             self.machine0 = cgroup.machine_oom_kills()
+
+    def _plan_scope(self, job_id: str, attempt: int) -> None:
+        """The attempt's cgroup in a systemd scope (``qex.linux.scope``: an early supervisor
+        makes it while its submission commits). Without it, the job is measured from /proc
+        (``why_not`` says why, and supervisor.log)."""
+        from qex.linux import dbus, scope
+
+        try:
+            self.cg = scope.make(scope.unit_name(job_id, attempt), f"qex job {job_id} attempt {attempt}")
+        except (OSError, dbus.DBusError) as exc:
+            why = f"no systemd scope either: {getattr(exc, 'message', '') or exc}"
+            self.why_not = f"{self.why_not}; {why}"
+            print(f"qex: {why}; the job's peak is sampled from /proc", flush=True)
+            return
+        self.unit, self.cg_kills0 = scope.unit_name(job_id, attempt), self.cg.oom_kills() or 0
 
     def enter(self) -> None:
         """Just before the spawn: move this supervisor into the job's cgroup, so that the
@@ -93,17 +112,22 @@ class Meter:
         if self.cg is not None:
             # Still inside (said in supervisor.log): no rmdir can succeed; the note stays for the
             # sweep, and the next job's spawn moves this supervisor home (its leave).
-            if not self.inside:
+            if not self.inside and not self.cg.scoped:  # (a scope's cgroup is systemd's to remove)
                 self.cg.remove()
             self.cg, self.inside = None, False
 
-    def end(self, rusage: object, wait_status: int, stopped_by_qex: bool) -> tuple[dict, str | None]:
+    def end(self, rusage: object, wait_status: int, stopped_by_qex: bool,
+            sampled: dict | None = None) -> tuple[dict, str | None]:
         """After the job ended (wait4 done): (usage, OOM evidence). Removes the cgroup
         (emptied first when qex stopped the job; what a job that ended by itself left
-        there keeps it, and the sweep removes it once they are gone)."""
+        there keeps it, and the sweep removes it once they are gone). Without a cgroup,
+        the best peak there is: the /proc sampler's whole tree (``sampled``:
+        ``qex.linux.rss``), or getrusage's largest process where that is more."""
         rss = rusage.ru_maxrss * 1024 if rusage is not None else None
         usage = {"max_rss": rss, "cpu_secs": round(rusage.ru_utime + rusage.ru_stime, 3) if rusage else None,
                  "peak_from": "rusage" if rss is not None else None, "oom_kills": None}
+        if self.cg is None and sampled and sampled.get("peak") and (rss is None or sampled["peak"] >= rss):
+            usage.update(max_rss=sampled["peak"], peak_from="proc-sample", sample_period=sampled["period"])
         cg_kills = None
         if self.cg is not None:
             # The cgroup's peak, not getrusage's: a forked child's ru_maxrss includes
@@ -115,9 +139,14 @@ class Meter:
             now = self.cg.oom_kills()
             if now is not None and self.cg_kills0 is not None:
                 cg_kills = usage["oom_kills"] = max(0, now - self.cg_kills0)  # (a record holds no negative count)
+            if now is not None and self.cg.scoped:
+                group = cgroup.read_counter(os.path.join(self.cg.path, "memory.events"), "oom_group_kill")
+                if group and not cg_kills:
+                    cg_kills = usage["oom_kills"] = group
             if stopped_by_qex:  # qex kill, --timeout: what is left in the job's cgroup goes too
                 self.cg.kill()
-                cgroup.remove_dir(self.cg.path, wait=0.5)
+                if not self.cg.scoped:
+                    cgroup.remove_dir(self.cg.path, wait=0.5)
             self.discard()
         evidence = None
         clean_exit = os.WIFEXITED(wait_status) and os.WEXITSTATUS(wait_status) == 0
@@ -138,6 +167,17 @@ EVIDENCE_WORDS = {
                         "and died of SIGKILL while the OOM kill count of the machine rose, "
                         "circumstantial evidence as it had no cgroup"),
 }
+
+
+def peak_words(outcome: dict) -> str:
+    """Where an attempt's peak comes from, in words (`` (...)``; "" where it was not measured)."""
+    usage = outcome.get("usage") or outcome
+    source = usage.get("peak_from")
+    if source == "cgroup":
+        return " (its whole process tree, from its cgroup)"
+    if source == "proc-sample":
+        return f" (its whole process tree, sampled from /proc every {usage.get('sample_period') or 0:g}s)"
+    return " (its largest process, from getrusage)" if source == "rusage" else ""
 
 
 def settle(ctx: Context, current: dict, outcome: dict, lessons: list | None = None) -> dict | None:
@@ -202,7 +242,7 @@ def _answer_oom(ctx: Context, current: dict, outcome: dict) -> dict | None:
     if within_claim(current, outcome):
         return _answer_outside(ctx, current, outcome, claim, reached, used, allowed, f"attempt {attempt} {verb} {how}")
     head = (f"attempt {attempt} {verb}: the claim of {format_size(claim)} was too small. "
-            f"It reached {format_size(reached) if reached else 'an unknown peak'} {how}")
+            f"It reached {format_size(reached) if reached else 'an unknown peak'}{peak_words(outcome)} {how}")
     new = min(max(2 * claim, reached or 0), budget)
     if used >= allowed:
         why = "Not retried, --oom-retries 0" if allowed == 0 else f"Not retried, its {allowed} --oom-retries are used"
@@ -230,7 +270,8 @@ def _answer_outside(ctx: Context, current: dict, outcome: dict, claim: int, reac
     from qex.base.units import format_size
 
     where, limit = _ran_out_where(ctx)
-    head = (f"{head}, but it reached only {format_size(reached)} of its claim of {format_size(claim)}: "
+    head = (f"{head}, but it reached only {format_size(reached)}{peak_words(outcome)} of its claim of "
+            f"{format_size(claim)}: "
             f"the memory ran out outside the job, in {where}, so the claim was not the cause "
             "and a larger one would not help")
     if limit is not None and limit <= claim:

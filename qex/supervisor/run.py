@@ -15,8 +15,9 @@ import time
 
 from qex.base.errors import StoreError
 from qex.base.states import HOLDING
-from qex.linux import pidfile, title, tree
+from qex.linux import manners, pidfile, title, tree
 from qex.linux.proc import KILL_GRACE, child_subreaper, detach_stdio, forked_children, look_up_prctl, signal_group
+from qex.linux.rss import TreePeak
 from qex.queue import engine, reconcile
 from qex.queue.context import Launch
 from qex.queue.launch import after_pass
@@ -128,6 +129,7 @@ def prepare_early(ctx: Context, launch: Launch) -> None:
         meter.prepare(ctx.store.job_dir(launch.job_id), launch.job_id, launch.attempt)
         launch.meter = meter
         look_up_prctl()  # (the subreaper, set in supervise)
+        manners.bind()  # (the job's I/O class, set at the spawn)
     except Exception:
         launch.spec = launch.meter = None
 
@@ -268,14 +270,14 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
             grow(pipe)
     started = rec.get("started_at") or time.time()
     timeout_at = started + rec["timeout"] if rec.get("timeout") else None
-    sampler = _sampler(ctx, rec, started)
+    sampler, peak = _sampler(ctx, rec, started), TreePeak.start(started) if not (meter and meter.cg) else None
     handoff_at = time.time() + watch.GRACE if launch is not None else None
     mark_at = started + RUNNING_AFTER if rec.get("_unrecorded") and launch is not None else None
     pipes, abandon = sinks, None
     while True:
         pause_at = min(t for t in (handoff_at, mark_at) if t is not None) if (handoff_at or mark_at) else None
         end = watch.loop(proc.pid, sinks, pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, pause_at,
-                         sampler)
+                         sampler, peak)
         if not (end.handoff and mark_at is not None):
             break
         mark_at, pipes = None, end.open_pipes  # the job runs on: record it running, then watch on
@@ -292,9 +294,9 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
 
         spawn.pid_line_now(proc)
         watch.become_watcher(ctx, launch, proc.pid, rec, interrupt, meter, sinks, end.open_pipes,
-                               timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, sampler)
+                               timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, sampler, peak)
         end = watch.loop(proc.pid, sinks, end.open_pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT,
-                         None, sampler)
+                         None, sampler, peak)
     proc.returncode = end.wait_status
     if sampler is not None:
         sampler.stop()
@@ -307,7 +309,7 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
             meter.discard()
         return abandon
     return ending.classify(rec, end.wait_status, end.rusage, end.stop_reason, interrupt, sinks, end.incomplete, meter,
-                           sampler.result() if sampler is not None else None)
+                           sampler.result() if sampler is not None else None, peak.result() if peak else None)
 
 
 def _sampler(ctx: Context, rec: dict, started: float):

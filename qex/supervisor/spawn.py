@@ -10,7 +10,7 @@ import os
 import stat
 
 from qex.base.errors import StoreError
-from qex.linux import cgroup, pidfile
+from qex.linux import cgroup, manners, pidfile
 from qex.linux.proc import signal_group
 from qex.queue.context import Launch
 from qex.store import fs, layout
@@ -18,8 +18,6 @@ from qex.supervisor.memory import Meter
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
-    from subprocess import Popen
-
     from qex.config.context import Context
     from qex.config.model import Config
     from qex.store.records import NewSpec
@@ -86,7 +84,7 @@ def _env_name(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name).upper()
 
 
-def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) -> tuple[Child | Popen | None, dict | None]:
+def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) -> tuple[Child | None, dict | None]:
     """Spawn a 'starting' job in its process group (and memory cgroup) and write its pid
     file. Returns (process, None), or (None, the outcome of a start that failed).
 
@@ -120,14 +118,9 @@ def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) 
             intent = True
             if _CRASH:
                 faults.hit("supervisor.before_spawn")
-            noted, lock = meter.cg, launch.peer_fd  # (lock: the job gets a copy, Child.spawn)
-            meter.enter()
-            if noted is not None and meter.cg is None:  # it could not join: the job is born outside it
-                pidfile.write(pid_path, "-", intent_line, mode)
-            try:
-                proc = _child(path, spec, env, lock, store.path(launch.job_id, layout.STDIN))
-            finally:
-                meter.leave()
+            born = (meter, (pid_path, "-", intent_line, mode), (path, env, launch.peer_fd,
+                    store.path(launch.job_id, layout.STDIN), spec.command))
+            proc = manners.spawn_with(lambda: _born(*born), *manners_of(spec, ctx.config))
         finally:
             _go_home(home)
     except (OSError, ValueError, StoreError) as exc:  # ValueError: what posix_spawn refuses to pass (a NUL,
@@ -148,10 +141,25 @@ def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) 
     return proc, None
 
 
-def _child(path: str, spec: NewSpec, env: dict, lock: int, input_path: str) -> Child | Popen:
+def _born(meter: Meter, intent: tuple, child: tuple) -> Child:
+    """In the thread of the job's manners (``qex.linux.manners.spawn_with``; a v1 cgroup
+    moves a thread): into its cgroup, the spawn, back. ``intent``: the pid file's intent
+    line, written again without the cgroup if this supervisor cannot join it; ``child``:
+    ``_child``'s arguments (the peer lock's fd: the job gets a copy, ``Child.spawn``)."""
+    noted = meter.cg
+    meter.enter()
+    if noted is not None and meter.cg is None:  # it could not join: the job is born outside it
+        pidfile.write(*intent)
+    try:
+        return _child(*child)
+    finally:
+        meter.leave()
+
+
+def _child(path: str, env: dict, lock: int, input_path: str, argv: tuple) -> Child:
     """The job, with its peer lock ``lock`` and its stdin from ``input_path``
     (``qex.supervisor.pipes.open_input``; an OSError that says which if it cannot be
-    opened): ``posix_spawn``, or ``subprocess`` for a job with a nice."""
+    opened), by ``posix_spawn``."""
     from qex.supervisor import pipes
 
     try:
@@ -159,18 +167,26 @@ def _child(path: str, spec: NewSpec, env: dict, lock: int, input_path: str) -> C
     except OSError as exc:
         raise OSError(f"cannot open its input {pipes.input_words(input_path)}: {exc.strerror or exc}") from None
     try:
-        return (Child.spawn(path, spec.command, env, lock, stdin) if not spec.nice
-                else _popen(path, spec, env, lock, stdin))
+        return Child.spawn(path, argv, env, lock, stdin)
     finally:
         if stdin is not None:
             os.close(stdin)  # (the job's now)
+
+
+def manners_of(spec: NewSpec, config: Config) -> tuple[int, str | None, int]:
+    """The niceness, I/O class and oom_score_adj the job runs with: its spec's (the
+    submission resolved them), else the config's (a spec an older qex wrote)."""
+    io_class = getattr(spec, "io_class", None) or config.io_class
+    oom = getattr(spec, "oom_score_adj", None)
+    return (config.nice if spec.nice is None else spec.nice, None if io_class == "none" else io_class,
+            config.oom_score_adj if oom is None else oom)
 
 
 def _not_started(spec, exc: BaseException) -> dict:
     return {"state": "failed", "error": f"cannot start {spec.command[0]!r}: {getattr(exc, 'strerror', None) or exc}"}
 
 
-def pid_line_now(proc: Child | Popen) -> None:
+def pid_line_now(proc: Child) -> None:
     """The job is recorded running (or watched by another program from now on): its
     pid line is written first. A failure is said in supervisor.log; the job, in its
     cgroup, goes on (the intent line still names that cgroup)."""
@@ -181,7 +197,7 @@ def pid_line_now(proc: Child | Popen) -> None:
               "supervisor lost stops the job through its cgroup", flush=True)
 
 
-def write_pid_line(proc: Child | Popen) -> None:
+def write_pid_line(proc: Child) -> None:
     """The job's ``<pid> <start time> [cgroup]`` over the intent line, once (``spawn``).
 
     A job born in its cgroup, which the intent line names, gets it only when it is
@@ -253,34 +269,6 @@ class Child:
             return self.returncode
         self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
-
-
-def _popen(path: str, spec, env: dict, lock: int = -1, stdin: int | None = None):
-    """A job with a nice: the one case posix_spawn cannot do exactly (it has no
-    niceness attribute, and the job must not run one instruction at the wrong one),
-    so subprocess forks and the child calls ``os.nice`` before it execs, and puts
-    its peer lock at ``job_lock_fd()`` (as ``Child.spawn``). Nothing else is
-    passed on: every fd of the supervisor is close-on-exec (``no_inherited_fds``),
-    so ``close_fds`` (which would close the lock's copy too) is not needed."""
-    import subprocess
-
-    nice, at = spec.nice, job_lock_fd() if lock >= 0 else -1
-
-    def child() -> None:
-        os.nice(nice)
-        if at >= 0:
-            if lock == at:
-                os.set_inheritable(lock, True)
-            else:
-                os.dup2(lock, at)  # (inheritable)
-
-    try:
-        return subprocess.Popen(
-            list(spec.command), executable=path, env=env,
-            stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            close_fds=False, process_group=0, preexec_fn=child)
-    except subprocess.SubprocessError as exc:  # os.nice failed in the child: it never ran
-        raise OSError(f"cannot set its nice value {nice}: {exc}") from None
 
 
 def executable(name: str, env: dict) -> str:

@@ -9,7 +9,7 @@ what it orphaned, which this child subreaper adopted, on SIGCHLD), and read
 what a process the job left behind still writes for a short drain.
 
 A job's follower (``qex run``: a FIFO, ``qex.supervisor.pipes``) gets every
-byte the sink gets. When its FIFO is full (``Sink.pending``) the job's pipe
+byte the sink gets. When its FIFO is full (``Sink.held``, ``Sink.pending``) the job's pipe
 leaves the poll and the FIFO comes in until it has taken what waits: the job
 waits for its follower as for a pipe, and the time so spent is not the
 drain's (a job that ended with its last output on the way waits for its
@@ -27,7 +27,9 @@ which records the end exactly as the forked supervisor would have.
 
 Import nothing here that is not builtin or already loaded by a bare
 interpreter: ``posix`` (not ``os``), ``_signal`` (``signal`` imports ``enum``),
-``select.poll`` (not ``selectors``), ``marshal`` (not ``json``).
+``select.poll`` (not ``selectors``), ``marshal`` (not ``json``). A followed job's
+watcher loads ``_ctypes`` too, on its first output (libc's ``tee``:
+``qex.linux.tee``; 92 kB of USS measured), for the stream's throughput.
 """
 
 import _signal
@@ -97,10 +99,10 @@ class End:
 
 
 def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, timeout_at: float | None,
-         kill_grace: float, drain: float, handoff_at: float | None = None, sampler: object = None) -> End:
+         kill_grace: float, drain: float, handoff_at: float | None = None, sampler: object = None, peak: object = None) -> End:
     """Watch the job ``pid`` (leader of its process group) until it has ended, its pipes
-    are read (or ``drain`` seconds after its end) and its followers have what it wrote
-    (see the module's doc), or until ``handoff_at``. ``sampler``: qex.supervisor.vram."""
+    are read (or ``drain`` seconds after its end) and its followers have what it wrote (see
+    the module's doc), or until ``handoff_at``. ``sampler``: qex.supervisor.vram; ``peak``: rss."""
     open_pipes = set(open_pipes)
     held: dict[int, int] = {}  # a follower's FIFO -> the job's pipe held back until it takes what waits
     poll, pidfd = _poll_of(pid, open_pipes, interrupt, sinks, held)
@@ -132,7 +134,7 @@ def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, 
             if handing and now >= handoff_at:
                 return End(handoff=True, open_pipes=open_pipes)
             limits = [t for t in (timeout_at if stop_reason is None else None, kill_at, drain_until,
-                                  handoff_at if handing else None, _sample(sampler, now, poll, wait_status)) if t]
+                                  handoff_at if handing else None, _sample(sampler, now, poll, wait_status, peak)) if t]
             # poll() takes an int of ms: a --timeout of weeks would overflow it; wake and look again
             wait = min(MAX_WAIT, max(0.0, min(limits) - now)) if limits else None
             try:
@@ -158,10 +160,15 @@ def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, 
     return End(wait_status, rusage, stop_reason, incomplete)
 
 
-def _sample(sampler, now: float, poll, wait_status) -> float | None:
+def _sample(sampler, now: float, poll, wait_status, peak: object = None) -> float | None:
     """A GPU job's VRAM sampler, while the job runs: a reading started when one is due,
-    taken in when done; when the loop must look again for it (None: no sampler)."""
-    return None if sampler is None or wait_status is not None else sampler.tick(now, poll)
+    taken in when done; and the /proc sampler of a job without a cgroup (``peak``:
+    qex.linux.rss). When the loop must look again for them (None: no sampler)."""
+    if wait_status is not None:
+        return None
+    times = [t for t in (sampler.tick(now, poll) if sampler is not None else None,
+                         peak.tick(now) if peak is not None else None) if t]
+    return min(times) if times else None
 
 
 def _buffer(sinks: dict) -> bytearray:
@@ -204,7 +211,7 @@ def _poll_of(pid: int, open_pipes: set, interrupt, sinks: dict, held: dict) -> t
     poll = select.poll()
     for fd in open_pipes:
         os.set_blocking(fd, False)
-        if sinks[fd].pending:
+        if sinks[fd].pending or sinks[fd].held:
             poll.register(sinks[fd].tee, select.POLLOUT)
             held[sinks[fd].tee] = fd
         else:
@@ -216,19 +223,17 @@ def _poll_of(pid: int, open_pipes: set, interrupt, sinks: dict, held: dict) -> t
 
 
 def _copy(fd: int, mask: int, buffer: bytearray, sinks: dict, poll, open_pipes: set, held: dict) -> None:
-    """What the pipe ``fd`` has, into its sink; at its end, it leaves the poll."""
+    """What the pipe ``fd`` has, into its sink (``Sink.take``); at its end, it leaves the poll."""
+    sink = sinks[fd]
     try:
-        n = os.readv(fd, [buffer]) if mask & (select.POLLIN | select.POLLHUP) else 0
+        n = sink.take(fd, buffer) if mask & (select.POLLIN | select.POLLHUP) else 0
     except BlockingIOError:
         return
     except OSError:
         n = 0
-    if n:
-        sink = sinks[fd]
-        sink.write(buffer, n)
-        if sink.pending:
-            _hold(fd, sink, poll, held)
-    else:
+    if n is None or sink.pending:  # (its follower's FIFO is full)
+        _hold(fd, sink, poll, held)
+    elif not n:
         poll.unregister(fd)
         open_pipes.discard(fd)
 
@@ -348,7 +353,8 @@ def _package_parent() -> str:
 
 def become_watcher(ctx: "Context", launch: "Launch", pid: int, rec: dict, interrupt: object, meter: "Meter",
                    sinks: dict, open_pipes: "Iterable[int]",
-                   timeout_at: float | None, kill_grace: float, drain: float, sampler: object = None) -> None:
+                   timeout_at: float | None, kill_grace: float, drain: float, sampler: object = None,
+                   peak: object = None) -> None:
     """Exec into the minimal watcher (see ``qex.supervisor.handoff``). Returns only
     if the exec failed (the caller then goes on watching in this process). Runs in
     the full supervisor, never in the watcher: its imports stay inside it."""
@@ -364,13 +370,15 @@ def become_watcher(ctx: "Context", launch: "Launch", pid: int, rec: dict, interr
         "launch": (launch.job_id, launch.alive_fd, launch.peer_fd, launch.peer_lock),
         "rec": rec,
         "meter": None if meter is None else {
-            "cg": (cg.kind, cg.path) if cg is not None else None, "why_not": meter.why_not,
-            "cg_kills0": meter.cg_kills0, "machine0": meter.machine0, "job_dir": meter.job_dir},
+            "cg": (cg.kind, cg.path, cg.scoped, cg.home) if cg is not None else None, "why_not": meter.why_not,
+            "cg_kills0": meter.cg_kills0, "machine0": meter.machine0, "job_dir": meter.job_dir,
+            "unit": meter.unit},
     }
     watched = {"pid": pid, "sinks": [(p, s.handover()) for p, s in sinks.items()], "open": list(open_pipes),
                "timeout_at": timeout_at, "kill_grace": kill_grace, "drain": drain,
                "requested": None, "keep": [launch.alive_fd, launch.peer_fd],
-               "here": _package_parent(), "vram": sampler.state() if sampler is not None else None}
+               "here": _package_parent(), "vram": sampler.state() if sampler is not None else None,
+               "rss": peak.state() if peak is not None else None}
     # From here a kill waits (blocked) for the watcher's handler; one that came during the
     # grace after the loop last looked is in interrupt.requested: it is handed over too.
     import signal
@@ -408,8 +416,13 @@ def main() -> None:
         from qex.supervisor.vram import Sampler
 
         sampler = Sampler.resume(watch["vram"])
+    peak = None
+    if watch.get("rss"):  # a job without a cgroup (qex.linux.rss: builtin modules only)
+        from qex.linux.rss import TreePeak
+
+        peak = TreePeak.resume(watch["rss"])
     end = loop(pid, {p: s for p, s in sinks.items()}, [p for p in sinks if p in watch["open"]], interrupt,
-               watch["timeout_at"], watch["kill_grace"], watch["drain"], None, sampler)
+               watch["timeout_at"], watch["kill_grace"], watch["drain"], None, sampler, peak)
     if sampler is not None:
         sampler.stop()
     for pipe, sink in sinks.items():
@@ -420,7 +433,8 @@ def main() -> None:
              "requested": interrupt.requested,
              "rusage": (r.ru_maxrss, r.ru_utime, r.ru_stime) if r is not None else None,
              "sinks": [s.handover() for s in sinks.values()],
-             "vram": sampler.result() if sampler is not None else None}
+             "vram": sampler.result() if sampler is not None else None,
+             "rss": peak.result() if peak is not None else None}
     interrupt.close()
     out = write_handover((ended, passed))
     keep = [out, *watch["keep"], *(s.fd for s in sinks.values()), *(s.cut_fd for s in sinks.values())]

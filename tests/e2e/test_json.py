@@ -80,7 +80,7 @@ def test_every_property_of_every_schema_has_a_description(q):
     holder = status["properties"]["blocked_holder"]
     assert set(holder["anyOf"][0]["enum"]) == set(HOLDERS)
     assert all(word in holder["description"] for word in HOLDERS)
-    assert status["properties"]["usage"]["properties"]["peak_from"]["anyOf"][0]["enum"] == ["cgroup", "rusage"]
+    assert status["properties"]["usage"]["properties"]["peak_from"]["anyOf"][0]["enum"] == ["cgroup", "proc-sample", "rusage"]
     assert len(status["properties"]) >= 49
 
 

@@ -1,8 +1,12 @@
-"""A submission's Request from the command line (``qex submit``, ``run``, ``--each-line``)."""
+"""A submission's Request from the options given: ``qex submit``'s parsed command line
+(``qex.cli.submit``) and ``qex.submit``'s keywords (``qex.api``) alike.
+
+``options`` has the attributes of the parsed command line (argparse's ``dest`` of
+each option of ``qex submit``: ``argv``, ``cpu``, ``claim``, ``tag``, ``needs`` ...);
+the values are then checked by ``qex.jobs.submit.build``, once, for both callers.
+"""
 
 from __future__ import annotations
-
-from qex.cli.common import command_after_dashes
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -12,20 +16,27 @@ if TYPE_CHECKING:
     from qex.config.context import Context
     from qex.jobs.submit import Request
 
+# (field of Request, option's attribute): the options copied as they are given
+SCALARS = (("cpu", "cpu"), ("mem", "mem"), ("gpu", "gpu"), ("vram", "vram"),
+           ("name", "name"), ("priority", "priority"), ("timeout", "timeout"),
+           ("max_queue_time", "max_queue_time"), ("retries", "retries"),
+           ("oom_retries", "oom_retries"), ("cwd", "cwd"), ("nice", "nice"),
+           ("io_class", "io_class"), ("oom_score_adj", "oom_score_adj"), ("env_capture", "env_capture"), ("dedupe_key", "dedupe_key"),
+           ("dedupe_window", "dedupe_window"), ("stdin", "stdin"))
+
+
+def command_after_dashes(argv: list[str]) -> list[str]:
+    return argv[1:] if argv[:1] == ["--"] else argv
+
 
 def request_from_args(args: Namespace | SimpleNamespace, ctx: Context) -> Request:
-    """A Request from the command line, on top of a job file when --job is given."""
+    """A Request from the options, on top of a job file when ``job`` is given."""
     from qex.jobs.submit import Request
 
     req = Request(command=command_after_dashes(args.argv))
-    if args.job:
+    if getattr(args, "job", None):
         _apply_job_file(req, args.job)
-    for field_name, option in (("cpu", "cpu"), ("mem", "mem"), ("gpu", "gpu"), ("vram", "vram"),
-                               ("name", "name"), ("priority", "priority"), ("timeout", "timeout"),
-                               ("max_queue_time", "max_queue_time"), ("retries", "retries"),
-                               ("oom_retries", "oom_retries"), ("cwd", "cwd"), ("nice", "nice"),
-                               ("env_capture", "env_capture"), ("dedupe_key", "dedupe_key"),
-                               ("dedupe_window", "dedupe_window"), ("stdin", "stdin")):
+    for field_name, option in SCALARS:
         value = getattr(args, option, None)
         if value is not None:
             setattr(req, field_name, value)
