@@ -17,7 +17,7 @@ Snakemake 9 (pip install snakemake snakemake-executor-plugin-cluster-generic):
     jobs: 64
     default-resources:
       mem_mb: 1000
-    seconds-between-status-checks: 2
+    seconds-between-status-checks: 5
   and beside it an executable qex-cancel:  #!/bin/sh  exec qex kill "$@"
     (Snakemake runs its cancel command without a shell, as one word.)
   qex submit prints the id alone; Snakemake appends the job script's path.

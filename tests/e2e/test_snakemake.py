@@ -47,7 +47,7 @@ rule bad:
 
 
 def _snakemake(snakefile: str) -> list[str]:
-    # The test's status checks every second (the profile's 2 s is for people); the rest is the profile's.
+    # The test's status checks every second (the profile's 5 s is for a shared machine); the rest is the profile's.
     return [sys.executable, "-m", "snakemake", "-s", snakefile, "--profile", PROFILE,
             "--seconds-between-status-checks", "1", "--latency-wait", "5"]
 
