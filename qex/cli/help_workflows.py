@@ -38,5 +38,6 @@ GNU make: every recipe line a job (make -j N and -k keep their meaning):
 
 xargs -P: every argument a job, qex's budget the real limit:
   xargs -P 4 -n1 qex run --quiet --cpu 1 -- ./process < inputs.txt
-    xargs exits 123 if a job failed (qex run returns the job's code).
+    xargs exits 123 if a job failed (qex run returns the job's code);
+    Ctrl-C of xargs: each qex run kills its job.
 """

@@ -111,3 +111,23 @@ def test_xargs_P_runs_each_argument_as_a_job_and_keeps_xargs_codes(q, tmp_path):
     assert len(jobs) == 6
     assert sorted(j["state"] for j in jobs) == ["completed"] * 5 + ["failed"]
     assert os.path.exists(tmp_path / "t.out")
+
+
+def test_ctrl_c_of_xargs_kills_its_qex_jobs(q, tmp_path):
+    env = qex_on_path(q)
+    gate = str(tmp_path / "gate")
+    argv = ["xargs", "-P", "2", "-n1", "qex", "run", "--quiet", "--cpu", "0.25", "--mem", "64MB", "--name", "xa",
+            "--", *gate_command(gate, then='touch "$0.out"')]
+    (tmp_path / "inputs").write_text("u\nv\n")
+    with open(tmp_path / "inputs") as inputs:
+        xargs = start(argv, env, str(tmp_path), stdin=inputs)
+    try:
+        q.wait_for(lambda: len(_jobs(q, env, "--name", "xa", "--state", "running")) == 2, timeout=60,
+                   what="both jobs running")
+        ctrl_c(xargs)
+        out = xargs.communicate(timeout=60)[0]
+    finally:
+        release(gate)
+    assert xargs.returncode != 0, out
+    assert sorted(j["state"] for j in _jobs(q, env, "--name", "xa")) == ["killed", "killed"]
+    assert not (tmp_path / "u.out").exists() and not (tmp_path / "v.out").exists()
