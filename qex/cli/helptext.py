@@ -9,6 +9,7 @@ from qex.cli.help_cron import CRON
 from qex.cli.help_python import PYTHON
 from qex.cli.help_resources import RESOURCES
 from qex.cli.help_slurm import SLURM
+from qex.cli.help_workflows import WORKFLOWS
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ queued -> expired | cancelled | skipped (without running)
     "cron": CRON,
     "python": PYTHON,
     "slurm": SLURM,
+    "workflows": WORKFLOWS,
     "config": """\
 The config file: $QEX_CONFIG, else $XDG_CONFIG_HOME/qex.toml, else
 ~/.config/qex.toml. Missing = the defaults. A file that cannot be read, a

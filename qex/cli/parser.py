@@ -275,6 +275,9 @@ def _args_status(c):
     c.add_argument("--json", action="store_true", help="print the records: an array, one for a job, a group's in "
                    "submission order (qex schema list)")
     c.add_argument("--all", action="store_true", help="a group: every record in words, not the summary")
+    c.add_argument("--word", action="store_true", help="print one word and exit 0: running (queued or running), "
+                   "success (completed) or failed (any other end; a group: once none is active, unless all "
+                   "completed): the status command of a workflow manager (qex help workflows)")
     c.add_argument("--show-env", action="store_true", help="also print the job's environment (your jobs only; "
                    "--json: each record's env)")
     c.add_argument("--timeout", metavar="T", help="with --wait/--follow: stop waiting after T (124)")

@@ -190,6 +190,8 @@ def _wait_notes():
 def cmd_status(args: Namespace) -> int:
     from qex.jobs.resolve import resolve
 
+    if args.word:
+        _word_alone(args)
     ctx = reading_context()
     target = resolve(ctx.store, args.id)
     if args.follow:
@@ -216,34 +218,55 @@ def cmd_status(args: Namespace) -> int:
         slurmsync.refresh(ctx, target.members)  # (one squeue call for what Slurm still holds)
         index = ctx.store.read_index_jobs()
     records = [ctx.store.read_live(j, index) for j in target.members]
+    if args.word:
+        from qex.base.states import workflow_word
+
+        out(workflow_word([rec.get("state", "") for rec in records]))
+        return 0
     if args.show_env:
         from qex.control.actions import check_owner
 
         for rec in records:  # refuse before printing anything
             check_owner(ctx, rec, "read the environment of", changes=False)
     if not args.quiet:
-        if args.json:  # always an array: one record for a job, a group's in submission order
-            if args.show_env:
-                records = [{**rec, "env": dict(ctx.store.read_spec(rec["id"]).env)} for rec in records]
-            print_json(records)
-        elif target.is_group and not (args.all or args.show_env):
-            from qex.cli.render import group_summary
-
-            out(group_summary(records, target.group, target.group_name, time.time()))
-        else:
-            from qex.cli.render import describe
-            from qex.jobs.stuck import stuck_words
-
-            now = time.time()
-            for i, rec in enumerate(records):
-                if i:
-                    out()
-                out(describe(rec, stuck_words(ctx, rec, index, now)))
-                if args.show_env:
-                    _show_env(ctx, rec)
+        _print_status(ctx, args, target, records, index)
     if args.quiet or args.wait:
         return outcome.group_exit_code(records) if target.is_group else outcome.exit_code(records[0])
     return 0
+
+
+def _print_status(ctx: Context, args: Namespace, target, records: list[dict], index: dict) -> None:
+    """The records of `qex status` as asked: JSON, a group's summary, or each in words."""
+    if args.json:  # always an array: one record for a job, a group's in submission order
+        if args.show_env:
+            records = [{**rec, "env": dict(ctx.store.read_spec(rec["id"]).env)} for rec in records]
+        print_json(records)
+    elif target.is_group and not (args.all or args.show_env):
+        from qex.cli.render import group_summary
+
+        out(group_summary(records, target.group, target.group_name, time.time()))
+    else:
+        from qex.cli.render import describe
+        from qex.jobs.stuck import stuck_words
+
+        now = time.time()
+        for i, rec in enumerate(records):
+            if i:
+                out()
+            out(describe(rec, stuck_words(ctx, rec, index, now)))
+            if args.show_env:
+                _show_env(ctx, rec)
+
+
+def _word_alone(args: Namespace) -> None:
+    """--word prints its word and nothing else: refuse what would add to it or wait."""
+    others = [o for o, on in (("--json", args.json), ("--wait", args.wait), ("--follow", args.follow),
+                              ("--quiet", args.quiet), ("--all", args.all), ("--show-env", args.show_env),
+                              ("--timeout", args.timeout is not None)) if on]
+    if others:
+        from qex.base.errors import UsageError
+
+        raise UsageError(f"--word prints one word alone and never waits; drop {', '.join(others)}")
 
 
 def _show_env(ctx: Context, rec: dict) -> None:
