@@ -1,12 +1,25 @@
 """Shared fixtures: a private queue per test (state dir, config, peer dir) and
-a runner that calls the real `qex` in a real process, as a user would."""
+a runner that calls the real `qex` in a real process, as a user would.
+
+The tree of tests/ mirrors qex/ (tests/store/ tests qex/store/, ...), beside
+e2e/ (a user's view), crash/, property/ and vm/, slurm/, gpu/. A helper of one
+folder's tests may serve another's: every folder is on the import path, whatever
+subset of the tests runs."""
 
 import json
 import os
 import signal
+import sys
 
 import pytest
-from driver import Qex, processes
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+for _name in sorted(os.listdir(_HERE)):
+    _dir = os.path.join(_HERE, _name)
+    if os.path.isdir(_dir) and _name not in ("data", "fakes") and not _name.startswith((".", "_")) and _dir not in sys.path:
+        sys.path.append(_dir)
+
+from driver import Qex, processes  # noqa: E402
 
 
 def pytest_configure(config):

@@ -6,7 +6,7 @@ qex follows (argparse hands everything after the first word to the command,
 ``argv``: the entry point takes it without importing argparse, gettext and
 locale and building the parser (~3 ms of a ~40 ms submission). Every other
 line, ``--help`` included, goes through the parser of ``qex.cli.parser``,
-which stays the one declaration of the command line: tests/test_cli_fast.py
+which stays the one declaration of the command line: tests/cli/test_cli_fast.py
 holds ``SUBMIT_DEFAULTS`` to what it declares and compares both ways of
 parsing over many lines.
 """

@@ -22,7 +22,7 @@ _OPT_STR = (str, type(None))
 _OPT_INT = (int, type(None))
 
 # status.json: field -> accepted types (bool is refused where a number is meant). One entry per
-# field of qex.store.records.Status: tests/test_record_formats.py holds the two to each other.
+# field of qex.store.records.Status: tests/store/test_record_formats.py holds the two to each other.
 STATUS_FIELDS = {
     "id": str, "seq": int, "state": str, "name": str, "command": list, "cwd": str, "owner": str,
     "uid": int, "format": int, "group": _OPT_STR, "group_name": _OPT_STR, "tags": list, "priority": int,

@@ -11,7 +11,7 @@ place by an older qex.
 The classes are declared on first use (``from qex.store.records import
 Status`` declares them): importing attrs and building them costs ~20 ms, and
 the submit path needs only the plain forms below, ``status_defaults()`` and
-``NewSpec``, which tests/test_records_plain.py checks against the classes.
+``NewSpec``, which tests/store/test_records_plain.py checks against the classes.
 """
 
 from qex.base.plain import Factory, Plain

@@ -152,7 +152,7 @@ def test_two_queues_admitting_at_the_same_instant_never_overfill_the_budget_toge
     """Without one admission at a time across queues, each pass can read the
     other's record before it is published and both 1.5-core jobs start (seen
     here without it: 2 of them at once in a 2-core budget, in most runs; the
-    deterministic check is in tests/test_peers.py)."""
+    deterministic check is in tests/users/test_peers.py)."""
     import threading
 
     a, b = world.actor(0), world.actor(1)

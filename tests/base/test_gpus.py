@@ -15,7 +15,7 @@ from qex.base.gpu_model import Gpu, Reading
 from qex.config import detect
 from qex.config.keys import PoolDef
 
-FAKES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fakes")
+FAKES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fakes")
 SMI = os.path.join(FAKES, "nvidia-smi")
 MiB, GiB = 1024**2, 1024**3
 G0, G1 = "GPU-00000000-1111-4222-8333-444444444444", "GPU-00000001-1111-4222-8333-444444444444"
@@ -162,7 +162,7 @@ def test_only_the_nvml_reader_imports_nvidias_binding():
     import ast
     import pathlib
 
-    root = pathlib.Path(__file__).resolve().parent.parent / "qex"
+    root = pathlib.Path(__file__).resolve().parents[2] / "qex"
     importers = set()
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -25,7 +25,7 @@ from qex.users import peer_admission, peer_publish, peer_record, peer_scan
 from qex.users import peer_dir as pdir  # (peer_dir is a fixture here)
 
 GB = 1 << 30
-DATA = os.path.join(os.path.dirname(__file__), "data")
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 POOLS = (PoolDef(name="net", count=4), PoolDef(name="gpu", count=None, devices=(24 * GB, 24 * GB, 24 * GB),
                                                size_label="vram", env="CUDA_VISIBLE_DEVICES"))
 

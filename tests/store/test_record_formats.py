@@ -11,7 +11,7 @@ from qex.base.states import FINAL
 from qex.store import codec
 from qex.store.records import Attempt, Claims, PoolClaim, Status, Usage
 
-DATA = os.path.join(os.path.dirname(__file__), "data")
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 
 
 def test_every_stored_record_of_every_format_still_loads():

@@ -6,7 +6,7 @@ import os
 from qex.store import codec
 from qex.store.records import Status
 
-DATA = os.path.join(os.path.dirname(__file__), "data")
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 
 
 def load(name):
