@@ -202,6 +202,18 @@ def _reach_script() -> str:
     return "\n".join(lines) + "\n: \n"
 
 
+def hidden_under_tmp() -> list[str]:
+    """The folders right below /tmp that hold a path the guest needs (a checkout or a venv made
+    in /tmp, as a CI runner may): the guest's /tmp is the out folder, which would hide them, so
+    each is shared on its own and mounted at its own path in the guest (``/tmp/qexvm-mounts``)."""
+    found = set()
+    for path in reachable_paths():
+        parts = pathlib.PurePath(os.path.realpath(path) if path.startswith("/tmp/") else path).parts
+        if len(parts) > 2 and parts[:2] == ("/", "tmp"):
+            found.add(str(pathlib.PurePath(*parts[:3])))
+    return sorted(found)
+
+
 def _header(kind: str) -> str:
     env = {"QEX_VM_PYTHON": sys.executable, "QEX_VM_PROJECT": str(PROJECT), "QEX_VM_KIND": kind,
            "PYTHONPATH": str(PROJECT), "PYTHONDONTWRITEBYTECODE": "1"}
@@ -245,6 +257,11 @@ def run_vm(script: pathlib.Path, *, kind: str = "systemd-user", mb: int = 2048, 
             "-nic", "none", "-kernel", _vmlinux(k), "-initrd", _initrd(kind, k), "-append", append,
             "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
             "-virtfs", f"local,path={out},mount_tag=out,security_model=none"]
+    mounts = []
+    for i, folder in enumerate(hidden_under_tmp()):
+        argv += ["-virtfs", f"local,path={folder},mount_tag=hosttmp{i},security_model=none,readonly=on,multidevs=remap"]
+        mounts.append(f"hosttmp{i} {folder}\n")
+    (out / "qexvm-mounts").write_text("".join(mounts))
     start = time.monotonic()
     timed_out = False
     with open(work / "serial.log", "wb") as serial:

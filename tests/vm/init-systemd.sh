@@ -23,6 +23,10 @@ mount -t tmpfs -o mode=755 qexrw /rw && mkdir -p /rw/upper /rw/work || die "tmpf
 mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work qexroot "$R" \
   || die "overlay of 9p (lower) + tmpfs (upper) failed"
 mount -t 9p -o "$P9" out "$R/tmp" || die "cannot mount the out folder (9p tag out) on /tmp"
+# Folders of the host's /tmp the guest needs (tests/vm/harness.py: hidden_under_tmp), at their own paths.
+while read -r tag path; do
+  [ -n "$tag" ] && mkdir -p "$R$path" && mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 "$tag" "$R$path"
+done < "$R/tmp/qexvm-mounts"
 
 # ---- guest-only configuration: all of it lands in the tmpfs upper, the host's files are never written
 E=$R/etc S=$R/etc/systemd/system
