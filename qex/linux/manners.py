@@ -60,41 +60,32 @@ def words(nice: int, io_class: str | None, oom: int | None) -> str:
     return f"nice {nice}, I/O {io}, oom_score_adj {'inherited' if oom is None else oom}"
 
 
-_SYSCALL: list = []  # (syscall, get_errno) of libc, bound once per process (bind)
+_SYSCALL: list = []  # libc's syscall (or False), bound once per process (bind)
 
 
 def bind() -> None:
-    """Bind libc's ``syscall`` through ``_ctypes`` (importing ctypes itself costs a just-forked
-    supervisor several ms before its job's first instruction: ``qex.linux.proc.look_up_prctl``).
+    """Bind libc's ``syscall`` (``qex.linux.libc``: not ctypes, which costs a just-forked
+    supervisor several ms before its job's first instruction).
     An early supervisor binds it while its commit's fsyncs run (``prepare_early``)."""
-    if _SYSCALL:
-        return
-    import _ctypes
+    if not _SYSCALL:
+        from qex.linux import libc
 
-    class CLong(_ctypes._SimpleCData):
-        _type_ = "l"
-
-    class Function(_ctypes.CFuncPtr):
-        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
-        _restype_ = CLong
-
-    class Libc:
-        _handle = _ctypes.dlopen(None)
-
-    call = Function(("syscall", Libc))
-    call.argtypes = (CLong, CLong, CLong, CLong)
-    _SYSCALL.append((call, _ctypes.get_errno))
+        _SYSCALL.append(libc.function("syscall", "long", ("long", "long", "long", "long")))
 
 
 def _syscall(which: int, *args: int) -> int:
     bind()
-    call, get_errno = _SYSCALL[0]
+    call = _SYSCALL[0]
     number = _SYSCALLS.get(os.uname().machine)
+    if not call:
+        raise OSError(38, "libc's syscall cannot be bound here")  # (38: ENOSYS)
     if number is None:
         raise OSError(0, f"no ioprio system call known on {os.uname().machine}")
     got = call(number[which], *args, *(0,) * (3 - len(args)))
     if got < 0:
-        err = get_errno()
+        from qex.linux import libc
+
+        err = libc.errno()
         raise OSError(err, os.strerror(err))
     return got
 

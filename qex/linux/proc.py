@@ -118,9 +118,7 @@ def child_subreaper(on: bool) -> bool:
 
 
 def look_up_prctl() -> object:
-    """libc's prctl (the os module has none), or False. Bound through ``_ctypes``, the C
-    module under ctypes: importing ctypes itself cost a just-forked supervisor 4-10 ms
-    before its job's first instruction, this 1-1.5 ms. An early supervisor binds it
+    """libc's prctl (the os module has none), or False (``qex.linux.libc``). An early supervisor binds it
     while its commit's fsyncs run (``qex.supervisor.run.prepare_early``), a drain's
     supervisor once for all its jobs."""
     if not _PRCTL:
@@ -129,24 +127,6 @@ def look_up_prctl() -> object:
 
 
 def _bind_prctl() -> object:
-    try:
-        import _ctypes
+    from qex.linux import libc
 
-        class CInt(_ctypes._SimpleCData):
-            _type_ = "i"
-
-        class CULong(_ctypes._SimpleCData):
-            _type_ = "L"
-
-        class Function(_ctypes.CFuncPtr):
-            _flags_ = _ctypes.FUNCFLAG_CDECL
-            _restype_ = CInt
-
-        class Libc:
-            _handle = _ctypes.dlopen(None)
-
-        call = Function(("prctl", Libc))
-        call.argtypes = (CInt, CULong, CULong, CULong, CULong)
-        return call
-    except (ImportError, OSError, AttributeError, TypeError):
-        return False
+    return libc.function("prctl", "int", ("int", "ulong", "ulong", "ulong", "ulong"))

@@ -4,8 +4,8 @@ being taken from the first. The ``os`` module has ``splice`` but no ``tee``.
 
 A followed job's supervisor (``qex.supervisor.logs.Sink.take``) tees the job's
 pipe into its follower's FIFO, then splices the same bytes into the log: no
-byte passes through the process. Bound through ``_ctypes`` (the C module under
-ctypes, as ``qex.linux.proc`` binds prctl): the minimal watcher imports it only
+byte passes through the process. Bound through ``_ctypes`` (``qex.linux.libc``,
+as prctl is): the minimal watcher imports it only
 for a followed job, whose throughput it is for. ``posix`` only at the top (the
 minimal watcher imports this module; see ``qex.supervisor.watch``).
 """
@@ -30,9 +30,9 @@ def tee(src: int, dst: int, n: int) -> int:
         raise OSError(38, "tee is not available here")  # (38: ENOSYS)
     done = call(src, dst, n, SPLICE_F_NONBLOCK)
     if done < 0:
-        import _ctypes
+        from qex.linux import libc
 
-        code = _ctypes.get_errno()
+        code = libc.errno()
         raise OSError(code, posix.strerror(code))
     return done
 
@@ -47,30 +47,6 @@ def has_room(fd: int) -> bool:
 
 
 def _bind() -> object:
-    try:
-        import _ctypes
+    from qex.linux import libc
 
-        class CInt(_ctypes._SimpleCData):
-            _type_ = "i"
-
-        class CUInt(_ctypes._SimpleCData):
-            _type_ = "I"
-
-        class CLong(_ctypes._SimpleCData):
-            _type_ = "l"  # (ssize_t)
-
-        class CULong(_ctypes._SimpleCData):
-            _type_ = "L"  # (size_t)
-
-        class Function(_ctypes.CFuncPtr):
-            _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
-            _restype_ = CLong
-
-        class Libc:
-            _handle = _ctypes.dlopen(None)
-
-        call = Function(("tee", Libc))
-        call.argtypes = (CInt, CInt, CULong, CUInt)
-        return call
-    except (ImportError, OSError, AttributeError, TypeError):
-        return False
+    return libc.function("tee", "long", ("int", "int", "ulong", "uint"))
