@@ -19,14 +19,9 @@ def read() -> Reading | None:
     """The GPUs NVML reports, or None where NVML is not installed or does not load."""
     from qex.base.gpu_model import Reading
 
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None  # no driver library, or no driver: the next reader says why
+    pynvml = _loaded()
+    if pynvml is None:
+        return None  # no binding, no driver library, or no driver: the next reader says why
     try:
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         gpus = tuple(_gpu(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount()))
@@ -74,13 +69,8 @@ def apps() -> tuple[list, dict, str] | None:
     {GPU UUID: index}, "" or why NVML failed); None where NVML is not installed or
     does not load. Imports nothing of qex (the minimal watcher's sampler calls it,
     through ``qex.base.gpu_use.nvml``)."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
+    pynvml = _loaded()
+    if pynvml is None:
         return None
     found, where = [], {}
     try:
@@ -123,3 +113,16 @@ def _mig_handles(pynvml, handle) -> list:
 def _text(value) -> str:
     """A string from NVML: bytes from bindings before 11.515, str since."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _loaded():
+    """NVIDIA's binding, initialised; None where it is not installed or NVML does not load."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    return pynvml
