@@ -211,8 +211,10 @@ def cmd_status(args: Namespace) -> int:
                 return left(len(target.members))
             except WaitLimit:
                 return outcome.WAIT_LIMIT
+    from qex.store.index import on_slurm
+
     index = ctx.store.read_index_jobs()
-    if any(index.get(j, {}).get("slurm") for j in target.members):
+    if any(on_slurm(index.get(j, {})) for j in target.members):
         from qex.queue import slurmsync
 
         slurmsync.refresh(ctx, target.members)  # (one squeue call for what Slurm still holds)

@@ -11,6 +11,7 @@ from qex.base.errors import PermissionRefused
 from qex.base.states import FINAL
 from qex.queue import engine
 from qex.store import layout
+from qex.store.index import on_slurm
 from qex.store.lock import is_held
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -113,7 +114,7 @@ def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
     """
     why = why or (f"cancelled by {ctx.user} before it started" if verb == KILL else f"cancelled by {ctx.user}")
 
-    on_slurm: dict[str, str] = {}  # job id -> its Slurm job id (the Slurm backend: scancel stops it)
+    slurm_ids: dict[str, str] = {}  # job id -> its Slurm job id (the Slurm backend: scancel stops it)
 
     def mark(txn):
         answer = {}
@@ -121,8 +122,8 @@ def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
             entry = _owned_active(ctx, txn, job_id, verb, answer)
             if entry is None:
                 continue
-            if entry.get("slurm"):
-                on_slurm[job_id] = entry["slurm"]
+            if on_slurm(entry):
+                slurm_ids[job_id] = entry["slurm"]
             if entry["state"] == "queued":
                 txn.update(job_id, state="cancelled", ended_at=time.time(), error=why,
                            blocked_reason=None, blocked_holder=None)
@@ -136,10 +137,10 @@ def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
 
     result = engine.run_pass(ctx, mark)
     answer = result.value
-    if on_slurm:
-        _stop_on_slurm(on_slurm, answer)
+    if slurm_ids:
+        _stop_on_slurm(slurm_ids, answer)
     for job_id, what in answer.items():
-        if what == "signal" and job_id not in on_slurm:
+        if what == "signal" and job_id not in slurm_ids:
             _signal_supervisor(ctx, job_id)
 
     from qex.supervisor import become
@@ -150,7 +151,7 @@ def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
     return answer
 
 
-def _stop_on_slurm(on_slurm: dict[str, str], answer: dict[str, str]) -> None:
+def _stop_on_slurm(slurm_ids: dict[str, str], answer: dict[str, str]) -> None:
     """The Slurm backend: a job cancelled here is cancelled in Slurm (``scancel``); a
     running one's qex step gets SIGUSR1 (``scancel --batch --signal=USR1``), which its
     supervisor answers as it answers ``qex kill`` on one machine (recorded killed).
@@ -158,8 +159,8 @@ def _stop_on_slurm(on_slurm: dict[str, str], answer: dict[str, str]) -> None:
     changes nothing: the record says cancelled, and a step that starts later runs nothing."""
     from qex.slurm import clients
 
-    for ids, how in (([on_slurm[j] for j, w in answer.items() if w == "cancelled" and j in on_slurm], {}),
-                     ([on_slurm[j] for j, w in answer.items() if w == "signal" and j in on_slurm],
+    for ids, how in (([slurm_ids[j] for j, w in answer.items() if w == "cancelled" and j in slurm_ids], {}),
+                     ([slurm_ids[j] for j, w in answer.items() if w == "signal" and j in slurm_ids],
                       {"signal": "USR1", "batch": True})):
         try:
             clients.cancel(ids, **how)

@@ -17,6 +17,7 @@ from qex.queue.context import Launch, PassResult
 from qex.queue.reconcile import reconcile_locked
 from qex.queue.txn import Txn
 from qex.store import layout
+from qex.store.index import on_slurm
 from qex.store.lock import hold
 from qex.store.state import Index
 
@@ -73,7 +74,7 @@ def run_pass(ctx: Context, mutate: Callable[[Txn], object] | None = None, save_i
         queued_mine = any(jobs[q.id]["uid"] == uid for q in idx.view.jobs)
         running_mine = any(jobs[j]["uid"] == uid for j in holding)
     else:
-        mine = [e["state"] for e in jobs.values() if e["uid"] == uid and "slurm" not in e]  # (no waker for Slurm's)
+        mine = [e["state"] for e in jobs.values() if e["uid"] == uid and not on_slurm(e)]  # (no waker for Slurm's)
         queued_mine, running_mine = "queued" in mine, any(s in HOLDING for s in mine)
     return PassResult(value, launches, queued_mine, running_mine, txn.next_deadline)
 
@@ -133,7 +134,7 @@ def admit_locked(ctx: Context, txn: Txn, window: bool = False) -> list[Launch]:
     if _ON_NODE:
         return launches
     for _ in range(8):  # an expiry or a skip settles its dependents in the same hold
-        if not any(e["state"] == "queued" and "slurm" not in e for e in txn.idx.jobs.values()):
+        if not any(e["state"] == "queued" and not on_slurm(e) for e in txn.idx.jobs.values()):
             break
         foreign = _foreign(ctx)
         plan = _admit_head(ctx, txn, now) if window and not foreign else None
@@ -172,7 +173,7 @@ def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[
     else:
         for job_id, e in txn.idx.jobs.items():
             state = e["state"]
-            if "slurm" in e:
+            if on_slurm(e):
                 continue  # a Slurm job: its cluster admits it, and what it holds is the cluster's
             if state == "queued":
                 known = memo.get(job_id)  # (``views.queued_of`` inlined: this loop runs for every job)

@@ -34,6 +34,7 @@ def queued(ctx: Context) -> list[tuple[float, int, Queued]]:
     """(submitted_at, uid, view) of each queued job of another member that counts now."""
     from qex.queue import views
     from qex.store import check, members
+    from qex.store.index import on_slurm
 
     out = []
     for uid, other in ctx.store.others():
@@ -47,7 +48,7 @@ def queued(ctx: Context) -> list[tuple[float, int, Queued]]:
                 check.index_entry(job_id, e)  # (first: every field below has its type and bounds then)
             except check.Damaged:
                 continue  # a damaged entry (a number out of its bounds too: -2 cores would free two) holds nothing
-            if e["state"] != "queued" or e["uid"] != uid or e["holder"] not in CAPACITY or "slurm" in e:
+            if e["state"] != "queued" or e["uid"] != uid or e["holder"] not in CAPACITY or on_slurm(e):
                 continue
             q = views.queued_of(job_id, {**e, "needs": [], "after": [], "deadline": None, "attempt": 1})
             out.append((float(e["submitted_at"]), uid, q))

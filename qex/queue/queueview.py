@@ -17,6 +17,7 @@ from bisect import bisect_left
 from qex.admit import order_key
 from qex.admit.window import shape
 from qex.base.states import HOLDING
+from qex.store.index import on_slurm
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class QueueView:
             else:
                 _count(self.shapes, sh, -1)
                 _count(self.held, (sh, holder), -1)
-        state = entry["state"] if entry is not None and "slurm" not in entry else None  # (Slurm's: not here)
+        state = entry["state"] if entry is not None and not on_slurm(entry) else None  # (Slurm's: not here)
         if state in HOLDING:
             self.holding.add(job_id)
         else:

@@ -20,6 +20,7 @@ import time
 from qex.base.states import ACTIVE
 from qex.queue import engine
 from qex.slurm.clients import ACTIVE_STATES
+from qex.store.index import on_slurm
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def refresh(ctx: Context, job_ids: list[str] | None = None) -> None:
         entry = jobs.get(job_id) or {}
         wanted.update(entry.get("needs") or (), entry.get("after") or ())
     mine = {j: e["slurm"] for j, e in jobs.items()
-            if e.get("slurm") and e["state"] == "queued" and (wanted is None or j in wanted)}
+            if on_slurm(e) and e["state"] == "queued" and (wanted is None or j in wanted)}
     if not mine:
         return  # (a running job's record is its supervisor's to write)
     try:
@@ -66,7 +67,7 @@ def skip_needing(ctx: Context, job_id: str) -> None:
         while changed:
             changed = False
             for other, entry in list(txn.idx.jobs.items()):
-                if entry.get("slurm") and entry["state"] == "queued" and failed & set(entry.get("needs") or ()):
+                if on_slurm(entry) and entry["state"] == "queued" and failed & set(entry.get("needs") or ()):
                     txn.update(other, state="skipped", ended_at=now, skipped_root=root, blocked_reason=None,
                                blocked_holder=None, error=f"a job it needs did not succeed: {root[:8]} ({how})")
                     failed.add(other)

@@ -25,6 +25,7 @@ from qex.linux.proc import detach_stdio, keep_only, reap_later
 from qex.queue import engine, fork
 from qex.queue.context import Launch
 from qex.store import layout
+from qex.store.index import on_slurm
 from qex.store.lock import hold, never_give_up
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -101,7 +102,7 @@ def gone(ctx: Context) -> bool:
         jobs = ctx.store.read_index_jobs()
     except OSError:
         return False
-    return any(e.get("state") in ACTIVE and e.get("uid") == ctx.uid and "slurm" not in e for e in jobs.values())
+    return any(e.get("state") in ACTIVE and e.get("uid") == ctx.uid and not on_slurm(e) for e in jobs.values())
 
 
 def wake_time(ctx: Context, next_deadline: float | None, now: float) -> float:
@@ -249,7 +250,7 @@ def _needs_pass(ctx: Context) -> bool | None:
                 return True  # entries a pass takes again from their records
         except (OSError, ValueError, check.Damaged):
             return True  # unreadable or damaged: a pass rebuilds it
-    mine = {j: e for j, e in jobs.items() if e.get("uid") == ctx.uid and "slurm" not in e}  # (Slurm runs its own)
+    mine = {j: e for j, e in jobs.items() if e.get("uid") == ctx.uid and not on_slurm(e)}  # (Slurm runs its own)
     if not mine:
         return None
     queued = [e for e in mine.values() if e.get("state") == "queued"]

@@ -98,8 +98,14 @@ def entry_of(rec: dict) -> dict:
         "peer_lock": rec.get("peer_lock"),
     }
     if rec.get("slurm_job_id"):
-        entry["slurm"] = rec["slurm_job_id"]  # a Slurm job: never admitted here (qex.queue.views.local)
+        entry["slurm"] = rec["slurm_job_id"]  # a Slurm job: never admitted here (on_slurm)
     return entry
+
+
+def on_slurm(entry: dict) -> bool:
+    """Whether an index entry is a Slurm job's: Slurm admits and runs it, never a pass or a
+    waker here (``[backend] kind = "slurm"``, qex/slurm/)."""
+    return "slurm" in entry
 
 
 def live_reason(rec: dict, entry: dict) -> dict:

@@ -25,6 +25,7 @@ from qex.base import outcome
 from qex.queue import engine
 from qex.queue.context import Launch
 from qex.store import layout
+from qex.store.index import on_slurm
 from qex.store.lock import hold
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -36,7 +37,7 @@ def take(ctx: Context, job_id: str) -> tuple[Launch | None, str]:
     """Start the job as a pass starts one it admits; (its Launch, "") or (None, why not)."""
     def start(txn):
         entry = txn.idx.jobs.get(job_id)
-        if entry is None or "slurm" not in entry:
+        if entry is None or not on_slurm(entry):
             return None, "it is not a queued Slurm job of this state directory (cancelled, or ended)"
         if entry["state"] != "queued":
             return None, f"it is {entry['state']} already (a second start of the same job is refused)"
