@@ -23,7 +23,10 @@ def bash(spec: list) -> str:
     names = " ".join(n for n, *_ in spec)
     out = [HEAD.format(shell="bash"),
            "_qex_ask() {  # values from the state directory (qex filters by the prefix): no lock, no error\n"
-           '  mapfile -t COMPREPLY < <(command qex __complete "$1" "$2" 2>/dev/null)\n}\n',
+           "  # one word a line, never globbed; $(...) reads the pipe in blocks, where mapfile reads it a\n"
+           "  # byte at a time (20,000 words: ~60 ms against ~185 ms)\n"
+           "  local IFS=$'\\n' -; set -f\n"
+           '  COMPREPLY=($(command qex __complete "$1" "$2" 2>/dev/null))\n}\n',
            "_qex() {\n"
            "  local cur=${COMP_WORDS[COMP_CWORD]} prev= cmd=${COMP_WORDS[1]}\n"
            '  [ "$COMP_CWORD" -gt 0 ] && prev=${COMP_WORDS[COMP_CWORD-1]}\n'

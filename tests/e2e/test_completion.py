@@ -66,6 +66,12 @@ def test_bash_completes_ids_names_groups_states_topics_pools_and_only_each_comma
     assert _complete(q, str(script), "submit", "--each") == ["--each-line"]
     assert "--line-numbers" in _complete(q, str(script), "logs", "--")
     assert _complete(q, str(script), "ki") == ["kill"]
+    touched = subprocess.run(  # asking the queue leaves the user's shell as it was: globbing and IFS
+        ["bash", "-c", f"source '{script}'; COMP_WORDS=(qex wait tr); COMP_CWORD=2; _qex; "
+                       'printf "%s|%q|%s\\n" "$-" "$IFS" "${COMPREPLY[*]}"'],
+        capture_output=True, text=True, timeout=30, env={**q.env, "PATH": f"{_shim(q)}:{os.environ['PATH']}"})
+    flags, ifs, offered_here = touched.stdout.strip().split("|")
+    assert "f" not in flags and ifs == "$' \\t\\n'" and offered_here == "train-a", touched.stdout
 
     if shutil.which("fish"):  # the fish script offers the same, where fish is installed
         fish = tmp_path / "qex.fish"
