@@ -27,11 +27,15 @@ def env_for(root: str, qex: str | None = None) -> dict:
     config = os.path.join(root, "qex.toml")
     with open(config, "w") as fh:
         fh.write('[budget]\ncpu = 2\n[defaults]\nmem = "64MB"\n')
-    env = {**os.environ, "QEX_STATE_DIR": os.path.join(root, "state"), "QEX_CONFIG": config,
-           "QEX_PEER_DIR": os.path.join(root, "peers"),
-           # a cache of parsed configs of its own: two versions sharing one would each miss
-           # on the other's entries (an older qex reads no entry of a newer one's file)
-           "XDG_CACHE_HOME": os.path.join(root, "cache")}
+    env = {
+        **os.environ,
+        "QEX_STATE_DIR": os.path.join(root, "state"),
+        "QEX_CONFIG": config,
+        "QEX_PEER_DIR": os.path.join(root, "peers"),
+        # a cache of parsed configs of its own: two versions sharing one would each miss
+        # on the other's entries (an older qex reads no entry of a newer one's file)
+        "XDG_CACHE_HOME": os.path.join(root, "cache"),
+    }
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if SHARED and qex is not None:  # --shared: a state directory made by `qex init --shared`
         subprocess.run([qex, "init", "--shared", env["QEX_STATE_DIR"]], env=env, capture_output=True, check=True)
@@ -43,8 +47,9 @@ def wait_idle(env: dict, limit: float = 10.0) -> None:
     state, end = env["QEX_STATE_DIR"], time.monotonic() + limit
     while time.monotonic() < end:
         states = []
-        for path in glob.glob(os.path.join(state, "jobs", "*", "status.json")) + \
-                glob.glob(os.path.join(state, "member-*", "jobs", "*", "status.json")):
+        for path in glob.glob(os.path.join(state, "jobs", "*", "status.json")) + glob.glob(
+            os.path.join(state, "member-*", "jobs", "*", "status.json")
+        ):
             try:
                 with open(path) as fh:
                     states.append(json.load(fh).get("state"))
@@ -85,12 +90,13 @@ def import_ms(qex: str, env: dict, args: list[str]) -> tuple[float, float]:
     """(all imports, qex's own) in ms, from -X importtime of one `qex ARGS`."""
     with open(qex) as fh:
         python = fh.readline()[2:].strip()  # the console script's interpreter
-    err = subprocess.run([python, "-X", "importtime", "-m", "qex", *args], env=env,
-                         capture_output=True, text=True).stderr
+    err = subprocess.run(
+        [python, "-X", "importtime", "-m", "qex", *args], env=env, capture_output=True, text=True
+    ).stderr
     total = own = 0
     for line in err.splitlines():
         if line.startswith("import time:") and "self [us]" not in line:
-            self_us, _, name = line[len("import time:"):].split("|")
+            self_us, _, name = line[len("import time:") :].split("|")
             total += int(self_us)
             own += int(self_us) if name.strip().startswith("qex") else 0
     if args[0] == "submit":
@@ -114,18 +120,22 @@ def main() -> None:
     walls = {k: [] for k in tools}
     imports = {(k, what): [] for k in tools for what in ("version", "submit")}
     for i in range(a.n):
-        for k in (("old", "new") if i % 2 == 0 else ("new", "old")):
+        for k in ("old", "new") if i % 2 == 0 else ("new", "old"):
             walls[k].append(submit_once(tools[k], envs[k]))
             imports[k, "version"].append(import_ms(tools[k], envs[k], ["version"]))
             imports[k, "submit"].append(import_ms(tools[k], envs[k], ["submit", "--", "true"]))
     for k in tools:
         w = walls[k]
-        print(f"{k}: idle submit median {statistics.median(w) * 1000:.1f} ms, min {min(w) * 1000:.1f} ms "
-              f"(n={len(w)}; {tools[k]})")
+        print(
+            f"{k}: idle submit median {statistics.median(w) * 1000:.1f} ms, min {min(w) * 1000:.1f} ms "
+            f"(n={len(w)}; {tools[k]})"
+        )
         for what in ("version", "submit"):
             got = imports[k, what]
-            print(f"{k}:   -X importtime qex {what}: all imports {statistics.median(t for t, _ in got):.2f} ms, "
-                  f"qex's own {statistics.median(o for _, o in got):.2f} ms (medians)")
+            print(
+                f"{k}:   -X importtime qex {what}: all imports {statistics.median(t for t, _ in got):.2f} ms, "
+                f"qex's own {statistics.median(o for _, o in got):.2f} ms (medians)"
+            )
 
 
 if __name__ == "__main__":

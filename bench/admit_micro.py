@@ -24,9 +24,18 @@ def snapshot(n: int):
 
     running = tuple(A.Running(f"r{i:05d}", 1000, 64 * MB) for i in range(2))
     queued = tuple(A.Queued(f"{i:08x}-q", i + 10, 0, 1000, 64 * MB, name="true") for i in range(n))
-    return A.Snapshot(now=1000.0, cpu_budget=2000, mem_budget=8 << 30, mem_available=4 << 30,
-                      oversized="run-when-idle", max_bypass=2, pools=(), running=running, peers=(),
-                      queued=queued)
+    return A.Snapshot(
+        now=1000.0,
+        cpu_budget=2000,
+        mem_budget=8 << 30,
+        mem_available=4 << 30,
+        oversized="run-when-idle",
+        max_bypass=2,
+        pools=(),
+        running=running,
+        peers=(),
+        queued=queued,
+    )
 
 
 def time_admit(n: int, repeat: int) -> tuple[float, float]:
@@ -43,8 +52,10 @@ def time_admit(n: int, repeat: int) -> tuple[float, float]:
 
 
 def import_ms(repeat: int = 5) -> float:
-    code = ("import time,sys; t=time.perf_counter(); import qex.admit; "
-            "print((time.perf_counter()-t)*1000, 'attrs' in sys.modules or 'attr' in sys.modules)")
+    code = (
+        "import time,sys; t=time.perf_counter(); import qex.admit; "
+        "print((time.perf_counter()-t)*1000, 'attrs' in sys.modules or 'attr' in sys.modules)"
+    )
     best, attrs_in = float("inf"), False
     for _ in range(repeat):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

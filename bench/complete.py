@@ -44,11 +44,18 @@ def _timed(argv, env, samples) -> list[float]:
 
 
 def _bash(env, samples, shim_dir) -> list[float]:
-    script = ('source <(qex completions bash); for i in $(seq %d); do s=$EPOCHREALTIME; '
-              'COMP_WORDS=(qex wait ""); COMP_CWORD=2; _qex; e=$EPOCHREALTIME; '
-              'echo "$s $e ${#COMPREPLY[@]}"; done' % samples)
-    proc = subprocess.run(["bash", "-c", script], env={**env, "PATH": f"{shim_dir}:{env['PATH']}"},
-                          capture_output=True, text=True, check=True)
+    script = (
+        "source <(qex completions bash); for i in $(seq %d); do s=$EPOCHREALTIME; "
+        'COMP_WORDS=(qex wait ""); COMP_CWORD=2; _qex; e=$EPOCHREALTIME; '
+        'echo "$s $e ${#COMPREPLY[@]}"; done' % samples
+    )
+    proc = subprocess.run(
+        ["bash", "-c", script],
+        env={**env, "PATH": f"{shim_dir}:{env['PATH']}"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rows = [line.split() for line in proc.stdout.splitlines()]
     return [float(e) - float(s) for s, e, _ in rows], int(rows[-1][2])
 
@@ -61,8 +68,12 @@ def main() -> None:
     ap.add_argument("--json", metavar="OUT")
     a = ap.parse_args()
     root = tempfile.mkdtemp(prefix="qex-bench-complete-")
-    env = {**os.environ, "QEX_STATE_DIR": f"{root}/state", "QEX_CONFIG": f"{root}/qex.toml",
-           "QEX_PEER_DIR": f"{root}/peers"}
+    env = {
+        **os.environ,
+        "QEX_STATE_DIR": f"{root}/state",
+        "QEX_CONFIG": f"{root}/qex.toml",
+        "QEX_PEER_DIR": f"{root}/peers",
+    }
     with open(env["QEX_CONFIG"], "w") as fh:
         fh.write('[budget]\ncpu = 2\n[defaults]\nmem = "64MB"\n[[pool]]\nname = "scratch"\ncount = 2\n')
     qex = _qex()
@@ -78,17 +89,25 @@ def main() -> None:
                 lines = os.path.join(root, f"{what}.txt")
                 with open(lines, "w") as fh:
                     fh.write("".join(f"{what}-{i}\n" for i in range(n)))
-                subprocess.run(qex + ["submit", "--each-line", lines, "--max-jobs", str(n), "--name", what, "--",
-                                      "echo", "{}"], env=env, check=True, capture_output=True)
+                subprocess.run(
+                    qex + ["submit", "--each-line", lines, "--max-jobs", str(n), "--name", what, "--", "echo", "{}"],
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )
                 if what == "ended":
                     subprocess.run(qex + ["cancel", "--mine"], env=env, check=True, capture_output=True)
         ask = _timed(qex + ["__complete", "jobs"], env, a.samples)
         in_bash, offered = _bash(env, a.samples, shim)
         floor = _timed([sys.executable, "-c", "pass"], env, a.samples)
-        result = {"queued": a.queued, "ended": a.ended, "offered": offered,
-                  "complete_jobs_ms": [round(x * 1000, 1) for x in ask],
-                  "bash_tab_ms": [round(x * 1000, 1) for x in in_bash],
-                  "python_floor_ms": [round(x * 1000, 1) for x in floor]}
+        result = {
+            "queued": a.queued,
+            "ended": a.ended,
+            "offered": offered,
+            "complete_jobs_ms": [round(x * 1000, 1) for x in ask],
+            "bash_tab_ms": [round(x * 1000, 1) for x in in_bash],
+            "python_floor_ms": [round(x * 1000, 1) for x in floor],
+        }
         for key in ("complete_jobs_ms", "bash_tab_ms", "python_floor_ms"):
             print(f"{key:18} median {statistics.median(result[key]):7.1f}  max {max(result[key]):7.1f}")
         print(f"offered {offered} words ({a.queued} queued, {a.ended} ended jobs)")

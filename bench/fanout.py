@@ -39,14 +39,24 @@ def timed(argv, env, cwd) -> dict:
         out, err = out_f.read(), err_f.read()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv[:6])} ... failed ({proc.returncode}): {err.decode()[-500:]}")
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "user": usage.ru_utime,
-            "sys": usage.ru_stime, "maxrss_kib": usage.ru_maxrss, "stdout": out.decode()}
+    return {
+        "wall": wall,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "user": usage.ru_utime,
+        "sys": usage.ru_stime,
+        "maxrss_kib": usage.ru_maxrss,
+        "stdout": out.decode(),
+    }
 
 
 def sample(n: int, run: bool) -> dict:
     root = tempfile.mkdtemp(prefix="qex-bench-fanout-")
-    env = {**os.environ, "QEX_STATE_DIR": os.path.join(root, "state"), "QEX_CONFIG": os.path.join(root, "qex.toml"),
-           "QEX_PEER_DIR": os.path.join(root, "peers")}
+    env = {
+        **os.environ,
+        "QEX_STATE_DIR": os.path.join(root, "state"),
+        "QEX_CONFIG": os.path.join(root, "qex.toml"),
+        "QEX_PEER_DIR": os.path.join(root, "peers"),
+    }
     try:
         with open(env["QEX_CONFIG"], "w") as fh:
             fh.write(CONFIG)
@@ -55,11 +65,11 @@ def sample(n: int, run: bool) -> dict:
             fh.write("".join(f"input-{i:05d}.dat\n" for i in range(n)))
         extra = []
         if not run:
-            gate = subprocess.run(QEX + ["submit", "--", "sleep", "3600"], env=env, cwd=root,
-                                  capture_output=True, text=True, check=True).stdout.strip()
+            gate = subprocess.run(
+                QEX + ["submit", "--", "sleep", "3600"], env=env, cwd=root, capture_output=True, text=True, check=True
+            ).stdout.strip()
             extra = ["--needs", gate]
-        sub = timed(QEX + ["submit", "--each-line", lines, "--max-jobs", str(n), *extra, "--", "true", "{}"],
-                    env, root)
+        sub = timed(QEX + ["submit", "--each-line", lines, "--max-jobs", str(n), *extra, "--", "true", "{}"], env, root)
         group = sub["stdout"].strip()
         listed = timed(QEX + ["list", "--group", group], env, root)
         assert len(listed["stdout"].splitlines()) == n + 1, "list --group must show every job"
@@ -99,11 +109,15 @@ def main() -> int:
         return statistics.median(s[kind][key] for s in samples)
 
     load = os.getloadavg()[0]
-    print(f"qex fan-out of {args.lines} lines, {args.samples} samples (median), "
-          f"{os.cpu_count()} cores, load {load:.1f}, state on {tempfile.gettempdir()}")
-    print(f"  submit --each-line : wall {med('submit', 'wall'):.3f} s, qex CPU {med('submit', 'cpu'):.3f} s "
-          f"(user {med('submit', 'user'):.3f}, sys {med('submit', 'sys'):.3f}), "
-          f"peak RSS {med('submit', 'maxrss_kib') / 1024:.1f} MiB")
+    print(
+        f"qex fan-out of {args.lines} lines, {args.samples} samples (median), "
+        f"{os.cpu_count()} cores, load {load:.1f}, state on {tempfile.gettempdir()}"
+    )
+    print(
+        f"  submit --each-line : wall {med('submit', 'wall'):.3f} s, qex CPU {med('submit', 'cpu'):.3f} s "
+        f"(user {med('submit', 'user'):.3f}, sys {med('submit', 'sys'):.3f}), "
+        f"peak RSS {med('submit', 'maxrss_kib') / 1024:.1f} MiB"
+    )
     print(f"  list --group       : wall {med('list', 'wall'):.3f} s, CPU {med('list', 'cpu'):.3f} s")
     print(f"  list --group --json: wall {med('list_json', 'wall'):.3f} s, CPU {med('list_json', 'cpu'):.3f} s")
     print(f"  qex version (start-up floor): wall {med('startup', 'wall'):.3f} s")

@@ -35,8 +35,7 @@ def main(argv: list[str]) -> int:
     lock = os.open(os.path.join(state, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)
     job_id = f"{time.time_ns():x}-{os.getpid()}"
-    record = {"id": job_id, "state": "running", "command": command, "cwd": os.getcwd(),
-              "submitted_at": time.time()}
+    record = {"id": job_id, "state": "running", "command": command, "cwd": os.getcwd(), "submitted_at": time.time()}
     tmp = os.path.join(jobs, f".{job_id}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     os.write(fd, json.dumps(record).encode())

@@ -55,24 +55,41 @@ def box(root: str, every: str = "5s") -> dict:
     state = os.path.join(root, "nvidia-smi.json")
     uuid = "GPU-{:08x}-1111-4222-8333-444444444444"
     with open(state, "w") as fh:
-        json.dump({"driver": "550.54.15", "apps_dir": apps, "log": os.path.join(root, "driver.log"),
-                   "gpus": [{"uuid": uuid.format(i), "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920}
-                            for i in range(2)]}, fh)
+        json.dump(
+            {
+                "driver": "550.54.15",
+                "apps_dir": apps,
+                "log": os.path.join(root, "driver.log"),
+                "gpus": [
+                    {"uuid": uuid.format(i), "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920} for i in range(2)
+                ],
+            },
+            fh,
+        )
     config = os.path.join(root, "qex.toml")
     with open(config, "w") as fh:
         fh.write(CONFIG.format(every=every))
-    return {**os.environ, "QEX_STATE_DIR": os.path.join(root, "state"), "QEX_CONFIG": config,
-            "QEX_PEER_DIR": os.path.join(root, "peers"), "FAKE_NVIDIA_SMI_STATE": state,
-            "PATH": os.path.join(FAKES) + os.pathsep + os.environ.get("PATH", ""), "QEX_GPU_READER": "nvidia-smi",
-            "PYTHONPATH": ROOT, "QEX_WAKER_INTERVAL": "3600"}
+    return {
+        **os.environ,
+        "QEX_STATE_DIR": os.path.join(root, "state"),
+        "QEX_CONFIG": config,
+        "QEX_PEER_DIR": os.path.join(root, "peers"),
+        "FAKE_NVIDIA_SMI_STATE": state,
+        "PATH": os.path.join(FAKES) + os.pathsep + os.environ.get("PATH", ""),
+        "QEX_GPU_READER": "nvidia-smi",
+        "PYTHONPATH": ROOT,
+        "QEX_WAKER_INTERVAL": "3600",
+    }
 
 
 def qex(env: dict, *args: str) -> str:
-    return subprocess.run([sys.executable, "-m", "qex", *args], env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-m", "qex", *args], env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 # ---- 1. the pass ---------------------------------------------------------------------------
+
 
 def pass_times(passes: int) -> list[tuple[str, float, float]]:
     out = []
@@ -85,10 +102,12 @@ def pass_times(passes: int) -> list[tuple[str, float, float]]:
                 fh.write(f"{outsider.pid} 0 71680\n")
             qex(env, "submit", "--lock", "hold", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.2; done")
             job = qex(env, "submit", "--gpu", "2", "--vram", "20GB", "--lock", "hold", "--", "true")
-            for label, reader, stale in (("no reader (as before)", "none", True),
-                                         ("kept reading fresh", "nvidia-smi", False),
-                                         ("driver read: nvidia-smi (fake)", "nvidia-smi", True),
-                                         ("driver read: NVML (fake binding)", "nvml", True)):
+            for label, reader, stale in (
+                ("no reader (as before)", "none", True),
+                ("kept reading fresh", "nvidia-smi", False),
+                ("driver read: nvidia-smi (fake)", "nvidia-smi", True),
+                ("driver read: NVML (fake binding)", "nvml", True),
+            ):
                 times = _time_passes(env, root, reader, stale, passes)
                 out.append((label, statistics.median(times), max(times)))
             with open(os.path.join(env["QEX_STATE_DIR"], "jobs", job, "status.json")) as fh:
@@ -106,7 +125,7 @@ def _time_passes(env: dict, root: str, reader: str, stale: bool, passes: int) ->
     """``run_pass`` timed in a child (its own environment and imports)."""
     code = f"""
 import os, sys, time, json
-sys.path.insert(0, {ROOT!r}); sys.path.insert(0, {os.path.join(FAKES, 'nvml')!r})
+sys.path.insert(0, {ROOT!r}); sys.path.insert(0, {os.path.join(FAKES, "nvml")!r})
 from qex.config.context import Context
 from qex.queue import engine
 from qex.store import layout
@@ -122,12 +141,14 @@ for _ in range({passes}):
     out.append(time.perf_counter() - t)
 print(json.dumps(out))
 """
-    proc = subprocess.run([sys.executable, "-c", code], env={**env, "QEX_GPU_READER": reader}, check=True,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env={**env, "QEX_GPU_READER": reader}, check=True, capture_output=True, text=True
+    )
     return json.loads(proc.stdout.splitlines()[-1])
 
 
 # ---- 2. the sampler ------------------------------------------------------------------------
+
 
 def cpu_of(pid: int) -> tuple[float, float]:
     """(own, reaped children's) CPU seconds of a process: its own from schedstat (ns),
@@ -154,8 +175,7 @@ def sampler_cpu(secs: float, reader: str) -> dict:
             env.update(QEX_GPU_READER="nvml", PYTHONPATH=os.path.join(FAKES, "nvml") + os.pathsep + ROOT)
         gate = os.path.join(root, "gate")
         wait = f"while [ ! -e {gate} ]; do sleep 0.2; done"
-        gpu = qex(env, "submit", "--vram", "10GB", "--", "sh", "-c",
-                  f'echo "$$ 0 4096" > {root}/apps/job; {wait}')
+        gpu = qex(env, "submit", "--vram", "10GB", "--", "sh", "-c", f'echo "$$ 0 4096" > {root}/apps/job; {wait}')
         plain = qex(env, "submit", "--", "sh", "-c", wait)
         sups = {}
         for job in (gpu, plain):
@@ -172,8 +192,14 @@ def sampler_cpu(secs: float, reader: str) -> dict:
         per_min = 60.0 / secs
         own = [(after[j][0] - before[j][0]) * per_min for j in (gpu, plain)]
         kids = [(after[j][1] - before[j][1]) * per_min for j in (gpu, plain)]
-        return {"reader": reader, "gpu_own": own[0], "plain_own": own[1], "gpu_children": kids[0],
-                "plain_children": kids[1], "driver_calls": calls}
+        return {
+            "reader": reader,
+            "gpu_own": own[0],
+            "plain_own": own[1],
+            "gpu_children": kids[0],
+            "plain_children": kids[1],
+            "driver_calls": calls,
+        }
 
 
 def main() -> None:
@@ -192,9 +218,11 @@ def main() -> None:
     print(f"\n2. the sampler's CPU per job per minute ([gpu] sample_every = 5s, {args.secs:g} s measured)")
     for reader in ("nvidia-smi", "nvml"):
         r = sampler_cpu(args.secs, reader)
-        print(f"   {reader:<11} GPU job's watcher {r['gpu_own'] * 1000:7.1f} ms + readers {r['gpu_children'] * 1000:7.1f}"
-              f" ms; a job without a GPU claim {r['plain_own'] * 1000:6.1f} ms + {r['plain_children'] * 1000:5.1f} ms"
-              f"  ({r['driver_calls']} nvidia-smi calls in {args.secs:g} s)")
+        print(
+            f"   {reader:<11} GPU job's watcher {r['gpu_own'] * 1000:7.1f} ms + readers {r['gpu_children'] * 1000:7.1f}"
+            f" ms; a job without a GPU claim {r['plain_own'] * 1000:6.1f} ms + {r['plain_children'] * 1000:5.1f} ms"
+            f"  ({r['driver_calls']} nvidia-smi calls in {args.secs:g} s)"
+        )
 
 
 if __name__ == "__main__":

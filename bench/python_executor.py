@@ -34,8 +34,12 @@ def queue_env(root: str) -> None:
     with open(config, "w") as fh:
         fh.write('[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "64MB"\n')
     os.chmod(config, 0o600)
-    os.environ.update(QEX_STATE_DIR=os.path.join(root, "state"), QEX_CONFIG=config,
-                      QEX_PEER_DIR=os.path.join(root, "peers"), XDG_CACHE_HOME=os.path.join(root, "cache"))
+    os.environ.update(
+        QEX_STATE_DIR=os.path.join(root, "state"),
+        QEX_CONFIG=config,
+        QEX_PEER_DIR=os.path.join(root, "peers"),
+        XDG_CACHE_HOME=os.path.join(root, "cache"),
+    )
 
 
 def run_qex(n: int, how: str, profile: bool) -> tuple[float, list[str]]:
@@ -134,8 +138,10 @@ def main() -> None:
             rows.setdefault("submitit.LocalExecutor", []).append(took)
         rows.setdefault("ProcessPoolExecutor(2)", []).append(run_pool(args.n))
     recs = [r for r in records(os.environ["QEX_STATE_DIR"]) if r.get("started_at") and r.get("ended_at")]
-    print(f"\n{args.n} calls of a function that returns at once, two at a time; {os.cpu_count()} cores; "
-          f"python {sys.version.split()[0]}; best of {args.rounds}")
+    print(
+        f"\n{args.n} calls of a function that returns at once, two at a time; {os.cpu_count()} cores; "
+        f"python {sys.version.split()[0]}; best of {args.rounds}"
+    )
     ref = min(rows["submitit.LocalExecutor"]) if "submitit.LocalExecutor" in rows else None
     for name, times in rows.items():
         best = min(times)

@@ -45,7 +45,7 @@ TAG_VAR = "QEX_BENCH_TAG"
 PEERS = {"tsp": "task-spooler", "nq": "nq", "parallel": "parallel", "hyperfine": "hyperfine"}
 WORKLOADS = ("submit", "first", "drain", "history", "fanout", "memory", "cpu", "events")
 CONFIG = '[budget]\ncpu = 2\n\n[defaults]\nmem = "64MB"\n'
-WAIT_LIMIT = 120.0          # seconds any single wait may take before the row is an error
+WAIT_LIMIT = 120.0  # seconds any single wait may take before the row is an error
 
 
 @dataclasses.dataclass
@@ -56,11 +56,11 @@ class Sizes:
     submit_n: int = 30
     first_n: int = 20
     drain_n: int = 1000
-    drain_rounds: int = 5           # interleaved rounds of every tool's drain
+    drain_rounds: int = 5  # interleaved rounds of every tool's drain
     history: tuple = (0, 10_000, 100_000)
     history_submit_n: int = 30
     list_n: int = 5
-    list_n_large: int = 3          # list samples at >= 50,000 records
+    list_n_large: int = 3  # list samples at >= 50,000 records
     fanout_n: int = 1000
     fanout_samples: int = 3
     waiting: int = 20
@@ -69,9 +69,22 @@ class Sizes:
     events_n: int = 10
 
 
-QUICK = dict(warmup=1, submit_n=5, first_n=5, drain_n=50, drain_rounds=1, history=(0, 1000), history_submit_n=5,
-             list_n=2, list_n_large=2, fanout_n=1000, fanout_samples=1, output_mb=20, cpu_samples=1,
-             events_n=3)
+QUICK = dict(
+    warmup=1,
+    submit_n=5,
+    first_n=5,
+    drain_n=50,
+    drain_rounds=1,
+    history=(0, 1000),
+    history_submit_n=5,
+    list_n=2,
+    list_n_large=2,
+    fanout_n=1000,
+    fanout_samples=1,
+    output_mb=20,
+    cpu_samples=1,
+    events_n=3,
+)
 
 
 class BenchError(Exception):
@@ -79,6 +92,7 @@ class BenchError(Exception):
 
 
 # ---- small helpers -------------------------------------------------------------
+
 
 def log(text: str) -> None:
     sys.stderr.write(f"[bench {time.strftime('%H:%M:%S')}] {text}\n")
@@ -113,8 +127,9 @@ def run_timed(argv, env, cwd=None, timeout=WAIT_LIMIT, stdin=None):
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as errf:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=errf,
-                                stdin=stdin if stdin is not None else subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdout=out, stderr=errf, stdin=stdin if stdin is not None else subprocess.DEVNULL
+        )
         rc, timed_out = wait_exact(proc, timeout)
         secs = time.perf_counter() - t0
         if timed_out:
@@ -123,8 +138,9 @@ def run_timed(argv, env, cwd=None, timeout=WAIT_LIMIT, stdin=None):
         errf.seek(0)
         text = out.read().decode(errors="replace")
         if rc != 0:
-            raise BenchError(f"{' '.join(map(str, argv[:6]))} exited {rc}: "
-                             f"{errf.read().decode(errors='replace').strip()[:300]}")
+            raise BenchError(
+                f"{' '.join(map(str, argv[:6]))} exited {rc}: {errf.read().decode(errors='replace').strip()[:300]}"
+            )
     return secs, text, rc
 
 
@@ -139,6 +155,7 @@ def wait_exact(proc: subprocess.Popen, timeout: float) -> tuple[int, bool]:
             proc.kill()
         except OSError:
             pass
+
     timer = threading.Timer(timeout, expire)
     timer.daemon = True
     timer.start()
@@ -150,11 +167,20 @@ def wait_exact(proc: subprocess.Popen, timeout: float) -> tuple[int, bool]:
 
 
 def quiet(argv, env, cwd=None, timeout=WAIT_LIMIT, check=False):
-    proc = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          stdin=subprocess.DEVNULL, timeout=timeout)
+    proc = subprocess.run(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
-        raise BenchError(f"{' '.join(map(str, argv[:6]))} exited {proc.returncode}: "
-                         f"{proc.stderr.decode(errors='replace').strip()[:300]}")
+        raise BenchError(
+            f"{' '.join(map(str, argv[:6]))} exited {proc.returncode}: "
+            f"{proc.stderr.decode(errors='replace').strip()[:300]}"
+        )
     return proc
 
 
@@ -171,13 +197,14 @@ def poll(predicate, what: str, limit: float = WAIT_LIMIT, every: float = 0.005):
 
 # ---- processes ----------------------------------------------------------------
 
+
 def _proc_state(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read()
     except OSError:
         return None
-    return data[data.rindex(b")") + 2:][:1].decode()
+    return data[data.rindex(b")") + 2 :][:1].decode()
 
 
 def alive(pid: int) -> bool:
@@ -227,7 +254,7 @@ def ppid_of(pid: int) -> int | None:
             data = fh.read()
     except OSError:
         return None
-    return int(data[data.rindex(b")") + 2:].split()[1])
+    return int(data[data.rindex(b")") + 2 :].split()[1])
 
 
 def comm_of(pid: int) -> str:
@@ -253,6 +280,7 @@ def kill_pids(pids) -> None:
 
 
 # ---- the tools ----------------------------------------------------------------
+
 
 def find_qex() -> tuple[list[str], str]:
     """argv prefix for qex, and the interpreter it runs on (for `python -c pass`).
@@ -302,8 +330,9 @@ class Qex(Tool):
         self.env.update(QEX_STATE_DIR=self.state, QEX_CONFIG=cfg, QEX_PEER_DIR=os.path.join(self.root, "peers"))
         self._final: set[str] = set()
         if bench.shared:  # --shared: the state directory is one that `qex init --shared` made
-            subprocess.run(self.argv("init", "--shared", self.state), env=self.env, cwd=self.root,
-                           capture_output=True, check=True)
+            subprocess.run(
+                self.argv("init", "--shared", self.state), env=self.env, cwd=self.root, capture_output=True, check=True
+            )
 
     @property
     def jobs(self) -> str:
@@ -311,8 +340,11 @@ class Qex(Tool):
         directory per member) the first member's, once it exists."""
         if self._jobs is None:
             plain = os.path.join(self.state, "jobs")
-            members = sorted(n for n in os.listdir(self.state) if n.startswith("member-")) \
-                if os.path.isdir(self.state) else []
+            members = (
+                sorted(n for n in os.listdir(self.state) if n.startswith("member-"))
+                if os.path.isdir(self.state)
+                else []
+            )
             if os.path.isdir(plain) or members:
                 self._jobs = plain if os.path.isdir(plain) else os.path.join(self.state, members[0], "jobs")
             else:
@@ -366,9 +398,9 @@ class Qex(Tool):
 
 # ---- the harness ----------------------------------------------------------------
 
+
 class Bench:
-    def __init__(self, sizes: Sizes, only, use_peers: bool, install: bool, results_dir: str | None,
-                 quick: bool):
+    def __init__(self, sizes: Sizes, only, use_peers: bool, install: bool, results_dir: str | None, quick: bool):
         self.sizes, self.only, self.quick = sizes, only, quick
         self.shared = False  # --shared (execute sets it)
         self.use_peers, self.install = use_peers, install
@@ -376,8 +408,11 @@ class Bench:
         self.qex, self.python = find_qex()
         self.run_tag = f"{os.getpid()}-{int(time.time())}"
         self.tmp = tempfile.mkdtemp(prefix="qex-bench-")
-        self.base_env = {k: v for k, v in os.environ.items()
-                         if not k.startswith(("QEX_", "TS_", "NQ")) and k not in ("CUDA_VISIBLE_DEVICES",)}
+        self.base_env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("QEX_", "TS_", "NQ")) and k not in ("CUDA_VISIBLE_DEVICES",)
+        }
         # An installed qex has its bytecode compiled. This shell may say
         # PYTHONDONTWRITEBYTECODE=1 and then an editable qex compiles every
         # module on every call; give Python a private cache instead (nothing is
@@ -393,9 +428,20 @@ class Bench:
 
     # -- rows --
     def row(self, workload, metric, tool, samples=(), unit="s", note="", vs=None, lower_better=True, **extra):
-        r = dict(workload=workload, metric=metric, tool=tool, unit=unit, samples=list(samples), note=note,
-                 median=median(list(samples)), min=min(samples) if samples else None,
-                 max=max(samples) if samples else None, vs=vs, lower_better=lower_better, **extra)
+        r = dict(
+            workload=workload,
+            metric=metric,
+            tool=tool,
+            unit=unit,
+            samples=list(samples),
+            note=note,
+            median=median(list(samples)),
+            min=min(samples) if samples else None,
+            max=max(samples) if samples else None,
+            vs=vs,
+            lower_better=lower_better,
+            **extra,
+        )
         self.rows.append(r)
         return r
 
@@ -414,8 +460,16 @@ class Bench:
     # -- setup --
     def prepare(self):
         try:
-            self.head_at_start = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], stdout=subprocess.PIPE,
-                                                stderr=subprocess.DEVNULL, timeout=10).stdout.decode().strip()
+            self.head_at_start = (
+                subprocess.run(
+                    ["git", "-C", ROOT, "rev-parse", "HEAD"],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    timeout=10,
+                )
+                .stdout.decode()
+                .strip()
+            )
         except Exception:
             self.head_at_start = None
         log(f"qex: {' '.join(self.qex)}  (interpreter {self.python}); temp {self.tmp}")
@@ -437,8 +491,16 @@ class Bench:
         try:
             _, job_id = q.submit("--", "true")
             q.quiesce()
-            for args in (["list"], ["list", "--state", "running"], ["status", job_id], ["wait", job_id],
-                         ["info"], ["kill", job_id], ["cancel", job_id], ["version"]):
+            for args in (
+                ["list"],
+                ["list", "--state", "running"],
+                ["status", job_id],
+                ["wait", job_id],
+                ["info"],
+                ["kill", job_id],
+                ["cancel", job_id],
+                ["version"],
+            ):
                 quiet(q.argv(*args), q.env, cwd=q.root)
             quiet([self.python, FLOOR, os.path.join(q.root, "floor"), "--", "true"], q.env)
             quiet([self.python, "-c", "pass"], q.env)
@@ -492,8 +554,13 @@ class Bench:
             mark_removal(time.time())
 
     def result(self) -> dict:
-        return {"meta": meta(self), "sizes": dataclasses.asdict(self.sizes), "rows": self.rows,
-                "targets": self.targets, "notes": self.notes}
+        return {
+            "meta": meta(self),
+            "sizes": dataclasses.asdict(self.sizes),
+            "rows": self.rows,
+            "targets": self.targets,
+            "notes": self.notes,
+        }
 
 
 def ensure_peers(install: bool, tmp: str) -> dict:
@@ -510,12 +577,20 @@ def ensure_peers(install: bool, tmp: str) -> dict:
             logf = os.path.join(tmp, "apt.log")
             log(f"installing {' '.join(missing)} with apt-get (log: {logf})")
             with open(logf, "ab") as fh:
+
                 def apt(*args):
                     try:
-                        return subprocess.run(prefix + ["apt-get", *args], env=env, stdout=fh, stderr=fh,
-                                              stdin=subprocess.DEVNULL, timeout=900).returncode
+                        return subprocess.run(
+                            prefix + ["apt-get", *args],
+                            env=env,
+                            stdout=fh,
+                            stderr=fh,
+                            stdin=subprocess.DEVNULL,
+                            timeout=900,
+                        ).returncode
                     except (OSError, subprocess.TimeoutExpired):
                         return 1
+
                 if apt("install", "-y", *missing) != 0:
                     apt("update")
                     if apt("install", "-y", *missing) != 0:
@@ -526,35 +601,60 @@ def ensure_peers(install: bool, tmp: str) -> dict:
 def meta(b: Bench) -> dict:
     def version(argv):
         try:
-            p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=10,
-                               stdin=subprocess.DEVNULL)
+            p = subprocess.run(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=10, stdin=subprocess.DEVNULL
+            )
             return p.stdout.decode(errors="replace").strip().splitlines()[0][:120]
         except Exception:
             return None
 
     def git(*args):
         try:
-            return subprocess.run(["git", "-C", ROOT, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  timeout=10).stdout.decode().strip()
+            return (
+                subprocess.run(
+                    ["git", "-C", ROOT, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10
+                )
+                .stdout.decode()
+                .strip()
+            )
         except Exception:
             return None
 
     return {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(), "cpus": os.cpu_count(),
-        "kernel": platform.release(), "python": b.python, "python_version": platform.python_version(),
-        "qex": b.qex, "qex_version": version(b.qex + ["version"]),
-        "git_head_at_start": b.head_at_start, "git_head_at_end": git("rev-parse", "HEAD"),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "kernel": platform.release(),
+        "python": b.python,
+        "python_version": platform.python_version(),
+        "qex": b.qex,
+        "qex_version": version(b.qex + ["version"]),
+        "git_head_at_start": b.head_at_start,
+        "git_head_at_end": git("rev-parse", "HEAD"),
         "git_dirty_qex_at_end": bool(git("status", "--porcelain", "qex")),
-        "quick": b.quick, "only": sorted(b.only) if b.only else None, "features": b.features,
-        "peers": {k: (v, version([v, "-V"]) if v and k == "tsp" else
-                      version([v, "--version"]) if v and k in ("parallel", "hyperfine") else None)
-                  for k, v in b.peers.items()},
-        "elapsed_secs": round(getattr(b, "elapsed", 0.0), 1), "config": CONFIG,
-        "load_at_start_of_each_workload": b.load, "load_at_end": loadavg(),
+        "quick": b.quick,
+        "only": sorted(b.only) if b.only else None,
+        "features": b.features,
+        "peers": {
+            k: (
+                v,
+                version([v, "-V"])
+                if v and k == "tsp"
+                else version([v, "--version"])
+                if v and k in ("parallel", "hyperfine")
+                else None,
+            )
+            for k, v in b.peers.items()
+        },
+        "elapsed_secs": round(getattr(b, "elapsed", 0.0), 1),
+        "config": CONFIG,
+        "load_at_start_of_each_workload": b.load,
+        "load_at_end": loadavg(),
     }
 
 
 # ---- interleaved sampling ----------------------------------------------------------
+
 
 class Sampler:
     """One tool's way to take one sample; samples of all tools are interleaved
@@ -612,6 +712,7 @@ def timed_only(argv, env, after=None, cwd=None):
         if after:
             after()
         return secs
+
     return sample
 
 
@@ -625,6 +726,7 @@ def tsp_tool(b: "Bench", slots="2") -> tuple[Tool, callable, callable]:
     def teardown():
         quiet([path, "-K"], t.env)
         t.kill_all()
+
     return t, setup, teardown
 
 
@@ -643,6 +745,7 @@ def missing(b: "Bench", binary: str) -> str | None:
 
 # ---- workload 1: submit latency on an idle queue ---------------------------------
 
+
 def w_submit(b: Bench):
     n = b.sizes.submit_n
     W, M = "1 submit", "idle submit"
@@ -651,19 +754,29 @@ def w_submit(b: Bench):
     samplers = [
         Sampler("qex submit", lambda: qex_submit_sample(q)),
         Sampler("python -c pass", timed_only([b.python, "-c", "pass"], b.base_env)),
-        Sampler("python -S -c pass", timed_only([b.python, "-S", "-c", "pass"], b.base_env),
-                note="info: the interpreter without site (the venv's .pth files)"),
-        Sampler(FLOOR_LABEL, timed_only([b.python, FLOOR, os.path.join(floor.root, "state"), "--", "true"],
-                                        floor.env, floor.idle)),
+        Sampler(
+            "python -S -c pass",
+            timed_only([b.python, "-S", "-c", "pass"], b.base_env),
+            note="info: the interpreter without site (the venv's .pth files)",
+        ),
+        Sampler(
+            FLOOR_LABEL,
+            timed_only([b.python, FLOOR, os.path.join(floor.root, "state"), "--", "true"], floor.env, floor.idle),
+        ),
     ]
     samplers += peer_submit_samplers(b)
     q2 = Qex(b)
     q2.env.pop("PYTHONPYCACHEPREFIX", None)
     q2.env["PYTHONDONTWRITEBYTECODE"] = "1"
     have = os.path.isdir(os.path.join(ROOT, "qex", "__pycache__"))
-    samplers.append(Sampler("qex submit, PYTHONDONTWRITEBYTECODE=1", lambda: qex_submit_sample(q2),
-                            note=f"info: as a shell with that variable runs it; qex/__pycache__ "
-                                 f"{'exists' if have else 'absent: every qex module compiled on every call'}"))
+    samplers.append(
+        Sampler(
+            "qex submit, PYTHONDONTWRITEBYTECODE=1",
+            lambda: qex_submit_sample(q2),
+            note=f"info: as a shell with that variable runs it; qex/__pycache__ "
+            f"{'exists' if have else 'absent: every qex module compiled on every call'}",
+        )
+    )
     interleave(b, W, M, samplers, n)
 
 
@@ -682,8 +795,9 @@ def peer_submit_samplers(b: Bench) -> list[Sampler]:
     tsp, nq, par = b.peer("tsp"), b.peer("nq"), b.peer("parallel")
     if tsp:
         ts, setup, teardown = tsp_tool(b)
-        out.append(Sampler("tsp", timed_only([tsp, "true"], ts.env, lambda: quiet([tsp, "-w"], ts.env)),
-                           setup, teardown))
+        out.append(
+            Sampler("tsp", timed_only([tsp, "true"], ts.env, lambda: quiet([tsp, "-w"], ts.env)), setup, teardown)
+        )
     else:
         out.append(Sampler("tsp", None, missing=missing(b, "tsp")))
     if nq:
@@ -693,14 +807,20 @@ def peer_submit_samplers(b: Bench) -> list[Sampler]:
         out.append(Sampler("nq", None, missing=missing(b, "nq")))
     if par:
         tp = Tool(b, "parallel")
-        out.append(Sampler("parallel ::: true", timed_only([par, "--will-cite", ":::", "true"], tp.env),
-                           note="runs the job before it returns"))
+        out.append(
+            Sampler(
+                "parallel ::: true",
+                timed_only([par, "--will-cite", ":::", "true"], tp.env),
+                note="runs the job before it returns",
+            )
+        )
     else:
         out.append(Sampler("parallel ::: true", None, missing=missing(b, "parallel")))
     return out
 
 
 # ---- workload 2: submit to the job's first instruction ----------------------------
+
 
 def stamp_job(path: str) -> list[str]:
     return ["/bin/sh", "-c", f"echo $(date +%s%N) > {path}"]
@@ -724,9 +844,11 @@ def first_sampler(tool: Tool, argv_for, idle):
                 return int(text) if text else None
             except (OSError, ValueError):
                 return None
+
         t_job = poll(stamped, "the job's first instruction", 30, 0.001)
         idle()
         return (t_job - t0) / 1e9
+
     return sample
 
 
@@ -738,26 +860,36 @@ def w_first(b: Bench):
     st = os.path.join(floor.root, "state")
     samplers = [
         Sampler("qex submit", first_sampler(q, lambda p: q.argv("submit", "--", *stamp_job(p)), q.quiesce)),
-        Sampler("python floor", first_sampler(floor, lambda p: [b.python, FLOOR, st, "--", *stamp_job(p)],
-                                              floor.idle)),
+        Sampler("python floor", first_sampler(floor, lambda p: [b.python, FLOOR, st, "--", *stamp_job(p)], floor.idle)),
     ]
     tsp, nq, par = b.peer("tsp"), b.peer("nq"), b.peer("parallel")
     if tsp:
         t, setup, teardown = tsp_tool(b)
-        samplers.append(Sampler("tsp", first_sampler(t, lambda p: [tsp, *stamp_job(p)],
-                                                     lambda: quiet([tsp, "-w"], t.env)), setup, teardown))
+        samplers.append(
+            Sampler(
+                "tsp",
+                first_sampler(t, lambda p: [tsp, *stamp_job(p)], lambda: quiet([tsp, "-w"], t.env)),
+                setup,
+                teardown,
+            )
+        )
     else:
         samplers.append(Sampler("tsp", None, missing=missing(b, "tsp")))
     if nq:
         tn = nq_tool(b)
-        samplers.append(Sampler("nq", first_sampler(tn, lambda p: [nq, *stamp_job(p)],
-                                                    lambda: quiet([nq, "-w"], tn.env))))
+        samplers.append(
+            Sampler("nq", first_sampler(tn, lambda p: [nq, *stamp_job(p)], lambda: quiet([nq, "-w"], tn.env)))
+        )
     else:
         samplers.append(Sampler("nq", None, missing=missing(b, "nq")))
     if par:
         tp = Tool(b, "parallel")
-        samplers.append(Sampler("parallel", first_sampler(
-            tp, lambda p: [par, "--will-cite", ":::", f"echo $(date +%s%N) > {p}"], lambda: None)))
+        samplers.append(
+            Sampler(
+                "parallel",
+                first_sampler(tp, lambda p: [par, "--will-cite", ":::", f"echo $(date +%s%N) > {p}"], lambda: None),
+            )
+        )
     else:
         samplers.append(Sampler("parallel", None, missing=missing(b, "parallel")))
     interleave(b, W, M, samplers, n)
@@ -779,8 +911,11 @@ def w_drain(b: Bench):
     n, rounds = b.sizes.drain_n, max(1, b.sizes.drain_rounds)
     W, M = "3 drain", f"{n} x true, 2 slots, submit -> all final"
     tools, absent = [("qex", lambda: drain_qex(b, n))], {}
-    for label, binary, run in (("tsp -S 2", "tsp", drain_tsp), ("parallel -j2", "parallel", drain_parallel),
-                               ("nq (serial)", "nq", drain_nq)):
+    for label, binary, run in (
+        ("tsp -S 2", "tsp", drain_tsp),
+        ("parallel -j2", "parallel", drain_parallel),
+        ("nq (serial)", "nq", drain_nq),
+    ):
         if b.peer(binary):
             tools.append((label, lambda run=run, binary=binary: run(b, b.peer(binary), n)))
         else:
@@ -855,6 +990,7 @@ def drain_tsp(b: Bench, tsp: str, n: int) -> tuple[float, str]:
         def finished():
             out = quiet([tsp, "-l"], t.env).stdout.decode(errors="replace")
             return sum(1 for line in out.splitlines() if " finished " in line) >= n
+
         poll(finished, "tsp to finish", 3600, 0.02)
         return time.perf_counter() - t0, f"a loop of {n} `tsp true`"
     finally:
@@ -880,6 +1016,7 @@ def drain_nq(b: Bench, nq: str, n: int) -> tuple[float, str]:
 
 
 # ---- workload 4: scale with history ---------------------------------------------------
+
 
 def fabricate(q: Qex, seed_id: str, count: int, first_seq: int) -> None:
     """``count`` finished records made on disk from the files of one real finished job."""
@@ -920,8 +1057,14 @@ def timed_list(q: Qex, *args, timeout=900) -> tuple[float | None, float]:
     """(seconds to the first job line, seconds to the exit) of `qex list ARGS`."""
     job_line = re.compile(rb"^[0-9a-f]{8}")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(q.argv("list", *args), env=q.env, cwd=q.root, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        q.argv("list", *args),
+        env=q.env,
+        cwd=q.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
     fired = threading.Event()
     timer = threading.Timer(timeout, lambda: (fired.set(), proc.kill()))
     timer.daemon = True
@@ -963,17 +1106,29 @@ def w_history(b: Bench):
         stores[size] = q
     base = sizes[0]
     lbl = lambda n: f"@{n:,}"  # noqa: E731
-    samplers = [Sampler("qex submit", (lambda q=q: qex_submit_sample(q)), metric=f"submit {lbl(n)}",
-                        vs=None if n == base else f"submit {lbl(base)}", note=f"{n:,} records before the samples")
-                for n, q in stores.items()]
+    samplers = [
+        Sampler(
+            "qex submit",
+            (lambda q=q: qex_submit_sample(q)),
+            metric=f"submit {lbl(n)}",
+            vs=None if n == base else f"submit {lbl(base)}",
+            note=f"{n:,} records before the samples",
+        )
+        for n, q in stores.items()
+    ]
     interleave(b, W, "", samplers, s.history_submit_n)
     for n, q in stores.items():
         n_list = s.list_n_large if n >= 50_000 else s.list_n
         # The records were made on disk, not by qex: the first `qex list` reads each one and
         # writes the history index (what a store from an older qex pays once); timed apart.
         once = timed_list(q)
-        b.row(W, f"list once, history rebuilt {lbl(n)}", "qex list (first run on the store)", [once[1]],
-              note=f"first job line after {once[0] * 1000:.0f} ms" if once[0] is not None else "")
+        b.row(
+            W,
+            f"list once, history rebuilt {lbl(n)}",
+            "qex list (first run on the store)",
+            [once[1]],
+            note=f"first job line after {once[0] * 1000:.0f} ms" if once[0] is not None else "",
+        )
         running, first, total = [], [], []
         for _ in range(n_list):
             running.append(timed_list(q, "--state", "running")[1])
@@ -982,14 +1137,26 @@ def w_history(b: Bench):
             if f is not None:
                 first.append(f)
         vs = None if n == base else base
-        b.row(W, f"list --state running {lbl(n)}", "qex list --state running", running,
-              vs=vs and f"list --state running {lbl(vs)}")
-        b.row(W, f"list first line {lbl(n)}", "qex list (first job line)", first,
-              vs=vs and f"list first line {lbl(vs)}", note="" if first else "n/a: no job line")
+        b.row(
+            W,
+            f"list --state running {lbl(n)}",
+            "qex list --state running",
+            running,
+            vs=vs and f"list --state running {lbl(vs)}",
+        )
+        b.row(
+            W,
+            f"list first line {lbl(n)}",
+            "qex list (first job line)",
+            first,
+            vs=vs and f"list first line {lbl(vs)}",
+            note="" if first else "n/a: no job line",
+        )
         b.row(W, f"list total {lbl(n)}", "qex list (all)", total, vs=vs and f"list total {lbl(vs)}")
 
 
 # ---- workload 5: fan-out ------------------------------------------------------------------
+
 
 def w_fanout(b: Bench):
     n = b.sizes.fanout_n
@@ -1003,8 +1170,9 @@ def w_fanout(b: Bench):
         lines = os.path.join(q.root, "lines")
         with open(lines, "w") as fh:
             fh.write("".join(f"{i}\n" for i in range(n)))
-        secs, _, _ = run_timed(q.argv("submit", "--each-line", lines, "--", "true", "{}"), q.env, cwd=q.root,
-                               timeout=600)
+        secs, _, _ = run_timed(
+            q.argv("submit", "--each-line", lines, "--", "true", "{}"), q.env, cwd=q.root, timeout=600
+        )
         samples.append(secs)
         q.drain(expect=n, every=0.05, limit=3600)
         q.quiesce()
@@ -1012,6 +1180,7 @@ def w_fanout(b: Bench):
 
 
 # ---- workload 6: memory ----------------------------------------------------------------
+
 
 def snapshot(tag: str) -> dict[int, int]:
     return {pid: uss(pid) or 0 for pid in tagged_pids(tag)}
@@ -1043,13 +1212,19 @@ def waiting_cost(before: dict, after: dict, n: int) -> tuple[float, float, list[
 def w_memory(b: Bench):
     n = b.sizes.waiting
     W = "6 memory"
-    MP, MU, MS = (f"processes per waiting job ({n} waiting)", f"USS per waiting job ({n} waiting)",
-                  "USS of a running job's supervisor")
+    MP, MU, MS = (
+        f"processes per waiting job ({n} waiting)",
+        f"USS per waiting job ({n} waiting)",
+        "USS of a running job's supervisor",
+    )
     q = Qex(b)
     _, blocker = q.submit("--cpu", "2", "--", "sleep", "300")
     try:
-        rec = poll(lambda: (r := q.record(blocker)) and r.get("state") == "running" and r.get("supervisor_pid")
-                   and r, "the blocker to run", 30)
+        rec = poll(
+            lambda: (r := q.record(blocker)) and r.get("state") == "running" and r.get("supervisor_pid") and r,
+            "the blocker to run",
+            30,
+        )
         time.sleep(0.3)
         before = snapshot(q.tag)
         for _ in range(n):
@@ -1082,8 +1257,9 @@ def _sleep_pid(tag: str):
 
 def memory_peers(b: Bench, W, MP, MU, MS, n):
     for binary, label, setup, submit in (
-            ("tsp", "tsp", lambda t, x: quiet([x, "-S", "1"], t.env, check=True), lambda x: [x]),
-            ("nq", "nq", None, lambda x: [x])):
+        ("tsp", "tsp", lambda t, x: quiet([x, "-S", "1"], t.env, check=True), lambda x: [x]),
+        ("nq", "nq", None, lambda x: [x]),
+    ):
         path = b.peer(binary)
         if not path:
             for m, unit in ((MP, "count"), (MU, "B"), (MS, "B")):
@@ -1118,18 +1294,25 @@ def memory_peers(b: Bench, W, MP, MU, MS, n):
 def forked_python(b: Bench, W, MS):
     """Reference: the USS of a forked child of a bare `python -S` whose parent has
     exited (as a double-forked supervisor's has), so no page is shared any more."""
-    code = ("import os, sys, time\nif os.fork():\n    os._exit(0)\nprint(os.getpid(), flush=True)\n"
-            "os.close(1)\ntime.sleep(30)\n")
+    code = (
+        "import os, sys, time\nif os.fork():\n    os._exit(0)\nprint(os.getpid(), flush=True)\n"
+        "os.close(1)\ntime.sleep(30)\n"
+    )
     t = Tool(b, "forkref")
-    proc = subprocess.Popen([b.python, "-S", "-c", code], stdout=subprocess.PIPE, env=t.env,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen([b.python, "-S", "-c", code], stdout=subprocess.PIPE, env=t.env, stdin=subprocess.DEVNULL)
     child = None
     try:
         child = int(proc.stdout.readline())
         proc.wait(10)
         time.sleep(0.2)
-        b.row(W, MS, "forked python -S (reference)", [uss(child) or 0], unit="B",
-              note="info: a fork of `python -S` after its parent exited")
+        b.row(
+            W,
+            MS,
+            "forked python -S (reference)",
+            [uss(child) or 0],
+            unit="B",
+            note="info: a fork of `python -S` after its parent exited",
+        )
     finally:
         proc.stdout.close()
         if child:
@@ -1137,6 +1320,7 @@ def forked_python(b: Bench, W, MS):
 
 
 # ---- workload 7: supervisor CPU per MB of output -------------------------------------------
+
 
 def w_cpu(b: Bench):
     s = b.sizes
@@ -1147,12 +1331,23 @@ def w_cpu(b: Bench):
     own_big = [x["supervisor_cpu"] for x in big]
     own_small = [x["supervisor_cpu"] for x in small]
     b.row(W, "supervisor CPU, job `true`", "qex", own_small, note="fixed cost: setup, records, final pass")
-    b.row(W, f"supervisor CPU, job writing {s.output_mb}MB", "qex", own_big,
-          note=f"job's own CPU {median([x['job_cpu'] for x in big]):.3f}s (subtracted); "
-               f"wall {median([x['wall'] for x in big]):.2f}s")
+    b.row(
+        W,
+        f"supervisor CPU, job writing {s.output_mb}MB",
+        "qex",
+        own_big,
+        note=f"job's own CPU {median([x['job_cpu'] for x in big]):.3f}s (subtracted); "
+        f"wall {median([x['wall'] for x in big]):.2f}s",
+    )
     per_mb = [(x - median(own_small)) / s.output_mb for x in own_big]
-    b.row(W, "supervisor CPU per MB of output", "qex", per_mb, unit="s/MB",
-          note="(supervisor CPU - CPU with `true`) / MB; exact: wait4() rusage of the supervisor as subreaper")
+    b.row(
+        W,
+        "supervisor CPU per MB of output",
+        "qex",
+        per_mb,
+        unit="s/MB",
+        note="(supervisor CPU - CPU with `true`) / MB; exact: wait4() rusage of the supervisor as subreaper",
+    )
 
 
 def measure_supervisor_cpu(b: Bench, command: list[str], n: int) -> list[dict]:
@@ -1198,8 +1393,14 @@ def _subreaper_run(q: Qex, command: list[str]) -> dict:
     if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
         raise BenchError("prctl(PR_SET_CHILD_SUBREAPER) failed")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(q.argv("submit", "--", *command), env=q.env, cwd=q.root, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        q.argv("submit", "--", *command),
+        env=q.env,
+        cwd=q.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     out, err = proc.communicate(timeout=60)
     if proc.returncode != 0:
         raise BenchError(f"qex submit exited {proc.returncode}: {err.decode(errors='replace')[:300]}")
@@ -1218,14 +1419,20 @@ def _subreaper_run(q: Qex, command: list[str]) -> dict:
         if rec and rec.get("state") in FINAL and rec.get("supervisor_pid") in reaped:
             job_cpu = (rec.get("usage") or {}).get("cpu_secs") or 0.0
             total = reaped[rec["supervisor_pid"]]
-            return {"supervisor_cpu": total - job_cpu, "job_cpu": job_cpu, "with_job": total,
-                    "wall": time.perf_counter() - t0, "state": rec["state"],
-                    "logs_dropped": rec.get("logs_dropped")}
+            return {
+                "supervisor_cpu": total - job_cpu,
+                "job_cpu": job_cpu,
+                "with_job": total,
+                "wall": time.perf_counter() - t0,
+                "state": rec["state"],
+                "logs_dropped": rec.get("logs_dropped"),
+            }
         time.sleep(0.002)
     raise BenchError("the supervisor did not end in time")
 
 
 # ---- workload 8: events -----------------------------------------------------------------------
+
 
 def w_events(b: Bench):
     W, M = "7b events", "state change -> `qex events` line"
@@ -1235,8 +1442,14 @@ def w_events(b: Bench):
     q = Qex(b)
     q.submit("--", "true")
     q.quiesce()
-    proc = subprocess.Popen(q.argv("events", "--json", "--since", "now"), env=q.env, cwd=q.root,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        q.argv("events", "--json", "--since", "now"),
+        env=q.env,
+        cwd=q.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
     lat = []
     try:
         import selectors
@@ -1258,8 +1471,9 @@ def w_events(b: Bench):
                     ev = json.loads(line)
                 except ValueError:
                     continue
-                when = next((ev[k] for k in ("time", "at", "ts", "t", "timestamp")
-                             if isinstance(ev.get(k), (int, float))), None)
+                when = next(
+                    (ev[k] for k in ("time", "at", "ts", "t", "timestamp") if isinstance(ev.get(k), (int, float))), None
+                )
                 if when is not None:
                     lat.append(arrived - float(when))
                 if ev.get("state") in FINAL or ev.get("to") in FINAL:
@@ -1275,6 +1489,7 @@ def w_events(b: Bench):
 
 
 # ---- targets and the table ----------------------------------------------------------------------
+
 
 def targets(b: Bench) -> list[dict]:
     def med(w, m, t):
@@ -1298,25 +1513,48 @@ def targets(b: Bench) -> list[dict]:
     out = [
         ("issue 2: submit / python -c pass", ratio(sub, py), 3.0, "x"),
         ("issue 2: first instruction / submit", ratio(first, sub), 2.0, "x"),
-        (f"issue 2: submit @{mid:,} / @{hs[0]:,}" if mid else "issue 2: submit @10,000 / @0",
-         ratio(h.get(mid), h.get(hs[0])), 1.2, "x"),
+        (
+            f"issue 2: submit @{mid:,} / @{hs[0]:,}" if mid else "issue 2: submit @10,000 / @0",
+            ratio(h.get(mid), h.get(hs[0])),
+            1.2,
+            "x",
+        ),
         ("issue 10.1: submit / python floor", ratio(sub, floor), 1.5, "x"),
         ("issue 10.2: first instruction / python floor's", ratio(first, ffirst), 1.5, "x"),
         ("issue 10.3: drain / parallel -j2 (must)", ratio(drain, med("3 drain", dm, "parallel -j2")), 1.0, "x"),
         ("issue 10.3: drain / tsp -S 2 (goal)", ratio(drain, med("3 drain", dm, "tsp -S 2")), 1.0, "x"),
         (f"issue 10.4: submit @{hs[-1]:,} / @{hs[0]:,}", ratio(h.get(hs[-1]), h.get(hs[0])), 1.2, "x"),
-        ("issue 10.5: fan-out of 1000 lines", med("5 fan-out", f"submit --each-line, {b.sizes.fanout_n} lines",
-                                                 "qex"), 1.0, "s"),
-        ("issue 10.6: processes per waiting job",
-         med("6 memory", f"processes per waiting job ({b.sizes.waiting} waiting)", "qex"), 0.0, "count"),
-        ("issue 10.6: supervisor USS", med("6 memory", "USS of a running job's supervisor", "qex"),
-         3 * 1024**2, "B"),
-        ("issue 10.7: supervisor CPU per MB", med("7 supervisor cpu", "supervisor CPU per MB of output", "qex"),
-         0.005, "s/MB"),
+        (
+            "issue 10.5: fan-out of 1000 lines",
+            med("5 fan-out", f"submit --each-line, {b.sizes.fanout_n} lines", "qex"),
+            1.0,
+            "s",
+        ),
+        (
+            "issue 10.6: processes per waiting job",
+            med("6 memory", f"processes per waiting job ({b.sizes.waiting} waiting)", "qex"),
+            0.0,
+            "count",
+        ),
+        ("issue 10.6: supervisor USS", med("6 memory", "USS of a running job's supervisor", "qex"), 3 * 1024**2, "B"),
+        (
+            "issue 10.7: supervisor CPU per MB",
+            med("7 supervisor cpu", "supervisor CPU per MB of output", "qex"),
+            0.005,
+            "s/MB",
+        ),
         ("issue 10.7: events latency", med("7b events", "state change -> `qex events` line", "qex"), 0.050, "s"),
     ]
-    return [{"target": name, "measured": value, "limit": limit, "unit": unit,
-             "met": None if value is None else value <= limit} for name, value, limit, unit in out]
+    return [
+        {
+            "target": name,
+            "measured": value,
+            "limit": limit,
+            "unit": unit,
+            "met": None if value is None else value <= limit,
+        }
+        for name, value, limit, unit in out
+    ]
 
 
 def fmt(value, unit: str) -> str:
@@ -1345,8 +1583,17 @@ def ratio_text(b: Bench, r: dict) -> str:
         return ""
     if r["tool"].startswith("qex"):
         return ""
-    mine = next((x for x in b.rows if x["workload"] == r["workload"] and x["metric"] == r["metric"]
-                 and x["tool"].startswith("qex") and x["median"] is not None), None)
+    mine = next(
+        (
+            x
+            for x in b.rows
+            if x["workload"] == r["workload"]
+            and x["metric"] == r["metric"]
+            and x["tool"].startswith("qex")
+            and x["median"] is not None
+        ),
+        None,
+    )
     if not mine or not r["median"]:
         return ""
     return f"{mine['median'] / r['median']:.2f}"
@@ -1358,8 +1605,18 @@ def table(b: Bench) -> str:
     rows = []
     for r in b.rows:
         rng = "" if r["median"] is None else f"{fmt(r['min'], r['unit'])} - {fmt(r['max'], r['unit'])}"
-        rows.append((r["workload"], r["metric"], r["tool"], fmt(r["median"], r["unit"]), rng,
-                     str(len(r["samples"])), ratio_text(b, r), r["note"]))
+        rows.append(
+            (
+                r["workload"],
+                r["metric"],
+                r["tool"],
+                fmt(r["median"], r["unit"]),
+                rng,
+                str(len(r["samples"])),
+                ratio_text(b, r),
+                r["note"],
+            )
+        )
     widths = [max(len(x[i]) for x in rows + [header]) for i in range(len(header) - 1)]
     lines.append(" | ".join(h.ljust(w) for h, w in zip(header, widths)) + " | note")
     lines.append("-+-".join("-" * w for w in widths) + "-+-----")
@@ -1370,24 +1627,31 @@ def table(b: Bench) -> str:
     tw = max(len(t["target"]) for t in b.targets)
     for t in b.targets:
         verdict = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
-        lines.append(f"  {t['target'].ljust(tw)}  {fmt(t['measured'], t['unit']):>12}  "
-                     f"(target <= {fmt(t['limit'], t['unit'])})  {verdict}")
+        lines.append(
+            f"  {t['target'].ljust(tw)}  {fmt(t['measured'], t['unit']):>12}  "
+            f"(target <= {fmt(t['limit'], t['unit'])})  {verdict}"
+        )
     for note in b.notes:
         lines.append(f"note: {note}")
     if b.load:
-        lines.append("load average (1, 5, 15 min) at the start of each workload: "
-                     + "; ".join(f"{k} {v}" for k, v in b.load.items()))
+        lines.append(
+            "load average (1, 5, 15 min) at the start of each workload: "
+            + "; ".join(f"{k} {v}" for k, v in b.load.items())
+        )
     return "\n".join(lines)
 
 
 # ---- entry point ---------------------------------------------------------------------------------
 
+
 def parse_sets(pairs, sizes: Sizes) -> Sizes:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not hasattr(sizes, key):
-            raise SystemExit(f"--set {pair}: expected KEY=VALUE with KEY one of "
-                             f"{', '.join(f.name for f in dataclasses.fields(Sizes))}")
+            raise SystemExit(
+                f"--set {pair}: expected KEY=VALUE with KEY one of "
+                f"{', '.join(f.name for f in dataclasses.fields(Sizes))}"
+            )
         current = getattr(sizes, key)
         if isinstance(current, tuple):
             setattr(sizes, key, tuple(int(v) for v in value.split(",") if v))
@@ -1460,8 +1724,10 @@ def settle() -> None:
         cleaned_at = _marked_at()
     wait = settle_wait(time.time(), cleaned_at)
     if wait > 0:
-        log(f"waiting {wait:.0f}s: the last run removed its files {SETTLE_SECS - wait:.0f}s ago, and new files "
-            "cost more for minutes after a mass removal (bench/README.md; --no-settle skips this)")
+        log(
+            f"waiting {wait:.0f}s: the last run removed its files {SETTLE_SECS - wait:.0f}s ago, and new files "
+            "cost more for minutes after a mass removal (bench/README.md; --no-settle skips this)"
+        )
         time.sleep(wait)
 
 
@@ -1473,12 +1739,23 @@ def parse_args(argv):
     p.add_argument("--no-peers", action="store_true", help="measure qex (and the Python floors) only")
     p.add_argument("--no-install", action="store_true", help="use the peers that are installed; install none")
     p.add_argument("--results-dir", default=RESULTS, help="where <timestamp>.json goes (default bench/results)")
-    p.add_argument("--no-settle", action="store_true",
-                   help="neither wait after a recent run's removal of its files, nor note this run's")
-    p.add_argument("--shared", action="store_true",
-                   help="every qex state directory is made with `qex init --shared` (one member: this user)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a size, e.g. --set submit_n=10 --set history=0,1000")
+    p.add_argument(
+        "--no-settle",
+        action="store_true",
+        help="neither wait after a recent run's removal of its files, nor note this run's",
+    )
+    p.add_argument(
+        "--shared",
+        action="store_true",
+        help="every qex state directory is made with `qex init --shared` (one member: this user)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a size, e.g. --set submit_n=10 --set history=0,1000",
+    )
     args = p.parse_args(argv)
     only = None
     if args.only:
@@ -1500,8 +1777,14 @@ def execute(argv) -> dict:
     args, only, sizes = parse_args(argv)
     if not args.no_settle:
         settle()
-    b = Bench(sizes, only, use_peers=not args.no_peers, install=not args.no_install,
-              results_dir=args.results_dir, quick=args.quick)
+    b = Bench(
+        sizes,
+        only,
+        use_peers=not args.no_peers,
+        install=not args.no_install,
+        results_dir=args.results_dir,
+        quick=args.quick,
+    )
     b.shared = args.shared
     try:
         b.run()

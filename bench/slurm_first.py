@@ -74,9 +74,14 @@ def main() -> int:
         cluster.start()
         with open(os.path.join(root, "qex.toml"), "w") as fh:
             fh.write('[backend]\nkind = "slurm"\n[defaults]\nmem = "64MB"\n')
-        env = {**os.environ, **cluster.env, "QEX_STATE_DIR": os.path.join(root, "state"),
-               "QEX_CONFIG": os.path.join(root, "qex.toml"), "QEX_PEER_DIR": os.path.join(root, "peers"),
-               "PYTHONPATH": REPO}
+        env = {
+            **os.environ,
+            **cluster.env,
+            "QEX_STATE_DIR": os.path.join(root, "state"),
+            "QEX_CONFIG": os.path.join(root, "qex.toml"),
+            "QEX_PEER_DIR": os.path.join(root, "peers"),
+            "PYTHONPATH": REPO,
+        }
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         qex = [sys.executable, "-m", "qex"]
         subprocess.run(qex + ["submit", "--", "true"], env=env, capture_output=True, check=True)  # warm caches
@@ -88,17 +93,29 @@ def main() -> int:
                 if way == "qex":
                     argv = qex + ["submit", "--", "sh", "-c", job]
                 else:
-                    argv = ["sbatch", "--parsable", "--cpus-per-task=1", "--mem=64M", "--export=NONE",
-                            f"--output={os.path.join(root, 'sbatch-%j.log')}", "--wrap", job]
+                    argv = [
+                        "sbatch",
+                        "--parsable",
+                        "--cpus-per-task=1",
+                        "--mem=64M",
+                        "--export=NONE",
+                        f"--output={os.path.join(root, 'sbatch-%j.log')}",
+                        "--wrap",
+                        job,
+                    ]
                 back, first = one(argv, env, mark, root)
                 returns[way].append(back)
                 samples[way].append(first)
         rows = {w: (statistics.median(s), min(s), max(s)) for w, s in samples.items()}
-        print(f"| way | first instruction: median ms | min | max | the command returned: median ms | rounds "
-              f"({os.cpu_count()} cores) |")
+        print(
+            f"| way | first instruction: median ms | min | max | the command returned: median ms | rounds "
+            f"({os.cpu_count()} cores) |"
+        )
         print("| --- | --- | --- | --- | --- | --- |")
         for way, (med, lo, hi) in rows.items():
-            print(f"| {way} | {med:.0f} | {lo:.0f} | {hi:.0f} | {statistics.median(returns[way]):.0f} | {args.rounds} |")
+            print(
+                f"| {way} | {med:.0f} | {lo:.0f} | {hi:.0f} | {statistics.median(returns[way]):.0f} | {args.rounds} |"
+            )
         print(f"qex adds {rows['qex'][0] - rows['sbatch'][0]:.0f} ms (medians) to plain sbatch")
         if args.json:
             with open(args.json, "w") as fh:

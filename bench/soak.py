@@ -40,15 +40,31 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--crash-rate", type=float, default=None,
-                   help="share of commands armed with a crash point (default 0.25; 0.1 with --users)")
-    p.add_argument("--kill-rate", type=float, default=None,
-                   help="share of rounds with at least one SIGKILL (default 0.6; 0.8 with --users)")
-    p.add_argument("--fresh-every", type=int, default=None,
-                   help="start a new state directory every N rounds (default 500; 40 with --users)")
+    p.add_argument(
+        "--crash-rate",
+        type=float,
+        default=None,
+        help="share of commands armed with a crash point (default 0.25; 0.1 with --users)",
+    )
+    p.add_argument(
+        "--kill-rate",
+        type=float,
+        default=None,
+        help="share of rounds with at least one SIGKILL (default 0.6; 0.8 with --users)",
+    )
+    p.add_argument(
+        "--fresh-every",
+        type=int,
+        default=None,
+        help="start a new state directory every N rounds (default 500; 40 with --users)",
+    )
     p.add_argument("--users", type=int, default=0, help="multi-user rounds with N real users (2 or 3; needs root)")
-    p.add_argument("--layout", choices=("private", "shared"), default="private",
-                   help="with --users: a private state directory each and a peer directory, or one shared")
+    p.add_argument(
+        "--layout",
+        choices=("private", "shared"),
+        default="private",
+        help="with --users: a private state directory each and a peer directory, or one shared",
+    )
     args = p.parse_args()
     seed = random.randrange(1 << 32) if args.seed is None else args.seed
     if args.users:
@@ -82,8 +98,11 @@ def main() -> int:
             return 1
         shutil.rmtree(root, ignore_errors=True)
         part += 1
-    print(f"no violation in {time.monotonic() - t0:.0f}s: " + ", ".join(f"{v} {k}" for k, v in totals.items())
-          + f" (seed {seed})")
+    print(
+        f"no violation in {time.monotonic() - t0:.0f}s: "
+        + ", ".join(f"{v} {k}" for k, v in totals.items())
+        + f" (seed {seed})"
+    )
     return 0
 
 
@@ -112,16 +131,25 @@ def multiuser(args, seed: int) -> int:
             print(f"  {h.summary()} ({time.monotonic() - t0:.0f}s)", flush=True)
 
     try:
-        problems, totals = run_rounds(users, args.layout, seed, minutes=args.minutes, stop_at_first=False,
-                                      fresh_every=args.fresh_every or 40, on_round=on_round,
-                                      crash_rate=0.1 if args.crash_rate is None else args.crash_rate,
-                                      kill_rate=0.8 if args.kill_rate is None else args.kill_rate)
+        problems, totals = run_rounds(
+            users,
+            args.layout,
+            seed,
+            minutes=args.minutes,
+            stop_at_first=False,
+            fresh_every=args.fresh_every or 40,
+            on_round=on_round,
+            crash_rate=0.1 if args.crash_rate is None else args.crash_rate,
+            kill_rate=0.8 if args.kill_rate is None else args.kill_rate,
+        )
     finally:
         users.remove()
     kinds = ", ".join(f"{n} {k}" for k, n in totals["kinds"].items())
-    print(f"{args.layout}, {args.users} users, {time.monotonic() - t0:.0f}s: {totals['rounds']} rounds, "
-          f"{totals['jobs']} jobs, {totals['commands']} commands, {totals['kills']} kills ({kinds}), "
-          f"{totals['refusals']} refusals, {len(problems)} violations (seed {seed})")
+    print(
+        f"{args.layout}, {args.users} users, {time.monotonic() - t0:.0f}s: {totals['rounds']} rounds, "
+        f"{totals['jobs']} jobs, {totals['commands']} commands, {totals['kills']} kills ({kinds}), "
+        f"{totals['refusals']} refusals, {len(problems)} violations (seed {seed})"
+    )
     return 1 if problems else 0
 
 

@@ -49,8 +49,17 @@ def way_fork(cg, pid_path: str, env: dict):
             cg.join()
         pidfile.write(pid_path, os.getpid(), process_start_time(os.getpid()))
 
-    proc = subprocess.Popen(["true"], cwd="/", env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, close_fds=True, process_group=0, preexec_fn=preexec)
+    proc = subprocess.Popen(
+        ["true"],
+        cwd="/",
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        close_fds=True,
+        process_group=0,
+        preexec_fn=preexec,
+    )
     pidfile.write(pid_path, proc.pid, process_start_time(proc.pid))
     _drain(proc)
 
@@ -90,8 +99,10 @@ def measure(name: str, fn, n: int, *args) -> None:
     own = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) / n
     kids = (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) / n
     walls.sort()
-    print(f"{name:<28} wall median {statistics.median(walls) * 1e3:7.3f} ms  p90 {walls[int(0.9 * n)] * 1e3:7.3f} ms"
-          f"  cpu: this process {own * 1e3:6.3f} ms, children {kids * 1e3:6.3f} ms")
+    print(
+        f"{name:<28} wall median {statistics.median(walls) * 1e3:7.3f} ms  p90 {walls[int(0.9 * n)] * 1e3:7.3f} ms"
+        f"  cpu: this process {own * 1e3:6.3f} ms, children {kids * 1e3:6.3f} ms"
+    )
 
 
 def main() -> None:
@@ -99,8 +110,10 @@ def main() -> None:
     with open("/proc/self/status") as fh:
         rss = next(line.split()[1] for line in fh if line.startswith("VmRSS"))
     cg, why = cgroup.create("0193f7a2-0000-7000-8000-00000000be9c", 1)
-    print(f"{n} spawns of `true` per way; this process holds {int(rss) // 1024} MB; "
-          + (f"job cgroup {cg.path} ({cg.kind})" if cg is not None else f"no job cgroup ({why})"))
+    print(
+        f"{n} spawns of `true` per way; this process holds {int(rss) // 1024} MB; "
+        + (f"job cgroup {cg.path} ({cg.kind})" if cg is not None else f"no job cgroup ({why})")
+    )
     env = dict(os.environ)
     with tempfile.TemporaryDirectory() as tmp:
         pid_path = os.path.join(tmp, "pid")

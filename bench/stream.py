@@ -41,7 +41,7 @@ def make_file(path: str, mb: int) -> None:
     block = os.urandom(1 << 20)
     with open(path, "wb") as fh:
         for i in range(mb):
-            fh.write(block[i % 251:] + block[:i % 251])  # (each MB differs: no dedupe anywhere)
+            fh.write(block[i % 251 :] + block[: i % 251])  # (each MB differs: no dedupe anywhere)
 
 
 def timed(argv: list[str], dest: str, env: dict | None = None) -> float:
@@ -61,8 +61,13 @@ def main() -> int:
     load_at_start = os.getloadavg()[0]
     tmp = tempfile.mkdtemp(prefix="qex-bench-stream-")
     src, out_file = os.path.join(tmp, "input.bin"), os.path.join(tmp, "output.bin")
-    env = {**os.environ, "QEX_STATE_DIR": os.path.join(tmp, "state"), "QEX_CONFIG": os.path.join(tmp, "none.toml"),
-           "QEX_PEER_DIR": os.path.join(tmp, "peers"), "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {
+        **os.environ,
+        "QEX_STATE_DIR": os.path.join(tmp, "state"),
+        "QEX_CONFIG": os.path.join(tmp, "none.toml"),
+        "QEX_PEER_DIR": os.path.join(tmp, "peers"),
+        "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
     tsp = shutil.which("tsp")
     tsp_env = {**os.environ, "TS_SOCKET": os.path.join(tmp, "ts.sock"), "TMPDIR": tmp}
     qex = [sys.executable, "-m", "qex", "run", "--quiet", "--", "cat", src]
@@ -103,25 +108,49 @@ def main() -> int:
 
 def report(args, secs_of: dict, load_at_start: float) -> None:
     """The table (best and median MB/s, each against ``cat`` to the same place) and the results file."""
-    print(f"{args.mb} MB, {args.rounds} round(s) (load average {load_at_start:.1f} at the start, "
-          f"{os.getloadavg()[0]:.1f} at the end, {os.cpu_count()} cores)")
+    print(
+        f"{args.mb} MB, {args.rounds} round(s) (load average {load_at_start:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end, {os.cpu_count()} cores)"
+    )
     print(f"{'tool':10} {'to':10} {'best MB/s':>10} {'vs cat':>7} {'median':>8} {'vs cat':>7}")
     rows = []
     for (name, where), secs in sorted(secs_of.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         base = secs_of.get(("cat", where)) or secs_of[("cat", "file")]
         best, median = min(secs), statistics.median(secs)
-        print(f"{name:10} {where:10} {args.mb / best:10.0f} {min(base) / best:6.2f}x {args.mb / median:8.0f} "
-              f"{statistics.median(base) / median:6.2f}x")
-        rows.append({"tool": name, "to": where, "seconds": secs, "best_mb_s": args.mb / best,
-                     "median_mb_s": args.mb / median, "best_vs_cat": min(base) / best,
-                     "median_vs_cat": statistics.median(base) / median})
+        print(
+            f"{name:10} {where:10} {args.mb / best:10.0f} {min(base) / best:6.2f}x {args.mb / median:8.0f} "
+            f"{statistics.median(base) / median:6.2f}x"
+        )
+        rows.append(
+            {
+                "tool": name,
+                "to": where,
+                "seconds": secs,
+                "best_mb_s": args.mb / best,
+                "median_mb_s": args.mb / median,
+                "best_vs_cat": min(base) / best,
+                "median_vs_cat": statistics.median(base) / median,
+            }
+        )
     if args.results_dir:
         os.makedirs(args.results_dir, exist_ok=True)
         path = os.path.join(args.results_dir, time.strftime("stream-%Y%m%d-%H%M%S.json"))
         with open(path, "w") as fh:
-            json.dump({"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
-                       "cpus": os.cpu_count(), "kernel": platform.release(), "mb": args.mb, "rounds": args.rounds,
-                       "load_at_start": load_at_start, "load_at_end": os.getloadavg()[0], "rows": rows}, fh, indent=1)
+            json.dump(
+                {
+                    "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "host": platform.node(),
+                    "cpus": os.cpu_count(),
+                    "kernel": platform.release(),
+                    "mb": args.mb,
+                    "rounds": args.rounds,
+                    "load_at_start": load_at_start,
+                    "load_at_end": os.getloadavg()[0],
+                    "rows": rows,
+                },
+                fh,
+                indent=1,
+            )
         print(f"results: {path}")
 
 

@@ -31,20 +31,23 @@ def run_one(root: str, label: str, limit: str, megabytes: int) -> dict:
     state = os.path.join(root, f"state-{label.split()[0]}-{megabytes}")
     config = os.path.join(root, "qex.toml")
     with open(config, "w") as fh:
-        fh.write(f"[logs]\nmax_bytes = {limit}\n[defaults]\nmem = \"10MB\"\n")
+        fh.write(f'[logs]\nmax_bytes = {limit}\n[defaults]\nmem = "10MB"\n')
     env = {**os.environ, "QEX_STATE_DIR": state, "QEX_CONFIG": config, "QEX_PEER_DIR": os.path.join(root, "peers")}
     gate, written = os.path.join(root, f"gate-{label}-{megabytes}"), os.path.join(root, f"written-{label}-{megabytes}")
-    script = ("import os, sys, time\n"
-              "block = b''.join(b'line %08d of some output a job might write\\n' % i for i in range(23832))[:1 << 20]\n"
-              f"for _ in range({megabytes}):\n"
-              "    sys.stdout.buffer.write(block)\n"
-              "sys.stdout.flush()\n"
-              f"open({written!r}, 'w').close()\n"
-              f"while not os.path.exists({gate!r}):\n"
-              "    time.sleep(0.01)\n")
+    script = (
+        "import os, sys, time\n"
+        "block = b''.join(b'line %08d of some output a job might write\\n' % i for i in range(23832))[:1 << 20]\n"
+        f"for _ in range({megabytes}):\n"
+        "    sys.stdout.buffer.write(block)\n"
+        "sys.stdout.flush()\n"
+        f"open({written!r}, 'w').close()\n"
+        f"while not os.path.exists({gate!r}):\n"
+        "    time.sleep(0.01)\n"
+    )
     qex = [sys.executable, "-m", "qex"]
-    job = subprocess.run(qex + ["submit", "--", sys.executable, "-c", script], env=env, check=True,
-                         capture_output=True, text=True).stdout.strip()
+    job = subprocess.run(
+        qex + ["submit", "--", sys.executable, "-c", script], env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
     status = os.path.join(state, "jobs", job, "status.json")
     log = os.path.join(state, "jobs", job, "stdout.log")
     t0 = time.monotonic()
@@ -64,8 +67,15 @@ def run_one(root: str, label: str, limit: str, megabytes: int) -> dict:
     while json.load(open(status))["state"] not in ("completed", "failed"):
         time.sleep(0.02)
     rec = json.load(open(status))
-    return {"limit": label, "mb": megabytes, "cpu_ms": used * 1000, "ms_per_mb": used * 1000 / megabytes,
-            "wall_s": wall, "dropped": rec["logs_dropped"]["stdout_bytes"], "file": os.path.getsize(log)}
+    return {
+        "limit": label,
+        "mb": megabytes,
+        "cpu_ms": used * 1000,
+        "ms_per_mb": used * 1000 / megabytes,
+        "wall_s": wall,
+        "dropped": rec["logs_dropped"]["stdout_bytes"],
+        "file": os.path.getsize(log),
+    }
 
 
 def main() -> None:
@@ -76,8 +86,10 @@ def main() -> None:
         for label, limit in LIMITS:
             for mb in sizes:
                 r = run_one(root, label, limit, mb)
-                print(f"{r['limit']:<16}{r['mb']:>6}{r['cpu_ms']:>10.0f}{r['ms_per_mb']:>8.2f}"
-                      f"{r['file']:>12}{r['dropped']:>14}")
+                print(
+                    f"{r['limit']:<16}{r['mb']:>6}{r['cpu_ms']:>10.0f}{r['ms_per_mb']:>8.2f}"
+                    f"{r['file']:>12}{r['dropped']:>14}"
+                )
 
 
 if __name__ == "__main__":

@@ -59,21 +59,37 @@ def prepare(root: str, queued: int, qex: list[str], env: dict) -> str:
     with open(os.path.join(root, "qex.toml"), "w") as fh:
         fh.write(CONFIG)
     gate = os.path.join(root, "gate")
-    subprocess.run(qex + ["submit", "--name", "blocker", "--", "sh", "-c",
-                          f"while [ ! -e {gate} ]; do sleep 0.1; done"], env=env, check=True, capture_output=True)
+    subprocess.run(
+        qex + ["submit", "--name", "blocker", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     lines = os.path.join(root, "lines")
     with open(lines, "w") as fh:
         fh.write("".join(f"{i}\n" for i in range(queued)))
-    done = subprocess.run(qex + ["submit", "--each-line", lines, "--max-jobs", str(queued), "--", "echo", "{}"],
-                          env=env, check=True, capture_output=True, text=True)
+    done = subprocess.run(
+        qex + ["submit", "--each-line", lines, "--max-jobs", str(queued), "--", "echo", "{}"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return done.stdout.strip()
 
 
 def spawn_top(qex: list[str], env: dict) -> tuple[subprocess.Popen, int]:
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
-    proc = subprocess.Popen(qex + ["top"], stdin=slave, stdout=slave, stderr=slave, env={**env, "TERM": "xterm"},
-                            start_new_session=True, pass_fds=())
+    proc = subprocess.Popen(
+        qex + ["top"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**env, "TERM": "xterm"},
+        start_new_session=True,
+        pass_fds=(),
+    )
     os.close(slave)
     return proc, master
 
@@ -164,8 +180,13 @@ def main() -> int:
     qex, interp = find_qex()
     root = tempfile.mkdtemp(prefix="qex-bench-top-")
     tag = f"top-{os.getpid()}"
-    env = {**os.environ, "QEX_STATE_DIR": os.path.join(root, "state"), "QEX_CONFIG": os.path.join(root, "qex.toml"),
-           "QEX_PEER_DIR": os.path.join(root, "peers"), TAG_VAR: tag}
+    env = {
+        **os.environ,
+        "QEX_STATE_DIR": os.path.join(root, "state"),
+        "QEX_CONFIG": os.path.join(root, "qex.toml"),
+        "QEX_PEER_DIR": os.path.join(root, "peers"),
+        TAG_VAR: tag,
+    }
     env.pop("NO_COLOR", None)
     group = None
     try:
@@ -175,16 +196,27 @@ def main() -> int:
         share, per_refresh = idle_cpu(qex, env, args.idle)
         once = timed(qex + ["top", "--once"], env, args.samples)
         bare = timed([interp, "-c", "pass"], env, args.samples)
-        result = {"queued": args.queued, "loadavg_at_start": load, "first_frame_s": frames,
-                  "first_frame_median_s": statistics.median(frames), "idle_cpu_share_of_one_core": share,
-                  "idle_cpu_per_refresh_s": per_refresh, "idle_seconds": args.idle,
-                  "once_s": once, "once_median_s": statistics.median(once),
-                  "python_pass_median_s": statistics.median(bare)}
+        result = {
+            "queued": args.queued,
+            "loadavg_at_start": load,
+            "first_frame_s": frames,
+            "first_frame_median_s": statistics.median(frames),
+            "idle_cpu_share_of_one_core": share,
+            "idle_cpu_per_refresh_s": per_refresh,
+            "idle_seconds": args.idle,
+            "once_s": once,
+            "once_median_s": statistics.median(once),
+            "python_pass_median_s": statistics.median(bare),
+        }
         print(f"qex top, {args.queued} queued + 1 running (load at start {load[0]:.2f}):")
-        print(f"  start to first frame  median {result['first_frame_median_s'] * 1000:.0f} ms "
-              f"(min {min(frames) * 1000:.0f}, max {max(frames) * 1000:.0f}; target < 500 ms)")
-        print(f"  idle, refreshing      {share * 100:.2f}% of one core, {per_refresh * 1000:.1f} ms CPU per refresh "
-              f"(target < 5%)")
+        print(
+            f"  start to first frame  median {result['first_frame_median_s'] * 1000:.0f} ms "
+            f"(min {min(frames) * 1000:.0f}, max {max(frames) * 1000:.0f}; target < 500 ms)"
+        )
+        print(
+            f"  idle, refreshing      {share * 100:.2f}% of one core, {per_refresh * 1000:.1f} ms CPU per refresh "
+            f"(target < 5%)"
+        )
         print(f"  qex top --once        median {result['once_median_s'] * 1000:.0f} ms (every row, to a pipe)")
         print(f"  python -c pass        median {result['python_pass_median_s'] * 1000:.0f} ms")
         if args.json:

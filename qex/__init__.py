@@ -6,8 +6,13 @@ are resolved when first used (``__getattr__``), so that no command pays for them
 """
 
 _API = {
-    "submit": "qex.api.jobs", "Job": "qex.api.jobs", "Queue": "qex.api.jobs", "JobFailed": "qex.api.jobs",
-    "Executor": "qex.api.executor", "Future": "qex.api.executor", "QexError": "qex.base.errors",
+    "submit": "qex.api.jobs",
+    "Job": "qex.api.jobs",
+    "Queue": "qex.api.jobs",
+    "JobFailed": "qex.api.jobs",
+    "Executor": "qex.api.executor",
+    "Future": "qex.api.executor",
+    "QexError": "qex.base.errors",
 }
 __all__ = sorted(_API)
 

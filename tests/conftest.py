@@ -16,7 +16,12 @@ import pytest
 _HERE = os.path.dirname(os.path.abspath(__file__))
 for _name in sorted(os.listdir(_HERE)):
     _dir = os.path.join(_HERE, _name)
-    if os.path.isdir(_dir) and _name not in ("data", "fakes") and not _name.startswith((".", "_")) and _dir not in sys.path:
+    if (
+        os.path.isdir(_dir)
+        and _name not in ("data", "fakes")
+        and not _name.startswith((".", "_"))
+        and _dir not in sys.path
+    ):
         sys.path.append(_dir)
 
 from driver import Qex, processes  # noqa: E402
@@ -53,8 +58,13 @@ class Queue(Qex):
         self.config = os.path.join(root, "qex.toml")
         self.peers = os.path.join(root, "peers")
         state = os.path.join(root, "state")
-        env = {**os.environ, "QEX_STATE_DIR": state, "QEX_CONFIG": self.config,
-               "QEX_PEER_DIR": self.peers, "QEX_KILL_GRACE": "2"}
+        env = {
+            **os.environ,
+            "QEX_STATE_DIR": state,
+            "QEX_CONFIG": self.config,
+            "QEX_PEER_DIR": self.peers,
+            "QEX_KILL_GRACE": "2",
+        }
         env.pop("CUDA_VISIBLE_DEVICES", None)
         # Every qex call would recompile every module it imports (~0.3 s) without its bytecode cache.
         env.pop("PYTHONDONTWRITEBYTECODE", None)

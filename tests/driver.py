@@ -64,8 +64,15 @@ class Qex:
     def run(self, *args, input=None, timeout=60, env=None, check=None) -> subprocess.CompletedProcess:
         """Run `qex ARGS...` to completion (text); with ``check``, assert its exit code."""
         given = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
-        proc = subprocess.run(self.argv(args), **given, capture_output=True, text=True, timeout=timeout,
-                              env={**self.env, **(env or {})}, cwd=self.cwd)
+        proc = subprocess.run(
+            self.argv(args),
+            **given,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**self.env, **(env or {})},
+            cwd=self.cwd,
+        )
         if check is not None:
             assert proc.returncode == check, (self.who, args, proc.returncode, proc.stdout, proc.stderr)
         return proc

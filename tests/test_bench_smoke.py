@@ -15,9 +15,22 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_PY = os.path.join(ROOT, "bench", "run.py")
 
-TINY = ["warmup=0", "submit_n=2", "first_n=1", "drain_n=3", "history=0,50", "history_submit_n=1",
-        "list_n=1", "list_n_large=1", "fanout_n=5", "fanout_samples=1", "waiting=2", "output_mb=1",
-        "cpu_samples=1", "events_n=2"]
+TINY = [
+    "warmup=0",
+    "submit_n=2",
+    "first_n=1",
+    "drain_n=3",
+    "history=0,50",
+    "history_submit_n=1",
+    "list_n=1",
+    "list_n_large=1",
+    "fanout_n=5",
+    "fanout_samples=1",
+    "waiting=2",
+    "output_mb=1",
+    "cpu_samples=1",
+    "events_n=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +60,11 @@ def test_the_harness_measures_qex_on_a_tiny_n(bench, tmp_path, monkeypatch, caps
     assert not errors, errors
 
     def median(workload, tool, metric=None, signed=False):
-        found = [r for r in rows if r["workload"] == workload and r["tool"] == tool
-                 and (metric is None or r["metric"] == metric)]
+        found = [
+            r
+            for r in rows
+            if r["workload"] == workload and r["tool"] == tool and (metric is None or r["metric"] == metric)
+        ]
         assert found, (workload, tool, metric)
         assert found[0]["median"] is not None, found[0]
         assert signed or found[0]["median"] >= 0, found[0]
@@ -118,9 +134,24 @@ def test_the_top_bench_measures_a_first_frame_and_idle_cpu(tmp_path):
     import sys
 
     out = tmp_path / "top.json"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "top.py"), "--queued", "5", "--samples", "1",
-                           "--idle", "1", "--json", str(out)], capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "top.py"),
+            "--queued",
+            "5",
+            "--samples",
+            "1",
+            "--idle",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
     assert 0 < result["first_frame_median_s"] < 30 and 0 <= result["idle_cpu_share_of_one_core"] < 1, result

@@ -69,6 +69,7 @@ def test_the_walk_sees_the_package():
 
 # ---- the check itself finds what it must, in sources built here -------------------------------
 
+
 def test_a_parameter_without_a_hint_is_named():
     source = "def submit(ctx, req: dict) -> str:\n    return ''\n"
     assert missing_hints(source, "m.py") == ["m.py:1 submit: no hint for parameter ctx"]

@@ -15,16 +15,16 @@ QEX = pathlib.Path(__file__).resolve().parent.parent / "qex"
 
 # Bottom first. Folders in one tuple are side by side: neither imports the other.
 LAYERS = (
-    ("base",),             # leaf: errors, units, text, ids, paths, states, machine facts, records' base
-    ("admit", "store"),    # pure admission; the state directory on disk
-    ("linux",),            # the kernel's mechanisms: cgroups, processes
-    ("config",),           # the config file and its cache; a process's Context
+    ("base",),  # leaf: errors, units, text, ids, paths, states, machine facts, records' base
+    ("admit", "store"),  # pure admission; the state directory on disk
+    ("linux",),  # the kernel's mechanisms: cgroups, processes
+    ("config",),  # the config file and its cache; a process's Context
     ("hooks", "users", "slurm"),  # the stop hook; several users (peers, shared directories); Slurm's clients
-    ("queue",),            # the pass and its actors: engine, pause, queue view, waker
-    ("jobs",),             # submission: requests, job files, fan-out, pipelines, groups, names
-    ("supervisor",),       # a job's supervisor, and what a process does after a pass
-    ("control",),          # kill, cancel, clean, rerun
-    ("cli", "api"),        # the command line: parse, call, print; the Python API (qex.submit, qex.Executor)
+    ("queue",),  # the pass and its actors: engine, pause, queue view, waker
+    ("jobs",),  # submission: requests, job files, fan-out, pipelines, groups, names
+    ("supervisor",),  # a job's supervisor, and what a process does after a pass
+    ("control",),  # kill, cancel, clean, rerun
+    ("cli", "api"),  # the command line: parse, call, print; the Python API (qex.submit, qex.Executor)
 )
 TOP = ("__init__", "__main__")  # the modules directly in qex/: __main__ imports the command line
 MAX_TOP_MODULES = 10
@@ -89,7 +89,9 @@ def upward_edges(root: pathlib.Path, layers=LAYERS) -> list[str]:
             if dst == src or (not dst and target == root.name):
                 continue
             if dst not in rank or rank[dst] >= src_rank:
-                bad.append(f"{module} (line {line}) imports {target}: {dst or 'the top'} is not below {src or 'the top'}")
+                bad.append(
+                    f"{module} (line {line}) imports {target}: {dst or 'the top'} is not below {src or 'the top'}"
+                )
     return bad
 
 
@@ -103,7 +105,7 @@ def cycles(root: pathlib.Path) -> list[list[str]]:
         stack.append(node)
         for nxt in edges.get(node, ()):
             if state.get(nxt) == "open":
-                found.append(stack[stack.index(nxt):] + [nxt])
+                found.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, stack)
         stack.pop()
@@ -116,6 +118,7 @@ def cycles(root: pathlib.Path) -> list[list[str]]:
 
 
 # ---- the package as it is ------------------------------------------------------------
+
 
 def test_no_folder_imports_one_at_its_layer_or_above():
     assert upward_edges(QEX) == []
@@ -138,8 +141,11 @@ def test_admission_imports_nothing_that_reaches_the_machine():
             assert folder_of(target) in ("admit", "base"), f"{path.name}:{line} imports {target}"
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else [])
+            )
             for name in names:
                 if not name.startswith("qex"):
                     assert name.split(".")[0] in PURE_IMPORTS, f"admit/{path.name}:{node.lineno} imports {name}"
@@ -150,8 +156,13 @@ def test_admission_imports_nothing_that_reaches_the_machine():
 # library -> the only modules that may import it (their command's module: qex/cli/ loads one per
 # command, qex/cli/__init__.py). curses: `qex top`'s screen (~2 ms; docs/design.md, "Start-up").
 # cloudpickle: a Python call's travel (qex.api.calls, and the job's side, qex.api.runner).
-ONLY_IN = {"curses": {"cli/top.py"}, "_curses": set(), "textual": set(), "rich": set(),
-           "cloudpickle": {"api/calls.py", "api/runner.py"}}
+ONLY_IN = {
+    "curses": {"cli/top.py"},
+    "_curses": set(),
+    "textual": set(),
+    "rich": set(),
+    "cloudpickle": {"api/calls.py", "api/runner.py"},
+}
 
 
 def third_party_imports(path: pathlib.Path) -> list[tuple[str, int]]:
@@ -211,6 +222,7 @@ def test_no_function_is_longer_than_the_bound_or_than_it_was():
 
 # ---- the checks themselves see what they must (each fails on a package made to break it) ----
 
+
 def make_package(tmp_path, files: dict[str, str]) -> pathlib.Path:
     root = tmp_path / "qex"
     for rel, text in files.items():
@@ -224,14 +236,17 @@ def make_package(tmp_path, files: dict[str, str]) -> pathlib.Path:
     return root
 
 
-@pytest.mark.parametrize("statement", [
-    "from qex.cli import common",
-    "from qex.cli.common import x",
-    "import qex.cli.common",
-    "from ..cli import common",
-    "def f():\n    from qex.cli import common\n",
-    "class C:\n    def m(self):\n        if True:\n            import qex.cli.common\n",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "from qex.cli import common",
+        "from qex.cli.common import x",
+        "import qex.cli.common",
+        "from ..cli import common",
+        "def f():\n    from qex.cli import common\n",
+        "class C:\n    def m(self):\n        if True:\n            import qex.cli.common\n",
+    ],
+)
 def test_an_upward_import_is_found_wherever_it_is_written(tmp_path, statement):
     root = make_package(tmp_path, {"queue/engine.py": statement + "\n", "cli/common.py": "x = 1\n"})
     found = upward_edges(root)
@@ -244,14 +259,26 @@ def test_a_side_by_side_import_is_upward_too(tmp_path):
 
 
 def test_a_downward_import_passes(tmp_path):
-    root = make_package(tmp_path, {"cli/show.py": "def f():\n    from qex.queue import engine\n",
-                                   "queue/engine.py": "from qex.base import errors\n", "base/errors.py": ""})
+    root = make_package(
+        tmp_path,
+        {
+            "cli/show.py": "def f():\n    from qex.queue import engine\n",
+            "queue/engine.py": "from qex.base import errors\n",
+            "base/errors.py": "",
+        },
+    )
     assert upward_edges(root) == []
 
 
 def test_a_cycle_inside_one_folder_is_named_by_its_chain(tmp_path):
-    root = make_package(tmp_path, {"store/a.py": "def f():\n    from qex.store import b\n",
-                                   "store/b.py": "from . import c\n", "store/c.py": "import qex.store.a\n"})
+    root = make_package(
+        tmp_path,
+        {
+            "store/a.py": "def f():\n    from qex.store import b\n",
+            "store/b.py": "from . import c\n",
+            "store/c.py": "import qex.store.a\n",
+        },
+    )
     assert [" -> ".join(c) for c in cycles(root)] == ["qex.store.a -> qex.store.b -> qex.store.c -> qex.store.a"]
 
 

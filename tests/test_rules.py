@@ -17,8 +17,20 @@ QEX = pathlib.Path(__file__).resolve().parent.parent / "qex"
 
 # ---- a pool's or a lock's name ---------------------------------------------------------
 
-NAMES = {"gpu": True, "db_main": True, "L1-2": True, "a" * 64: True, "a" * 65: False, "a.b": False,
-         "gpü": False, "-x": True, "cpu": False, "MEM": False, "": False, "two words": False}
+NAMES = {
+    "gpu": True,
+    "db_main": True,
+    "L1-2": True,
+    "a" * 64: True,
+    "a" * 65: False,
+    "a.b": False,
+    "gpü": False,
+    "-x": True,
+    "cpu": False,
+    "MEM": False,
+    "": False,
+    "two words": False,
+}
 
 
 @pytest.mark.parametrize("name,valid", sorted(NAMES.items()))
@@ -35,7 +47,7 @@ def test_submit_refuses_a_lock_name_no_config_could_declare(q, name):
 
 
 def test_submit_and_pause_take_the_same_lock_names(q):
-    q.write_config('[budget]\ncpu = 2\n')
+    q.write_config("[budget]\ncpu = 2\n")
     assert q.run("pause", "lock", "a.b").returncode != 0
     assert q.run("pause", "lock", "db_main").returncode == 0
     job = q.submit("--lock", "db_main", "--", "true")
@@ -54,6 +66,7 @@ def test_a_config_pool_name_follows_the_same_rule(q):
 
 
 # ---- sizes and cores in words ----------------------------------------------------------
+
 
 @pytest.mark.parametrize("n", [0, 100, 1023, 1024, 1536, 1_342_177_280, 5 << 30, 1_288_490_188, -(3 << 20)])
 def test_a_size_reads_the_same_in_a_reason_and_in_a_record(n):
@@ -89,16 +102,20 @@ def test_a_config_error_echoes_the_file_by_the_same_rule(q):
 
 
 def test_plain_keeps_words_and_punctuation():
-    assert plain("waits for 2 cores (job ab12cd34: «train»), 1.5GB free") == \
-        "waits for 2 cores (job ab12cd34: «train»), 1.5GB free"
+    assert (
+        plain("waits for 2 cores (job ab12cd34: «train»), 1.5GB free")
+        == "waits for 2 cores (job ab12cd34: «train»), 1.5GB free"
+    )
 
 
 # ---- the state sets ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("state", states.FINAL)
 def test_list_shows_the_code_of_a_job_in_every_ended_state(state):
-    row = list_row({"id": "0123456789", "state": state, "name": "n", "submitted_at": 1.0,
-                    "claims": {"cpu": 1, "mem": 0}}, now=2.0)
+    row = list_row(
+        {"id": "0123456789", "state": state, "name": "n", "submitted_at": 1.0, "claims": {"cpu": 1, "mem": 0}}, now=2.0
+    )
     assert " exit " in row, row
 
 
@@ -106,8 +123,10 @@ def _state_literals(tree) -> list[int]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) >= 2:
-            if (all(isinstance(e, ast.Constant) and e.value in states.STATES for e in node.elts)
-                    and len({e.value for e in node.elts}) >= 2):  # (("timeout", "timeout"): an option)
+            if (
+                all(isinstance(e, ast.Constant) and e.value in states.STATES for e in node.elts)
+                and len({e.value for e in node.elts}) >= 2
+            ):  # (("timeout", "timeout"): an option)
                 found.append(node.lineno)
     return found
 
@@ -129,6 +148,7 @@ def test_the_spelled_sets_check_sees_a_literal():
 
 # ---- is a state directory shared ----------------------------------------------------------
 
+
 def test_only_the_layout_decides_whether_a_directory_is_shared():
     deciding = sorted(p.relative_to(QEX).as_posix() for p in QEX.rglob("*.py") if "S_ISGID" in p.read_text())
     assert deciding == ["store/layout.py"]
@@ -136,8 +156,9 @@ def test_only_the_layout_decides_whether_a_directory_is_shared():
 
 # ---- the names in a state directory --------------------------------------------------------
 
+
 def _word(name: str) -> bool:
-    """"lock", "jobs", "pid", "pause"...: also a record's keys, a pause's kinds."""
+    """ "lock", "jobs", "pid", "pause"...: also a record's keys, a pause's kinds."""
     return name.isascii() and name.isalpha() and name.islower()
 
 
@@ -158,9 +179,13 @@ def _layout_names() -> set[str]:
     """Every name store/layout.py gives: its module-level strings, and its f-strings (a name with
     a variable part, ``waker-{}.lock``) that hold a letter besides the variable parts."""
     tree = ast.parse((QEX / "store" / "layout.py").read_text())
-    consts = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
-              and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-              for t in node.targets if isinstance(t, ast.Name)}
+    consts = {
+        t.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
     names = set(consts.values())
     for node in ast.walk(tree):
         if isinstance(node, ast.JoinedStr):
@@ -171,9 +196,14 @@ def _layout_names() -> set[str]:
 
 
 def _docstrings(tree) -> set[int]:
-    return {id(node.body[0].value) for node in ast.walk(tree)
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-            and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
 
 
 def _name_literals(tree, names: set[str]) -> list[tuple[int, str]]:
@@ -183,9 +213,13 @@ def _name_literals(tree, names: set[str]) -> list[tuple[int, str]]:
     ``store.path``) or a module-level constant is set to it (``NAME = "pid"``): elsewhere it
     is a record's key or a kind, not the file."""
     skip = _docstrings(tree)
-    in_path = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call)
-               and (getattr(node.func, "attr", None) in ("join", "path") or getattr(node.func, "id", None) == "join")
-               for arg in node.args}
+    in_path = {
+        id(arg)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (getattr(node.func, "attr", None) in ("join", "path") or getattr(node.func, "id", None) == "join")
+        for arg in node.args
+    }
     in_path |= {id(node.value) for node in tree.body if isinstance(node, ast.Assign)}
     found = []
     for node in ast.walk(tree):
@@ -213,16 +247,24 @@ def test_only_the_layout_spells_a_name_in_the_state_directory():
 def test_the_names_check_sees_a_literal():
     names = _layout_names()
     assert {"alive.lock", "status.json", "lock", "pid", "waker-{}.lock", "lock-{}.json", ".cut"} <= names
-    code = ('"""status.json, alive.lock: a docstring."""\n'
-            'a = os.path.join(root, "lock")\n'
-            'b = store.path(job_id, "status.json")\n'
-            'c = f"waker-{uid}.lock"\n'
-            'd = rec["pid"] or rec.get("lock")\n'
-            'e = f"{jobs}/{job_id}/status.json"\n'
-            'f = path + ".cut"\n'
-            'NAME = "pid"\n')
-    assert _name_literals(ast.parse(code), names) == [(2, "lock"), (3, "status.json"), (4, "waker-{}.lock"),
-                                                      (6, "status.json"), (7, ".cut"), (8, "pid")]
+    code = (
+        '"""status.json, alive.lock: a docstring."""\n'
+        'a = os.path.join(root, "lock")\n'
+        'b = store.path(job_id, "status.json")\n'
+        'c = f"waker-{uid}.lock"\n'
+        'd = rec["pid"] or rec.get("lock")\n'
+        'e = f"{jobs}/{job_id}/status.json"\n'
+        'f = path + ".cut"\n'
+        'NAME = "pid"\n'
+    )
+    assert _name_literals(ast.parse(code), names) == [
+        (2, "lock"),
+        (3, "status.json"),
+        (4, "waker-{}.lock"),
+        (6, "status.json"),
+        (7, ".cut"),
+        (8, "pid"),
+    ]
 
 
 # ---- a number read back from a file ---------------------------------------------------------
@@ -233,9 +275,14 @@ SHOWS_A_NUMBER = {("base/units.py", "format_duration")}  # words for a number; i
 
 def _infinite(node) -> bool:
     """``float("inf")``, ``float("-nan")``...: a value no finite number equals."""
-    return (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "float" and len(node.args) == 1
-            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-            and node.args[0].value.strip().lstrip("+-").lower() in ("inf", "infinity", "nan"))
+    return (
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "float"
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+        and node.args[0].value.strip().lstrip("+-").lower() in ("inf", "infinity", "nan")
+    )
 
 
 def _number_checks(tree) -> list[int]:
@@ -249,20 +296,31 @@ def _number_checks(tree) -> list[int]:
             found.append(node.lineno)
         elif isinstance(node, ast.Name) and node.id in ("isfinite", "isnan", "isinf"):
             found.append(node.lineno)
-        elif isinstance(node, ast.Compare) and any(_infinite(n) for part in [node.left, *node.comparators]
-                                                   for n in ast.walk(part)):
+        elif isinstance(node, ast.Compare) and any(
+            _infinite(n) for part in [node.left, *node.comparators] for n in ast.walk(part)
+        ):
             found.append(node.lineno)
-        elif (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq))
-              and ast.dump(node.left) == ast.dump(node.comparators[0])):
+        elif (
+            isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and isinstance(node.ops[0], (ast.Eq, ast.NotEq))
+            and ast.dump(node.left) == ast.dump(node.comparators[0])
+        ):
             found.append(node.lineno)
-        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and ast.dump(node.left) == ast.dump(node.right):
+        elif (
+            isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and ast.dump(node.left) == ast.dump(node.right)
+        ):
             found.append(node.lineno)
     return sorted(found)
 
 
 def _lines_of(tree, functions: set[str]) -> set[int]:
-    return {line for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name in functions
-            for line in range(node.lineno, node.end_lineno + 1)}
+    return {
+        line
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name in functions
+        for line in range(node.lineno, node.end_lineno + 1)
+    }
 
 
 def test_only_the_number_check_decides_whether_a_number_read_is_finite():
@@ -282,13 +340,15 @@ def test_only_the_number_check_decides_whether_a_number_read_is_finite():
 
 
 def test_the_number_checks_check_sees_each_spelling():
-    code = ("import math\n"
-            "a = math.isfinite(v)\n"
-            "b = v != v\n"
-            "c = v - v == 0\n"
-            "d = v in (float('inf'), float('-inf'))\n"
-            "e = x < math.inf\n"
-            "f = isnan(v)\n"
-            "g = a != b\n"
-            "FOREVER = float('inf')\n")
+    code = (
+        "import math\n"
+        "a = math.isfinite(v)\n"
+        "b = v != v\n"
+        "c = v - v == 0\n"
+        "d = v in (float('inf'), float('-inf'))\n"
+        "e = x < math.inf\n"
+        "f = isnan(v)\n"
+        "g = a != b\n"
+        "FOREVER = float('inf')\n"
+    )
     assert _number_checks(ast.parse(code)) == [2, 3, 4, 5, 6, 7]

@@ -62,18 +62,7 @@ import gc
 from operator import attrgetter
 
 from . import words
-from .model import (
-    FINAL_STATES,
-    Dep,
-    DeviceUse,
-    Expire,
-    Plan,
-    Queued,
-    Skip,
-    Snapshot,
-    Start,
-    Wait,
-)
+from .model import FINAL_STATES, Dep, DeviceUse, Expire, Plan, Queued, Skip, Snapshot, Start, Wait
 from .resources import (
     AVAIL,
     CPU,
@@ -108,9 +97,19 @@ class Verdict:
 
     __slots__ = ("holder", "reason", "cause", "assigned", "forced", "root", "front", "parks", "note", "tail")
 
-    def __init__(self, holder: str, reason: str = "", cause: str = "capacity", assigned: tuple[DeviceUse, ...] = (),
-                 forced: bool = False, root: str = "", front: str | None = None, parks: str | None = None,
-                 note: str = "", tail: str | None = None):
+    def __init__(
+        self,
+        holder: str,
+        reason: str = "",
+        cause: str = "capacity",
+        assigned: tuple[DeviceUse, ...] = (),
+        forced: bool = False,
+        root: str = "",
+        front: str | None = None,
+        parks: str | None = None,
+        note: str = "",
+        tail: str | None = None,
+    ):
         self.holder = holder
         self.reason = reason
         self.cause = cause
@@ -136,8 +135,16 @@ class Context:
 
     __slots__ = ("snap", "m", "peers", "others", "seen", "deps", "locks")
 
-    def __init__(self, snap: Snapshot, m: Machine, peers: Ledger, deps: dict, locks: dict,
-                 others: Ledger | None = None, seen: tuple = ()):
+    def __init__(
+        self,
+        snap: Snapshot,
+        m: Machine,
+        peers: Ledger,
+        deps: dict,
+        locks: dict,
+        others: Ledger | None = None,
+        seen: tuple = (),
+    ):
         self.snap = snap
         self.m = m
         self.peers = peers
@@ -263,8 +270,18 @@ def _admit(snap: Snapshot) -> tuple[Plan, str | None]:
     return _plan(ctx, snap, starts, waits, skips, expires, front, first_wait, next_deadline, stuck)
 
 
-def _plan(ctx: Context, snap: Snapshot, starts: list, waits: list, skips: list, expires: list,
-          front: "Front | None", first_wait: "Queued | None", next_deadline, stuck: str) -> tuple[Plan, str | None]:
+def _plan(
+    ctx: Context,
+    snap: Snapshot,
+    starts: list,
+    waits: list,
+    skips: list,
+    expires: list,
+    front: "Front | None",
+    first_wait: "Queued | None",
+    next_deadline,
+    stuck: str,
+) -> tuple[Plan, str | None]:
     """The Plan of a pass from what it decided, and the id of its front job (or None)."""
     if waits and len(set(map(_ID, snap.queued))) != len(snap.queued):
         # an id given twice: the last job of that id speaks for it (as a dict of the queue would)
@@ -388,8 +405,13 @@ def _lock_wait(ctx: Context, led: Ledger, names: tuple[str, ...]) -> Verdict:
     holders = holders_of(led, names)
     if holders and all(h.outside is not None for h in holders):  # a one-device pool's device, used outside qex
         amounts = words.outside_amounts(holders, names)
-        return Verdict(OUTSIDE, words.vram_outside_wait(ctx.m, None, names, holders), parks=OUTSIDE,
-                       note="waits for VRAM outside qex: ", tail=f" cannot fit while {amounts}")
+        return Verdict(
+            OUTSIDE,
+            words.vram_outside_wait(ctx.m, None, names, holders),
+            parks=OUTSIDE,
+            note="waits for VRAM outside qex: ",
+            tail=f" cannot fit while {amounts}",
+        )
     holder = "lock" if any(not h.peer for h in holders) else PEER
     return Verdict(holder, words.lock_wait(ctx.m, names, holders), cause="lock")
 
@@ -405,8 +427,12 @@ def _capacity_wait(ctx: Context, led: Ledger, job: Queued, f: Fit, locks, whole)
         return Verdict("device" if only_devices else OWN, reason + extra, parks=OWN)
     dims = tuple(d for d in alone.budget if d != AVAIL) + alone.pools
     if dims:
-        if ctx.seen and alone.pools and len(dims) == len(alone.pools) and fit(
-                m, ctx.others, job.cpu, job.mem, divisible).pools == ():
+        if (
+            ctx.seen
+            and alone.pools
+            and len(dims) == len(alone.pools)
+            and fit(m, ctx.others, job.cpu, job.mem, divisible).pools == ()
+        ):
             return _vram_outside_verdict(ctx, job, alone.pools, extra)  # the peers alone leave it room
         return _peer_verdict(ctx, job, words.peer_wait(m, job, alone, holders_of(ctx.peers, dims)) + extra, dims)
     return _outside_verdict(ctx, job, extra, led)
@@ -416,8 +442,13 @@ def _vram_outside_verdict(ctx: Context, job: Queued, pools: tuple[str, ...], ext
     """It waits for VRAM used outside qex on the devices of ``pools``."""
     holders = tuple(h for h in holders_of(ctx.peers, pools) if h.outside is not None)
     amounts = words.outside_amounts(holders, pools)
-    return Verdict(OUTSIDE, words.vram_outside_wait(ctx.m, job, pools, holders) + extra, parks=OUTSIDE,
-                   note="waits for VRAM outside qex: ", tail=f" cannot fit while {amounts}")
+    return Verdict(
+        OUTSIDE,
+        words.vram_outside_wait(ctx.m, job, pools, holders) + extra,
+        parks=OUTSIDE,
+        note="waits for VRAM outside qex: ",
+        tail=f" cannot fit while {amounts}",
+    )
 
 
 def _peer_verdict(ctx: Context, job: Queued, reason: str, dims) -> Verdict:
@@ -433,11 +464,21 @@ def _outside_verdict(ctx: Context, job: Queued, extra: str = "", led: Ledger | N
     reserve = m.mem_reserve
     if reserve > 0 and job.mem <= available + reserve - (led.started_mem if led is not None else 0):
         tail = f" needs {words.size(job.mem)}, {words.size(max(available, 0))} available beside the reserve"
-        return Verdict(OUTSIDE, words.reserve_wait(job, available, reserve) + extra, parks=OUTSIDE,
-                       note="waits for the memory reserve: ", tail=tail)
+        return Verdict(
+            OUTSIDE,
+            words.reserve_wait(job, available, reserve) + extra,
+            parks=OUTSIDE,
+            note="waits for the memory reserve: ",
+            tail=tail,
+        )
     tail = f" needs {words.size(job.mem)}, {words.size(max(available, 0))} available"
-    return Verdict(OUTSIDE, words.outside_wait(job, available, reserve) + extra, parks=OUTSIDE,
-                   note="waits for memory outside qex: ", tail=tail)
+    return Verdict(
+        OUTSIDE,
+        words.outside_wait(job, available, reserve) + extra,
+        parks=OUTSIDE,
+        note="waits for memory outside qex: ",
+        tail=tail,
+    )
 
 
 def _alone(ctx: Context, led: Ledger, job: Queued) -> Verdict:

@@ -129,8 +129,15 @@ class Running(Value):
 
     __slots__ = ("id", "cpu", "mem", "claims", "assigned", "used")
 
-    def __init__(self, id: str, cpu: int, mem: int, claims: tuple[Claim, ...] = (),
-                 assigned: tuple[DeviceUse, ...] = (), used: tuple[DeviceUse, ...] = ()):
+    def __init__(
+        self,
+        id: str,
+        cpu: int,
+        mem: int,
+        claims: tuple[Claim, ...] = (),
+        assigned: tuple[DeviceUse, ...] = (),
+        used: tuple[DeviceUse, ...] = (),
+    ):
         s = _SETATTR(self)
         s("id", id)
         s("cpu", cpu)
@@ -168,8 +175,14 @@ class PeerHold(Value):
 
     __slots__ = ("owner", "cpu", "mem", "units", "assigned")
 
-    def __init__(self, owner: str, cpu: int = 0, mem: int = 0, units: tuple[tuple[str, int], ...] = (),
-                 assigned: tuple[DeviceUse, ...] = ()):
+    def __init__(
+        self,
+        owner: str,
+        cpu: int = 0,
+        mem: int = 0,
+        units: tuple[tuple[str, int], ...] = (),
+        assigned: tuple[DeviceUse, ...] = (),
+    ):
         s = _SETATTR(self)
         s("owner", owner)
         s("cpu", cpu)
@@ -197,12 +210,36 @@ class Queued(Value):
     it was the own-blocked front job; ``retry`` marks a job requeued for
     another attempt (a queue pause does not hold it: it already ran)."""
 
-    __slots__ = ("id", "seq", "priority", "cpu", "mem", "claims", "needs", "after", "deadline",
-                 "passed_by", "name", "retry")
+    __slots__ = (
+        "id",
+        "seq",
+        "priority",
+        "cpu",
+        "mem",
+        "claims",
+        "needs",
+        "after",
+        "deadline",
+        "passed_by",
+        "name",
+        "retry",
+    )
 
-    def __init__(self, id: str, seq: int, priority: int = 0, cpu: int = 1000, mem: int = 0,
-                 claims: tuple[Claim, ...] = (), needs: tuple[str, ...] = (), after: tuple[str, ...] = (),
-                 deadline: float | None = None, passed_by: int = 0, name: str = "", retry: bool = False):
+    def __init__(
+        self,
+        id: str,
+        seq: int,
+        priority: int = 0,
+        cpu: int = 1000,
+        mem: int = 0,
+        claims: tuple[Claim, ...] = (),
+        needs: tuple[str, ...] = (),
+        after: tuple[str, ...] = (),
+        deadline: float | None = None,
+        passed_by: int = 0,
+        name: str = "",
+        retry: bool = False,
+    ):
         s = _SETATTR(self)
         s("id", id)
         s("seq", seq)
@@ -242,14 +279,42 @@ class Snapshot(Value):
     asked it: ``qex.queue.gpuseen``). ``pressure``: (the machine's memory pressure, ``[system]
     max_pressure``) when the first is above the second (no job starts), else None."""
 
-    __slots__ = ("now", "cpu_budget", "mem_budget", "mem_available", "oversized", "max_bypass", "pools",
-                 "running", "peers", "queued", "deps", "pause", "mem_reserve", "seen", "pressure")
+    __slots__ = (
+        "now",
+        "cpu_budget",
+        "mem_budget",
+        "mem_available",
+        "oversized",
+        "max_bypass",
+        "pools",
+        "running",
+        "peers",
+        "queued",
+        "deps",
+        "pause",
+        "mem_reserve",
+        "seen",
+        "pressure",
+    )
 
-    def __init__(self, now: float, cpu_budget: int, mem_budget: int, mem_available: int | None, oversized: str,
-                 max_bypass: int, pools: tuple[PoolSpec, ...], running: tuple[Running, ...],
-                 peers: tuple[PeerHold, ...], queued: tuple[Queued, ...], deps: tuple[Dep, ...] = (),
-                 pause: Pause = NO_PAUSE, mem_reserve: int = 0, seen: tuple[Seen, ...] = (),
-                 pressure: tuple[float, float] | None = None):
+    def __init__(
+        self,
+        now: float,
+        cpu_budget: int,
+        mem_budget: int,
+        mem_available: int | None,
+        oversized: str,
+        max_bypass: int,
+        pools: tuple[PoolSpec, ...],
+        running: tuple[Running, ...],
+        peers: tuple[PeerHold, ...],
+        queued: tuple[Queued, ...],
+        deps: tuple[Dep, ...] = (),
+        pause: Pause = NO_PAUSE,
+        mem_reserve: int = 0,
+        seen: tuple[Seen, ...] = (),
+        pressure: tuple[float, float] | None = None,
+    ):
         s = _SETATTR(self)
         s("now", now)
         s("cpu_budget", cpu_budget)
@@ -325,9 +390,16 @@ class Plan(Value):
 
     __slots__ = ("start", "wait", "skip", "expire", "passed", "health", "next_deadline")
 
-    def __init__(self, start: tuple[Start, ...], wait: tuple[Wait, ...], skip: tuple[Skip, ...],
-                 expire: tuple[Expire, ...], passed: tuple[tuple[str, int], ...], health: str,
-                 next_deadline: float | None):
+    def __init__(
+        self,
+        start: tuple[Start, ...],
+        wait: tuple[Wait, ...],
+        skip: tuple[Skip, ...],
+        expire: tuple[Expire, ...],
+        passed: tuple[tuple[str, int], ...],
+        health: str,
+        next_deadline: float | None,
+    ):
         s = _SETATTR(self)
         s("start", start)
         s("wait", wait)

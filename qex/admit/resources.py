@@ -41,9 +41,15 @@ class Machine:
 
     __slots__ = ("cpu", "mem", "mem_available", "plain", "indexed", "_plain", "_indexed", "mem_reserve")
 
-    def __init__(self, cpu: int, mem: int, mem_available: int | None,
-                 plain: tuple[tuple[str, int], ...] = (), indexed: tuple[tuple[str, tuple[int, ...]], ...] = (),
-                 mem_reserve: int = 0):
+    def __init__(
+        self,
+        cpu: int,
+        mem: int,
+        mem_available: int | None,
+        plain: tuple[tuple[str, int], ...] = (),
+        indexed: tuple[tuple[str, tuple[int, ...]], ...] = (),
+        mem_reserve: int = 0,
+    ):
         self.cpu = cpu
         self.mem = mem
         self.mem_available = mem_available
@@ -103,9 +109,17 @@ class Holder:
 
     __slots__ = ("who", "peer", "cpu", "mem", "units", "assigned", "started", "outside")
 
-    def __init__(self, who: str, peer: bool = False, cpu: int = 0, mem: int = 0,
-                 units: tuple[tuple[str, int], ...] = (), assigned: tuple[DeviceUse, ...] = (),
-                 started: bool = False, outside: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        who: str,
+        peer: bool = False,
+        cpu: int = 0,
+        mem: int = 0,
+        units: tuple[tuple[str, int], ...] = (),
+        assigned: tuple[DeviceUse, ...] = (),
+        started: bool = False,
+        outside: tuple[str, ...] | None = None,
+    ):
         self.who = who
         self.peer = peer
         self.cpu = cpu
@@ -347,8 +361,7 @@ class Fit:
 
     __slots__ = ("budget", "pools", "assigned")
 
-    def __init__(self, budget: tuple[str, ...] = (), pools: tuple[str, ...] = (),
-                 assigned: tuple[DeviceUse, ...] = ()):
+    def __init__(self, budget: tuple[str, ...] = (), pools: tuple[str, ...] = (), assigned: tuple[DeviceUse, ...] = ()):
         self.budget = budget
         self.pools = pools
         self.assigned = assigned

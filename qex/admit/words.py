@@ -37,7 +37,7 @@ def label(job: Queued) -> str:
 
 
 def listing(items: list[str]) -> str:
-    """"a, b, c and 2 more" — at most a few items, in the given order."""
+    """ "a, b, c and 2 more" — at most a few items, in the given order."""
     head = ", ".join(items[:_LIST_LIMIT])
     more = len(items) - _LIST_LIMIT
     return f"{head} and {more} more" if more > 0 else head
@@ -56,8 +56,11 @@ def _claim_of(job: Queued, name: str):
 
 def _need_device(m: Machine, led: Ledger | None, job: Queued, name: str) -> str:
     c = _claim_of(job, name)
-    what = f"{plural(c.count, 'whole ' + name + ' device')}" if c.size is None else (
-        f"{plural(c.count, name + ' device')} with {size(c.size)} free")
+    what = (
+        f"{plural(c.count, 'whole ' + name + ' device')}"
+        if c.size is None
+        else (f"{plural(c.count, name + ' device')} with {size(c.size)} free")
+    )
     if led is None:
         return what
     free = device_free(m, led, name)
@@ -131,7 +134,7 @@ def _other_user(h: Holder) -> bool:
 
 
 def peer_amounts(m: Machine, holders: tuple[Holder, ...], dims: tuple[str, ...]) -> str:
-    """"alice holds 3 cores, 4GB; bob holds gpu 1" for the peers among holders."""
+    """ "alice holds 3 cores, 4GB; bob holds gpu 1" for the peers among holders."""
     out = []
     for h in (h for h in holders if _other_user(h)):
         parts = [p for d in dims for p in _peer_part(m, h, d)]
@@ -140,7 +143,7 @@ def peer_amounts(m: Machine, holders: tuple[Holder, ...], dims: tuple[str, ...])
 
 
 def outside_amounts(holders: tuple[Holder, ...], dims: tuple[str, ...]) -> str:
-    """"gpu 0 has 70GB in use outside qex (pid 4242 (python) of bob)" for the VRAM
+    """ "gpu 0 has 70GB in use outside qex (pid 4242 (python) of bob)" for the VRAM
     used outside qex among holders, device by device."""
     out = []
     for h in (h for h in holders if _outside(h) is not None):
@@ -189,9 +192,11 @@ def outside_wait(job: Queued, available: int, reserve: int = 0) -> str:
 
 def reserve_wait(job: Queued, available: int, reserve: int) -> str:
     """The job would fit in the available memory but for the reserve kept for the machine."""
-    return (f"{RESERVE_WORDS} (needs {size(job.mem)}, {size(max(available, 0))} available after the "
-            f"{size(reserve)} that [system] reserve_mem keeps for the machine): it starts when more "
-            "memory is free, or with a smaller claim or reserve")
+    return (
+        f"{RESERVE_WORDS} (needs {size(job.mem)}, {size(max(available, 0))} available after the "
+        f"{size(reserve)} that [system] reserve_mem keeps for the machine): it starts when more "
+        "memory is free, or with a smaller claim or reserve"
+    )
 
 
 VRAM_OUTSIDE_WORDS = "this job cannot fit while VRAM outside qex is in use"
@@ -227,14 +232,15 @@ def person_wait(m: Machine, name: str, words: str) -> str:
 
 
 def front_wait(front_label: str) -> str:
-    return (f"held for job {front_label} at the front of the queue, "
-            "which waits for capacity that this queue's jobs hold")
+    return f"held for job {front_label} at the front of the queue, which waits for capacity that this queue's jobs hold"
 
 
 def pressure_wait(pressure: tuple[float, float], how: str = "waits") -> str:
     now, most = pressure
-    return (f"{how} while the machine is under memory pressure: {now:g}% (PSI some avg10, the share of the "
-            f"last 10 s some task waited for memory) is above [system] max_pressure {most:g}%")
+    return (
+        f"{how} while the machine is under memory pressure: {now:g}% (PSI some avg10, the share of the "
+        f"last 10 s some task waited for memory) is above [system] max_pressure {most:g}%"
+    )
 
 
 def pause_wait(reason: str) -> str:
@@ -251,9 +257,11 @@ def _over_budget(m: Machine, job: Queued) -> str:
 
 
 def oversized_wait(m: Machine, job: Queued, policy: str) -> str:
-    return (f"this job is larger than the budget ({_over_budget(m, job)}) and [queue] oversized is "
-            f"\"{policy}\": it will not start; give it a smaller claim, raise [budget], "
-            "or set [queue] oversized = \"run-when-idle\"")
+    return (
+        f"this job is larger than the budget ({_over_budget(m, job)}) and [queue] oversized is "
+        f'"{policy}": it will not start; give it a smaller claim, raise [budget], '
+        'or set [queue] oversized = "run-when-idle"'
+    )
 
 
 def _never_claim(m: Machine, c) -> str:
@@ -267,8 +275,10 @@ def _never_claim(m: Machine, c) -> str:
     if c.count == 1:
         return f"it claims {size(c.size)} on one {c.name} device and the largest holds {size(max(caps))}"
     big = sum(1 for cap in caps if cap >= c.size)
-    return (f"it claims {size(c.size)} on each of {c.count} {c.name} devices and "
-            f"{big} of its {len(caps)} devices hold that much")
+    return (
+        f"it claims {size(c.size)} on each of {c.count} {c.name} devices and "
+        f"{big} of its {len(caps)} devices hold that much"
+    )
 
 
 def never_wait(m: Machine, claim: Claim) -> str:
@@ -276,13 +286,17 @@ def never_wait(m: Machine, claim: Claim) -> str:
 
 
 def idle_own_wait(m: Machine, job: Queued, holders: tuple[Holder, ...]) -> str:
-    return (f"this job is larger than the budget ({_over_budget(m, job)}) and runs alone when nothing "
-            f"else holds capacity: waits for {own_jobs(holders)} to end")
+    return (
+        f"this job is larger than the budget ({_over_budget(m, job)}) and runs alone when nothing "
+        f"else holds capacity: waits for {own_jobs(holders)} to end"
+    )
 
 
 def idle_peer_wait(m: Machine, job: Queued, holders: tuple[Holder, ...], dims: tuple[str, ...]) -> str:
-    return (f"{PEER_WORDS} ({peer_amounts(m, holders, dims)}): it is larger than the budget "
-            f"({_over_budget(m, job)}) and runs alone when nothing else holds capacity")
+    return (
+        f"{PEER_WORDS} ({peer_amounts(m, holders, dims)}): it is larger than the budget "
+        f"({_over_budget(m, job)}) and runs alone when nothing else holds capacity"
+    )
 
 
 def dep_wait(dep: Dep, needed: bool) -> str:

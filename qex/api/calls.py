@@ -40,25 +40,31 @@ def pack(ctx: Context, fn: Callable, args: tuple, kwargs: dict) -> bytes:
     try:
         body = cloudpickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
-        raise SpecError(f"the call of {label(fn)} cannot be pickled ({type(exc).__name__}: {exc}); "
-                        "pass what it needs as plain values (or a path to them)") from None
+        raise SpecError(
+            f"the call of {label(fn)} cannot be pickled ({type(exc).__name__}: {exc}); "
+            "pass what it needs as plain values (or a path to them)"
+        ) from None
     data = pickle.dumps({"path": list(sys.path), "call": body}, protocol=pickle.HIGHEST_PROTOCOL)
     limit = ctx.config.python_max_input
     if len(data) > limit:
         from qex.base.units import format_size
 
-        raise SpecError(f"the call of {label(fn)} is {format_size(len(data))} pickled (its function and arguments), "
-                        f"more than [python] max_input ({format_size(limit)}) in the config ({ctx.config.path}); "
-                        "pass a path to the data instead, or raise max_input")
+        raise SpecError(
+            f"the call of {label(fn)} is {format_size(len(data))} pickled (its function and arguments), "
+            f"more than [python] max_input ({format_size(limit)}) in the config ({ctx.config.path}); "
+            "pass a path to the data instead, or raise max_input"
+        )
     return data
 
 
 def writer(calls: dict[str, bytes]) -> Callable[[str], None]:
     """``submit_many``'s ``prepare``: the call of each job into its directory."""
+
     def prepare(job_dir: str) -> None:
         data = calls.get(os.path.basename(job_dir))
         if data is not None:
             write(job_dir, data)
+
     return prepare
 
 
@@ -81,8 +87,13 @@ def answer(ctx: Context, rec: dict) -> tuple[bool, object]:
     except (OSError, EOFError, pickle.UnpicklingError):
         result = None
     if result is None:
-        return False, JobFailed(job_id, state, code, _stderr_tail(ctx, job_id),
-                                why=why or "the call left no result; its stderr ends as below")
+        return False, JobFailed(
+            job_id,
+            state,
+            code,
+            _stderr_tail(ctx, job_id),
+            why=why or "the call left no result; its stderr ends as below",
+        )
     if result.get("ok") and state == "completed":
         try:
             return True, pickle.loads(result["value"])

@@ -174,8 +174,7 @@ class Executor(cf.Executor):
                 ids = _submit(ctx, options(calls.command(ctx, name), {**self._claims, "name": name}), data)
         return self._track([ids[0]])[0]
 
-    def map(self, fn: Callable, *iterables: Iterable, timeout: float | None = None,
-            chunksize: int = 1) -> Iterator:
+    def map(self, fn: Callable, *iterables: Iterable, timeout: float | None = None, chunksize: int = 1) -> Iterator:
         """The calls of ``fn`` over ``iterables`` as one group; their results in order."""
         self._check_open()
         end = None if timeout is None else time.monotonic() + timeout
@@ -186,8 +185,10 @@ class Executor(cf.Executor):
         name = self._claims.get("name") or calls.label(fn)
         with as_command("submit"):
             if self._claims.get("dedupe_key") is not None:  # (as qex submit --each-line refuses it)
-                raise SpecError("dedupe_key means one job and cannot go with map (which makes one job per "
-                                "call); use submit, or leave it out")
+                raise SpecError(
+                    "dedupe_key means one job and cannot go with map (which makes one job per "
+                    "call); use submit, or leave it out"
+                )
             packed = [calls.pack(ctx, fn, args, {}) for args in items]
             with self._queue.lock:
                 group_id, ids = _submit_group(ctx, self._claims, name, packed)
@@ -271,4 +272,3 @@ def _submit_group(ctx, claims: dict, name: str, packed: list[bytes]) -> tuple[st
     ids, result = groups.submit(ctx, built, group_id, name, "python-map", prepare=calls.writer(data))
     become.finish_pass(ctx, result)
     return group_id, ids
-

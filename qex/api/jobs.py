@@ -22,8 +22,24 @@ if TYPE_CHECKING:
     from qex.config.context import Context
 
 # The keywords of qex.submit (and of an Executor's calls), each the option of `qex submit` it is.
-KEYWORDS = ("cpu", "mem", "gpu", "vram", "claims", "locks", "name", "tags", "needs", "after", "dedupe_key",
-            "timeout", "retries", "priority", "env", "cwd")
+KEYWORDS = (
+    "cpu",
+    "mem",
+    "gpu",
+    "vram",
+    "claims",
+    "locks",
+    "name",
+    "tags",
+    "needs",
+    "after",
+    "dedupe_key",
+    "timeout",
+    "retries",
+    "priority",
+    "env",
+    "cwd",
+)
 
 
 class JobFailed(QexError):
@@ -100,8 +116,14 @@ def _context(state_dir: str | None, config: str | None) -> Context:
         store.repair_after_reboot()
     except QexError:
         pass
-    return Context(store=store, config=load_config(config), uid=os.getuid(), user=paths.user_name(),
-                   cores=machine.cores(), mem_total=machine.mem_total())
+    return Context(
+        store=store,
+        config=load_config(config),
+        uid=os.getuid(),
+        user=paths.user_name(),
+        cores=machine.cores(),
+        mem_total=machine.mem_total(),
+    )
 
 
 _DEFAULT: list[Queue] = []
@@ -127,12 +149,25 @@ def options(command: list[str], given: dict) -> SimpleNamespace:
     if isinstance(env, dict):
         env = [f"{k}={v}" for k, v in env.items()]
     return SimpleNamespace(
-        argv=["--", *command], job=None, cpu=_text(given.get("cpu")), mem=_text(given.get("mem")),
-        gpu=given.get("gpu"), vram=_text(given.get("vram")), name=given.get("name"),
-        priority=given.get("priority"), timeout=_text(given.get("timeout")), retries=given.get("retries"),
-        cwd=given.get("cwd"), dedupe_key=given.get("dedupe_key"),
-        claim=_words(claims), lock=_words(given.get("locks")), tag=_words(given.get("tags")), env=_words(env),
-        needs=_ids(given.get("needs")), after=_ids(given.get("after")))
+        argv=["--", *command],
+        job=None,
+        cpu=_text(given.get("cpu")),
+        mem=_text(given.get("mem")),
+        gpu=given.get("gpu"),
+        vram=_text(given.get("vram")),
+        name=given.get("name"),
+        priority=given.get("priority"),
+        timeout=_text(given.get("timeout")),
+        retries=given.get("retries"),
+        cwd=given.get("cwd"),
+        dedupe_key=given.get("dedupe_key"),
+        claim=_words(claims),
+        lock=_words(given.get("locks")),
+        tag=_words(given.get("tags")),
+        env=_words(env),
+        needs=_ids(given.get("needs")),
+        after=_ids(given.get("after")),
+    )
 
 
 def _text(value):
@@ -173,8 +208,9 @@ def submit(command: list[str] | str, *, queue: Queue | None = None, **given: obj
     return Job(ids[0], queue=q)
 
 
-def submit_built(ctx: Context, args: SimpleNamespace, prepare: Callable[[str], None] | None = None,
-                 payloads: object = None) -> list[str]:
+def submit_built(
+    ctx: Context, args: SimpleNamespace, prepare: Callable[[str], None] | None = None, payloads: object = None
+) -> list[str]:
     """``qex submit``'s path below the command line: request, build, dedupe, write, pass.
     ``prepare(job_dir)``: what else each job's directory holds before a pass can start it."""
     from qex.jobs.request import request_from_args
@@ -205,8 +241,10 @@ class Job:
         with as_command("status"):
             target = resolve(self.queue.ctx.store, str(job_id))
             if target.is_group:
-                raise SpecError(f"{job_id} is a group of {len(target.members)} jobs; qex.Job attaches to one "
-                                "of them (qex list --group shows them)")
+                raise SpecError(
+                    f"{job_id} is a group of {len(target.members)} jobs; qex.Job attaches to one "
+                    "of them (qex list --group shows them)"
+                )
         self.id: str = target.job
 
     def __repr__(self) -> str:
@@ -248,7 +286,7 @@ class Job:
 
         names = {"stdout": layout.STDOUT, "stderr": layout.STDERR}
         if stream not in names:
-            raise SpecError(f"stream: {stream!r} is not a stream; use \"stdout\" or \"stderr\"")
+            raise SpecError(f'stream: {stream!r} is not a stream; use "stdout" or "stderr"')
         ctx = self.queue.ctx
         with as_command("logs"):
             check_owner(ctx, ctx.store.read_status_dict(self.id), "read the logs of", changes=False)
@@ -282,7 +320,9 @@ def interrupted(ids: list[str], group: str | None = None) -> Iterator[None]:
         yield
     except KeyboardInterrupt:
         what = group[:8] if group else " ".join(i[:8] for i in ids[:10]) + (" ..." if len(ids) > 10 else "")
-        sys.stderr.write(f"qex: stopped waiting; the job{'s' if len(ids) != 1 else ''} go{'es' if len(ids) == 1 else ''}"
-                         f" on: qex kill {what} stops {'it' if len(ids) == 1 else 'them'}\n")
+        sys.stderr.write(
+            f"qex: stopped waiting; the job{'s' if len(ids) != 1 else ''} go{'es' if len(ids) == 1 else ''}"
+            f" on: qex kill {what} stops {'it' if len(ids) == 1 else 'them'}\n"
+        )
         sys.stderr.flush()
         raise

@@ -21,8 +21,10 @@ def main(argv: list[str]) -> int:
         with open(os.path.join(job_dir, CALL), "rb") as fh:
             payload = pickle.load(fh)
     except OSError as exc:
-        sys.stderr.write(f"qex: this job's call cannot be read ({exc}); a Python call runs from the "
-                         "call.pickle its program (or qex rerun) wrote into its job's directory\n")
+        sys.stderr.write(
+            f"qex: this job's call cannot be read ({exc}); a Python call runs from the "
+            "call.pickle its program (or qex rerun) wrote into its job's directory\n"
+        )
         return 1
     sys.path[:] = payload["path"]
     try:

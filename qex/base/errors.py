@@ -17,8 +17,9 @@ class QexError(Exception):
     exit_code = 1
     kind = "error"
 
-    def __init__(self, message: str, *, exit_code: int | None = None, option: str | None = None,
-                 value: str | None = None):
+    def __init__(
+        self, message: str, *, exit_code: int | None = None, option: str | None = None, value: str | None = None
+    ):
         super().__init__(message)
         if exit_code is not None:
             self.exit_code = exit_code
@@ -102,8 +103,24 @@ class BrokenRecord(StoreError):
 
 
 # Every ``kind`` above, for ``qex schema error`` (a test keeps it whole).
-KINDS = ("error", "usage", "refused", "config", "spec", "lock_timeout", "no_such_job", "ambiguous", "store",
-         "permission", "broken_record", "interrupted", "ended", "running", "not_paused", "not_cleaned")
+KINDS = (
+    "error",
+    "usage",
+    "refused",
+    "config",
+    "spec",
+    "lock_timeout",
+    "no_such_job",
+    "ambiguous",
+    "store",
+    "permission",
+    "broken_record",
+    "interrupted",
+    "ended",
+    "running",
+    "not_paused",
+    "not_cleaned",
+)
 
 
 # The commands of the exit-code table (CONTRACT.md "Exit codes"; qex help exit-codes): their
@@ -120,8 +137,15 @@ def reports_a_job(argv: list[str]) -> bool:
         return True
     # (argparse takes a unique abbreviation of an option: --qu is --quiet; -q, -f and -qf are short ones)
     return argv[0] == "status" and any(
-        len(a) > 2 and a.startswith("--") and any(o.startswith(a) for o in STATUS_REPORTS)
-        or len(a) > 1 and a[0] == "-" and a[1] != "-" and bool(set(a[1:]) & {"q", "f"}) for a in argv[1:])
+        len(a) > 2
+        and a.startswith("--")
+        and any(o.startswith(a) for o in STATUS_REPORTS)
+        or len(a) > 1
+        and a[0] == "-"
+        and a[1] != "-"
+        and bool(set(a[1:]) & {"q", "f"})
+        for a in argv[1:]
+    )
 
 
 def error_exit_code(argv: list[str], exc: QexError) -> int:

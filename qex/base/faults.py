@@ -33,11 +33,24 @@ and imports this module only when it is set. The points (docs/reliability.md):
 import os
 import signal
 
-POINTS = ("fs.after_write", "fs.after_fsync", "fs.after_rename", "journal.torn",
-          "commit.after_journal", "commit.after_status", "history.torn", "history.after_append",
-          "commit.before_index", "commit.after_index",
-          "supervisor.before_spawn", "supervisor.after_spawn", "supervisor.before_final", "supervisor.after_final",
-          "engine.before_fork", "engine.early_gate")
+POINTS = (
+    "fs.after_write",
+    "fs.after_fsync",
+    "fs.after_rename",
+    "journal.torn",
+    "commit.after_journal",
+    "commit.after_status",
+    "history.torn",
+    "history.after_append",
+    "commit.before_index",
+    "commit.after_index",
+    "supervisor.before_spawn",
+    "supervisor.after_spawn",
+    "supervisor.before_final",
+    "supervisor.after_final",
+    "engine.before_fork",
+    "engine.early_gate",
+)
 
 
 def _parse(text: str) -> dict[str, int]:

@@ -18,13 +18,13 @@ FORMAT = "qex-gpu-apps 1"
 def encode(seen: Seen, boot: str) -> bytes:
     """The reading as the text of the state directory's file::
 
-        qex-gpu-apps 1
-        boot <boot id>
-        at <seconds>
-        source nvidia-smi
-        index <uuid> <index>
-        app <pid> <uuid> <bytes>
-        error <words>
+    qex-gpu-apps 1
+    boot <boot id>
+    at <seconds>
+    source nvidia-smi
+    index <uuid> <index>
+    app <pid> <uuid> <bytes>
+    error <words>
     """
     lines = [FORMAT, f"boot {boot}", f"at {seen.at!r}", f"source {seen.source}"]
     lines += [f"index {u} {i}" for u, i in sorted(seen.indices.items()) if uuid_ok(u)]
@@ -57,8 +57,13 @@ def decode(data: bytes, boot: str) -> Seen | None:
             elif word == "index" and len(parts) == 2 and uuid_ok(parts[0]):
                 indices[parts[0]] = numbers.number(int(parts[1]), numbers.DEVICE)
             elif word == "app" and len(parts) == 3 and uuid_ok(parts[1]):
-                apps.append((numbers.number(int(parts[0]), numbers.PID, 1), parts[1],
-                             numbers.number(int(parts[2]), numbers.BYTES)))
+                apps.append(
+                    (
+                        numbers.number(int(parts[0]), numbers.PID, 1),
+                        parts[1],
+                        numbers.number(int(parts[2]), numbers.BYTES),
+                    )
+                )
             elif word == "error":
                 error = rest
             else:
@@ -122,7 +127,7 @@ def write_quietly(path: str, data: bytes, mode: int) -> None:
         posix.fchmod(fd, mode)
         view = memoryview(data)
         while view:
-            view = view[posix.write(fd, view):]
+            view = view[posix.write(fd, view) :]
         posix.close(fd)
         fd = -1
         posix.rename(tmp, path)
@@ -143,10 +148,10 @@ LIVE_FORMAT = "qex-vram 1"
 def live_text(peaks: dict, attempt: int, at: float) -> bytes:
     """The file a GPU job's sampler keeps while it runs (``qex.supervisor.vram``)::
 
-        qex-vram 1
-        attempt <n>
-        at <seconds>
-        device <qex's device number, or a GPU's UUID> <bytes>
+    qex-vram 1
+    attempt <n>
+    at <seconds>
+    device <qex's device number, or a GPU's UUID> <bytes>
     """
     lines = [LIVE_FORMAT, f"attempt {attempt}", f"at {at!r}"]
     lines += [f"device {key} {n}" for key, n in sorted(peaks.items())]

@@ -73,8 +73,14 @@ def run(argv: list[str], timeout: float, env: dict) -> str | Failed:
 
     name = os.path.basename(argv[0])
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
     except OSError as e:
         return Failed(f"{name} could not start: {e.strerror}")
     try:
@@ -84,7 +90,9 @@ def run(argv: list[str], timeout: float, env: dict) -> str | Failed:
         return Failed(f"{name} did not answer within {timeout:g} s")
     text = out.decode("utf-8", "replace")
     if proc.returncode != 0:
-        return Failed(f"{name} failed (exit {proc.returncode}): {first_line(text + chr(10) + err.decode('utf-8', 'replace'))}")
+        return Failed(
+            f"{name} failed (exit {proc.returncode}): {first_line(text + chr(10) + err.decode('utf-8', 'replace'))}"
+        )
     return text
 
 

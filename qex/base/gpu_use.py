@@ -56,6 +56,7 @@ class Seen:
 
 # ---- which reader ------------------------------------------------------------------
 
+
 def which(program: str, path: str) -> str | None:
     for folder in path.split(":"):
         candidate = f"{folder or '.'}/{program}"
@@ -124,10 +125,18 @@ class Run:
         # and peer locks, after the watcher's exec) must not live on in a hung reader
         closes = [(posix.POSIX_SPAWN_CLOSE, fd) for fd in inheritable() if fd > 2]
         try:
-            self.pid = posix.posix_spawn(argv[0], argv, env, file_actions=[
-                *closes, (posix.POSIX_SPAWN_OPEN, 0, "/dev/null", posix.O_RDONLY, 0),
-                (posix.POSIX_SPAWN_DUP2, w, 1),
-                (posix.POSIX_SPAWN_OPEN, 2, "/dev/null", posix.O_WRONLY, 0)], setsid=True)
+            self.pid = posix.posix_spawn(
+                argv[0],
+                argv,
+                env,
+                file_actions=[
+                    *closes,
+                    (posix.POSIX_SPAWN_OPEN, 0, "/dev/null", posix.O_RDONLY, 0),
+                    (posix.POSIX_SPAWN_DUP2, w, 1),
+                    (posix.POSIX_SPAWN_OPEN, 2, "/dev/null", posix.O_WRONLY, 0),
+                ],
+                setsid=True,
+            )
         except BaseException:
             posix.close(r)
             raise
@@ -238,12 +247,14 @@ class Reader:
         if apps_run in late:
             return Seen(self.started, SMI, error=f"nvidia-smi did not answer within {WAIT:g} s")
         if apps_run.status != 0:
-            return Seen(self.started, SMI, error=f"nvidia-smi failed (exit {apps_run.status}): "
-                                                 f"{_first_line(apps_run.text())}")
+            return Seen(
+                self.started, SMI, error=f"nvidia-smi failed (exit {apps_run.status}): {_first_line(apps_run.text())}"
+            )
         apps = parse_apps(apps_run.text())
         if apps is None:
-            return Seen(self.started, SMI, error=f"nvidia-smi answered what qex cannot read: "
-                                                 f"{_first_line(apps_run.text())}")
+            return Seen(
+                self.started, SMI, error=f"nvidia-smi answered what qex cannot read: {_first_line(apps_run.text())}"
+            )
         indices = {}
         if len(self.runs) > 1 and self.runs[1] not in late and self.runs[1].status == 0:
             indices = parse_indices(self.runs[1].text()) or {}
@@ -340,8 +351,14 @@ def nvml(indices: bool = True) -> Seen | None:
     apps, where, error = got
     if error:
         return Seen(at, NVML, error=error)
-    return Seen(at, NVML, tuple(a for a in apps if uuid_ok(a[1]) and numbers.ok(a[0], numbers.PID, 1)
-                                and numbers.ok(a[2], numbers.BYTES)), where if indices else {})
+    return Seen(
+        at,
+        NVML,
+        tuple(
+            a for a in apps if uuid_ok(a[1]) and numbers.ok(a[0], numbers.PID, 1) and numbers.ok(a[2], numbers.BYTES)
+        ),
+        where if indices else {},
+    )
 
 
 def _nvml_importable() -> bool:

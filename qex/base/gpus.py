@@ -26,7 +26,7 @@ import os
 
 from qex.base.gpu_model import Failed, GiB, Gpu, MiB, Mig, Reading, first_line, run, which
 
-QUICK = 2.0    # seconds a command that only asks in passing waits (info, a refusal)
+QUICK = 2.0  # seconds a command that only asks in passing waits (info, a refusal)
 PATIENT = 20.0  # `qex config detect`: nvidia-smi without persistence mode takes ~1.5 s a call
 QUERY = "index,uuid,name,memory.total,mig.mode.current,driver_version"
 READERS = ("nvml", "nvidia-smi", "amd-smi", "rocm-smi")
@@ -100,8 +100,8 @@ def parse_query(text: str) -> list[list[str]]:
 def parse_list(text: str) -> dict[str, list[Mig]]:
     """The MIG instances of ``nvidia-smi -L``, by their GPU's UUID::
 
-        GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-5b6b...)
-          MIG 3g.40gb     Device  0: (UUID: MIG-c6d4...)
+    GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-5b6b...)
+      MIG 3g.40gb     Device  0: (UUID: MIG-c6d4...)
     """
     import re
 
@@ -124,5 +124,3 @@ def profile_size(profile: str) -> int:
 
     m = re.search(r"\.(\d+)gb", profile)
     return int(m.group(1)) * GiB if m else 0
-
-

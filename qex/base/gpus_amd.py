@@ -19,8 +19,10 @@ import json
 
 from qex.base.gpu_model import Failed, Gpu, MiB, Reading, run
 
-ARGS = {"amd-smi": ["static", "--asic", "--vram", "--json"],
-        "rocm-smi": ["--showproductname", "--showmeminfo", "vram", "--json"]}
+ARGS = {
+    "amd-smi": ["static", "--asic", "--vram", "--json"],
+    "rocm-smi": ["--showproductname", "--showmeminfo", "vram", "--json"],
+}
 
 
 def read(reader: str, program: str, timeout: float, env: dict) -> Reading:
@@ -42,8 +44,7 @@ def parse_amd_smi(text: str) -> list[Gpu]:
     for entry in data:
         vram = entry["vram"]
         size = vram.get("size", vram.get("vram_size_mb", vram.get("vram_size")))
-        out.append(Gpu(index=int(entry["gpu"]), uuid="", name=str(entry["asic"]["market_name"]),
-                       memory=_mib(size)))
+        out.append(Gpu(index=int(entry["gpu"]), uuid="", name=str(entry["asic"]["market_name"]), memory=_mib(size)))
     return out
 
 
@@ -68,6 +69,5 @@ def parse_rocm_smi(text: str) -> list[Gpu]:
             continue  # "system"
         lowered = {k.lower(): v for k, v in fields.items()}
         name = lowered.get("card series") or lowered.get("card model") or lowered.get("card sku") or "AMD GPU"
-        out.append(Gpu(index=int(card[4:]), uuid="", name=str(name),
-                       memory=int(lowered["vram total memory (b)"])))
+        out.append(Gpu(index=int(card[4:]), uuid="", name=str(name), memory=int(lowered["vram total memory (b)"])))
     return out

@@ -44,9 +44,14 @@ def _gpu(pynvml, index: int):
         mig_on = current == pynvml.NVML_DEVICE_MIG_ENABLE
     except pynvml.NVMLError:  # a GPU without MIG
         mig_on = False
-    return Gpu(index=index, uuid=_text(pynvml.nvmlDeviceGetUUID(handle)), name=_text(pynvml.nvmlDeviceGetName(handle)),
-               memory=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total), mig_on=mig_on,
-               mig=tuple(_instances(pynvml, handle)) if mig_on else ())
+    return Gpu(
+        index=index,
+        uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+        name=_text(pynvml.nvmlDeviceGetName(handle)),
+        memory=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+        mig_on=mig_on,
+        mig=tuple(_instances(pynvml, handle)) if mig_on else (),
+    )
 
 
 def _instances(pynvml, handle) -> list:
@@ -59,8 +64,13 @@ def _instances(pynvml, handle) -> list:
         except pynvml.NVMLError:  # an empty slot
             continue
         name = _text(pynvml.nvmlDeviceGetName(mig))  # "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
-        out.append(Mig(uuid=_text(pynvml.nvmlDeviceGetUUID(mig)), profile=name.rpartition("MIG ")[2] or name,
-                       memory=int(pynvml.nvmlDeviceGetMemoryInfo(mig).total)))
+        out.append(
+            Mig(
+                uuid=_text(pynvml.nvmlDeviceGetUUID(mig)),
+                profile=name.rpartition("MIG ")[2] or name,
+                memory=int(pynvml.nvmlDeviceGetMemoryInfo(mig).total),
+            )
+        )
     return out
 
 

@@ -20,7 +20,7 @@ def meminfo() -> dict[str, int]:
         at = data.find(b"\n" + key.encode() + b":")
         if at >= 0:
             try:
-                out[key] = int(data[at:at + 64].split(None, 2)[1]) * 1024
+                out[key] = int(data[at : at + 64].split(None, 2)[1]) * 1024
             except (ValueError, IndexError):
                 pass
     return out
@@ -78,7 +78,7 @@ def process_start_time(pid: int) -> int | None:
     if not data:
         return None
     try:
-        return int(data[data.rindex(b")") + 2:].split()[19])
+        return int(data[data.rindex(b")") + 2 :].split()[19])
     except (ValueError, IndexError):
         return None
 

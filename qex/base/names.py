@@ -20,5 +20,6 @@ def is_reserved(name: str) -> bool:
 
 def is_pool_name(name: object) -> bool:
     """A valid pool or lock name (``RULE``)."""
-    return (isinstance(name, str) and 0 < len(name) <= POOL_NAME_MAX and _ALLOWED.issuperset(name)
-            and not is_reserved(name))
+    return (
+        isinstance(name, str) and 0 < len(name) <= POOL_NAME_MAX and _ALLOWED.issuperset(name) and not is_reserved(name)
+    )

@@ -22,20 +22,20 @@ what qex writes, it reads back.
 
 from __future__ import annotations
 
-CORES = 1 << 20                 # cores: a claim, a budget, a peer's job
-MILLICORES = CORES * 1000       # the same in millicores (the index, admission)
-BYTES = 1 << 62                 # memory and sizes, in bytes
-COUNT = 1 << 20                 # units of a pool, retries, config counts, a record's format
-DEVICE = 4095                   # the highest device index of an indexed pool (4096 devices)
-SEQ = 1 << 62                   # sequence numbers, journal offsets, counters, attempts
-INODE = (1 << 64) - 1           # an inode number (64 bits on every Linux file system)
-PRIORITY = 1 << 62              # a priority, from -PRIORITY to PRIORITY
-TIME = 32503680000.0            # a time, seconds since 1970: up to the year 3000
-DURATION = 1e15                 # a duration in seconds (timeouts, queue limits, time paused)
+CORES = 1 << 20  # cores: a claim, a budget, a peer's job
+MILLICORES = CORES * 1000  # the same in millicores (the index, admission)
+BYTES = 1 << 62  # memory and sizes, in bytes
+COUNT = 1 << 20  # units of a pool, retries, config counts, a record's format
+DEVICE = 4095  # the highest device index of an indexed pool (4096 devices)
+SEQ = 1 << 62  # sequence numbers, journal offsets, counters, attempts
+INODE = (1 << 64) - 1  # an inode number (64 bits on every Linux file system)
+PRIORITY = 1 << 62  # a priority, from -PRIORITY to PRIORITY
+TIME = 32503680000.0  # a time, seconds since 1970: up to the year 3000
+DURATION = 1e15  # a duration in seconds (timeouts, queue limits, time paused)
 DEADLINE = TIME + 2 * DURATION  # a --max-queue-time deadline: a time plus a limit plus the time paused
-PID = 1 << 22                   # a process id (Linux's pid_max is at most 2**22)
-UID = (1 << 32) - 2             # a user id ((uid_t) -1 is nobody)
-EXIT = 255                      # an exit status
+PID = 1 << 22  # a process id (Linux's pid_max is at most 2**22)
+UID = (1 << 32) - 2  # a user id ((uid_t) -1 is nobody)
+EXIT = 255  # an exit status
 
 
 class BadNumber(ValueError):
@@ -68,8 +68,7 @@ def number(value: object, most: float, least: float = 0, whole: bool = False) ->
     """``value`` if ``ok``; else BadNumber, whose message says what it is and what was wanted."""
     if ok(value, most, least, whole):
         return value
-    raise BadNumber(f"{shown(value)} is not a {'whole ' if whole else ''}number "
-                    f"from {shown(least)} to {shown(most)}")
+    raise BadNumber(f"{shown(value)} is not a {'whole ' if whole else ''}number from {shown(least)} to {shown(most)}")
 
 
 def optional(value: object, most: float, least: float = 0, whole: bool = False) -> int | float | None:

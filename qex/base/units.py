@@ -87,8 +87,12 @@ def check_name(name: str, option: str) -> str:
         return name
     shown = _escaped(str(name), 60)
     bad = sorted({c for c in str(name) if not c.isascii()})
-    why = (f" ({', '.join(_escaped(c, 12) for c in bad[:5])}: only ASCII letters, a name is typed "
-           "in shells and crontabs everywhere)" if bad else "")
+    why = (
+        f" ({', '.join(_escaped(c, 12) for c in bad[:5])}: only ASCII letters, a name is typed "
+        "in shells and crontabs everywhere)"
+        if bad
+        else ""
+    )
     raise SpecError(f"{option}: {shown} is not a valid name{why}; {_NAME_RULE}")
 
 
@@ -139,8 +143,10 @@ def bare_size_warning(text: str | int, option: str) -> str | None:
     if value >= BARE_SIZE_WARN:
         return None
     number = m.group(1)
-    return (f"{option} {number} is {value} byte{'' if value == 1 else 's'} (a bare number is bytes); "
-            f"did you mean {number}MB?")
+    return (
+        f"{option} {number} is {value} byte{'' if value == 1 else 's'} (a bare number is bytes); "
+        f"did you mean {number}MB?"
+    )
 
 
 def parse_duration(text: str, option: str) -> float:
@@ -170,15 +176,14 @@ def parse_cpu(text: str, option: str) -> str | int:
     if m:
         whole, frac = (m.group(1), m.group(2)) if m.group(1) is not None else ("0", m.group(3))
         if len(frac or "") > 3:
-            raise SpecError(
-                f"{option}: {_shown(text)} is finer than a thousandth of a core; {_CPU_FORMS}"
-            )
+            raise SpecError(f"{option}: {_shown(text)} is finer than a thousandth of a core; {_CPU_FORMS}")
         millicores = _scaled(whole, frac, 1000)
         if 0 < millicores <= numbers.MILLICORES:
             return millicores
         if millicores > numbers.MILLICORES:
-            raise SpecError(f"{option}: {_shown(text)} is more cores than any machine has "
-                            f"(at most {numbers.CORES}); {_CPU_FORMS}")
+            raise SpecError(
+                f"{option}: {_shown(text)} is more cores than any machine has (at most {numbers.CORES}); {_CPU_FORMS}"
+            )
     raise SpecError(f"{option}: {_shown(text)} is not a number of cores; {_CPU_FORMS}")
 
 

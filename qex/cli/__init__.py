@@ -69,8 +69,9 @@ def wants_json(argv: list[str]) -> bool:
     return False
 
 
-def print_error(sentence: str, code: int, kind: str, as_json: bool = False, option: str | None = None,
-                value: str | None = None) -> None:
+def print_error(
+    sentence: str, code: int, kind: str, as_json: bool = False, option: str | None = None, value: str | None = None
+) -> None:
     """The one place an error that ends a command is printed: ``qex: SENTENCE`` on stderr,
     or under ``--json`` one JSON object on one line (``qex schema error``), the same exit
     code either way. ``option``/``value``: the option at fault and the value given; when
@@ -84,8 +85,7 @@ def print_error(sentence: str, code: int, kind: str, as_json: bool = False, opti
     if option is None:
         option, found = _option_in(sentence)
         value = value if value is not None else found
-    _say(json.dumps({"error": sentence, "code": code, "kind": kind, "option": option, "value": value},
-                    sort_keys=True))
+    _say(json.dumps({"error": sentence, "code": code, "kind": kind, "option": option, "value": value}, sort_keys=True))
 
 
 def _option_in(sentence: str) -> tuple[str | None, str | None]:
@@ -95,7 +95,7 @@ def _option_in(sentence: str) -> tuple[str | None, str | None]:
     if m is None:
         m = re.match(r"unrecognized arguments: (\S+)", sentence)
         return (m.group(1), None) if m else (None, None)
-    quoted = re.search(r"'([^']*)'|\"([^\"]*)\"", sentence[m.end():])
+    quoted = re.search(r"'([^']*)'|\"([^\"]*)\"", sentence[m.end() :])
     return m.group(1), None if quoted is None else quoted.group(1) if quoted.group(1) is not None else quoted.group(2)
 
 
@@ -144,11 +144,12 @@ def _command_first(argv: list[str]) -> list[str]:
         return argv
     words = 2 if head == "--lock-timeout" else 1
     if len(argv) > words:
-        return [argv[words], *argv[:words], *argv[words + 1:]]
+        return [argv[words], *argv[:words], *argv[words + 1 :]]
     from qex.base.errors import UsageError
 
-    raise UsageError("--lock-timeout needs SECONDS and then a command, e.g. qex --lock-timeout 5 submit -- CMD "
-                     "(see qex --help)")
+    raise UsageError(
+        "--lock-timeout needs SECONDS and then a command, e.g. qex --lock-timeout 5 submit -- CMD (see qex --help)"
+    )
 
 
 def _call(target: str, args) -> int:

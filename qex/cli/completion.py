@@ -30,8 +30,9 @@ def values(argv: list[str]) -> int:
     """``qex __complete KIND [PREFIX]``: one value a line, those that start with PREFIX."""
     kind, prefix = (argv + ["", ""])[:2]
     try:
-        found = {"jobs": lambda: _jobs(names_only=False), "names": lambda: _jobs(names_only=True),
-                 "pools": _pools}[kind]()
+        found = {"jobs": lambda: _jobs(names_only=False), "names": lambda: _jobs(names_only=True), "pools": _pools}[
+            kind
+        ]()
         sys.stdout.write("".join(f"{w}\n" for w in found if w.startswith(prefix)))
     except Exception:  # (a damaged file, a missing directory, a closed pipe: no values)
         pass
@@ -59,8 +60,11 @@ def _root() -> str:
 # bytes take a quarter of the time a parse of 10,000 entries takes; a file of another
 # form (the counts differ) is parsed.
 _KEY = rb'":\{"seq":(\d+),'
-_NAME, _GROUP, _GROUP_NAME = rb'"name":"([^"\\]*)"', rb'"group":(?:null|"([^"\\]*)")', \
-    rb'"group_name":(?:null|"([^"\\]*)")'
+_NAME, _GROUP, _GROUP_NAME = (
+    rb'"name":"([^"\\]*)"',
+    rb'"group":(?:null|"([^"\\]*)")',
+    rb'"group_name":(?:null|"([^"\\]*)")',
+)
 
 
 def _jobs(names_only: bool) -> list[str]:
@@ -86,11 +90,13 @@ def _active(path: str) -> list[dict]:
             data = fh.read()
     except OSError:
         return []
-    keys = [(data[m.start() - 36:m.start()], int(m.group(1))) for m in re.finditer(_KEY, data)]
+    keys = [(data[m.start() - 36 : m.start()], int(m.group(1))) for m in re.finditer(_KEY, data)]
     columns = [re.findall(_NAME, data), re.findall(_GROUP, data), re.findall(_GROUP_NAME, data)]
     if all(len(c) == len(keys) for c in columns):
-        found = [(seq, {"id": j.decode(), "name": n.decode(), "group": g.decode(), "group_name": gn.decode()})
-                 for (j, seq), n, g, gn in zip(keys, *columns)]
+        found = [
+            (seq, {"id": j.decode(), "name": n.decode(), "group": g.decode(), "group_name": gn.decode()})
+            for (j, seq), n, g, gn in zip(keys, *columns)
+        ]
     else:  # (another form: parse it)
         import json
 
@@ -138,6 +144,7 @@ def _pools() -> list[str]:
 
 # An option's or a positional's values: ("words", [...]) fixed, ("ask", KIND) from
 # `qex __complete KIND`, ("files",) the shell's files, None nothing to offer.
+
 
 def _spec() -> list[tuple[str, list[str], dict[str, tuple], tuple | None, dict[str, str]]]:
     """(command, its options, values per option, values of its positional, the short

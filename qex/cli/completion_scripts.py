@@ -21,18 +21,20 @@ def _bash_offer(values: tuple | None) -> str:
 
 def bash(spec: list) -> str:
     names = " ".join(n for n, *_ in spec)
-    out = [HEAD.format(shell="bash"),
-           "_qex_ask() {  # values from the state directory (qex filters by the prefix): no lock, no error\n"
-           "  # one word a line, never globbed; $(...) reads the pipe in blocks, where mapfile reads it a\n"
-           "  # byte at a time (20,000 words: ~60 ms against ~185 ms)\n"
-           "  local IFS=$'\\n' -; set -f\n"
-           '  COMPREPLY=($(command qex __complete "$1" "$2" 2>/dev/null))\n}\n',
-           "_qex() {\n"
-           "  local cur=${COMP_WORDS[COMP_CWORD]} prev= cmd=${COMP_WORDS[1]}\n"
-           '  [ "$COMP_CWORD" -gt 0 ] && prev=${COMP_WORDS[COMP_CWORD-1]}\n'
-           "  COMPREPLY=()\n"
-           f'  if [ "$COMP_CWORD" -eq 1 ]; then COMPREPLY=($(compgen -W "{names}" -- "$cur")); return; fi\n'
-           '  case "$cmd" in\n']
+    out = [
+        HEAD.format(shell="bash"),
+        "_qex_ask() {  # values from the state directory (qex filters by the prefix): no lock, no error\n"
+        "  # one word a line, never globbed; $(...) reads the pipe in blocks, where mapfile reads it a\n"
+        "  # byte at a time (20,000 words: ~60 ms against ~185 ms)\n"
+        "  local IFS=$'\\n' -; set -f\n"
+        '  COMPREPLY=($(command qex __complete "$1" "$2" 2>/dev/null))\n}\n',
+        "_qex() {\n"
+        "  local cur=${COMP_WORDS[COMP_CWORD]} prev= cmd=${COMP_WORDS[1]}\n"
+        '  [ "$COMP_CWORD" -gt 0 ] && prev=${COMP_WORDS[COMP_CWORD-1]}\n'
+        "  COMPREPLY=()\n"
+        f'  if [ "$COMP_CWORD" -eq 1 ]; then COMPREPLY=($(compgen -W "{names}" -- "$cur")); return; fi\n'
+        '  case "$cmd" in\n',
+    ]
     for name, opts, per_option, positional, shorts in spec:
         out.append(f"    {name})\n")
         takes = list(per_option)
@@ -41,8 +43,9 @@ def bash(spec: list) -> str:
             for option in takes:
                 out.append(f"        {option}) {_bash_offer(per_option[option])}\n")
             out.append("      esac\n")
-        out.append(f'      if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W "{" ".join(opts)}" -- "$cur")); '
-                   "return; fi\n")
+        out.append(
+            f'      if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W "{" ".join(opts)}" -- "$cur")); return; fi\n'
+        )
         if positional is not None and positional[0] != "files":
             out.append(f"      {_bash_offer(positional)}\n")
         else:
@@ -63,10 +66,13 @@ def _zsh_offer(values: tuple | None) -> str:
 
 def zsh(spec: list) -> str:
     names = " ".join(n for n, *_ in spec)
-    out = ["#compdef qex\n", HEAD.format(shell="zsh"),
-           "_qex() {\n  local cur=${words[CURRENT]} prev=${words[CURRENT-1]} cmd=${words[2]}\n"
-           f"  if (( CURRENT == 2 )); then compadd -- {names}; return; fi\n"
-           "  case $cmd in\n"]
+    out = [
+        "#compdef qex\n",
+        HEAD.format(shell="zsh"),
+        "_qex() {\n  local cur=${words[CURRENT]} prev=${words[CURRENT-1]} cmd=${words[2]}\n"
+        f"  if (( CURRENT == 2 )); then compadd -- {names}; return; fi\n"
+        "  case $cmd in\n",
+    ]
     for name, opts, per_option, positional, shorts in spec:
         out.append(f"    {name})\n")
         if per_option:
@@ -100,7 +106,9 @@ def fish(spec: list) -> str:
                 continue
             flag = f" -s {shorts[option][1:]}" if option in shorts else ""
             takes = option in per_option
-            out.append(f"complete -c qex {when} -l {option[2:]}{flag}{_fish_values(per_option[option]) if takes else ''}\n")
+            out.append(
+                f"complete -c qex {when} -l {option[2:]}{flag}{_fish_values(per_option[option]) if takes else ''}\n"
+            )
         if positional is not None:
             out.append(f"complete -c qex {when}{_fish_values(positional)}\n")
     return "".join(out)

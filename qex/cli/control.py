@@ -22,8 +22,12 @@ def cmd_kill(args: Namespace) -> int:
     for job_id in job_ids:
         what = answer.get(job_id, "")
         if what.startswith("ended:"):
-            report.add(job_id, "ended", what[6:], None if job_id in in_group else
-                       f"{job_id[:8]} has already ended ({what[6:]}); nothing to kill")
+            report.add(
+                job_id,
+                "ended",
+                what[6:],
+                None if job_id in in_group else f"{job_id[:8]} has already ended ({what[6:]}); nothing to kill",
+            )
         elif what == "signalled":
             report.add(job_id, "signalled", "running", None)
             report.note(f"{job_id[:8]} was signalled but has not ended yet")
@@ -50,11 +54,14 @@ def cmd_cancel(args: Namespace) -> int:
                 report.add(job_id, "running", "running", None)
                 report.note(f"{job_id[:8]} is running and goes on; qex kill stops it")
             else:
-                report.add(job_id, "running", "running",
-                           f"{job_id[:8]} is already running; use qex kill {job_id[:8]}")
+                report.add(job_id, "running", "running", f"{job_id[:8]} is already running; use qex kill {job_id[:8]}")
         else:  # a group's ended jobs are no fault
-            report.add(job_id, "ended", what[6:], None if job_id in in_group else
-                       f"{job_id[:8]} has already ended ({what[6:]}); nothing to cancel")
+            report.add(
+                job_id,
+                "ended",
+                what[6:],
+                None if job_id in in_group else f"{job_id[:8]} has already ended ({what[6:]}); nothing to cancel",
+            )
     return report.finish()
 
 
@@ -108,8 +115,9 @@ def _chosen(ctx: Context, args, verb: str) -> tuple[list[str], set[str]]:
     if args.ids and selects:
         raise UsageError(f"give {verb} ids, or select with --tag, --group, --state, --name or --mine; not both")
     if not args.ids and not selects:
-        raise UsageError(f"{verb} needs ids, or --tag T, --group G, --state S, --name N or --mine "
-                         f"(see qex {verb} --help)")
+        raise UsageError(
+            f"{verb} needs ids, or --tag T, --group G, --state S, --name N or --mine (see qex {verb} --help)"
+        )
     if args.ids:
         return _targets(ctx, args.ids)
     from qex.control.actions import select_active
@@ -173,13 +181,21 @@ def cmd_clean(args: Namespace) -> int:
         from qex.cli import print_error
         from qex.cli.common import print_json
 
-        print_json({"removed": removed,
-                    "kept": [{"id": j, "why": k["why"], "needed_by": k["needed_by"]} for j, k in kept.items()],
-                    "refused": [{"id": j, "why": why} for j, why in refused.items()],
-                    "unfinished_dirs_removed": swept})
+        print_json(
+            {
+                "removed": removed,
+                "kept": [{"id": j, "why": k["why"], "needed_by": k["needed_by"]} for j, k in kept.items()],
+                "refused": [{"id": j, "why": why} for j, why in refused.items()],
+                "unfinished_dirs_removed": swept,
+            }
+        )
         if failed:
-            print_error(f"{len(refused) + len(kept)} of the jobs named were not cleaned (see refused and kept)",
-                        1, "not_cleaned", True)
+            print_error(
+                f"{len(refused) + len(kept)} of the jobs named were not cleaned (see refused and kept)",
+                1,
+                "not_cleaned",
+                True,
+            )
     # A job named on the command line that stays (active, another user's, still needed) is a failure.
     return 1 if failed else 0
 

@@ -21,8 +21,10 @@ def _options(args):
     try:
         since = parse_since(args.since)
     except BadSince:
-        raise UsageError(f"--since: {args.since!r} is not a position; use STREAM:SEQ (the stream and seq of "
-                         "the last line you read), start (everything the journal holds) or now") from None
+        raise UsageError(
+            f"--since: {args.since!r} is not a position; use STREAM:SEQ (the stream and seq of "
+            "the last line you read), start (everything the journal holds) or now"
+        ) from None
     if args.count is not None and args.count < 0:
         raise UsageError(f"--count: {args.count} is negative; give the number of job lines to print, or 0")
     limit = None

@@ -48,12 +48,15 @@ def _job_file(ctx, args: Namespace) -> list:
 
     job = jobfile.load(args.file)
     if job.needs or job.after:
-        raise SpecError(f"{args.file}: needs/after name jobs of a qex queue, which an exported script does not "
-                        "have; export a pipeline file whose stages name each other")
+        raise SpecError(
+            f"{args.file}: needs/after name jobs of a qex queue, which an exported script does not "
+            "have; export a pipeline file whose stages name each other"
+        )
     req = Request(command=[])
     jobfile.apply_to(req, job, args.file)
     if not args.each_line:
         return [build(ctx, req)]
-    _, _, _, built = fanout.prepare(ctx, Args(each_line=args.each_line, max_jobs=args.max_jobs),
-                                    lambda _args, _ctx: req)
+    _, _, _, built = fanout.prepare(
+        ctx, Args(each_line=args.each_line, max_jobs=args.max_jobs), lambda _args, _ctx: req
+    )
     return built

@@ -14,8 +14,10 @@ if TYPE_CHECKING:
     from qex.base.gpu_model import Reading
     from qex.config.context import Context
 
-NO_DRIVER = ("no GPU driver answers on this machine (no NVML through nvidia-ml-py, no nvidia-smi, amd-smi or "
-             "rocm-smi on PATH); declare the devices by hand: [[pool]] name = \"gpu\", devices = [\"24GB\", ...]")
+NO_DRIVER = (
+    "no GPU driver answers on this machine (no NVML through nvidia-ml-py, no nvidia-smi, amd-smi or "
+    'rocm-smi on PATH); declare the devices by hand: [[pool]] name = "gpu", devices = ["24GB", ...]'
+)
 
 
 def cmd_detect(args: Namespace) -> int:
@@ -31,16 +33,29 @@ def cmd_detect(args: Namespace) -> int:
     if args.write:
         return _write(reading, text, len(devices))
     if args.json:
-        print_json({"vendor": reading.vendor, "source": reading.source, "driver": reading.driver,
-                    "gpus": [_gpu_json(g) for g in reading.gpus], "pool": text if devices else None})
+        print_json(
+            {
+                "vendor": reading.vendor,
+                "source": reading.source,
+                "driver": reading.driver,
+                "gpus": [_gpu_json(g) for g in reading.gpus],
+                "pool": text if devices else None,
+            }
+        )
     else:
         out(text.rstrip("\n"))
     return 0 if devices else 1
 
 
 def _gpu_json(g) -> dict:
-    return {"index": g.index, "uuid": g.uuid, "name": g.name, "memory": g.memory, "mig_on": g.mig_on,
-            "mig": [{"uuid": m.uuid, "profile": m.profile, "memory": m.memory, "exact": m.exact} for m in g.mig]}
+    return {
+        "index": g.index,
+        "uuid": g.uuid,
+        "name": g.name,
+        "memory": g.memory,
+        "mig_on": g.mig_on,
+        "mig": [{"uuid": m.uuid, "profile": m.profile, "memory": m.memory, "exact": m.exact} for m in g.mig],
+    }
 
 
 def _write(reading: Reading, text: str, count: int) -> int:
@@ -60,8 +75,10 @@ def _write(reading: Reading, text: str, count: int) -> int:
         err(f"qex config detect: {config.path} declares a pool 'gpu' that differs from this machine; nothing changed:")
         for d in diffs:
             err(f"  {d}")
-        err("edit that [[pool]] (`qex config detect` prints what this machine has), or remove it and run "
-            "`qex config detect --write` again")
+        err(
+            "edit that [[pool]] (`qex config detect` prints what this machine has), or remove it and run "
+            "`qex config detect --write` again"
+        )
         return 1
     if not count:
         err("qex config detect: the driver reports no device to declare; nothing changed")
@@ -70,8 +87,7 @@ def _write(reading: Reading, text: str, count: int) -> int:
     before = config_text.read_text(config.path, stat_out)
     mode = stat.S_IMODE(stat_out[0].st_mode) if stat_out else 0o644
     detect.add_to(config.path, before, text, mode)
-    err(f"qex config detect: added [[pool]] name = \"gpu\" ({count} device{'s' if count != 1 else ''}) "
-        f"to {config.path}")
+    err(f'qex config detect: added [[pool]] name = "gpu" ({count} device{"s" if count != 1 else ""}) to {config.path}')
     return 0
 
 
@@ -89,8 +105,15 @@ def info_line(ctx: Context) -> tuple[str, dict] | None:
         if pool is None:
             return None
         return "no GPU driver answers here: the pool 'gpu' is scheduled from the config", {"driver": None}
-    facts = {"driver": {"vendor": reading.vendor, "source": reading.source, "version": reading.driver,
-                        "gpus": len(reading.gpus), "error": reading.error or None}}
+    facts = {
+        "driver": {
+            "vendor": reading.vendor,
+            "source": reading.source,
+            "version": reading.driver,
+            "gpus": len(reading.gpus),
+            "error": reading.error or None,
+        }
+    }
     if reading.error:
         return f"the driver did not answer ({reading.error})", facts
     diffs = detect.differences(pool, reading)
@@ -99,5 +122,6 @@ def info_line(ctx: Context) -> tuple[str, dict] | None:
         return None
     if not diffs:
         return f"the config agrees with the driver: {reading.summary()}, read through {reading.source}", facts
-    return (f"the config and the driver disagree: {'; '.join(diffs)} (`qex config detect` shows what the "
-            "driver reports)"), facts
+    return (
+        f"the config and the driver disagree: {'; '.join(diffs)} (`qex config detect` shows what the driver reports)"
+    ), facts

@@ -328,8 +328,7 @@ def print_help() -> None:
     parser = build()
     parser.print_help()
     formatter = parser._get_formatter()
-    out("\n" + formatter._fill_text("Topics (qex help TOPIC): " + ", ".join(sorted(TOPICS)),
-                                    formatter._width, ""))
+    out("\n" + formatter._fill_text("Topics (qex help TOPIC): " + ", ".join(sorted(TOPICS)), formatter._width, ""))
 
 
 def cmd_help(args: Namespace) -> int:

@@ -17,8 +17,14 @@ def cmd_init(args: Namespace) -> int:
     if args.json:  # qex schema init
         from qex.cli.common import print_json
 
-        print_json({"path": done["path"], "group": done["group"], "created": done["created"],
-                    "warnings": list(done["warnings"])})
+        print_json(
+            {
+                "path": done["path"],
+                "group": done["group"],
+                "created": done["created"],
+                "warnings": list(done["warnings"]),
+            }
+        )
         return 0
     verb = "made" if done["created"] else "set up"
     out(f"{verb} {done['path']}: a state directory shared by the group {done['group']}")

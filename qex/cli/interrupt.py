@@ -48,8 +48,7 @@ class Interrupts:
     def __enter__(self) -> Interrupts:
         # A signal the command was started ignoring stays ignored: `nohup qex run` survives
         # the hang-up, and a background job of a script its Ctrl-C, as nohup and sh intend.
-        self._old = {s: signal.signal(s, self._handle) for s in SIGNALS
-                     if signal.getsignal(s) is not signal.SIG_IGN}
+        self._old = {s: signal.signal(s, self._handle) for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
         return self
 
     def __exit__(self, *exc) -> None:
@@ -94,8 +93,9 @@ def stop_owned(ctx: Context, job_id: str, name: str) -> str:
     cancel) and say what was done. Returns the rule's answer for the job."""
     from qex.control.actions import KILL, stop_jobs
 
-    answer = stop_jobs(ctx, [job_id], KILL, wait=False,
-                       why=f"cancelled before it started: its qex run got {name}")[job_id]
+    answer = stop_jobs(ctx, [job_id], KILL, wait=False, why=f"cancelled before it started: its qex run got {name}")[
+        job_id
+    ]
     if answer == "cancelled":
         say(f"qex: {name}: job {job_id[:8]} was still queued; cancelled, it will not run")
     elif answer == "signal":

@@ -22,10 +22,21 @@ if TYPE_CHECKING:
 
 # name -> (header, width of its column; 0: the last column, as wide as it is)
 FIELDS = {
-    "id": ("ID", 8), "state": ("STATE", 9), "name": ("NAME", 24), "owner": ("USER", 10),
-    "exit": ("EXIT", 4), "submitted": ("SUBMITTED", 11), "started": ("STARTED", 11), "ended": ("ENDED", 11),
-    "elapsed": ("ELAPSED", 7), "cpu": ("CPU", 7), "peak": ("PEAK", 7), "claims": ("CLAIMS", 24),
-    "group": ("GROUP", 12), "tags": ("TAGS", 16), "reason": ("REASON / RESULT", 0),
+    "id": ("ID", 8),
+    "state": ("STATE", 9),
+    "name": ("NAME", 24),
+    "owner": ("USER", 10),
+    "exit": ("EXIT", 4),
+    "submitted": ("SUBMITTED", 11),
+    "started": ("STARTED", 11),
+    "ended": ("ENDED", 11),
+    "elapsed": ("ELAPSED", 7),
+    "cpu": ("CPU", 7),
+    "peak": ("PEAK", 7),
+    "claims": ("CLAIMS", 24),
+    "group": ("GROUP", 12),
+    "tags": ("TAGS", 16),
+    "reason": ("REASON / RESULT", 0),
 }
 DEFAULT = ("id", "state", "name", "started", "ended", "elapsed", "peak", "claims", "reason")
 RIGHT = frozenset({"exit", "elapsed", "cpu", "peak"})  # numbers: aligned on the right
@@ -40,8 +51,9 @@ def parse_format(text: str) -> tuple[str, ...]:
     names = tuple(w.strip() for w in text.split(",") if w.strip())
     bad = [n for n in names if n not in FIELDS]
     if bad or not names:
-        raise UsageError(f"--format: {', '.join(map(repr, bad)) or 'nothing'} is no field; "
-                         f"the fields are {','.join(FIELDS)}")
+        raise UsageError(
+            f"--format: {', '.join(map(repr, bad)) or 'nothing'} is no field; the fields are {','.join(FIELDS)}"
+        )
     return names
 
 
@@ -125,8 +137,9 @@ def cell(rec: dict, field: str, now: float) -> str:
     return str(rec.get(field, "?"))
 
 
-def row(rec: dict, now: float, fields: tuple[str, ...] = DEFAULT,
-        paint: Callable[[str, str | None], str] | None = None) -> str:
+def row(
+    rec: dict, now: float, fields: tuple[str, ...] = DEFAULT, paint: Callable[[str, str | None], str] | None = None
+) -> str:
     """A row of text; ``paint(text, state)`` colours the state's cell (qex.cli.tty)."""
     parts = []
     for i, field in enumerate(fields):

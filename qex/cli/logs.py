@@ -41,8 +41,9 @@ def cmd_logs(args: Namespace) -> int:
     if target.is_group:
         from qex.jobs.groups import stage_names
 
-        raise UsageError(f"{args.id} is a group; logs reads one job: give one of its jobs "
-                         f"({stage_names(ctx.store, target.members)})")
+        raise UsageError(
+            f"{args.id} is a group; logs reads one job: give one of its jobs ({stage_names(ctx.store, target.members)})"
+        )
     job_id = target.job
     rec = ctx.store.read_status_dict(job_id)
     from qex.control.actions import check_owner
@@ -75,12 +76,14 @@ class Pick:
 
     def __init__(self, args):
         self.pattern = _pattern(args)
-        given = {"--head": args.head, "--tail": args.tail, "-C/--context": args.context,
-                 "--max-count": args.max_count}
+        given = {"--head": args.head, "--tail": args.tail, "-C/--context": args.context, "--max-count": args.max_count}
         for option, value in given.items():
             if value is not None and value < 0:
-                raise UsageError(f"{option}: {value} is below 0; give a number of lines", option=option.split("/")[-1],
-                                 value=str(value))
+                raise UsageError(
+                    f"{option}: {value} is below 0; give a number of lines",
+                    option=option.split("/")[-1],
+                    value=str(value),
+                )
         if self.pattern is None:
             for option in ("-C/--context", "--max-count"):
                 if given[option] is not None:
@@ -90,8 +93,12 @@ class Pick:
         self.numbers, self.json = args.line_numbers, args.json
         self.chosen = any(v is not None for v in (self.lines, self.pattern, self.head, self.tail))
         if args.follow:
-            for option, value in (("--lines", args.lines), *given.items(), ("-n", args.line_numbers or None),
-                                  ("--json", args.json or None)):
+            for option, value in (
+                ("--lines", args.lines),
+                *given.items(),
+                ("-n", args.line_numbers or None),
+                ("--json", args.json or None),
+            ):
                 if value is not None:
                     raise UsageError(f"{option} reads the log as it is now; drop --follow (it takes --grep and -F)")
 
@@ -99,18 +106,18 @@ class Pick:
         """(line number, the line with its newline, a context line) of what is chosen."""
         rows = [(n, line, False) for n, line in enumerate(_lines(data), 1)]
         if self.lines is not None:
-            rows = rows[self.lines[0] - 1:self.lines[1]]
+            rows = rows[self.lines[0] - 1 : self.lines[1]]
         if self.pattern is not None:
             hits = [i for i, (_, line, _) in enumerate(rows) if self.pattern.search(line)]
             if self.max_count is not None:
-                hits = hits[:self.max_count]
+                hits = hits[: self.max_count]
             near = {j for i in hits for j in range(i - self.context, i + self.context + 1)}
             matched = set(hits)
             rows = [(n, line, i not in matched) for i, (n, line, _) in enumerate(rows) if i in near]
         if self.head is not None:
-            rows = rows[:self.head]
+            rows = rows[: self.head]
         if self.tail is not None:
-            rows = rows[-self.tail:] if self.tail else []
+            rows = rows[-self.tail :] if self.tail else []
         return rows
 
     def show(self, path: str, name: str, stream: TextIO) -> None:
@@ -121,13 +128,27 @@ class Pick:
         if self.json:
             import json
 
-            sys.stdout.write("".join(json.dumps({"stream": name, "line": n, "text": line.rstrip(b"\n").decode(
-                "utf-8", "replace"), "context": context}) + "\n" for n, line, context in rows))
+            sys.stdout.write(
+                "".join(
+                    json.dumps(
+                        {
+                            "stream": name,
+                            "line": n,
+                            "text": line.rstrip(b"\n").decode("utf-8", "replace"),
+                            "context": context,
+                        }
+                    )
+                    + "\n"
+                    for n, line, context in rows
+                )
+            )
             sys.stdout.flush()
             return
         if not self.chosen and len(rows) > CAP and _on_terminal(stream):
-            say.notice(f"{name}: the last {CAP} of {len(rows)} lines (a terminal gets at most {CAP}); "
-                       f"--lines 1: shows them all, as a pipe does")
+            say.notice(
+                f"{name}: the last {CAP} of {len(rows)} lines (a terminal gets at most {CAP}); "
+                f"--lines 1: shows them all, as a pipe does"
+            )
             rows = rows[-CAP:]
         out, last = [], None
         for n, line, context in rows:
@@ -157,8 +178,11 @@ def _range(text: str) -> tuple[int, int]:
     except ValueError:
         a = b = 0
     if a < 1 or b < a:
-        raise UsageError(f"--lines: {text!r} is not a range of lines A:B from line 1 (10:20, 10:, :20 or 7)",
-                         option="--lines", value=text)
+        raise UsageError(
+            f"--lines: {text!r} is not a range of lines A:B from line 1 (10:20, 10:, :20 or 7)",
+            option="--lines",
+            value=text,
+        )
     return a, b
 
 
@@ -173,8 +197,9 @@ def _pattern(args):
     try:
         return re.compile(text.encode())
     except re.error as exc:
-        raise SpecError(f"--grep: {args.grep!r} is not a regular expression ({exc}); -F takes it as plain text") \
-            from None
+        raise SpecError(
+            f"--grep: {args.grep!r} is not a regular expression ({exc}); -F takes it as plain text"
+        ) from None
 
 
 def _on_terminal(stream) -> bool:
@@ -208,8 +233,12 @@ def _follow(ctx: Context, job_id: str, streams: list, pattern) -> int:
     from qex.control import waiting
 
     outs = [out if pattern is None else _Grep(out, pattern) for _, out in streams]
-    files = stream.Files([(ctx.store.path(job_id, name), "stdout" if name == layout.STDOUT else "stderr", o)
-                          for (name, _), o in zip(streams, outs)])
+    files = stream.Files(
+        [
+            (ctx.store.path(job_id, name), "stdout" if name == layout.STDOUT else "stderr", o)
+            for (name, _), o in zip(streams, outs)
+        ]
+    )
     try:
         waiting.await_final(ctx, [job_id], None, idle=files.idle)
     except KeyboardInterrupt:

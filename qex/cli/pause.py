@@ -29,8 +29,10 @@ def cmd_pause(args: Namespace) -> int:
     ctx = context()
     if args.what is None:
         if args.name or args.reason is not None or args.duration is not None or args.drain:
-            raise UsageError("say what to pause: qex pause queue [...] or qex pause lock NAME [...]; "
-                             "qex pause alone shows the pauses")
+            raise UsageError(
+                "say what to pause: qex pause queue [...] or qex pause lock NAME [...]; "
+                "qex pause alone shows the pauses"
+            )
         return _show(ctx, args.json)
     kind, name = _target(args.what, args.name, "pause")
     secs = _for(args.duration)
@@ -48,8 +50,9 @@ def cmd_pause(args: Namespace) -> int:
     p, made = result.value
     jobs = _index_jobs(ctx)
     if args.json:
-        item = next((i for i in pause.listing(ctx.store, jobs, time.time())
-                     if i["kind"] == kind and i["name"] == name), None)
+        item = next(
+            (i for i in pause.listing(ctx.store, jobs, time.time()) if i["kind"] == kind and i["name"] == name), None
+        )
         print_json({"pause": item, "made": made})
     _tell_paused(ctx, p, made, jobs)
     if args.drain:
@@ -73,24 +76,37 @@ def cmd_resume(args: Namespace) -> int:
         others = [pause.render(i, now) for i in pause.listing(ctx.store, _index_jobs(ctx), now)]
         from qex.cli import print_error
 
-        print_error(f"{what} is not paused; nothing to resume"
-                    + (f" (paused: {'; '.join(others)})" if others else " (nothing is paused)"),
-                    1, "not_paused", args.json)
+        print_error(
+            f"{what} is not paused; nothing to resume"
+            + (f" (paused: {'; '.join(others)})" if others else " (nothing is paused)"),
+            1,
+            "not_paused",
+            args.json,
+        )
         return 1
     if args.json:  # qex schema resume
-        print_json({"kind": kind, "name": name, "paused_by": None if p.broken else p.user,
-                    "paused_secs": now - p.since if p.since else None})
+        print_json(
+            {
+                "kind": kind,
+                "name": name,
+                "paused_by": None if p.broken else p.user,
+                "paused_secs": now - p.since if p.since else None,
+            }
+        )
         return 0
     from qex.base.units import format_duration, safe_text
 
     took = f" for {format_duration(now - p.since)}" if p.since else ""
     by = "" if p.broken else f" by {safe_text(p.user)}"
-    say.notice(f"{what} is resumed (it was paused{by}{took})"
-        + ("; queued jobs may start now" if kind == "queue" else "; a job may take it now"))
+    say.notice(
+        f"{what} is resumed (it was paused{by}{took})"
+        + ("; queued jobs may start now" if kind == "queue" else "; a job may take it now")
+    )
     return 0
 
 
 # ---- reading the command line --------------------------------------------------
+
 
 def _target(what: str, name, verb: str) -> tuple[str, str | None]:
     from qex.base.units import safe_text
@@ -122,8 +138,10 @@ def _for(text) -> float | None:
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     if secs <= 0:
-        raise UsageError(f"--for: {safe_text(text, 60)!r} is not longer than zero: a pause for 0 would end before "
-                         "it began; give e.g. --for 30m, or no --for to pause until qex resume")
+        raise UsageError(
+            f"--for: {safe_text(text, 60)!r} is not longer than zero: a pause for 0 would end before "
+            "it began; give e.g. --for 30m, or no --for to pause until qex resume"
+        )
     return secs
 
 
@@ -136,6 +154,7 @@ def _reason(text) -> str:
 
 
 # ---- what happened ---------------------------------------------------------------
+
 
 def _index_jobs(ctx: Context) -> dict:
     return ctx.store.read_index_jobs()
@@ -172,14 +191,18 @@ def _tell_paused(ctx: Context, p, made: bool, jobs: dict) -> None:
     if p.kind == "queue":
         running = sum(1 for e in jobs.values() if e.get("state") in HOLDING)
         queued = sum(1 for e in jobs.values() if e.get("state") == "queued")
-        say.notice(f"the queue is paused{until}: nothing new starts ({queued} queued); {running} running "
-            "job(s) and their retries go on; qex resume queue ends it")
+        say.notice(
+            f"the queue is paused{until}: nothing new starts ({queued} queued); {running} running "
+            "job(s) and their retries go on; qex resume queue ends it"
+        )
         return
     name = safe_text(p.name)
     held = pause.holders(jobs, p.name)
     if held:
-        say.notice(f"lock {name} is held by job {', '.join(j[:8] for j in held)}: it is yours as soon as that job "
-            f"ends, and no job gets it meanwhile{until}; qex resume lock {name} gives it back")
+        say.notice(
+            f"lock {name} is held by job {', '.join(j[:8] for j in held)}: it is yours as soon as that job "
+            f"ends, and no job gets it meanwhile{until}; qex resume lock {name} gives it back"
+        )
     else:
         say.notice(f"lock {name} is yours now{until}: no job gets it; qex resume lock {name} gives it back")
 
@@ -189,8 +212,11 @@ def _busy(jobs: dict, p) -> list[str]:
 
     if p.kind == "lock":
         return pause.holders(jobs, p.name)
-    return sorted(j for j, e in jobs.items() if e.get("state") in HOLDING
-                  or (e.get("state") == "queued" and e.get("attempt", 1) > 1))
+    return sorted(
+        j
+        for j, e in jobs.items()
+        if e.get("state") in HOLDING or (e.get("state") == "queued" and e.get("attempt", 1) > 1)
+    )
 
 
 def _drain(ctx: Context, p) -> int:
@@ -210,8 +236,11 @@ def _drain(ctx: Context, p) -> int:
                 say.notice(f"the pause of {what} ended before it drained")
                 return 1
             if not announced:
-                say.notice(f"waiting for {len(busy)} job(s) to end: {', '.join(j[:8] for j in busy[:10])}"
-                    + (" ..." if len(busy) > 10 else "") + "; Ctrl-C stops waiting, the pause stays")
+                say.notice(
+                    f"waiting for {len(busy)} job(s) to end: {', '.join(j[:8] for j in busy[:10])}"
+                    + (" ..." if len(busy) > 10 else "")
+                    + "; Ctrl-C stops waiting, the pause stays"
+                )
                 announced = True
             if time.monotonic() - last_nudge >= NUDGE_EVERY:
                 last_nudge = time.monotonic()

@@ -51,6 +51,7 @@ class Progress:
             self.jobs[rec.get("id", "")] = {k: rec.get(k) for k in ("state", "started_at", "ended_at")}
             if notes is not None:
                 notes(rec)
+
         return seen
 
     def tick(self) -> None:
@@ -80,9 +81,11 @@ class Progress:
         running = sum(s in HOLDING for s in states)
         bad = f"{failed} did not succeed" if failed else ""
         rest = self.estimate(now)
-        tail = (f", {running} running, {self.total - ended - running} waiting; "
-                f"{format_duration(time.monotonic() - self.began)}"
-                + (f", about {format_duration(rest)} left" if rest is not None else ""))
+        tail = (
+            f", {running} running, {self.total - ended - running} waiting; "
+            f"{format_duration(time.monotonic() - self.began)}"
+            + (f", about {format_duration(rest)} left" if rest is not None else "")
+        )
         words = f"qex: {ended}/{self.total} ended" + (f" ({bad})" if bad else "") + tail
         cut = max(10, tty.width(self.stream) - 1)
         if len(words) > cut:
@@ -93,8 +96,11 @@ class Progress:
         """Seconds until the last job ends: the work left (each waiting job the mean
         duration of those that ended, each running one what it lacks of it) over
         the jobs running at once; None until a job has run to its end."""
-        runs = [j["ended_at"] - j["started_at"] for j in self.jobs.values()
-                if j["state"] in FINAL_RAN and j["started_at"] and j["ended_at"]]
+        runs = [
+            j["ended_at"] - j["started_at"]
+            for j in self.jobs.values()
+            if j["state"] in FINAL_RAN and j["started_at"] and j["ended_at"]
+        ]
         if not runs:
             return None
         mean = sum(runs) / len(runs)

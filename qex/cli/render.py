@@ -10,8 +10,9 @@ from qex.cli.listing import claims_text, row
 
 
 def devices_text(assigned: list[dict] | None) -> str:
-    return "; ".join(f"{safe_text(a['pool'])} {','.join(str(d) for d in a['devices'])}"
-                     for a in assigned or () if a.get("devices"))
+    return "; ".join(
+        f"{safe_text(a['pool'])} {','.join(str(d) for d in a['devices'])}" for a in assigned or () if a.get("devices")
+    )
 
 
 def state_text(rec: dict, now: float | None = None) -> str:
@@ -29,8 +30,7 @@ def state_text(rec: dict, now: float | None = None) -> str:
 def describe(rec: dict, stuck: str = "") -> str:
     """A record in rows for ``qex status``; ``stuck``: the words that call a queued
     job stuck (``qex.jobs.stuck``), shown below its reason."""
-    rows = [("id", rec.get("id", "")), ("name", safe_text(rec.get("name", ""))),
-            ("state", state_text(rec))]
+    rows = [("id", rec.get("id", "")), ("name", safe_text(rec.get("name", ""))), ("state", state_text(rec))]
     if rec.get("group"):
         rows.append(("group", f"{rec['group']} ({safe_text(rec.get('group_name') or '')})"))
     import shlex
@@ -39,9 +39,10 @@ def describe(rec: dict, stuck: str = "") -> str:
     rows.append(("cwd", safe_text(rec.get("cwd", ""), 400)))
     rows.append(("owner", safe_text(str(rec.get("owner", "")))))
     if rec.get("slurm_job_id"):
-        rows.append(("slurm", f"job {safe_text(rec['slurm_job_id'])} (scontrol show job {safe_text(rec['slurm_job_id'])})"))
-    rows.append(("claims", claims_text(rec.get("claims") or {})
-                 + _sources(rec.get("claim_source") or {})))
+        rows.append(
+            ("slurm", f"job {safe_text(rec['slurm_job_id'])} (scontrol show job {safe_text(rec['slurm_job_id'])})")
+        )
+    rows.append(("claims", claims_text(rec.get("claims") or {}) + _sources(rec.get("claim_source") or {})))
     if devices_text(rec.get("assigned")):
         rows.append(("devices", devices_text(rec.get("assigned"))))
     if vram_text(rec):
@@ -62,12 +63,17 @@ def describe(rec: dict, stuck: str = "") -> str:
         rows.append(("limit", queue_limit_text(rec)))
     if rec.get("state") in FINAL_RAN:
         code = rec.get("exit_code")
-        rows.append(("exit", f"{code}" if code is not None else f"signal {rec.get('signal')}"
-                     if rec.get("signal") else "none"))
+        rows.append(
+            ("exit", f"{code}" if code is not None else f"signal {rec.get('signal')}" if rec.get("signal") else "none")
+        )
         usage = rec.get("usage") or {}
         if usage.get("max_rss") is not None:
-            rows.append(("usage", f"peak {format_size(usage['max_rss'])}{_peak_from(usage)}, "
-                                  f"{usage.get('cpu_secs') or 0:g} cpu-s"))
+            rows.append(
+                (
+                    "usage",
+                    f"peak {format_size(usage['max_rss'])}{_peak_from(usage)}, {usage.get('cpu_secs') or 0:g} cpu-s",
+                )
+            )
     if len(rec.get("attempts") or ()) > 1:
         rows.append(("attempts", str(len(rec["attempts"]))))
     for a in rec.get("attempts") or ():
@@ -93,8 +99,10 @@ def vram_text(rec: dict) -> str:
     gpu = ((rec.get("claims") or {}).get("pools") or {}).get("gpu")
     size = gpu.get("size") if gpu else None
     claim = f"claim {format_size(size)} per device" if size else "claim whole devices" if gpu else "no GPU claim"
-    peaks = ", ".join(f"{format_size(n)} on {'gpu ' + k if str(k).isdigit() else safe_text(str(k), 60)}"
-                      for k, n in sorted(by_device.items()))
+    peaks = ", ".join(
+        f"{format_size(n)} on {'gpu ' + k if str(k).isdigit() else safe_text(str(k), 60)}"
+        for k, n in sorted(by_device.items())
+    )
     text = f"peak {peaks} ({claim})"
     if rec.get("vram_over"):
         text += f"; {plain(rec['vram_over'])}"
@@ -105,8 +113,9 @@ def queue_limit_text(rec: dict) -> str:
     """--max-queue-time of a queued job: when it gives up (time in a queue pause not counted)."""
     paused = rec.get("queue_pause_secs") or 0.0
     at = rec.get("submitted_at", 0.0) + rec["max_queue_time"] + paused
-    text = f"--max-queue-time {format_duration(rec['max_queue_time'])}: gives up at " + \
-        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    text = f"--max-queue-time {format_duration(rec['max_queue_time'])}: gives up at " + time.strftime(
+        "%Y-%m-%d %H:%M:%S", time.localtime(at)
+    )
     text += f" ({format_duration(paused)} of queue pause not counted)" if paused else ""
     return text + (", later by the time the queue stays paused" if rec.get("blocked_holder") == "pause" else "")
 
@@ -156,8 +165,13 @@ def group_summary(records: list[dict], group: str, name: str | None, now: float)
     for rec in sorted(records, key=lambda r: r.get("seq", 0)):
         by_state.setdefault(rec.get("state", "?"), []).append(rec)
     ended = not any(r.get("state") in ACTIVE for r in records)
-    rows = [("group", f"{group} ({safe_text(name or '')}): {len(records)} job{'s' if len(records) != 1 else ''}"
-                      + (f", its code {outcome.group_exit_code(records)}" if ended else ", not all ended"))]
+    rows = [
+        (
+            "group",
+            f"{group} ({safe_text(name or '')}): {len(records)} job{'s' if len(records) != 1 else ''}"
+            + (f", its code {outcome.group_exit_code(records)}" if ended else ", not all ended"),
+        )
+    ]
     for state in STATES:
         recs = by_state.get(state) or []
         if recs:
@@ -167,8 +181,13 @@ def group_summary(records: list[dict], group: str, name: str | None, now: float)
     peaks = [r for r in records if (r.get("usage") or {}).get("max_rss")]
     if peaks:
         top = max(peaks, key=lambda r: r["usage"]["max_rss"])
-        rows.append(("peak", f"{format_size(top['usage']['max_rss'])} (the largest: {top['id'][:8]} "
-                             f"{safe_text(top.get('name', ''), 40)})"))
+        rows.append(
+            (
+                "peak",
+                f"{format_size(top['usage']['max_rss'])} (the largest: {top['id'][:8]} "
+                f"{safe_text(top.get('name', ''), 40)})",
+            )
+        )
     return "\n".join(f"{k:<10}{v}" for k, v in rows)
 
 
@@ -181,8 +200,11 @@ def _named(recs: list[dict], state: str, group: str, now: float) -> str:
         return ""
     parts = []
     for rec in recs[:SUMMARY_NAMES]:
-        what = (f"exit {outcome.exit_code(rec)}" if state in FINAL
-                else f"for {format_duration(max(0.0, now - (rec.get('started_at') or now)))}")
+        what = (
+            f"exit {outcome.exit_code(rec)}"
+            if state in FINAL
+            else f"for {format_duration(max(0.0, now - (rec.get('started_at') or now)))}"
+        )
         parts.append(f"{rec.get('id', '?')[:8]} {safe_text(rec.get('name', ''), 40)} ({what})")
     more = len(recs) - SUMMARY_NAMES
     tail = f"; and {more} more: qex list --group {group[:8]} --state {state}" if more > 0 else ""

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from argparse import Namespace
 
 
-
 def cmd_version(args: Namespace) -> int:
     from qex.base.version import VERSION
 
@@ -81,8 +80,10 @@ def _since(text: str, now: float) -> float:
     try:
         return datetime.fromisoformat(text).timestamp()
     except (ValueError, OverflowError, OSError):
-        raise UsageError(f"--since: {text!r} is neither a duration (90s, 30m, 4h, 2d) nor an ISO 8601 time "
-                        "(2025-03-21, 2025-03-21T14:00, 2025-03-21T14:00+01:00)") from None
+        raise UsageError(
+            f"--since: {text!r} is neither a duration (90s, 30m, 4h, 2d) nor an ISO 8601 time "
+            "(2025-03-21, 2025-03-21T14:00, 2025-03-21T14:00+01:00)"
+        ) from None
 
 
 class _Rows:
@@ -110,8 +111,9 @@ class _Rows:
         from qex.cli import listing
 
         if self.json:
-            self.write(("[" if self.first else ", ")
-                       + json.dumps(listing.json_row(rec, self.now, self.fields), sort_keys=True))
+            self.write(
+                ("[" if self.first else ", ") + json.dumps(listing.json_row(rec, self.now, self.fields), sort_keys=True)
+            )
         else:
             self.write(listing.row(rec, self.now, self.fields or listing.DEFAULT, self.paint) + "\n")
         if self.first:
@@ -159,7 +161,7 @@ def cmd_list(args: Namespace) -> int:
     if members is None:
         records += [r for r in _others_active(store) if wanted(r)]
     rows.start()
-    for rec in records if args.last is None else records[-args.last:] if args.last else ():
+    for rec in records if args.last is None else records[-args.last :] if args.last else ():
         rows.put(rec)
     rows.end()
     return 0
@@ -204,7 +206,7 @@ def _list_all(store, args, wanted: _Wanted, rows: _Rows) -> int:
                 newest.append(rec)
                 if len(newest) >= args.last:
                     break
-        for rec in reversed(newest[:args.last]):
+        for rec in reversed(newest[: args.last]):
             rows.put(rec)
     rows.end()
     history.repair(store, missed)
@@ -305,8 +307,11 @@ def cmd_config(args: Namespace) -> int:
     if args.json:
         print_json(config.show_json(cores, mem))
         return 0
-    out(f"config file: {config.path}" + ("" if config.exists else " (missing: the defaults are in force)")
-        + (" (from the parsed-config cache: unchanged since qex last parsed it)" if config.from_cache else ""))
+    out(
+        f"config file: {config.path}"
+        + ("" if config.exists else " (missing: the defaults are in force)")
+        + (" (from the parsed-config cache: unchanged since qex last parsed it)" if config.from_cache else "")
+    )
     rows = config.show(cores, mem)
     width = max((len(k) for k, _, _ in rows), default=10)
     for key, value, source in rows:

@@ -61,8 +61,10 @@ def cmd_rerun(args: Namespace) -> int:
     if target.is_group:
         from qex.jobs.groups import stage_names
 
-        raise SpecError(f"{args.id} is a group; rerun takes one job: give one of its jobs "
-                        f"({stage_names(ctx.store, target.members)}), or submit the pipeline again")
+        raise SpecError(
+            f"{args.id} is a group; rerun takes one job: give one of its jobs "
+            f"({stage_names(ctx.store, target.members)}), or submit the pipeline again"
+        )
     new_id, result, warnings = rerun.submit(ctx, target.job)
     for warning in warnings:
         say.warning(warning)
@@ -103,8 +105,10 @@ def cmd_each_line(args: Namespace) -> int:
         skipped.append(f"{lines.empty} empty line{'s' if lines.empty != 1 else ''}")
     if lines.comments:
         skipped.append(f"{lines.comments} comment line{'s' if lines.comments != 1 else ''}")
-    say.notice(f"{len(built)} job{'s' if len(built) != 1 else ''} queued as group {name} ({group_id[:8]})"
-        + (f"; {' and '.join(skipped)} gave no job" if skipped else ""))
+    say.notice(
+        f"{len(built)} job{'s' if len(built) != 1 else ''} queued as group {name} ({group_id[:8]})"
+        + (f"; {' and '.join(skipped)} gave no job" if skipped else "")
+    )
     if not args.quiet:
         out(group_id)
     return 0

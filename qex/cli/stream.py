@@ -81,7 +81,7 @@ class _Out:
         view = memoryview(data)
         while view:
             try:
-                view = view[os.write(self.dst, view):]
+                view = view[os.write(self.dst, view) :]
             except BlockingIOError:  # (a stdout someone made non-blocking: wait until it takes more)
                 _ready(self.dst, select.POLLOUT, None)
             except OSError:
@@ -147,8 +147,10 @@ class Pipes:
         said = []
         for name, label in ((layout.STDOUT_PIPE, "stdout"), (layout.STDERR_PIPE, "stderr")):
             if self.ends.cut(name):
-                said.append(f"the job was stopped while its {label} still waited for this reader: the end of "
-                            "it is not shown here (qex logs ID shows what its log kept)")
+                said.append(
+                    f"the job was stopped while its {label} still waited for this reader: the end of "
+                    "it is not shown here (qex logs ID shows what its log kept)"
+                )
         self.ends.close()
         return said
 
@@ -204,7 +206,7 @@ class Pipes:
         view = memoryview(self.waiting)
         try:
             while view:
-                view = view[os.write(self.ends.stdin, view):]
+                view = view[os.write(self.ends.stdin, view) :]
         except BlockingIOError:
             self.waiting = bytes(view)
             return
@@ -285,8 +287,10 @@ class Files:
                 self.skipped += n
                 from qex.base.units import format_size
 
-                _say(f"qex: {n} bytes ({format_size(n)}) of the job's {label} after its first {at} are not shown: "
-                     "the log had cut them ([logs] max_bytes) before this reader got to them")
+                _say(
+                    f"qex: {n} bytes ({format_size(n)}) of the job's {label} after its first {at} are not shown: "
+                    "the log had cut them ([logs] max_bytes) before this reader got to them"
+                )
         return moved
 
     def finish(self) -> list[str]:

@@ -59,8 +59,11 @@ def _preparer(stdin: str | None, follow: bool, forward: bool, ends: list):
             try:
                 ends.append(pipes.make(job_dir, forward))
             except OSError as exc:
-                say.warning(f"cannot make the pipes to follow the job in {job_dir} ({exc.strerror or exc}); "
-                    "following its log files instead" + ("; its stdin is /dev/null" if forward else ""))
+                say.warning(
+                    f"cannot make the pipes to follow the job in {job_dir} ({exc.strerror or exc}); "
+                    "following its log files instead" + ("; its stdin is /dev/null" if forward else "")
+                )
+
     return prepare
 
 
@@ -133,8 +136,10 @@ def cmd_run(args: Namespace) -> int:
     from qex.cli.interrupt import Interrupts
 
     if args.each_line is not None:
-        raise SpecError("qex run streams one job and cannot take --each-line; "
-                        "use qex submit --each-line FILE -- CMD {}, then qex wait GROUP")
+        raise SpecError(
+            "qex run streams one job and cannot take --each-line; "
+            "use qex submit --each-line FILE -- CMD {}, then qex wait GROUP"
+        )
     held = None
     if args.output == "on-failure":  # (chronic's manners: a crontab mails only a failure)
         from qex.cli.stream import Held
@@ -161,9 +166,15 @@ def cmd_run(args: Namespace) -> int:
                 ints.owner = False
                 joined = followed(ctx.store.job_dir(job_id))
                 if not quiet:
-                    say.notice(f"joining job {job_id}: " + (
-                        f"its output goes to the qex run that started it (qex logs {job_id[:8]})" if joined
-                        else "following its output") + "; Ctrl-C stops only this wait, the job continues")
+                    say.notice(
+                        f"joining job {job_id}: "
+                        + (
+                            f"its output goes to the qex run that started it (qex logs {job_id[:8]})"
+                            if joined
+                            else "following its output"
+                        )
+                        + "; Ctrl-C stops only this wait, the job continues"
+                    )
                 if joined:  # its own follower prints its output: not twice into a `>> log`
                     code = waiting.join(ctx, job_id, ints)
                     if held is not None and code != 0:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from qex.queue.look import Look
 
 REFRESH = 1.0  # seconds between two reads of the queue
-ENDED = 50     # the ended jobs shown, newest first
+ENDED = 50  # the ended jobs shown, newest first
 LOG_BYTES = 64 << 10
 HELP = """\
 qex top: the queue, read again every second (it takes no lock and starts nothing)
@@ -201,8 +201,16 @@ class Screen:
 
     def _move(self, curses, key) -> None:
         page = max(1, curses.LINES - 12)
-        steps = {curses.KEY_UP: -1, "\x10": -1, curses.KEY_DOWN: 1, "\x0e": 1, curses.KEY_PPAGE: -page,
-                 curses.KEY_NPAGE: page, curses.KEY_HOME: -10**9, curses.KEY_END: 10**9}
+        steps = {
+            curses.KEY_UP: -1,
+            "\x10": -1,
+            curses.KEY_DOWN: 1,
+            "\x0e": 1,
+            curses.KEY_PPAGE: -page,
+            curses.KEY_NPAGE: page,
+            curses.KEY_HOME: -(10**9),
+            curses.KEY_END: 10**9,
+        }
         if key not in steps or not self.ids:
             return
         at = self.ids.index(self.selected) if self.selected in self.ids else 0
@@ -265,7 +273,7 @@ class Screen:
         if self.mode == "help":
             lines = [[(line, None)] for line in HELP.splitlines()]
         elif self.mode == "log":
-            lines = [[(line, None)] for line in self.log[-(height - 1):]] + [[(self._status_text(), "status")]]
+            lines = [[(line, None)] for line in self.log[-(height - 1) :]] + [[(self._status_text(), "status")]]
         else:
             lines = self._table(height, width)
         for y, line in enumerate(lines[:height]):
@@ -273,7 +281,7 @@ class Screen:
             for text, kind in line:
                 if x >= width - 1:
                     break
-                _quietly(screen.addstr, y, x, _drawable(text[:width - 1 - x]), self.attrs.get(kind, 0))
+                _quietly(screen.addstr, y, x, _drawable(text[: width - 1 - x]), self.attrs.get(kind, 0))
                 x += len(text)
         screen.noutrefresh()
         curses.doupdate()
@@ -312,9 +320,11 @@ def act(ctx: Context, verb: str, job_id: str) -> str:
         return f"{verb} {job_id[:8]}: {exc}"
     if what.startswith("ended:"):
         return f"{job_id[:8]} has already ended ({what[6:]})"
-    return {"signal": f"killing {job_id[:8]}: its supervisor stops every process of it",
-            "running": f"{job_id[:8]} is running, not queued: k kills it",
-            "cancelled": f"cancelled {job_id[:8]}: it will not start"}.get(what, f"{verb} {job_id[:8]}: {what}")
+    return {
+        "signal": f"killing {job_id[:8]}: its supervisor stops every process of it",
+        "running": f"{job_id[:8]} is running, not queued: k kills it",
+        "cancelled": f"cancelled {job_id[:8]}: it will not start",
+    }.get(what, f"{verb} {job_id[:8]}: {what}")
 
 
 def log_tail(ctx: Context, rec: dict) -> list[str]:
@@ -346,14 +356,26 @@ def log_tail(ctx: Context, rec: dict) -> list[str]:
 
 def _attributes(curses, colour: bool) -> dict:
     """The attribute of each kind of piece: colours from qex.cli.tty's kinds where colour is on."""
-    attrs = {"bold": curses.A_BOLD, "header": curses.A_BOLD | curses.A_UNDERLINE, "selected": curses.A_REVERSE,
-             "status": curses.A_REVERSE, "quiet": curses.A_DIM, "free": curses.A_DIM}
+    attrs = {
+        "bold": curses.A_BOLD,
+        "header": curses.A_BOLD | curses.A_UNDERLINE,
+        "selected": curses.A_REVERSE,
+        "status": curses.A_REVERSE,
+        "quiet": curses.A_DIM,
+        "free": curses.A_DIM,
+    }
     if not colour or not curses.has_colors():
         return attrs
     curses.start_color()
     _quietly(curses.use_default_colors)
-    palette = {"good": curses.COLOR_GREEN, "bad": curses.COLOR_RED, "active": curses.COLOR_CYAN,
-               "waiting": curses.COLOR_YELLOW, "own": curses.COLOR_CYAN, "other": curses.COLOR_YELLOW}
+    palette = {
+        "good": curses.COLOR_GREEN,
+        "bad": curses.COLOR_RED,
+        "active": curses.COLOR_CYAN,
+        "waiting": curses.COLOR_YELLOW,
+        "own": curses.COLOR_CYAN,
+        "other": curses.COLOR_YELLOW,
+    }
     for n, (kind, fg) in enumerate(palette.items(), start=1):
         try:
             curses.init_pair(n, fg, -1)

@@ -52,32 +52,53 @@ class Frame:
 def header(frame: Frame, data: dict) -> None:
     now = data["now"]
     load = data["load"]
-    frame.add(("qex top", "bold"), (f"  {safe_text(data['state_dir'], 80)}  ", None),
-              (time.strftime("%H:%M:%S", time.localtime(now)), None),
-              (f"  load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}" if load else "", None))
+    frame.add(
+        ("qex top", "bold"),
+        (f"  {safe_text(data['state_dir'], 80)}  ", None),
+        (time.strftime("%H:%M:%S", time.localtime(now)), None),
+        (f"  load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}" if load else "", None),
+    )
     cpu_budget, mem_budget = data["budget"]
     own_cpu, own_mem = data["held"]
     other_cpu, other_mem = sum(p[1] for p in data["peers"]), sum(p[2] for p in data["peers"])
-    frame.add(*bar("cores", own_cpu, other_cpu, cpu_budget),
-              (f"{format_cores(own_cpu + other_cpu)} of {format_cores(cpu_budget)} held: "
-               f"{format_cores(own_cpu)} this queue, {format_cores(other_cpu)} others; "
-               f"{format_cores(max(0, cpu_budget - own_cpu - other_cpu))} free", None))
+    frame.add(
+        *bar("cores", own_cpu, other_cpu, cpu_budget),
+        (
+            f"{format_cores(own_cpu + other_cpu)} of {format_cores(cpu_budget)} held: "
+            f"{format_cores(own_cpu)} this queue, {format_cores(other_cpu)} others; "
+            f"{format_cores(max(0, cpu_budget - own_cpu - other_cpu))} free",
+            None,
+        ),
+    )
     avail = data.get("mem_available")
-    frame.add(*bar("memory", own_mem, other_mem, mem_budget),
-              (f"{format_size(own_mem + other_mem)} of {format_size(mem_budget)} held: {format_size(own_mem)} "
-               f"this queue, {format_size(other_mem)} others"
-               + (f"; the machine has {format_size(avail)} available" if avail is not None else ""), None))
+    frame.add(
+        *bar("memory", own_mem, other_mem, mem_budget),
+        (
+            f"{format_size(own_mem + other_mem)} of {format_size(mem_budget)} held: {format_size(own_mem)} "
+            f"this queue, {format_size(other_mem)} others"
+            + (f"; the machine has {format_size(avail)} available" if avail is not None else ""),
+            None,
+        ),
+    )
     for pool in data["pools"]:
         _pool_lines(frame, pool)
     if data["peers"]:
-        frame.add(("others  ", "bold"), ("; ".join(f"{safe_text(o, 32)} {format_cores(c)} cores, {format_size(m)}"
-                                                   for o, c, m in data["peers"]), None))
+        frame.add(
+            ("others  ", "bold"),
+            (
+                "; ".join(f"{safe_text(o, 32)} {format_cores(c)} cores, {format_size(m)}" for o, c, m in data["peers"]),
+                None,
+            ),
+        )
     since = ""
     if data.get("since"):
-        since = (f", since {time.strftime('%H:%M:%S', time.localtime(data['since']))} "
-                 f"({format_duration(max(0.0, now - data['since']))} ago)")
-    frame.add(("queue   ", "bold"), (f"{data['running']} running, {data['queued']} queued: {data['health']}{since}",
-                                     None))
+        since = (
+            f", since {time.strftime('%H:%M:%S', time.localtime(data['since']))} "
+            f"({format_duration(max(0.0, now - data['since']))} ago)"
+        )
+    frame.add(
+        ("queue   ", "bold"), (f"{data['running']} running, {data['queued']} queued: {data['health']}{since}", None)
+    )
 
 
 def bar(label: str, own: int, other: int, total: int, width: int = BAR) -> list[Piece]:
@@ -85,8 +106,14 @@ def bar(label: str, own: int, other: int, total: int, width: int = BAR) -> list[
     total = max(total, own + other, 1)
     a = min(width, round(width * own / total))
     b = min(width - a, round(width * other / total))
-    return [(f"{label[:8]:<8}", "bold"), ("[", None), ("#" * a, "own"), ("=" * b, "other"),
-            ("." * (width - a - b), "free"), ("]  ", None)]
+    return [
+        (f"{label[:8]:<8}", "bold"),
+        ("[", None),
+        ("#" * a, "own"),
+        ("=" * b, "other"),
+        ("." * (width - a - b), "free"),
+        ("]  ", None),
+    ]
 
 
 def _pool_lines(frame: Frame, pool: dict) -> None:
@@ -101,9 +128,10 @@ def _pool_lines(frame: Frame, pool: dict) -> None:
         own = sum(h["size"] if h["size"] is not None else d["capacity"] for h in holders)
         other = max(0, d["capacity"] - d["free"] - own)
         who = ", ".join(f"{h['id'][:8]} {safe_text(h['name'], 20)}" for h in holders)
-        frame.add(*bar(f"{name} {d['index']}", own, other, d["capacity"]),
-                  (f"{format_size(d['free'])} of {format_size(d['capacity'])} free" + (f": {who}" if who else ""),
-                   None))
+        frame.add(
+            *bar(f"{name} {d['index']}", own, other, d["capacity"]),
+            (f"{format_size(d['free'])} of {format_size(d['capacity'])} free" + (f": {who}" if who else ""), None),
+        )
 
 
 def columns(shared: bool) -> tuple[str, ...]:
@@ -111,8 +139,10 @@ def columns(shared: bool) -> tuple[str, ...]:
 
 
 def table_header(fields: tuple[str, ...]) -> str:
-    return "  ".join(_pad(f, "DEVICES" if f == "devices" else listing.FIELDS[f][0], i == len(fields) - 1)
-                     for i, f in enumerate(fields))
+    return "  ".join(
+        _pad(f, "DEVICES" if f == "devices" else listing.FIELDS[f][0], i == len(fields) - 1)
+        for i, f in enumerate(fields)
+    )
 
 
 def row_pieces(rec: dict, fields: tuple[str, ...], now: float) -> list[Piece]:
@@ -124,7 +154,7 @@ def row_pieces(rec: dict, fields: tuple[str, ...], now: float) -> list[Piece]:
     for i, field in enumerate(fields):
         text = devices_text(rec.get("assigned")) or "-" if field == "devices" else listing.cell(rec, field, now)
         if field in WIDTHS:
-            text = text if len(text) <= WIDTHS[field] else text[:WIDTHS[field] - 1] + "~"
+            text = text if len(text) <= WIDTHS[field] else text[: WIDTHS[field] - 1] + "~"
         kind = tone if field == "state" or (field == "reason" and tone == "bad") else None
         pieces.append((_pad(field, text, i == len(fields) - 1) + ("" if i == len(fields) - 1 else "  "), kind))
     return pieces
@@ -152,11 +182,18 @@ def matcher(text: str) -> Callable[[dict], bool] | None:
     def wanted(rec: dict) -> bool:
         hay = " ".join(str(rec.get(k) or "") for k in ("id", "name", "state", "owner", "group_name"))
         return needle in (hay + " " + listing.result_text(rec)).lower()
+
     return wanted
 
 
-def build(data: dict, width: int | None, height: int | None, selected: str | None = None,
-          wanted: Callable[[dict], bool] | None = None, status: list[Piece] | None = None) -> Frame:
+def build(
+    data: dict,
+    width: int | None,
+    height: int | None,
+    selected: str | None = None,
+    wanted: Callable[[dict], bool] | None = None,
+    status: list[Piece] | None = None,
+) -> Frame:
     """The frame: the header, the table's header and as many rows as fit ``height``
     (all of them when None), kept so that the ``selected`` row is shown, and the
     ``status`` line at the bottom."""
@@ -171,7 +208,7 @@ def build(data: dict, width: int | None, height: int | None, selected: str | Non
     at = next((i for i, r in enumerate(rows) if r.get("id") == selected), 0)
     first = 0 if at < room else at - room + 1
     frame.table_at = len(frame.lines)
-    for rec in rows[first:first + room]:
+    for rec in rows[first : first + room]:
         try:
             pieces = row_pieces(rec, fields, data["now"])
         except (TypeError, ValueError, KeyError, AttributeError):  # a damaged line of the history, say
@@ -184,7 +221,7 @@ def build(data: dict, width: int | None, height: int | None, selected: str | Non
         while height is not None and len(frame.lines) < height - 1:
             frame.add(("", None))
         if height is not None and len(frame.lines) > height - 1:  # a short terminal: the status line stays
-            frame.lines = frame.lines[:max(0, height - 1)]
+            frame.lines = frame.lines[: max(0, height - 1)]
         frame.add(*status)
     return frame
 

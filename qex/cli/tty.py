@@ -16,9 +16,19 @@ if TYPE_CHECKING:
     from typing import TextIO
 
 # The kind of each state, for its colour: good, bad, active, waiting, or quiet (gave up without running).
-TONE = {"completed": "good", "running": "active", "starting": "active", "queued": "waiting",
-        "failed": "bad", "oom": "bad", "timeout": "bad", "killed": "bad",
-        "expired": "quiet", "cancelled": "quiet", "skipped": "quiet"}
+TONE = {
+    "completed": "good",
+    "running": "active",
+    "starting": "active",
+    "queued": "waiting",
+    "failed": "bad",
+    "oom": "bad",
+    "timeout": "bad",
+    "killed": "bad",
+    "expired": "quiet",
+    "cancelled": "quiet",
+    "skipped": "quiet",
+}
 # ANSI SGR of each kind (the terminal's own palette: 32 green, 31 red, 33 yellow, 36 cyan, 2 dim).
 SGR = {"good": "32", "bad": "31", "active": "36", "waiting": "33", "quiet": "2", "bold": "1"}
 

@@ -28,7 +28,7 @@ class AttemptNotes:
     def __call__(self, rec: dict) -> None:
         attempts = rec.get("attempts") or []
         job_id = rec.get("id", "")
-        for a in attempts[self.seen.get(job_id, 0):]:
+        for a in attempts[self.seen.get(job_id, 0) :]:
             if isinstance(a, dict) and a.get("state") == "oom" and a.get("error"):
                 say.notice(f"{job_id[:8]}: {a['error']}")
         self.seen[job_id] = len(attempts)
@@ -51,8 +51,14 @@ def wait_and_print(ctx: Context, job_id: str, limit: float | None, print_record:
     return outcome.exit_code(rec)
 
 
-def follow(ctx: Context, job_id: str, limit: float | None, ints: Interrupts | None = None,
-           ends: Ends | None = None, sinks: tuple | None = None) -> int:
+def follow(
+    ctx: Context,
+    job_id: str,
+    limit: float | None,
+    ints: Interrupts | None = None,
+    ends: Ends | None = None,
+    sinks: tuple | None = None,
+) -> int:
     """Stream the job's output as it is written; return the job's exit code. ``ints``:
     the signal handlers the caller installed (``qex run``'s: it owns its job); without
     them a signal leaves the job (``qex.cli.interrupt``).
@@ -71,8 +77,12 @@ def follow(ctx: Context, job_id: str, limit: float | None, ints: Interrupts | No
         streams = stream.Pipes(ends, sinks)
     else:
         out, err_ = (sys.stdout, sys.stderr) if sinks is None else (stream.as_text(f) for f in sinks)
-        streams = stream.Files([(ctx.store.path(job_id, layout.STDOUT), "stdout", out),
-                                (ctx.store.path(job_id, layout.STDERR), "stderr", err_)])
+        streams = stream.Files(
+            [
+                (ctx.store.path(job_id, layout.STDOUT), "stdout", out),
+                (ctx.store.path(job_id, layout.STDERR), "stderr", err_),
+            ]
+        )
     try:
         if ints is None:
             from qex.cli.interrupt import Interrupts
@@ -104,8 +114,14 @@ def _follow(ctx: Context, job_id: str, limit: float | None, streams: Pipes | Fil
 
     streams.on_broken = broken
     try:
-        rec = await_final(ctx, [job_id], limit, on_tick=lambda: ints.act(ctx), on_record=on_record,
-                          idle=lambda seconds: streams.idle(seconds, ints))[job_id]
+        rec = await_final(
+            ctx,
+            [job_id],
+            limit,
+            on_tick=lambda: ints.act(ctx),
+            on_record=on_record,
+            idle=lambda seconds: streams.idle(seconds, ints),
+        )[job_id]
         said = streams.finish()
     except (KeyboardInterrupt, Broken):
         return ints.ended(job_id)
@@ -150,8 +166,14 @@ def cmd_wait(args: Namespace) -> int:
     live = Progress(len(job_ids), wanted=not args.quiet and len(job_ids) > 1)  # (a terminal's live line)
     with Interrupts():  # (a signal leaves the jobs: qex.cli.interrupt)
         try:
-            done = await_final(ctx, job_ids, _limit(args), first=args.next,
-                               on_record=live.watch(None if args.quiet else _wait_notes()), on_tick=live.tick)
+            done = await_final(
+                ctx,
+                job_ids,
+                _limit(args),
+                first=args.next,
+                on_record=live.watch(None if args.quiet else _wait_notes()),
+                on_tick=live.tick,
+            )
         except KeyboardInterrupt:
             live.close()
             return left(len(job_ids))
@@ -184,6 +206,7 @@ def _wait_notes():
     def note(rec: dict) -> None:
         attempts(rec)
         pauses(rec)
+
     return note
 
 
@@ -262,9 +285,19 @@ def _print_status(ctx: Context, args: Namespace, target, records: list[dict], in
 
 def _word_alone(args: Namespace) -> None:
     """--word prints its word and nothing else: refuse what would add to it or wait."""
-    others = [o for o, on in (("--json", args.json), ("--wait", args.wait), ("--follow", args.follow),
-                              ("--quiet", args.quiet), ("--all", args.all), ("--show-env", args.show_env),
-                              ("--timeout", args.timeout is not None)) if on]
+    others = [
+        o
+        for o, on in (
+            ("--json", args.json),
+            ("--wait", args.wait),
+            ("--follow", args.follow),
+            ("--quiet", args.quiet),
+            ("--all", args.all),
+            ("--show-env", args.show_env),
+            ("--timeout", args.timeout is not None),
+        )
+        if on
+    ]
     if others:
         from qex.base.errors import UsageError
 

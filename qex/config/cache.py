@@ -53,8 +53,8 @@ FILE = "config.json"
 FORMAT = 1
 MAX_ENTRIES = 8
 MAX_BYTES = 256 * 1024
-RACY_NS = 100_000_000            # 0.1 s: a clock tick is at most 10 ms on Linux
-COARSE_RACY_NS = 3_000_000_000   # timestamps in whole seconds (FAT keeps 2 s)
+RACY_NS = 100_000_000  # 0.1 s: a clock tick is at most 10 ms on Linux
+COARSE_RACY_NS = 3_000_000_000  # timestamps in whole seconds (FAT keeps 2 s)
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -102,8 +102,9 @@ def lookup(path: str, env: Mapping[str, str] = os.environ, out: list | None = No
     return None
 
 
-def store(path: str, st: os.stat_result, body: dict, env: Mapping[str, str] = os.environ,
-          now_ns: int | None = None) -> None:
+def store(
+    path: str, st: os.stat_result, body: dict, env: Mapping[str, str] = os.environ, now_ns: int | None = None
+) -> None:
     """Remember ``body`` (JSON values) for the config at ``path`` read with
     stat ``st``; quietly does nothing when it cannot or should not."""
     import time
@@ -120,13 +121,17 @@ def store(path: str, st: os.stat_result, body: dict, env: Mapping[str, str] = os
     if not _ensure_dir(where):
         return
     old = _read(where) or {}
-    entries = [e for e in old.get("entries", ()) if isinstance(e, dict)
-               and isinstance(e.get("key"), dict) and e["key"].get("path") != path]
+    entries = [
+        e
+        for e in old.get("entries", ())
+        if isinstance(e, dict) and isinstance(e.get("key"), dict) and e["key"].get("path") != path
+    ]
     data = {"format": FORMAT, "entries": [{"key": key, "body": body}] + entries[: MAX_ENTRIES - 1]}
     _write(where, json.dumps(data, separators=(",", ":")).encode())
 
 
 # ---- the files ------------------------------------------------------------------
+
 
 def _trusted_dir(where: str) -> bool:
     try:
@@ -157,8 +162,13 @@ def _read(where: str) -> dict | None:
         return None
     try:
         st = os.fstat(fd)
-        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o7077
-                or st.st_nlink != 1 or st.st_size > MAX_BYTES):
+        if (
+            not stat.S_ISREG(st.st_mode)
+            or st.st_uid != os.geteuid()
+            or st.st_mode & 0o7077
+            or st.st_nlink != 1
+            or st.st_size > MAX_BYTES
+        ):
             return None
         raw = os.read(fd, MAX_BYTES + 1)
     except OSError:
@@ -225,8 +235,18 @@ def _plain(value):
     if isinstance(value, Percent):
         return {"percent": value.value}
     if isinstance(value, PoolDef):
-        return {"pool": [value.name, value.count, list(value.devices), value.size_label, _plain(value.env),
-                         value.fence, list(value.ids), list(value.names)]}
+        return {
+            "pool": [
+                value.name,
+                value.count,
+                list(value.devices),
+                value.size_label,
+                _plain(value.env),
+                value.fence,
+                list(value.ids),
+                list(value.names),
+            ]
+        }
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
     return value
@@ -237,8 +257,16 @@ def _held(value):
         if "percent" in value:
             return Percent(value["percent"])
         name, count, devices, size_label, env, fence, ids, names = value["pool"]
-        return PoolDef(name=name, count=count, devices=tuple(devices), size_label=size_label,
-                       env=tuple(env) if isinstance(env, list) else env, fence=fence, ids=tuple(ids), names=tuple(names))
+        return PoolDef(
+            name=name,
+            count=count,
+            devices=tuple(devices),
+            size_label=size_label,
+            env=tuple(env) if isinstance(env, list) else env,
+            fence=fence,
+            ids=tuple(ids),
+            names=tuple(names),
+        )
     if isinstance(value, list):
         return tuple(_held(v) for v in value)
     return value
@@ -259,8 +287,15 @@ def _fits(value, kind) -> bool:
 
 # The files of the modules that give a config its meaning (named, not imported):
 # the table of keys and the values it holds, the reader, the Config, this body.
-MEANING = ("config/keys.py", "config/text.py", "config/parse.py", "config/read.py",
-           "config/model.py", "config/cache.py", "base/units.py")
+MEANING = (
+    "config/keys.py",
+    "config/text.py",
+    "config/parse.py",
+    "config/read.py",
+    "config/model.py",
+    "config/cache.py",
+    "base/units.py",
+)
 _STAMP: list | None = None
 
 

@@ -22,8 +22,9 @@ class Context:
 
     __slots__ = ("store", "config", "uid", "user", "cores", "mem_total", "forks")
 
-    def __init__(self, store: Store, config: Config, uid: int, user: str, cores: int, mem_total: int,
-                 forks: bool = True):
+    def __init__(
+        self, store: Store, config: Config, uid: int, user: str, cores: int, mem_total: int, forks: bool = True
+    ):
         self.store, self.config, self.uid, self.user = store, config, uid, user
         self.cores, self.mem_total = cores, mem_total
         # Whether this process may fork what a pass starts (supervisors, a waker, a hook runner).
@@ -42,8 +43,14 @@ class Context:
             store.repair_after_reboot()  # (a reader without the lock reads repaired records too)
         except QexError:
             pass  # a command that only reads still answers; the next pass that can write repairs
-        return cls(store=store, config=config or load_config(), uid=os.getuid(),
-                   user=paths.user_name(), cores=machine.cores(), mem_total=machine.mem_total())
+        return cls(
+            store=store,
+            config=config or load_config(),
+            uid=os.getuid(),
+            user=paths.user_name(),
+            cores=machine.cores(),
+            mem_total=machine.mem_total(),
+        )
 
     def reload_config(self) -> None:
         """Read the config again; a config broken meanwhile keeps the one in force."""
@@ -81,9 +88,13 @@ class Context:
 
         cores, memory = self.holdable()
         if cpu > cores:
-            raise SpecError(f"{cpu_from}: this job claims {format_cores(cpu)} cores and this machine has "
-                            f"{format_cores(cores)}: it could never start; claim at most {format_cores(cores)}")
+            raise SpecError(
+                f"{cpu_from}: this job claims {format_cores(cpu)} cores and this machine has "
+                f"{format_cores(cores)}: it could never start; claim at most {format_cores(cores)}"
+            )
         if memory is not None and mem > memory:
-            raise SpecError(f"{mem_from}: this job claims {format_size(mem)} of memory and this machine has "
-                            f"{format_size(self.mem_total)}, of which {format_size(self.reserve())} is kept by "
-                            f"[system] reserve_mem: it could never start; claim at most {format_size(memory)}")
+            raise SpecError(
+                f"{mem_from}: this job claims {format_size(mem)} of memory and this machine has "
+                f"{format_size(self.mem_total)}, of which {format_size(self.reserve())} is kept by "
+                f"[system] reserve_mem: it could never start; claim at most {format_size(memory)}"
+            )

@@ -46,14 +46,32 @@ def found(reading: Reading, by_uuid: bool = False) -> tuple[list[Found], list[st
     for g in reading.gpus:
         if not g.mig_on:
             key, ref = ("uuid", g.uuid) if by_uuid and g.uuid else ("index", str(g.index))
-            out.append(Found(key, ref, g.memory, g.name, True, f"GPU {g.index}",
-                             f"GPU {g.index}" + (f", {g.uuid}" if g.uuid else "")))
+            out.append(
+                Found(
+                    key,
+                    ref,
+                    g.memory,
+                    g.name,
+                    True,
+                    f"GPU {g.index}",
+                    f"GPU {g.index}" + (f", {g.uuid}" if g.uuid else ""),
+                )
+            )
             continue
         if not g.mig:
             notes.append(f"GPU {g.index} ({_plain(g.name)}) has MIG on and no instance: nothing of it to declare")
         for m in g.mig:
-            out.append(Found("uuid", m.uuid, m.memory, f"{g.name} MIG {m.profile}", m.exact,
-                             f"the MIG instance {m.uuid} of GPU {g.index}", f"on GPU {g.index}"))
+            out.append(
+                Found(
+                    "uuid",
+                    m.uuid,
+                    m.memory,
+                    f"{g.name} MIG {m.profile}",
+                    m.exact,
+                    f"the MIG instance {m.uuid} of GPU {g.index}",
+                    f"on GPU {g.index}",
+                )
+            )
     return out, notes
 
 
@@ -62,8 +80,10 @@ def block(reading: Reading, by_uuid: bool = False) -> str:
     comments when it reports none to declare."""
     devices, notes = found(reading, by_uuid)
     driver = f"{reading.vendor.upper() if reading.vendor == 'amd' else 'NVIDIA'} driver {reading.driver}".rstrip()
-    lines = [f"# qex config detect: {len(reading.gpus)} GPU{'s' if len(reading.gpus) != 1 else ''} "
-             f"({_plain(driver)}, read through {reading.source})."]
+    lines = [
+        f"# qex config detect: {len(reading.gpus)} GPU{'s' if len(reading.gpus) != 1 else ''} "
+        f"({_plain(driver)}, read through {reading.source})."
+    ]
     lines += [f"# {n}." for n in notes]
     if not devices:
         return "\n".join(lines) + "\n"
@@ -111,22 +131,31 @@ def differences(pool: PoolDef | None, reading: Reading, strict: bool = False) ->
             continue
         seen.add(key)
         if (size > d.size and d.exact) or (strict and size != d.size):
-            out.append(f"{label} is {units.format_size(size)} in the config, {units.format_size(d.size)} "
-                       f"({d.size} bytes) by the driver")
+            out.append(
+                f"{label} is {units.format_size(size)} in the config, {units.format_size(d.size)} "
+                f"({d.size} bytes) by the driver"
+            )
         model = pool.names[i] if pool.names else ""
         if model and model != d.name:
-            out.append(f"{label} is a {units.safe_text(model, 60)} in the config, a {units.safe_text(d.name, 60)} "
-                       "by the driver")
-    out += [f"{_plain(d.what)} ({_plain(d.name)}, {units.format_size(d.size)}) is not declared"
-            for key, d in machine.items() if key not in seen]
+            out.append(
+                f"{label} is a {units.safe_text(model, 60)} in the config, a {units.safe_text(d.name, 60)} "
+                "by the driver"
+            )
+    out += [
+        f"{_plain(d.what)} ({_plain(d.name)}, {units.format_size(d.size)}) is not declared"
+        for key, d in machine.items()
+        if key not in seen
+    ]
     want = ENV[reading.vendor]
     if want not in pool.variables and (strict or not set(pool.variables) & set(_READ_BY[reading.vendor])):
         out.append(f"env is {', '.join(pool.variables)}; the driver's runtime reads {want}")
     return out
 
 
-_READ_BY = {"nvidia": ("CUDA_VISIBLE_DEVICES",),
-            "amd": ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")}
+_READ_BY = {
+    "nvidia": ("CUDA_VISIBLE_DEVICES",),
+    "amd": ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"),
+}
 
 
 def _key_of(ref: str, reading: Reading) -> tuple[str, str]:

@@ -79,8 +79,12 @@ def _exact_decimal(text: str) -> tuple[int, int]:
 # devices exposed and names no value for none, so qex writes -1, an index no device
 # has (HIP's runtime reads an empty HIP_VISIBLE_DEVICES as its default: unset).
 # Any other name: "". (docs/gpus.md)
-NO_DEVICE = {"CUDA_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": "-1", "HIP_VISIBLE_DEVICES": "-1",
-             "GPU_DEVICE_ORDINAL": "-1"}
+NO_DEVICE = {
+    "CUDA_VISIBLE_DEVICES": "",
+    "ROCR_VISIBLE_DEVICES": "-1",
+    "HIP_VISIBLE_DEVICES": "-1",
+    "GPU_DEVICE_ORDINAL": "-1",
+}
 # Given with device indices in CUDA_VISIBLE_DEVICES, so that index N is nvidia-smi's
 # GPU N (CUDA's own default order is fastest first).
 DEVICE_ORDER = ("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
@@ -166,8 +170,10 @@ def backend(config: object, env: Mapping[str, str] = os.environ) -> str:
         from qex.base import units
         from qex.base.errors import ConfigError
 
-        raise ConfigError(f"{BACKEND_ENV}={units.safe_text(word)!r} names no backend; use local or slurm, "
-                          "or unset it to use [backend] kind")
+        raise ConfigError(
+            f"{BACKEND_ENV}={units.safe_text(word)!r} names no backend; use local or slurm, "
+            "or unset it to use [backend] kind"
+        )
     return word
 
 
@@ -199,11 +205,21 @@ class Key:
     list of tables). A plain class with slots: each command makes the table.
     """
 
-    __slots__ = ("key", "attr", "type", "parse", "default", "show", "doc", "help", "options", "env",
-                 "section", "name")
+    __slots__ = ("key", "attr", "type", "parse", "default", "show", "doc", "help", "options", "env", "section", "name")
 
-    def __init__(self, key: str, attr: str, type: object, parse: str, default: object, show: str, doc: str,
-                 help: str = "", options: tuple[str, ...] = (), env: str = ""):
+    def __init__(
+        self,
+        key: str,
+        attr: str,
+        type: object,
+        parse: str,
+        default: object,
+        show: str,
+        doc: str,
+        help: str = "",
+        options: tuple[str, ...] = (),
+        env: str = "",
+    ):
         self.key, self.attr, self.type, self.parse, self.default = key, attr, type, parse, default
         self.show, self.doc, self.help, self.options, self.env = show, doc, help, options, env
         self.section, _, self.name = key.partition(".")

@@ -31,11 +31,18 @@ def _default_sources() -> dict[str, str]:
 
 # The fields of Config but sources: path, exists, then one per key in the table's
 # order, with the key's default (a class made from the table, not written).
-_Fields = type("_Fields", (Plain,), {
-    "__module__": __name__, "__qualname__": "_Fields",
-    "__annotations__": {"path": str, "exists": bool, **{k.attr: k.type for k in KEYS}},
-    "exists": False, **{k.attr: k.default for k in KEYS},
-}, frozen=True)
+_Fields = type(
+    "_Fields",
+    (Plain,),
+    {
+        "__module__": __name__,
+        "__qualname__": "_Fields",
+        "__annotations__": {"path": str, "exists": bool, **{k.attr: k.type for k in KEYS}},
+        "exists": False,
+        **{k.attr: k.default for k in KEYS},
+    },
+    frozen=True,
+)
 
 
 class Config(_Fields, frozen=True):

@@ -134,7 +134,7 @@ class Checks:
         if pct > 100:
             self.fail(key, f'= {shown(value)} is above 100%; use at most "100%", or {absolute} to go above the machine')
         if pct <= 0:
-            self.fail(key, f"= {shown(value)} is not above 0%; use a percentage like \"75%\", or remove the key")
+            self.fail(key, f'= {shown(value)} is not above 0%; use a percentage like "75%", or remove the key')
         return Percent(pct)
 
     def cores(self, key: str, value: object) -> str | int:
@@ -158,13 +158,13 @@ class Checks:
     def size(self, key: str, value: object) -> int:
         self.want(key, value, is_int(value) or isinstance(value, str), 'a size like "512MB" or a number of bytes')
         if is_int(value) and value < 0:
-            self.fail(key, f"= {value} is negative; use a size like \"512MB\" or 0")
+            self.fail(key, f'= {value} is negative; use a size like "512MB" or 0')
         return self.units_call(units.parse_size, str(value), key)
 
     def positive_size(self, key: str, value: object) -> int:
         n = self.size(key, value)
         if n <= 0:
-            self.fail(key, f"= {shown(value)} is zero; use a positive size like \"512MB\", or remove the key")
+            self.fail(key, f'= {shown(value)} is zero; use a positive size like "512MB", or remove the key')
         return n
 
     def optional_positive_size(self, key: str, value: object) -> int | None:
@@ -175,8 +175,11 @@ class Checks:
             return None
         n = self.size(key, value) or None
         if n is not None and n < MIN_LOG_LIMIT:
-            self.fail(key, f"= {shown(value)} is below 4KB, the least that holds the head, the marker line "
-                           "and a tail; use at least \"4KB\", or 0 for no limit")
+            self.fail(
+                key,
+                f"= {shown(value)} is below 4KB, the least that holds the head, the marker line "
+                'and a tail; use at least "4KB", or 0 for no limit',
+            )
         return n
 
     def duration(self, key: str, value: object) -> float:
@@ -186,7 +189,7 @@ class Checks:
             self.fail(key, f"= {shown(value)} is not {forms}; use one")
         seconds = float(value) if is_number(value) else self.units_call(units.parse_duration, value, key)
         if seconds <= 0:
-            self.fail(key, f"= {shown(value)} is zero; use a positive duration like \"30m\", or remove the key")
+            self.fail(key, f'= {shown(value)} is zero; use a positive duration like "30m", or remove the key')
         return seconds
 
     def optional_duration(self, key: str, value: object) -> float | None:
@@ -197,7 +200,9 @@ class Checks:
         if value < minimum:
             self.fail(key, f"= {value} is below {minimum}; use an integer of at least {minimum}")
         if value > numbers.COUNT:
-            self.fail(key, f"= {shown(value)} is above {numbers.COUNT}; use an integer from {minimum} to {numbers.COUNT}")
+            self.fail(
+                key, f"= {shown(value)} is above {numbers.COUNT}; use an integer from {minimum} to {numbers.COUNT}"
+            )
         return value
 
     def nonneg_int(self, key: str, value: object) -> int:
@@ -220,7 +225,7 @@ class Checks:
     def margin(self, key: str, value: object) -> float:
         pct = percent_number(value)
         if pct is None or pct > 100:
-            self.fail(key, f"= {shown(value)} is not a percentage from 0% to 100%; use one like \"20%\"")
+            self.fail(key, f'= {shown(value)} is not a percentage from 0% to 100%; use one like "20%"')
         return pct / 100
 
     def bounded_int(self, key: str, value: object, least: int, most: int) -> int:
@@ -242,17 +247,22 @@ class Checks:
             return None
         pct = percent_number(value) if isinstance(value, str) else float(value) if is_number(value) else None
         if pct is None or not 0 < pct < 100:
-            self.fail(key, f"= {shown(value)} is not a percentage above 0% and below 100%; "
-                      'use one like "20%", or "none" (off)')
+            self.fail(
+                key,
+                f'= {shown(value)} is not a percentage above 0% and below 100%; use one like "20%", or "none" (off)',
+            )
         from qex.base import machine
 
         try:
             machine.memory_pressure()
         except (OSError, ValueError) as exc:
-            self.fail(key, f"= {shown(value)} needs the kernel's memory pressure, which this machine does not "
-                      f"give ({machine.psi_path()}: {getattr(exc, 'strerror', None) or exc}; it needs Linux 4.20 "
-                      "or later with CONFIG_PSI, and psi=1 on the kernel command line where it is off by "
-                      "default); remove the key")
+            self.fail(
+                key,
+                f"= {shown(value)} needs the kernel's memory pressure, which this machine does not "
+                f"give ({machine.psi_path()}: {getattr(exc, 'strerror', None) or exc}; it needs Linux 4.20 "
+                "or later with CONFIG_PSI, and psi=1 on the kernel command line where it is off by "
+                "default); remove the key",
+            )
         return pct
 
     def argv(self, key: str, value: object) -> tuple[str, ...]:
@@ -269,7 +279,7 @@ class Checks:
         return tuple(value)
 
     def optional_word(self, key: str, value: object) -> str | None:
-        self.want(key, value, isinstance(value, str), "a word, e.g. \"gpu\"")
+        self.want(key, value, isinstance(value, str), 'a word, e.g. "gpu"')
         if not value or any(c.isspace() or not c.isprintable() for c in value):
             self.fail(key, f"= {shown(value)} is not one word; give the name without spaces, or remove the key")
         return value
@@ -283,7 +293,7 @@ class Checks:
         return tuple(value)
 
     def states(self, key: str, value: object) -> tuple[str, ...]:
-        self.want(key, value, isinstance(value, list), "a list of state names, e.g. [\"failed\", \"oom\"]")
+        self.want(key, value, isinstance(value, list), 'a list of state names, e.g. ["failed", "oom"]')
         for item in value:
             self.want(key, item, isinstance(item, str), "a list of state names")
             if item not in FINAL_STATES:

@@ -59,18 +59,26 @@ class Reader(Checks):
             if table not in TABLES:
                 kind = "table" if isinstance(content, dict) else "key"
                 named = f"[{units.safe_text(table, 60)}]" if kind == "table" else units.safe_text(table, 60)
-                fail(self.path, f"unknown {kind} {named}{did_you_mean(table, _NAMES)}; the tables are {_LISTED}; "
-                     "remove or rename it")
+                fail(
+                    self.path,
+                    f"unknown {kind} {named}{did_you_mean(table, _NAMES)}; the tables are {_LISTED}; "
+                    "remove or rename it",
+                )
             if not isinstance(content, dict):
-                fail(self.path, f"{units.safe_text(table, 60)} must be a table [{table}], not {type_name(content)}; "
-                     f"write it as [{table}] with its keys below")
+                fail(
+                    self.path,
+                    f"{units.safe_text(table, 60)} must be a table [{table}], not {type_name(content)}; "
+                    f"write it as [{table}] with its keys below",
+                )
             known = TABLES[table]
             for name, value in content.items():
                 where = f"[{table}] {units.safe_text(name, 60)}"
                 if name not in known:
                     hint, keys_of = did_you_mean(name, known), ", ".join(known)
-                    fail(self.path, f"unknown key {where}{hint}; the keys of [{table}] are {keys_of}; "
-                         "remove or rename it")
+                    fail(
+                        self.path,
+                        f"unknown key {where}{hint}; the keys of [{table}] are {keys_of}; remove or rename it",
+                    )
                 values[known[name].attr] = self.parse(known[name], where, value)
                 keys.append(known[name].key)
         return values, keys
@@ -97,8 +105,11 @@ class Reader(Checks):
             for var in pool.variables:
                 if var in envs:
                     j = envs[var]
-                    fail(self.path, f"[[pool]] #{k} name={pool.name} gives its devices in {var}, "
-                          f"as [[pool]] #{j} does; give each pool its own env")
+                    fail(
+                        self.path,
+                        f"[[pool]] #{k} name={pool.name} gives its devices in {var}, "
+                        f"as [[pool]] #{j} does; give each pool its own env",
+                    )
                 envs[var] = k
         return tuple(pools)
 
@@ -107,27 +118,42 @@ class Reader(Checks):
         label = f"[[pool]] #{k}" + (f" name={units.safe_text(name, 60)}" if isinstance(name, str) else "")
         for key in table:
             if key not in POOL_KEYS:
-                fail(self.path, f"{label}: unknown key {units.safe_text(key, 60)}{did_you_mean(key, POOL_KEYS)}; "
-                      "the keys of a pool are " + ", ".join(POOL_KEYS) + "; remove or rename it")
+                fail(
+                    self.path,
+                    f"{label}: unknown key {units.safe_text(key, 60)}{did_you_mean(key, POOL_KEYS)}; "
+                    "the keys of a pool are " + ", ".join(POOL_KEYS) + "; remove or rename it",
+                )
         if name is None:
             fail(self.path, f'{label} has no name; add name = "gpu" (or another name)')
         if not isinstance(name, str) or not (names.is_pool_name(name) or names.is_reserved(name)):
             fail(self.path, f"{label}: name = {shown(name)} is not a pool name; {names.RULE}")
         if names.is_reserved(name):
-            fail(self.path, f"{label}: the name {name} is reserved for the budget (cpu and mem are not pools); "
-                  "set [budget] cpu/mem instead, or choose another name")
+            fail(
+                self.path,
+                f"{label}: the name {name} is reserved for the budget (cpu and mem are not pools); "
+                "set [budget] cpu/mem instead, or choose another name",
+            )
         has_count, has_devices = "count" in table, "devices" in table
         if has_count and has_devices:
-            fail(self.path, f"{label} has both count and devices; keep count for a pool of plain units, "
-                  "or devices for a pool of devices with a size each")
+            fail(
+                self.path,
+                f"{label} has both count and devices; keep count for a pool of plain units, "
+                "or devices for a pool of devices with a size each",
+            )
         if not has_count and not has_devices:
-            fail(self.path, f'{label} has neither count nor devices; add count = N (plain units) '
-                  'or devices = ["24GB", ...] (one size per device)')
+            fail(
+                self.path,
+                f"{label} has neither count nor devices; add count = N (plain units) "
+                'or devices = ["24GB", ...] (one size per device)',
+            )
         if has_count:
             for key in ("size", "env", "fence"):
                 if key in table:
-                    fail(self.path, f"{label}: {key} applies only to a pool with devices; remove it, "
-                          f"or use devices instead of count (a plain pool's jobs get QEX_CLAIM_{_env_part(name)})")
+                    fail(
+                        self.path,
+                        f"{label}: {key} applies only to a pool with devices; remove it, "
+                        f"or use devices instead of count (a plain pool's jobs get QEX_CLAIM_{_env_part(name)})",
+                    )
             return PoolDef(name=name, count=self.positive_int(f"{label}: count", table["count"]))
         return self.device_pool(label, name, table)
 
@@ -135,14 +161,18 @@ class Reader(Checks):
         sizes, ids, models = self.devices(label, table["devices"])
         size_label = table.get("size", "vram")
         if not isinstance(size_label, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", size_label, re.ASCII):
-            fail(self.path, f'{label}: size = {shown(size_label)} is not a label; use a word such as "vram" '
-                  "(letters, digits, '-' or '_')")
+            fail(
+                self.path,
+                f'{label}: size = {shown(size_label)} is not a label; use a word such as "vram" '
+                "(letters, digits, '-' or '_')",
+            )
         env = self.env_names(label, name, table.get("env"))
         fence = table.get("fence")
         if fence is not None:
             self.boolean(f"{label}: fence", fence)
-        return PoolDef(name=name, count=None, devices=sizes, size_label=size_label, env=env, fence=fence,
-                       ids=ids, names=models)
+        return PoolDef(
+            name=name, count=None, devices=sizes, size_label=size_label, env=env, fence=fence, ids=ids, names=models
+        )
 
     def env_names(self, label: str, name: str, env: object) -> str | tuple[str, ...]:
         """``env`` as written: a name, or a list of names (a tuple); the default when unset."""
@@ -154,14 +184,20 @@ class Reader(Checks):
             fail(self.path, f"{label}: env = {shown(env)} must name each variable once; e.g. {default}")
         for var in listed:
             if not isinstance(var, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", var, re.ASCII):
-                fail(self.path, f"{label}: env = {shown(var)} is not an environment variable name; "
-                      f"use letters, digits and '_', not starting with a digit, e.g. {default}")
+                fail(
+                    self.path,
+                    f"{label}: env = {shown(var)} is not an environment variable name; "
+                    f"use letters, digits and '_', not starting with a digit, e.g. {default}",
+                )
         below = [v for v in listed if v in _AFTER_ROCR]
         if "ROCR_VISIBLE_DEVICES" in listed and below:
-            fail(self.path, f"{label}: env lists ROCR_VISIBLE_DEVICES with {below[0]}, but ROCm applies "
-                  f"ROCR_VISIBLE_DEVICES first and numbers the devices it leaves from 0, so the same value "
-                  f"in {below[0]} names other devices or none; keep env = \"ROCR_VISIBLE_DEVICES\" "
-                  "(it hides devices from HIP and OpenCL too), or list the others without it")
+            fail(
+                self.path,
+                f"{label}: env lists ROCR_VISIBLE_DEVICES with {below[0]}, but ROCm applies "
+                f"ROCR_VISIBLE_DEVICES first and numbers the devices it leaves from 0, so the same value "
+                f'in {below[0]} names other devices or none; keep env = "ROCR_VISIBLE_DEVICES" '
+                "(it hides devices from HIP and OpenCL too), or list the others without it",
+            )
         return env if isinstance(env, str) else tuple(listed)
 
     def devices(self, label: str, devices: object) -> tuple[tuple[int, ...], tuple[str, ...], tuple[str, ...]]:
@@ -186,8 +222,11 @@ class Reader(Checks):
             models.append(model)
         for i, device_id in enumerate(ids):
             if ids.index(device_id) != i:
-                fail(self.path, f"{label}: devices[{i}] names the device {units.safe_text(device_id)} as "
-                      f"devices[{ids.index(device_id)}] does; declare each device once")
+                fail(
+                    self.path,
+                    f"{label}: devices[{i}] names the device {units.safe_text(device_id)} as "
+                    f"devices[{ids.index(device_id)}] does; declare each device once",
+                )
         plain_ids = ids == [str(i) for i in range(len(ids))]
         return tuple(sizes), (() if plain_ids else tuple(ids)), (tuple(models) if any(models) else ())
 
@@ -195,8 +234,11 @@ class Reader(Checks):
         """(size, id, name) of one device given as a table."""
         for key in table:
             if key not in DEVICE_KEYS:
-                fail(self.path, f"{where}: unknown key {units.safe_text(key, 60)}{did_you_mean(key, DEVICE_KEYS)}; "
-                      "the keys of a device are " + ", ".join(DEVICE_KEYS) + "; remove or rename it")
+                fail(
+                    self.path,
+                    f"{where}: unknown key {units.safe_text(key, 60)}{did_you_mean(key, DEVICE_KEYS)}; "
+                    "the keys of a device are " + ", ".join(DEVICE_KEYS) + "; remove or rename it",
+                )
         if "size" not in table:
             fail(self.path, f'{where} has no size; add size = "24GB" (or a number of bytes)')
         if "index" in table and "uuid" in table:
@@ -207,13 +249,19 @@ class Reader(Checks):
         elif "uuid" in table:
             uuid = table["uuid"]
             if not isinstance(uuid, str) or not re.fullmatch(r"(GPU|MIG)-[A-Za-z0-9/_-]{1,120}", uuid, re.ASCII):
-                fail(self.path, f"{where}: uuid = {shown(uuid)} is not a device UUID; give it as nvidia-smi -L "
-                      "writes it, GPU-... or MIG-...")
+                fail(
+                    self.path,
+                    f"{where}: uuid = {shown(uuid)} is not a device UUID; give it as nvidia-smi -L "
+                    "writes it, GPU-... or MIG-...",
+                )
             device_id = uuid
         model = table.get("name", "")
         if not isinstance(model, str) or len(model) > 128 or not model.isprintable():
-            fail(self.path, f"{where}: name = {shown(model)} is not a device's name; give the model as text, "
-                  "at most 128 printable characters")
+            fail(
+                self.path,
+                f"{where}: name = {shown(model)} is not a device's name; give the model as text, "
+                "at most 128 printable characters",
+            )
         return self.positive_size(f"{where}: size", table["size"]), device_id, model
 
 

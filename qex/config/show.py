@@ -119,8 +119,14 @@ def _reserve(setting, here: _Here) -> tuple:
     from qex.config.keys import RESERVE_MOST, RESERVE_SHARE
 
     most = RESERVE_MOST.get(here.config.mode, RESERVE_MOST["cooperative"])
-    return (f"{RESERVE_SHARE} of {units.format_size(here.mem_total)}, at most {units.format_size(most)} = "
-            f"{units.format_size(n)}"), setting, n
+    return (
+        (
+            f"{RESERVE_SHARE} of {units.format_size(here.mem_total)}, at most {units.format_size(most)} = "
+            f"{units.format_size(n)}"
+        ),
+        setting,
+        n,
+    )
 
 
 def _optional(fmt, none: str = "none"):
@@ -171,8 +177,9 @@ WORDS = {
     "yes_no": lambda value, here: _held("yes" if value else "no", value),
     "margin": _margin,
     "pressure": _optional(lambda v: f"{v:g}% (memory PSI some avg10)", "off"),
-    "io_class": lambda value, here: _held(f"{value} (priority 7, the lowest)" if value == "best-effort" else value,
-                                          value),
+    "io_class": lambda value, here: _held(
+        f"{value} (priority 7, the lowest)" if value == "best-effort" else value, value
+    ),
     "peer_dir": _peer_dir,
     "backend": _backend,
     "pools": _pools,
@@ -186,8 +193,10 @@ def _words_pool(p: PoolDef) -> str:
     by_uuid = [not p.device_id(d).isdigit() for d in range(len(p.devices))]
     named = "UUIDs" if all(by_uuid) else "indices and UUIDs" if any(by_uuid) else "indices"
     fence = "; no claim: no device (fence)" if p.fenced else ""
-    return (f"{len(p.devices)} device{'s' if len(p.devices) != 1 else ''} of {p.size_label}: {sizes}; "
-            f"{named} in {', '.join(p.variables)}{fence}")
+    return (
+        f"{len(p.devices)} device{'s' if len(p.devices) != 1 else ''} of {p.size_label}: {sizes}; "
+        f"{named} in {', '.join(p.variables)}{fence}"
+    )
 
 
 def _pool_json(p: PoolDef) -> dict:

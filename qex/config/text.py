@@ -114,4 +114,3 @@ def parse_toml(path: str, text: str) -> dict:
     except Exception as e:  # tomlkit raises ParseError, and others on odd input
         detail = printable(str(e))[:160] or type(e).__name__
         fail_file(path, f"is not valid TOML ({detail}); fix the syntax (see `qex help config`)")
-

@@ -67,11 +67,13 @@ def check_file(path: str, st: os.stat_result, me: int | None = None) -> None:
         raise ConfigError(
             f"{path} belongs to {_owner(st.st_uid)}, not to {you}: its owner {_WHY}; keep a copy of your own "
             f"(cp {path} ~/.config/qex.toml, or set QEX_CONFIG to your copy), or ask root to own it "
-            f"(chown root {path})")
+            f"(chown root {path})"
+        )
     if _open(st):
         who, bits = _writers(st)
-        raise ConfigError(f"{path} is writable by {who} (mode {_mode(st)}): they {_WHY}; "
-                          f"remove their write: chmod {bits}-w {path}")
+        raise ConfigError(
+            f"{path} is writable by {who} (mode {_mode(st)}): they {_WHY}; remove their write: chmod {bits}-w {path}"
+        )
 
 
 def _check_dirs(path: str, start: str, me: int, seen: set[tuple[str, str]]) -> None:
@@ -92,24 +94,30 @@ def _check_dirs(path: str, start: str, me: int, seen: set[tuple[str, str]]) -> N
 def _check_dir(path: str, where: str, child: str, st: os.stat_result, me: int, direct: bool) -> None:
     at = f"is in {where}" if direct else f"is under {where}"
     if st.st_uid not in (me, 0):
-        raise ConfigError(f"{path} {at}, which belongs to {_owner(st.st_uid)}: its owner {_WHY} by replacing "
-                          "the file; move the config to a directory of yours or root's (and set QEX_CONFIG to it)")
+        raise ConfigError(
+            f"{path} {at}, which belongs to {_owner(st.st_uid)}: its owner {_WHY} by replacing "
+            "the file; move the config to a directory of yours or root's (and set QEX_CONFIG to it)"
+        )
     if not _open(st):
         return
     if not st.st_mode & stat.S_ISVTX:
         who, bits = _writers(st)
-        raise ConfigError(f"{path} {at}, which is writable by {who} (mode {_mode(st)}) and not sticky: they "
-                          f"{_WHY} by replacing the file; remove their write: chmod {bits}-w {where}, or move "
-                          "the config to a directory only you or root can write")
+        raise ConfigError(
+            f"{path} {at}, which is writable by {who} (mode {_mode(st)}) and not sticky: they "
+            f"{_WHY} by replacing the file; remove their write: chmod {bits}-w {where}, or move "
+            "the config to a directory only you or root can write"
+        )
     try:
         entry = os.lstat(child)
     except OSError:
         return
     if entry.st_uid not in (me, 0):  # (a link: a directory or file on the real path passed the rules above)
         lead = f"{path} is a symbolic link" if child == path else f"{path} goes through the symbolic link {child}"
-        raise ConfigError(f"{lead} of {_owner(entry.st_uid)} in {where}, a directory {_writers(st)[0]} can "
-                          f"write: its owner {_WHY} by pointing it elsewhere; use a path of your own (set "
-                          "QEX_CONFIG to it)")
+        raise ConfigError(
+            f"{lead} of {_owner(entry.st_uid)} in {where}, a directory {_writers(st)[0]} can "
+            f"write: its owner {_WHY} by pointing it elsewhere; use a path of your own (set "
+            "QEX_CONFIG to it)"
+        )
 
 
 def _open(st: os.stat_result) -> bool:
@@ -146,8 +154,11 @@ def _private_group(gid: int, uid: int) -> bool:
         except KeyError:
             known = False
         else:
-            known = (user.pw_gid == gid and group.gr_name == user.pw_name
-                     and all(member == user.pw_name for member in group.gr_mem))
+            known = (
+                user.pw_gid == gid
+                and group.gr_name == user.pw_name
+                and all(member == user.pw_name for member in group.gr_mem)
+            )
         _PRIVATE[(gid, uid)] = known
     return known
 

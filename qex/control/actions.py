@@ -32,9 +32,11 @@ def check_owner(ctx: Context, rec_or_entry: dict, verb: str, changes: bool = Tru
     if ctx.uid != 0:
         raise PermissionRefused(f"job {job[:8]} belongs to {owner}; only its owner (or root) can {verb} it")
     if changes and ctx.store.shared_root is not None and not os.path.isdir(ctx.store.job_dir(job)):
-        raise PermissionRefused(f"job {job[:8]} belongs to {owner}, in their own directory of the shared state "
-                                f"directory; root's qex acts on it only as its owner would: "
-                                f"sudo -u {owner} qex {verb} {job[:8]}")
+        raise PermissionRefused(
+            f"job {job[:8]} belongs to {owner}, in their own directory of the shared state "
+            f"directory; root's qex acts on it only as its owner would: "
+            f"sudo -u {owner} qex {verb} {job[:8]}"
+        )
 
 
 def _owned_active(ctx: Context, txn, job_id: str, verb: str, answer: dict) -> dict | None:
@@ -53,8 +55,9 @@ def _owned_active(ctx: Context, txn, job_id: str, verb: str, answer: dict) -> di
 KILL, CANCEL = "kill", "cancel"
 
 
-def select_active(ctx: Context, tags: list[str], group: str | None, states: set[str] | None,
-                  name: str | None) -> list[str]:
+def select_active(
+    ctx: Context, tags: list[str], group: str | None, states: set[str] | None, name: str | None
+) -> list[str]:
     """The bulk selection of ``kill``/``cancel`` (``--tag``, ``--group``, ``--state``,
     ``--name``, ``--mine``): the caller's own queued, starting and running jobs that match
     every filter given (none given: all of them), in submission order. Another user's job
@@ -68,16 +71,18 @@ def select_active(ctx: Context, tags: list[str], group: str | None, states: set[
     if group is not None:
         target = resolve(ctx.store, group)
         if not target.is_group:
-            raise UsageError(f"--group: {group} is a job, not a group; give a group id or name", option="--group",
-                             value=group)
+            raise UsageError(
+                f"--group: {group} is a job, not a group; give a group id or name", option="--group", value=group
+            )
         members = set(target.members)
     index = ctx.store.read_index_jobs()
     chosen = []
     for job_id, entry in sorted(index.items(), key=lambda item: item[1].get("seq", 0)):
         if entry.get("uid") != ctx.uid or (states is not None and entry.get("state") not in states):
             continue
-        if (members is not None and job_id not in members) or (name is not None and not name_matches(
-                name, entry.get("name") or "")):
+        if (members is not None and job_id not in members) or (
+            name is not None and not name_matches(name, entry.get("name") or "")
+        ):
             continue
         if tags:
             try:
@@ -91,14 +96,14 @@ def select_active(ctx: Context, tags: list[str], group: str | None, states: set[
         from qex.base.units import safe_text
 
         which = " or ".join(sorted(states)) if states else "queued or running"
-        words = [f"--tag {safe_text(t)}" for t in tags] + [f"--{k} {safe_text(v)}" for k, v in (
-            ("group", group), ("name", name)) if v is not None]
+        words = [f"--tag {safe_text(t)}" for t in tags] + [
+            f"--{k} {safe_text(v)}" for k, v in (("group", group), ("name", name)) if v is not None
+        ]
         raise NoSuchJob(f"no {which} job of yours" + (f" matches {' '.join(words)}" if words else ""))
     return chosen
 
 
-def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
-              why: str | None = None) -> dict[str, str]:
+def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True, why: str | None = None) -> dict[str, str]:
     """The one rule of ``qex kill`` and ``qex cancel``; every command that stops a job
     calls it (kill and cancel, of jobs or groups, and a signal to ``qex run``).
 
@@ -125,8 +130,9 @@ def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True,
             if on_slurm(entry):
                 slurm_ids[job_id] = entry["slurm"]
             if entry["state"] == "queued":
-                txn.update(job_id, state="cancelled", ended_at=time.time(), error=why,
-                           blocked_reason=None, blocked_holder=None)
+                txn.update(
+                    job_id, state="cancelled", ended_at=time.time(), error=why, blocked_reason=None, blocked_holder=None
+                )
                 answer[job_id] = "cancelled"
             elif verb == KILL:
                 txn.update(job_id, change="reason", kill_requested=True)
@@ -159,9 +165,13 @@ def _stop_on_slurm(slurm_ids: dict[str, str], answer: dict[str, str]) -> None:
     changes nothing: the record says cancelled, and a step that starts later runs nothing."""
     from qex.slurm import clients
 
-    for ids, how in (([slurm_ids[j] for j, w in answer.items() if w == "cancelled" and j in slurm_ids], {}),
-                     ([slurm_ids[j] for j, w in answer.items() if w == "signal" and j in slurm_ids],
-                      {"signal": "USR1", "batch": True})):
+    for ids, how in (
+        ([slurm_ids[j] for j, w in answer.items() if w == "cancelled" and j in slurm_ids], {}),
+        (
+            [slurm_ids[j] for j, w in answer.items() if w == "signal" and j in slurm_ids],
+            {"signal": "USR1", "batch": True},
+        ),
+    ):
         try:
             clients.cancel(ids, **how)
         except clients.SlurmError:

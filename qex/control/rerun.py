@@ -42,8 +42,10 @@ def request_of(ctx: Context, job_id: str) -> tuple[Request, NewSpec]:
     for option in ("needs", "after"):
         for dep in getattr(req, option):
             if not os.path.exists(ctx.store.path(dep, layout.STATUS)):
-                raise SpecError(f"cannot rerun {job_id[:8]}: the job it {'needs' if option == 'needs' else 'runs after'}"
-                                f", {dep[:8]}, no longer exists (cleaned); submit it again with qex submit")
+                raise SpecError(
+                    f"cannot rerun {job_id[:8]}: the job it {'needs' if option == 'needs' else 'runs after'}"
+                    f", {dep[:8]}, no longer exists (cleaned); submit it again with qex submit"
+                )
     req.rerun_of = job_id
     return req, spec
 
@@ -54,7 +56,7 @@ def submit(ctx: Context, job_id: str) -> tuple[str, PassResult, list[str]]:
 
     req, old = request_of(ctx, job_id)
     built = build(ctx, req)
-    built.spec.env = dict(old.env)          # the environment it ran with, not the caller's
+    built.spec.env = dict(old.env)  # the environment it ran with, not the caller's
     built.spec.hints = old.hints  # (its niceness and the rest: the words it was asked with, as a new submission)
     steps = [step for step in (_files_again(ctx, job_id), _input_again(ctx, job_id, req.stdin)) if step]
     ids, result = submit_many(ctx, [built], prepare=lambda job_dir: [step(job_dir) for step in steps])
@@ -79,12 +81,15 @@ def _files_again(ctx: Context, job_id: str):
                 with open(source, "rb") as fh:
                     data = fh.read()
             except OSError as exc:
-                raise SpecError(f"cannot rerun {job_id[:8]}: its {name} ({source}) cannot be read: "
-                                f"{exc.strerror}") from None
-            fd = os.open(os.path.join(job_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600)
+                raise SpecError(
+                    f"cannot rerun {job_id[:8]}: its {name} ({source}) cannot be read: {exc.strerror}"
+                ) from None
+            fd = os.open(
+                os.path.join(job_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+            )
             with open(fd, "wb") as out:
                 out.write(data)
+
     return prepare
 
 
@@ -106,11 +111,13 @@ def _input_again(ctx: Context, job_id: str, stdin: str | None):
         try:
             fd = os.open(copy, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
-            raise SpecError(f"cannot rerun {job_id[:8]}: the copy of its stdin ({copy}) cannot be read: "
-                            f"{exc.strerror}") from None
+            raise SpecError(
+                f"cannot rerun {job_id[:8]}: the copy of its stdin ({copy}) cannot be read: {exc.strerror}"
+            ) from None
         try:
             with open(fd, "rb", closefd=False) as stream:
                 pipes.give_input(job_dir, "-", stream)
         finally:
             os.close(fd)
+
     return prepare

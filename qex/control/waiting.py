@@ -25,10 +25,15 @@ class WaitLimit(Exception):
     """The caller's own --timeout passed (124)."""
 
 
-def await_final(ctx: Context, job_ids: list[str], limit: float | None, first: bool = False,
-                on_tick: Callable[[], object] | None = None,
-                on_record: Callable[[dict], None] | None = None,
-                idle: Callable[[float], None] | None = None) -> dict:
+def await_final(
+    ctx: Context,
+    job_ids: list[str],
+    limit: float | None,
+    first: bool = False,
+    on_tick: Callable[[], object] | None = None,
+    on_record: Callable[[dict], None] | None = None,
+    idle: Callable[[float], None] | None = None,
+) -> dict:
     """Poll the records (no lock) until every job (or, with ``first``, one) is final.
     ``idle(seconds)`` is the pause between two looks (a follower copies meanwhile)."""
     deadline = None if limit is None else time.monotonic() + limit

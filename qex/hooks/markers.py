@@ -53,6 +53,7 @@ def wanted(config: Config, state: str) -> bool:
 
 # ---- 1. under the lock: mark --------------------------------------------------------
 
+
 def mark_locked(ctx: Context, txn: object) -> None:
     """A marker for each job this pass makes final (lock held, before the commit)."""
     directory = None
@@ -65,8 +66,13 @@ def mark_locked(ctx: Context, txn: object) -> None:
         if directory is None:
             directory = _ensure_dir(ctx.store)
         try:
-            os.close(os.open(os.path.join(directory, layout.hook_marker(uid, rec['id'])),
-                             os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+            os.close(
+                os.open(
+                    os.path.join(directory, layout.hook_marker(uid, rec["id"])),
+                    os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o600,
+                )
+            )
         except OSError:
             pass  # the hook is a message: it never fails a pass
 
@@ -81,7 +87,7 @@ def _ensure_dir(store) -> str:
 
 
 def decide(ctx: Context, job_id: str) -> str:
-    """"run", "drop" (the marker is done with), or "wait" (the record is not final yet)."""
+    """ "run", "drop" (the marker is done with), or "wait" (the record is not final yet)."""
     if os.path.lexists(ctx.store.path(job_id, layout.HOOK_RAN)):
         return "drop"
     try:
@@ -91,5 +97,3 @@ def decide(ctx: Context, job_id: str) -> str:
     if rec.get("state") not in FINAL:
         return "wait"  # its pass is still committing (or failed to): keep the marker
     return "run" if wanted(ctx.config, rec["state"]) else "drop"
-
-

@@ -25,6 +25,7 @@ DRAIN_AFTER_EXIT = 2.0
 
 # ---- the runner --------------------------------------------------------------------
 
+
 class _Hook:
     def __init__(self, job_id: str, job_dir: str, rec: dict, argv: tuple):
         self.job_id, self.dir, self.rec, self.argv = job_id, job_dir, rec, argv
@@ -64,8 +65,11 @@ def _claim(ctx: Context, job_id: str, config) -> "_Hook | None":
         return None
     job_dir = ctx.store.job_dir(job_id)
     try:
-        fd = os.open(os.path.join(job_dir, layout.HOOK_RAN), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, 0o644)
+        fd = os.open(
+            os.path.join(job_dir, layout.HOOK_RAN),
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+        )
     except OSError:
         fs.unlink_quietly(marker)  # another runner has it (or the job is gone)
         return None
@@ -74,9 +78,21 @@ def _claim(ctx: Context, job_id: str, config) -> "_Hook | None":
         rec = ctx.store.read_status_dict(job_id)
         hook = _Hook(job_id, job_dir, rec, config.hook_on_stop)
         _start(hook)
-        os.write(fd, (json.dumps({"command": list(hook.argv), "started_at": hook.started,
-                                  "state": rec.get("state"), "pid": hook.proc.pid if hook.proc else None},
-                                 sort_keys=True) + "\n").encode())
+        os.write(
+            fd,
+            (
+                json.dumps(
+                    {
+                        "command": list(hook.argv),
+                        "started_at": hook.started,
+                        "state": rec.get("state"),
+                        "pid": hook.proc.pid if hook.proc else None,
+                    },
+                    sort_keys=True,
+                )
+                + "\n"
+            ).encode(),
+        )
     finally:
         os.close(fd)
     return hook
@@ -90,19 +106,21 @@ def hook_env(rec: dict, job_dir: str) -> dict:
     started, ended = rec.get("started_at"), rec.get("ended_at")
     usage = rec.get("usage") or {}
     attempts = rec.get("attempts") or ()
-    env.update({
-        "QEX_JOB_ID": rec.get("id", ""),
-        "QEX_JOB_NAME": safe_name(rec.get("name") or ""),
-        "QEX_STATE": rec.get("state", ""),
-        "QEX_EXIT_CODE": "" if rec.get("exit_code") is None else str(rec["exit_code"]),
-        "QEX_SIGNAL": rec.get("signal") or "",
-        "QEX_ELAPSED_SECS": str(int(ended - started)) if started and ended else "",
-        "QEX_CWD": one_line(rec.get("cwd") or ""),
-        "QEX_JOB_DIR": job_dir,
-        "QEX_ATTEMPTS": str(len([a for a in attempts if a.get("started_at")])),
-        "QEX_MAX_RSS": "" if usage.get("max_rss") is None else str(usage["max_rss"]),
-        "QEX_TAGS": one_line(" ".join(rec.get("tags") or ())),
-    })
+    env.update(
+        {
+            "QEX_JOB_ID": rec.get("id", ""),
+            "QEX_JOB_NAME": safe_name(rec.get("name") or ""),
+            "QEX_STATE": rec.get("state", ""),
+            "QEX_EXIT_CODE": "" if rec.get("exit_code") is None else str(rec["exit_code"]),
+            "QEX_SIGNAL": rec.get("signal") or "",
+            "QEX_ELAPSED_SECS": str(int(ended - started)) if started and ended else "",
+            "QEX_CWD": one_line(rec.get("cwd") or ""),
+            "QEX_JOB_DIR": job_dir,
+            "QEX_ATTEMPTS": str(len([a for a in attempts if a.get("started_at")])),
+            "QEX_MAX_RSS": "" if usage.get("max_rss") is None else str(usage["max_rss"]),
+            "QEX_TAGS": one_line(" ".join(rec.get("tags") or ())),
+        }
+    )
     return env
 
 
@@ -110,11 +128,21 @@ def _start(hook: _Hook) -> None:
     import subprocess
 
     try:
-        hook.log_fd = os.open(os.path.join(hook.dir, layout.HOOK_LOG), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-                              | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        hook.proc = subprocess.Popen(list(hook.argv), cwd=hook.dir, env=hook_env(hook.rec, hook.dir),
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, close_fds=True, process_group=0)
+        hook.log_fd = os.open(
+            os.path.join(hook.dir, layout.HOOK_LOG),
+            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
+        hook.proc = subprocess.Popen(
+            list(hook.argv),
+            cwd=hook.dir,
+            env=hook_env(hook.rec, hook.dir),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+            process_group=0,
+        )
         hook.pidfd = os.pidfd_open(hook.proc.pid)
         os.set_blocking(hook.proc.stdout.fileno(), False)
     except (OSError, ValueError) as exc:
@@ -127,7 +155,6 @@ def _start(hook: _Hook) -> None:
 def _watch(hooks: list[_Hook], timeout: float) -> None:
     """One loop over every hook: copy output (capped), time out, reap."""
     import selectors
-
 
     sel = selectors.DefaultSelector()
     live = [h for h in hooks if h.proc is not None]
@@ -147,10 +174,16 @@ def _watch(hooks: list[_Hook], timeout: float) -> None:
                 h.kill_at = None
             if h.drain_until is not None and now >= h.drain_until and h.proc.stdout is not None:
                 _close_out(sel, h)  # something the hook left behind holds its output
-        times = [t for h in live
-                 for t in (None if h.timed_out or h.status is not None else deadline[id(h)], h.kill_at,
-                           h.drain_until if h.proc.stdout is not None else None)
-                 if t is not None]
+        times = [
+            t
+            for h in live
+            for t in (
+                None if h.timed_out or h.status is not None else deadline[id(h)],
+                h.kill_at,
+                h.drain_until if h.proc.stdout is not None else None,
+            )
+            if t is not None
+        ]
         wait = max(0.0, min(times) - now) if times else None
         for key, _ in sel.select(wait):
             kind, h = key.data
@@ -206,9 +239,18 @@ def _verdict(h: _Hook, timeout: float) -> None:
     from qex.base.units import format_duration
 
     ended = time.time()
-    result = {"command": list(h.argv), "started_at": h.started, "ended_at": ended, "state": h.rec.get("state"),
-              "exit_code": None, "signal": None, "timed_out": h.timed_out, "output_capped": h.capped,
-              "output_bytes": h.written, "error": h.error}
+    result = {
+        "command": list(h.argv),
+        "started_at": h.started,
+        "ended_at": ended,
+        "state": h.rec.get("state"),
+        "exit_code": None,
+        "signal": None,
+        "timed_out": h.timed_out,
+        "output_capped": h.capped,
+        "output_bytes": h.written,
+        "error": h.error,
+    }
     took = format_duration(ended - h.started)
     if h.error:
         words = h.error
@@ -234,6 +276,7 @@ def _verdict(h: _Hook, timeout: float) -> None:
 
 # ---- reading the result (qex logs ID --hook) ----------------------------------------
 
+
 def describe(ctx: Context, rec: dict) -> tuple[str | None, str]:
     """(hook.log path or None, one sentence: the verdict, or why there is none)."""
 
@@ -253,9 +296,10 @@ def describe(ctx: Context, rec: dict) -> tuple[str | None, str]:
         return log, f"the stop hook ({command}) {one_line(data['verdict'])}"
     if rec.get("state") not in FINAL:
         return None, f"the job is {rec.get('state')}: the stop hook runs when it ends"
-    if os.path.exists(os.path.join(pending_dir(ctx.store), layout.hook_marker(rec.get('uid', -1), job_id))):
+    if os.path.exists(os.path.join(pending_dir(ctx.store), layout.hook_marker(rec.get("uid", -1), job_id))):
         return None, "the stop hook has not started yet: the next qex command of its owner starts it"
     if not ctx.config.hook_on_stop:
         return None, f"no stop hook ran: [hooks] on_stop is not set in {ctx.config.path}"
-    return None, (f"no stop hook ran: the job ended {rec.get('state')}, which [hooks] on_stop_states "
-                  "did not list when it ended")
+    return None, (
+        f"no stop hook ran: the job ended {rec.get('state')}, which [hooks] on_stop_states did not list when it ended"
+    )

@@ -44,19 +44,23 @@ MAX_KEY = 512
 
 # ---- checking what a user gave ------------------------------------------------
 
+
 def check_key(key: object, option: str = "--dedupe-key") -> str:
     """A key is any text of 1 to MAX_KEY characters without control characters."""
     from qex.base.units import safe_text
 
     if not isinstance(key, str) or not key.strip():
-        raise SpecError(f"{option}: the key is empty; give a text that names the work, "
-                        "e.g. --dedupe-key build:$(pwd)")
+        raise SpecError(f"{option}: the key is empty; give a text that names the work, e.g. --dedupe-key build:$(pwd)")
     if len(key) > MAX_KEY:
-        raise SpecError(f"{option}: the key has {len(key)} characters; at most {MAX_KEY} "
-                        "(a hash of a long text works: --dedupe-key \"$(echo ... | sha1sum)\")")
+        raise SpecError(
+            f"{option}: the key has {len(key)} characters; at most {MAX_KEY} "
+            '(a hash of a long text works: --dedupe-key "$(echo ... | sha1sum)")'
+        )
     if any(ord(c) < 32 or ord(c) == 127 for c in key):
-        raise SpecError(f"{option}: {safe_text(key, 60)!r} holds a control character "
-                        "(a newline, a tab...); give a key of printable characters")
+        raise SpecError(
+            f"{option}: {safe_text(key, 60)!r} holds a control character "
+            "(a newline, a tab...); give a key of printable characters"
+        )
     return key
 
 
@@ -83,8 +87,10 @@ def refuse_key_for(kind: str, key: str | None) -> None:
     """A pipeline stage or a fan-out takes no key: N jobs cannot share one
     (``kind`` = "a pipeline stage" | "a fan-out (--each-line)")."""
     if key is not None:
-        raise SpecError(f"{kind} cannot take a --dedupe-key: a key names one job, and {kind} makes "
-                        "several; submit the work as one job with the key, or drop the key")
+        raise SpecError(
+            f"{kind} cannot take a --dedupe-key: a key names one job, and {kind} makes "
+            "several; submit the work as one job with the key, or drop the key"
+        )
 
 
 def without_key(request_words: dict) -> dict:
@@ -95,6 +101,7 @@ def without_key(request_words: dict) -> dict:
 
 # ---- the test, under the lock ---------------------------------------------------
 
+
 class Hit(Plain):
     """The job that holds the key: its id, state and command (as recorded)."""
 
@@ -102,8 +109,8 @@ class Hit(Plain):
     state: str
     command: list
     key: str
-    ended_at: float | None = None   # set when found through the window
-    stuck: str = ""                 # words when the holder looks stuck (``qex.jobs.stuck``)
+    ended_at: float | None = None  # set when found through the window
+    stuck: str = ""  # words when the holder looks stuck (``qex.jobs.stuck``)
 
 
 class Checker:
@@ -131,16 +138,24 @@ def checker_for(ctx: Context, req: object) -> "Checker | None":
 def find_locked(ctx: Context, txn: Txn, key: str, window: float | None, now: float) -> Hit | None:
     """The job of this user that holds ``key``: an active one, else (with a
     window) one that completed within it. The state lock must be held."""
-    holders = sorted((e["seq"], job_id) for job_id, e in txn.idx.jobs.items()
-                     if e.get("dedupe_key") == key and e.get("uid") == ctx.uid)
+    holders = sorted(
+        (e["seq"], job_id)
+        for job_id, e in txn.idx.jobs.items()
+        if e.get("dedupe_key") == key and e.get("uid") == ctx.uid
+    )
     if holders:
         from qex.jobs.stuck import stuck_words
         from qex.store.index import live_reason
 
         job_id = holders[0][1]
         rec = live_reason(txn.record(job_id), txn.idx.jobs[job_id])
-        return Hit(job_id, rec.get("state", "?"), list(rec.get("command") or ()), key,
-                   stuck=stuck_words(ctx, rec, txn.idx.jobs, now))
+        return Hit(
+            job_id,
+            rec.get("state", "?"),
+            list(rec.get("command") or ()),
+            key,
+            stuck=stuck_words(ctx, rec, txn.idx.jobs, now),
+        )
     if window is None:
         return None
     entry = _read_recent(ctx.store).get(_slot(ctx.uid, key))
@@ -160,6 +175,7 @@ def find_locked(ctx: Context, txn: Txn, key: str, window: float | None, now: flo
 
 # ---- what a success leaves behind (the supervisor's final pass) -----------------
 
+
 def remember_locked(store: Store, rec: dict) -> None:
     """A job with a key completed: keep its key for later windows. Lock held.
 
@@ -177,13 +193,16 @@ def remember_locked(store: Store, rec: dict) -> None:
         newest = sorted(recent.items(), key=lambda kv: kv[1][1], reverse=True)[:MAX_RECENT]
         recent = dict(newest)
     try:
-        fs.write_json(os.path.join(store.root, layout.DEDUPE_RECENT), {"format": 1, "keys": recent},
-                      mode=0o644, sync_dir=False)
+        fs.write_json(
+            os.path.join(store.root, layout.DEDUPE_RECENT), {"format": 1, "keys": recent}, mode=0o644, sync_dir=False
+        )
     except Exception:
         from qex.base import say
 
-        say.warning("could not remember the dedupe key of a completed job "
-                    f"(a later --dedupe-window will not find job {rec['id'][:8]})")
+        say.warning(
+            "could not remember the dedupe key of a completed job "
+            f"(a later --dedupe-window will not find job {rec['id'][:8]})"
+        )
 
 
 def _slot(uid, key: str) -> str:
@@ -196,14 +215,21 @@ def _read_recent(store) -> dict:
     try:
         data = fs.read_json(os.path.join(store.root, layout.DEDUPE_RECENT))
         keys = data.get("keys") if isinstance(data, dict) else None
-        return {k: v for k, v in keys.items()
-                if isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)
-                and numbers.ok(v[1], numbers.TIME)} if isinstance(keys, dict) else {}
+        return (
+            {
+                k: v
+                for k, v in keys.items()
+                if isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and numbers.ok(v[1], numbers.TIME)
+            }
+            if isinstance(keys, dict)
+            else {}
+        )
     except (OSError, ValueError):
         return {}  # none yet, or damaged: a window finds nothing (never a wrong job)
 
 
 # ---- words ----------------------------------------------------------------------
+
 
 def describe(hit: Hit, now: float | None = None) -> str:
     """The stderr line: which job holds the key, in safe form."""
@@ -213,11 +239,14 @@ def describe(hit: Hit, now: float | None = None) -> str:
     key = safe_text(hit.key, 120)
     if hit.ended_at is not None:
         ago = format_duration(max(0.0, (now or time.time()) - hit.ended_at))
-        return (f"deduplicated: job {hit.id} completed {ago} ago with the key '{key}' "
-                f"(within --dedupe-window): {command}; no new job was made")
-    said = (f"deduplicated: job {hit.id} ({safe_text(hit.state)}) holds the key '{key}': {command}; "
-            "no new job was made")
+        return (
+            f"deduplicated: job {hit.id} completed {ago} ago with the key '{key}' "
+            f"(within --dedupe-window): {command}; no new job was made"
+        )
+    said = f"deduplicated: job {hit.id} ({safe_text(hit.state)}) holds the key '{key}': {command}; no new job was made"
     if hit.stuck:
-        said += (f". Warning: {hit.stuck}, and every submission with this key gets it until it ends; "
-                 f"qex status {hit.id[:8]} says what it waits for, qex cancel {hit.id[:8]} lets the key go")
+        said += (
+            f". Warning: {hit.stuck}, and every submission with this key gets it until it ends; "
+            f"qex status {hit.id[:8]} says what it waits for, qex cancel {hit.id[:8]} lets the key go"
+        )
     return said

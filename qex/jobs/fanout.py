@@ -40,8 +40,14 @@ if TYPE_CHECKING:
 
 MAX_INPUT = 64 << 20
 DEFAULT_MAX_JOBS = 1000
-ONE_JOB = (("dedupe_key", "--dedupe-key"), ("dedupe_window", "--dedupe-window"), ("wait", "--wait"),
-           ("follow", "--follow"), ("job", "--job"), ("stdin", "--stdin"))
+ONE_JOB = (
+    ("dedupe_key", "--dedupe-key"),
+    ("dedupe_window", "--dedupe-window"),
+    ("wait", "--wait"),
+    ("follow", "--follow"),
+    ("job", "--job"),
+    ("stdin", "--stdin"),
+)
 HOLE = None  # the place of {} in a parsed argument
 
 
@@ -54,6 +60,7 @@ class Lines(Plain, frozen=True):
 
 
 # ---- the template (pure) ----------------------------------------------------
+
 
 def parse_template(argv: list[str]) -> list[list]:
     """Each argument as parts: strings and HOLE where the line goes."""
@@ -74,8 +81,10 @@ def parse_template(argv: list[str]) -> list[list]:
         parts.append("".join(text))
         parsed.append([p for p in parts if p != ""])
     if not holes:
-        raise SpecError("--each-line: the command has no {} for the line; put {} where each line goes, "
-                        "e.g. qex submit --each-line inputs.txt -- ./process {}  ({{}} is a literal {})")
+        raise SpecError(
+            "--each-line: the command has no {} for the line; put {} where each line goes, "
+            "e.g. qex submit --each-line inputs.txt -- ./process {}  ({{}} is a literal {})"
+        )
     return parsed
 
 
@@ -94,8 +103,10 @@ def split_lines(data: bytes, source: str) -> Lines:
         try:
             text = chunk.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise SpecError(f"--each-line {source}: line {number} is not UTF-8 (byte {exc.start + 1} of the line); "
-                            "fix or remove that line; no job was submitted") from None
+            raise SpecError(
+                f"--each-line {source}: line {number} is not UTF-8 (byte {exc.start + 1} of the line); "
+                "fix or remove that line; no job was submitted"
+            ) from None
         if number == 1:
             text = text.removeprefix("\ufeff")
         text = text.strip()
@@ -104,8 +115,10 @@ def split_lines(data: bytes, source: str) -> Lines:
         elif text.startswith("#"):
             comments += 1
         elif "\0" in text:
-            raise SpecError(f"--each-line {source}: line {number} holds a NUL byte, which no argument can carry; "
-                            "no job was submitted")
+            raise SpecError(
+                f"--each-line {source}: line {number} holds a NUL byte, which no argument can carry; "
+                "no job was submitted"
+            )
         else:
             items.append((number, text))
     return Lines(tuple(items), empty, comments)
@@ -120,6 +133,7 @@ def job_name(program: str, position: int, width: int, line: str) -> str:
 
 # ---- the input ----------------------------------------------------------------
 
+
 def read_input(source: str) -> bytes:
     """At most 64 MiB from a path (file or pipe, not a directory) or from stdin ('-')."""
     if source == "-":
@@ -129,13 +143,17 @@ def read_input(source: str) -> bytes:
     try:
         fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
-        raise SpecError(f"--each-line: cannot read {units.safe_text(source)!r}: {exc.strerror}; "
-                        "give a readable file, or - for stdin") from None
+        raise SpecError(
+            f"--each-line: cannot read {units.safe_text(source)!r}: {exc.strerror}; "
+            "give a readable file, or - for stdin"
+        ) from None
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
-            raise SpecError(f"--each-line: {units.safe_text(source)!r} is a directory; give a file with one "
-                            "input per line, or - for stdin")
+            raise SpecError(
+                f"--each-line: {units.safe_text(source)!r} is a directory; give a file with one "
+                "input per line, or - for stdin"
+            )
         return _read_limited(fd, units.safe_text(source))
     finally:
         os.close(fd)
@@ -153,8 +171,9 @@ def _read_limited(fd: int, shown: str) -> bytes:
     except OSError as exc:
         raise SpecError(f"--each-line: cannot read {shown}: {exc.strerror}") from None
     if total > MAX_INPUT:
-        raise SpecError(f"--each-line {shown}: the input is larger than 64MiB; split it into several "
-                        "fan-outs; no job was submitted")
+        raise SpecError(
+            f"--each-line {shown}: the input is larger than 64MiB; split it into several fan-outs; no job was submitted"
+        )
     return b"".join(chunks)
 
 
@@ -168,21 +187,24 @@ def group_name_for(source: str, name: str | None) -> str:
 
 # ---- the submission -----------------------------------------------------------
 
+
 def check_options(args: Namespace) -> int:
     """Refuse the options that mean one job; returns --max-jobs."""
     for attr, option in ONE_JOB:
         if getattr(args, attr, None):
-            raise SpecError(f"{option} means one job and cannot go with --each-line (which makes one job per "
-                            "line); remove it" + (", and wait with qex wait GROUP" if attr in ("wait", "follow")
-                                                   else ""))
+            raise SpecError(
+                f"{option} means one job and cannot go with --each-line (which makes one job per "
+                "line); remove it" + (", and wait with qex wait GROUP" if attr in ("wait", "follow") else "")
+            )
     max_jobs = DEFAULT_MAX_JOBS if args.max_jobs is None else args.max_jobs
     if max_jobs < 1:
         raise SpecError(f"--max-jobs: {max_jobs} is not a number of jobs; give 1 or more (default 1000)")
     return max_jobs
 
 
-def prepare(ctx: Context, args: Namespace, request_of: Callable[[Namespace, Context], Request]
-            ) -> tuple[str, str, Lines, list[Built]]:
+def prepare(
+    ctx: Context, args: Namespace, request_of: Callable[[Namespace, Context], Request]
+) -> tuple[str, str, Lines, list[Built]]:
     """Everything checked, every job built; nothing written yet.
     ``request_of(args, ctx)``: the Request the command line gives (its command
     is the template; ``qex.jobs.request``), asked for once the options pass.
@@ -198,12 +220,16 @@ def prepare(ctx: Context, args: Namespace, request_of: Callable[[Namespace, Cont
     source = args.each_line
     lines = split_lines(read_input(source), units.safe_text(source))
     if not lines.items:
-        raise SpecError(f"--each-line {units.safe_text(source)}: no usable line ({lines.empty} empty, "
-                        f"{lines.comments} comments); give one input per line; no job was submitted")
+        raise SpecError(
+            f"--each-line {units.safe_text(source)}: no usable line ({lines.empty} empty, "
+            f"{lines.comments} comments); give one input per line; no job was submitted"
+        )
     if len(lines.items) > max_jobs:
-        raise SpecError(f"--each-line {units.safe_text(source)}: {len(lines.items)} lines would make "
-                        f"{len(lines.items)} jobs, more than --max-jobs {max_jobs}; raise --max-jobs or split "
-                        "the input; no job was submitted")
+        raise SpecError(
+            f"--each-line {units.safe_text(source)}: {len(lines.items)} lines would make "
+            f"{len(lines.items)} jobs, more than --max-jobs {max_jobs}; raise --max-jobs or split "
+            "the input; no job was submitted"
+        )
     group = group_name_for(source, base.name)
     group_id = new_id()
     width = max(3, len(str(len(lines.items))))
@@ -215,8 +241,20 @@ def prepare(ctx: Context, args: Namespace, request_of: Callable[[Namespace, Cont
             if built:  # the lines differ in their command and name only: the rest is the first's
                 built.append(build_like(built[0], command, name, found))
             else:
-                built.append(build(ctx, base.evolve(command=command, name=name, group=group_id, group_name=group,
-                                                    template=list(base.command), origin="each-line"), found=found))
+                built.append(
+                    build(
+                        ctx,
+                        base.evolve(
+                            command=command,
+                            name=name,
+                            group=group_id,
+                            group_name=group,
+                            template=list(base.command),
+                            origin="each-line",
+                        ),
+                        found=found,
+                    )
+                )
         except SpecError as exc:
             raise SpecError(f"--each-line line {number}: {exc}; no job was submitted") from None
     return group_id, group, lines, built

@@ -12,15 +12,25 @@ if TYPE_CHECKING:
     from qex.config.keys import PoolDef
 
 
-def claim(ctx: Context, gpu: object, vram: object, command: list, template: list | None, pool: PoolDef | None,
-          sources: dict, warnings: list) -> tuple[int, int | None]:
+def claim(
+    ctx: Context,
+    gpu: object,
+    vram: object,
+    command: list,
+    template: list | None,
+    pool: PoolDef | None,
+    sources: dict,
+    warnings: list,
+) -> tuple[int, int | None]:
     """(devices, bytes on each or None: whole devices). ``--vram guess``: what the
     learner measured of this command (``qex.jobs.learn.vram_guess``, which says so in
     ``sources``); no ``--vram``: ``[defaults] vram``, else whole devices."""
     count = 1 if gpu is None else gpu
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise SpecError(f"--gpu: {count!r} is not a number of devices; use a whole number of 1 or more"
-                        + (" (--gpu 0 cannot go with --vram)" if vram is not None else ""))
+        raise SpecError(
+            f"--gpu: {count!r} is not a number of devices; use a whole number of 1 or more"
+            + (" (--gpu 0 cannot go with --vram)" if vram is not None else "")
+        )
     if vram == "guess":
         from qex.jobs import learn
 
@@ -37,7 +47,11 @@ def no_gpu_pool(where: str) -> str:
 
     reading = gpus.read(timeout=gpus.QUICK)
     if reading is not None and reading.gpus:
-        return (f"there is no pool 'gpu' in {where}, and this machine's driver reports {reading.summary()}: "
-                "run `qex config detect` to see them as a [[pool]], `qex config detect --write` to add it")
-    return (f"there is no pool 'gpu' in {where}: declare the devices with [[pool]] name = \"gpu\", "
-            "devices = [\"24GB\", ...] to use --gpu or --vram (`qex config detect` writes it where a driver answers)")
+        return (
+            f"there is no pool 'gpu' in {where}, and this machine's driver reports {reading.summary()}: "
+            "run `qex config detect` to see them as a [[pool]], `qex config detect --write` to add it"
+        )
+    return (
+        f"there is no pool 'gpu' in {where}: declare the devices with [[pool]] name = \"gpu\", "
+        'devices = ["24GB", ...] to use --gpu or --vram (`qex config detect` writes it where a driver answers)'
+    )

@@ -39,8 +39,15 @@ def write_locked(ctx: Context, group_id: str, name: str, members: list[str], kin
     d = directory(ctx.store)
     if not os.path.isdir(d):
         fs.ensure_private_dir(d)  # a shared directory has it already (qex init --shared: 2770)
-    data = {"id": group_id, "name": name, "members": list(members), "kind": kind,
-            "owner": ctx.user, "uid": ctx.uid, "submitted_at": time.time()}
+    data = {
+        "id": group_id,
+        "name": name,
+        "members": list(members),
+        "kind": kind,
+        "owner": ctx.user,
+        "uid": ctx.uid,
+        "submitted_at": time.time(),
+    }
     fs.write_json(path(ctx.store, group_id), data, mode=ctx.store.status_mode, sync_dir=sync, sync=sync)
 
 
@@ -51,8 +58,9 @@ def remove_quietly(store: Store, group_id: str) -> None:
         pass
 
 
-def submit(ctx: Context, built: list[Built], group_id: str, name: str, kind: str,
-           prepare: Callable[[str], None] | None = None) -> tuple[list[str], PassResult]:
+def submit(
+    ctx: Context, built: list[Built], group_id: str, name: str, kind: str, prepare: Callable[[str], None] | None = None
+) -> tuple[list[str], PassResult]:
     """Queue every job of ``built`` and the group file in one lock hold.
     ``prepare``: as ``submit_many``'s (a Python call's file, ``qex.api``).
 

@@ -18,7 +18,7 @@ class Resources:
     gpu: int | None = None  # whole GPU devices of the pool gpu (as --gpu)
     vram: str | int | None = None  # memory on each GPU device (as --vram)
     claims: dict[str, int | str | dict] = field(factory=dict)  # units of pools, by pool name: N, "N:SIZE" or {count,
-                                                               # size} (as --claim)
+    # size} (as --claim)
     locks: list[str] = field(factory=list)  # locks to hold (as --lock)
 
 
@@ -37,9 +37,9 @@ class JobFile:
     max_queue_time: str | int | float | None = None  # give up if not started after this long (as --max-queue-time)
     needs: list[str] = field(factory=list)  # ids or names of jobs that must succeed first (as --needs)
     after: list[str] = field(factory=list)  # ids or names of jobs that must end first, whatever their result (as
-                                            # --after)
+    # --after)
     dedupe_key: str | None = None  # while a job of yours with this key is active, give its id instead (as
-                                   # --dedupe-key)
+    # --dedupe-key)
     nice: int | None = None  # niceness of the job, absolute (as --nice)
     io_class: str | None = None  # I/O class of the job: best-effort, idle or none (as --io-class)
     oom_score_adj: int | None = None  # oom_score_adj of the job, -1000 to 1000 (as --oom-score-adj)
@@ -133,11 +133,10 @@ def apply_to(req: "Request", job: JobFile, path: str) -> None:
 
 def _claim_text(name: str, value, path: str) -> str:
     if isinstance(value, bool):
-        raise SpecError(f"{path}: [resources.claims] {name} must be a count or {{ count = N, size = \"8GB\" }}")
+        raise SpecError(f'{path}: [resources.claims] {name} must be a count or {{ count = N, size = "8GB" }}')
     if isinstance(value, int):
         return f"{name}={value}"
     if isinstance(value, dict) and set(value) <= {"count", "size"} and "count" in value:
         size = value.get("size")
         return f"{name}={value['count']}" + (f":{size}" if size is not None else "")
-    raise SpecError(f"{path}: [resources.claims] {name} = {value!r} is not a count or "
-                    "{ count = N, size = \"8GB\" }")
+    raise SpecError(f'{path}: [resources.claims] {name} = {value!r} is not a count or {{ count = N, size = "8GB" }}')

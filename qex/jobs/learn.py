@@ -55,10 +55,10 @@ if TYPE_CHECKING:
 
 FILE = layout.LEARN  # (tests have it from here)
 FORMAT = 1
-SAMPLES = 5           # measurements kept per command: a task changes, old runs say less
-MAX_COMMANDS = 1000   # the least recently taught commands go first (~120 bytes each)
+SAMPLES = 5  # measurements kept per command: a task changes, old runs say less
+MAX_COMMANDS = 1000  # the least recently taught commands go first (~120 bytes each)
 MIN_CLAIM = 64 << 20  # a job may use more on another day: a tiny claim helps nobody
-MAX_BYTES = 4 << 20   # a store larger than this is damage, not learning
+MAX_BYTES = 4 << 20  # a store larger than this is damage, not learning
 
 
 class Unreadable(Exception):
@@ -109,19 +109,26 @@ def load(state_dir: str) -> dict:
 # The file: {"format": 1, "commands": {key: {"n": name, "at": secs, "s": [[kind, bytes], ...]}}},
 # compact so that a full store stays near 100KB and parses in about a millisecond.
 
+
 def _samples(store: dict, key: str, most: int | None = numbers.BYTES) -> list[list]:
     """The usable [kind, bytes] samples of a command, each a whole number of bytes from 1 to
     ``most``; anything else in the file is passed over (``most`` None: every sample of a kind)."""
     entry = (store.get("commands") or {}).get(key)
     if not isinstance(entry, dict) or not isinstance(entry.get("s"), list):
         return []
-    return [[s[0], s[1]] for s in entry["s"]
-            if isinstance(s, list) and len(s) >= 2 and isinstance(s[0], str)
-            and (most is None or numbers.ok(s[1], most, 1, whole=True))]
+    return [
+        [s[0], s[1]]
+        for s in entry["s"]
+        if isinstance(s, list)
+        and len(s) >= 2
+        and isinstance(s[0], str)
+        and (most is None or numbers.ok(s[1], most, 1, whole=True))
+    ]
 
 
-def suggest(store: dict, key: str, margin: float, minimum: int = MIN_CLAIM,
-            most: int = numbers.BYTES) -> tuple[int, str] | None:
+def suggest(
+    store: dict, key: str, margin: float, minimum: int = MIN_CLAIM, most: int = numbers.BYTES
+) -> tuple[int, str] | None:
     """(bytes, words for claim_source) for a command, or None when nothing is known.
     ``most``: the machine's memory; a sample above it is no measurement."""
     from qex.base.units import format_size
@@ -138,23 +145,33 @@ def suggest(store: dict, key: str, margin: float, minimum: int = MIN_CLAIM,
     if peaks and from_peaks >= max(floors, default=0):
         words = f"learned from {runs} (peak {format_size(max(peaks))})"
     elif peaks:
-        words = (f"learned from {runs} (peak {format_size(max(peaks))}; at least "
-                 f"{format_size(max(floors))} after an out-of-memory kill)")
+        words = (
+            f"learned from {runs} (peak {format_size(max(peaks))}; at least "
+            f"{format_size(max(floors))} after an out-of-memory kill)"
+        )
     else:
         words = f"learned: at least {format_size(max(floors))} after an out-of-memory kill"
     return claim, words
 
 
-def claim_for(state_dir: str, command: Sequence[str], template: Sequence[str] | None, margin: float,
-              minimum: int = MIN_CLAIM, most: int | None = None) -> tuple[tuple[int, str] | None, str | None]:
+def claim_for(
+    state_dir: str,
+    command: Sequence[str],
+    template: Sequence[str] | None,
+    margin: float,
+    minimum: int = MIN_CLAIM,
+    most: int | None = None,
+) -> tuple[tuple[int, str] | None, str | None]:
     """For the submit path: ((bytes, words) or None, warning or None). Never raises.
     ``most``: the machine's memory (None or 0: not known); a learned value above it is
     passed over, with a warning."""
     try:
         store = load(state_dir)
     except Unreadable as exc:
-        return None, (f"the learner store cannot be used ({exc}); this job claims the default memory. "
-                      "qex moves the file aside when the next job ends")
+        return None, (
+            f"the learner store cannot be used ({exc}); this job claims the default memory. "
+            "qex moves the file aside when the next job ends"
+        )
     most = min(most or numbers.BYTES, numbers.BYTES)
     try:
         key = key_of(command, template)
@@ -162,9 +179,11 @@ def claim_for(state_dir: str, command: Sequence[str], template: Sequence[str] | 
         if any(type(n) is int and n > most for _kind, n in _samples(store, key, None)):  # (words only)
             from qex.base.units import format_size
 
-            warning = (f"the learner store {path_of(state_dir)} holds values for this command above the "
-                       f"machine's memory ({format_size(most)}), which no run here can have used: "
-                       "they are passed over")
+            warning = (
+                f"the learner store {path_of(state_dir)} holds values for this command above the "
+                f"machine's memory ({format_size(most)}), which no run here can have used: "
+                "they are passed over"
+            )
         return found, warning
     except Exception as exc:  # a shape we did not foresee: a claim is an estimate, never a crash
         return None, f"the learner store gave no claim ({type(exc).__name__}); this job claims the default memory"
@@ -195,8 +214,11 @@ def teach_locked(state_dir: str, lessons: list, now: float | None = None) -> str
     """
     from qex.store import fs
 
-    lessons = [lesson for lesson in lessons
-               if lesson[2] in ("peak", "floor", "vram") and numbers.ok(lesson[3], numbers.BYTES, 1, whole=True)]
+    lessons = [
+        lesson
+        for lesson in lessons
+        if lesson[2] in ("peak", "floor", "vram") and numbers.ok(lesson[3], numbers.BYTES, 1, whole=True)
+    ]
     if not lessons:
         return None
     now = time.time() if now is None else now
@@ -242,8 +264,9 @@ def _vram_samples(store: dict, key: str, most: int) -> list[int]:
     return [n for n in entry["v"] if numbers.ok(n, most, 1, whole=True)]
 
 
-def vram_claim_for(state_dir: str, command: Sequence[str], template: Sequence[str] | None, margin: float,
-                   most: int) -> tuple[tuple[int, str] | None, str | None]:
+def vram_claim_for(
+    state_dir: str, command: Sequence[str], template: Sequence[str] | None, margin: float, most: int
+) -> tuple[tuple[int, str] | None, str | None]:
     """For ``--vram guess``: ((bytes per device, words for claim_source) or None, warning
     or None). ``most``: the largest device of the pool (a peak above it is no
     measurement of this machine). Never raises."""
@@ -267,8 +290,14 @@ def vram_claim_for(state_dir: str, command: Sequence[str], template: Sequence[st
     return (claim, words), None
 
 
-def vram_guess(ctx: Context, command: Sequence[str], template: Sequence[str] | None, pool: PoolDef | None,
-               sources: dict, warnings: list) -> int | None:
+def vram_guess(
+    ctx: Context,
+    command: Sequence[str],
+    template: Sequence[str] | None,
+    pool: PoolDef | None,
+    sources: dict,
+    warnings: list,
+) -> int | None:
     """``--vram guess`` (``qex.jobs.submit.pool_claims``): the largest VRAM peak the
     learner knows of this command on one device, with its margin (at most the largest
     device); else ``[defaults] vram`` (unset: whole devices). ``sources["vram"]``
@@ -278,14 +307,23 @@ def vram_guess(ctx: Context, command: Sequence[str], template: Sequence[str] | N
     default = ctx.config.default_vram
     if pool is None or not pool.indexed:
         return default  # (the claim is refused with its reason: no pool gpu of devices)
-    found, warning = vram_claim_for(ctx.store.root, () if template else tuple(command),
-                                    tuple(template) if template else None, ctx.config.learn_margin,
-                                    max(pool.devices)) if ctx.config.learn_enabled else (None, None)
+    found, warning = (
+        vram_claim_for(
+            ctx.store.root,
+            () if template else tuple(command),
+            tuple(template) if template else None,
+            ctx.config.learn_margin,
+            max(pool.devices),
+        )
+        if ctx.config.learn_enabled
+        else (None, None)
+    )
     if warning:
         warnings.append(warning)
     if found is None:
-        sources["vram"] = ("guess: nothing learned of this command yet, "
-                           + (f"[defaults] vram {format_size(default)}" if default else "whole devices"))
+        sources["vram"] = "guess: nothing learned of this command yet, " + (
+            f"[defaults] vram {format_size(default)}" if default else "whole devices"
+        )
         return default
     sources["vram"] = found[1]
     return found[0]

@@ -31,7 +31,7 @@ class PipelineFile:
     """The top of a pipeline file (read strictly: an unknown key is an error)."""
 
     jobs: list[JobFile]  # the stages, in order: each a job-file table with a name (needs/after may name earlier
-                         # stages)
+    # stages)
     name: str | None = None  # the group's name (default: from the file's name)
 
 
@@ -62,8 +62,9 @@ def load(path: str) -> PipelineFile:
     try:
         return codec.strict().structure(data, PipelineFile)
     except Exception as exc:  # cattrs raises several kinds; all mean "not this shape"
-        raise SpecError(f"pipeline file {path}: {codec.describe(exc, os.path.basename(path))}; "
-                        "see qex schema pipeline") from None
+        raise SpecError(
+            f"pipeline file {path}: {codec.describe(exc, os.path.basename(path))}; see qex schema pipeline"
+        ) from None
 
 
 def check(doc: PipelineFile, path: str) -> Plan:
@@ -81,20 +82,25 @@ def check(doc: PipelineFile, path: str) -> Plan:
             raise SpecError(f"{where}: jobs[{i}] has no name; every stage needs a name that others can name")
         name = units.check_name(job.name, f"{where}: jobs[{i}].name")
         if name in seen:
-            raise SpecError(f"{where}: the name {name!r} is used by jobs[{seen[name]}] and jobs[{i}]; "
-                            "give each stage its own name")
+            raise SpecError(
+                f"{where}: the name {name!r} is used by jobs[{seen[name]}] and jobs[{i}]; give each stage its own name"
+            )
         seen[name] = i
         if job.dedupe_key is not None:
-            raise SpecError(f"{where}: stage {name!r} has a dedupe_key; a stage of a pipeline cannot be "
-                            "deduplicated (its group would point at another job); remove it")
+            raise SpecError(
+                f"{where}: stage {name!r} has a dedupe_key; a stage of a pipeline cannot be "
+                "deduplicated (its group would point at another job); remove it"
+            )
         stages.append(Stage(i, name, job, tuple(job.needs), tuple(job.after)))
     for st in stages:
         for kind, refs in (("needs", st.needs), ("after", st.after)):
             for ref in refs:
                 if ref not in seen:
                     known = ", ".join(sorted(seen))
-                    raise SpecError(f"{where}: stage {st.name!r} {kind} {units.safe_text(str(ref))!r}, "
-                                    f"which is no stage of this file (its stages: {known})")
+                    raise SpecError(
+                        f"{where}: stage {st.name!r} {kind} {units.safe_text(str(ref))!r}, "
+                        f"which is no stage of this file (its stages: {known})"
+                    )
                 if ref == st.name:
                     raise SpecError(f"{where}: stage {st.name!r} names itself in {kind}")
     return Plan(group_name, tuple(_ordered(stages, where)))
@@ -108,8 +114,10 @@ def _ordered(stages: list[Stage], where: str) -> list[Stage]:
     while len(out) < len(stages):
         ready = [s for s in stages if s.name not in done and waiting[s.name] <= done]
         if not ready:
-            raise SpecError(f"{where}: the stages wait for each other in a circle "
-                            f"({_cycle(by_name, waiting, done)}); no stage was submitted")
+            raise SpecError(
+                f"{where}: the stages wait for each other in a circle "
+                f"({_cycle(by_name, waiting, done)}); no stage was submitted"
+            )
         out.append(ready[0])
         done.add(ready[0].name)
     return out
@@ -122,7 +130,7 @@ def _cycle(by_name, waiting, done) -> str:
     while node not in path:
         path.append(node)
         node = sorted(d for d in waiting[node] if d not in done)[0]
-    loop = path[path.index(node):] + [node]
+    loop = path[path.index(node) :] + [node]
     return " -> ".join(loop)
 
 

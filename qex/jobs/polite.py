@@ -21,8 +21,9 @@ def resolve(ctx: Context, nice: int | None, io_class: str | None, oom: int | Non
     oom = config.oom_score_adj if oom is None else _bounded(oom, "--oom-score-adj", -1000, 1000)
     io_class = config.io_class if io_class is None else io_class
     if io_class not in IO_CLASSES:
-        raise SpecError(f"--io-class: {numbers.shown(io_class)} is not an I/O class; use one of "
-                        f"{', '.join(IO_CLASSES)}")
+        raise SpecError(
+            f"--io-class: {numbers.shown(io_class)} is not an I/O class; use one of {', '.join(IO_CLASSES)}"
+        )
     from qex.linux import manners
 
     nice, oom, said = manners.effective(nice, oom)

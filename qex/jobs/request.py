@@ -17,12 +17,26 @@ if TYPE_CHECKING:
     from qex.jobs.submit import Request
 
 # (field of Request, option's attribute): the options copied as they are given
-SCALARS = (("cpu", "cpu"), ("mem", "mem"), ("gpu", "gpu"), ("vram", "vram"),
-           ("name", "name"), ("priority", "priority"), ("timeout", "timeout"),
-           ("max_queue_time", "max_queue_time"), ("retries", "retries"),
-           ("oom_retries", "oom_retries"), ("cwd", "cwd"), ("nice", "nice"),
-           ("io_class", "io_class"), ("oom_score_adj", "oom_score_adj"), ("env_capture", "env_capture"), ("dedupe_key", "dedupe_key"),
-           ("dedupe_window", "dedupe_window"), ("stdin", "stdin"))
+SCALARS = (
+    ("cpu", "cpu"),
+    ("mem", "mem"),
+    ("gpu", "gpu"),
+    ("vram", "vram"),
+    ("name", "name"),
+    ("priority", "priority"),
+    ("timeout", "timeout"),
+    ("max_queue_time", "max_queue_time"),
+    ("retries", "retries"),
+    ("oom_retries", "oom_retries"),
+    ("cwd", "cwd"),
+    ("nice", "nice"),
+    ("io_class", "io_class"),
+    ("oom_score_adj", "oom_score_adj"),
+    ("env_capture", "env_capture"),
+    ("dedupe_key", "dedupe_key"),
+    ("dedupe_window", "dedupe_window"),
+    ("stdin", "stdin"),
+)
 
 
 def command_after_dashes(argv: list[str]) -> list[str]:

@@ -23,8 +23,14 @@ MIN_PREFIX = 4
 class Target:
     """What a word named: one job, or a group with its members (submission order)."""
 
-    def __init__(self, word: str, job: str | None = None, group: str | None = None,
-                 members: list[str] | None = None, group_name: str | None = None):
+    def __init__(
+        self,
+        word: str,
+        job: str | None = None,
+        group: str | None = None,
+        members: list[str] | None = None,
+        group_name: str | None = None,
+    ):
         self.word, self.job, self.group = word, job, group
         self.members = members or ([job] if job else [])
         self.group_name = group_name
@@ -50,8 +56,11 @@ def read_group(store: Store, group_id: str) -> dict | None:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("members"), list):
         return None
-    members = [m for m in data["members"] if isinstance(m, str) and "/" not in m
-               and os.path.exists(store.path(m, layout.STATUS))]
+    members = [
+        m
+        for m in data["members"]
+        if isinstance(m, str) and "/" not in m and os.path.exists(store.path(m, layout.STATUS))
+    ]
     return {**data, "members": members} if members else None
 
 
@@ -78,8 +87,9 @@ def resolve(store: Store, word: str) -> Target:
             if gid.startswith(word.lower()):
                 g = read_group(store, gid)
                 if g is not None:  # a group file none of whose jobs exists names nothing
-                    matches[f"group {gid}"] = Target(word, group=gid, members=list(g["members"]),
-                                                     group_name=g.get("name"))
+                    matches[f"group {gid}"] = Target(
+                        word, group=gid, members=list(g["members"]), group_name=g.get("name")
+                    )
     if not matches and "/" not in word:
         matches = _named(store, word)
     if not matches and store.shared_root is not None:
@@ -122,8 +132,9 @@ def _named(store: Store, name: str, groups: bool = True, whose: str = "") -> dic
     job = _newest_ended_job(store, name, index)
     if job is not None:
         job_id, state = job
-        found[f"job {job_id}{whose} ({units.safe_text(str(state), 20)}, the newest ended of that name)"] = \
-            Target(name, job=job_id)
+        found[f"job {job_id}{whose} ({units.safe_text(str(state), 20)}, the newest ended of that name)"] = Target(
+            name, job=job_id
+        )
     if ended_group is not None:
         found.update(ended_group)
     return found
@@ -236,8 +247,10 @@ def resolve_dependencies(ctx: Context, words: list[str], option: str) -> list[st
         try:
             ids = resolve(store, word).members
         except NoSuchJob as exc:
-            raise SpecError(f"{option}: {exc}; give a job id, a prefix of 4 or more characters, "
-                            "a job's name, a group id or a group's name") from None
+            raise SpecError(
+                f"{option}: {exc}; give a job id, a prefix of 4 or more characters, "
+                "a job's name, a group id or a group's name"
+            ) from None
         except AmbiguousId as exc:
             raise SpecError(f"{option}: {exc}") from None
         out += [j for j in ids if j not in out]

@@ -96,8 +96,12 @@ def _array(ctx: Context, txn: Txn, recs: list[dict], submitted: list) -> None:
 
 
 def _skipped(rec: dict, root: str, how: str) -> None:
-    rec.update(state="skipped", ended_at=time.time(), skipped_root=root,
-               error=f"a job it needs did not succeed: {root[:8]} ({how})")
+    rec.update(
+        state="skipped",
+        ended_at=time.time(),
+        skipped_root=root,
+        error=f"a job it needs did not succeed: {root[:8]} ({how})",
+    )
 
 
 def _dependencies(txn: Txn, rec: dict, slurm_of: dict) -> tuple[list[str], tuple[str, str] | None]:
@@ -118,8 +122,10 @@ def _dependencies(txn: Txn, rec: dict, slurm_of: dict) -> tuple[list[str], tuple
                     job = entry.get("slurm")
                     if job is None:
                         option = "--needs" if kind == "afterok" else "--after"
-                        raise SpecError(f"{option}: job {dep[:8]} runs on this machine (the local backend); "
-                                        "a Slurm job can depend only on Slurm jobs")
+                        raise SpecError(
+                            f"{option}: job {dep[:8]} runs on this machine (the local backend); "
+                            "a Slurm job can depend only on Slurm jobs"
+                        )
                 else:
                     try:
                         dep_rec = txn.record(dep)

@@ -46,8 +46,10 @@ def stuck_words(ctx: Context, rec: dict, active: dict, now: float) -> str:
     waited = now - since
     if waited <= limit:
         return ""
-    return (f"job {rec.get('id', '')[:8]} looks stuck: it has waited {format_duration(waited)} while none of "
-            f"its user's jobs ran, more than [system] stuck_after ({format_duration(limit)})")
+    return (
+        f"job {rec.get('id', '')[:8]} looks stuck: it has waited {format_duration(waited)} while none of "
+        f"its user's jobs ran, more than [system] stuck_after ({format_duration(limit)})"
+    )
 
 
 def _queued_since(rec: dict) -> float:

@@ -36,7 +36,7 @@ class Request(Plain):
     mem: str | None = None
     gpu: int | None = None
     vram: str | None = None
-    claims: list[str] = Factory(list)      # "NAME=N" or "NAME=N:SIZE"
+    claims: list[str] = Factory(list)  # "NAME=N" or "NAME=N:SIZE"
     locks: list[str] = Factory(list)
     name: str | None = None
     tags: list[str] = Factory(list)
@@ -48,8 +48,8 @@ class Request(Plain):
     needs: list[str] = Factory(list)
     after: list[str] = Factory(list)
     dedupe_key: str | None = None
-    dedupe_window: str | None = None             # asks: also a job with the key that succeeded within T
-    env: list[str] = Factory(list)         # "K=V"
+    dedupe_window: str | None = None  # asks: also a job with the key that succeeded within T
+    env: list[str] = Factory(list)  # "K=V"
     env_capture: str = "all"
     cwd: str | None = None
     nice: int | None = None
@@ -57,11 +57,11 @@ class Request(Plain):
     oom_score_adj: int | None = None
     group: str | None = None
     group_name: str | None = None
-    job_env: dict[str, str] = Factory(dict)    # from a job file
-    origin: str = "submit"                           # option names in messages
-    template: list[str] | None = None                # a fan-out's command with {} (the learner's key)
-    rerun_of: str | None = None                      # qex rerun: the job it repeats
-    stdin: str | None = None                         # --stdin FILE|- (qex.supervisor.pipes.give_input)
+    job_env: dict[str, str] = Factory(dict)  # from a job file
+    origin: str = "submit"  # option names in messages
+    template: list[str] | None = None  # a fan-out's command with {} (the learner's key)
+    rerun_of: str | None = None  # qex rerun: the job it repeats
+    stdin: str | None = None  # --stdin FILE|- (qex.supervisor.pipes.give_input)
 
 
 class Built(Plain):
@@ -86,7 +86,7 @@ def build(ctx: Context, req: Request, now: float | None = None, found: set | Non
     _check_program(req.command[0], cwd, env, found)
     from qex.jobs import slurmjobs  # (Slurm is the scheduler: no budget here, its own claims)
 
-    claims, sources, warnings = (slurmjobs.claims(ctx, req) if slurmjobs.on_slurm(ctx) else resolve_claims(ctx, req))
+    claims, sources, warnings = slurmjobs.claims(ctx, req) if slurmjobs.on_slurm(ctx) else resolve_claims(ctx, req)
     hints = sources.get("cpu") == "user" and sources.get("mem") == "user"
     name = units.check_name(req.name, "--name") if req.name else units.safe_name(os.path.basename(req.command[0]))
     tags = [units.check_name(t, "--tag") for t in req.tags]
@@ -100,24 +100,56 @@ def build(ctx: Context, req: Request, now: float | None = None, found: set | Non
         dedupe.check_request(req)
     oom_retries = _count(req.oom_retries, "--oom-retries", config.default_oom_retries)
     if not numbers.ok(req.priority, numbers.PRIORITY, -numbers.PRIORITY, whole=True):
-        raise SpecError(f"--priority: {numbers.shown(req.priority)} is not a whole number "
-                        f"from {-numbers.PRIORITY} to {numbers.PRIORITY}")
+        raise SpecError(
+            f"--priority: {numbers.shown(req.priority)} is not a whole number "
+            f"from {-numbers.PRIORITY} to {numbers.PRIORITY}"
+        )
     if req.stdin not in (None, "-"):
         req.stdin = os.path.abspath(req.stdin)  # (as a shell's < FILE: from here; a rerun finds it again)
     from qex.jobs import polite
 
     nice, io_class, oom, said = polite.resolve(ctx, req.nice, req.io_class, req.oom_score_adj)
     warnings += said
-    spec = NewSpec(id=job_id, command=tuple(req.command), cwd=cwd, env=env, nice=nice, io_class=io_class,
-                   oom_score_adj=oom, hints=hints, request=_request_words(req))
+    spec = NewSpec(
+        id=job_id,
+        command=tuple(req.command),
+        cwd=cwd,
+        env=env,
+        nice=nice,
+        io_class=io_class,
+        oom_score_adj=oom,
+        hints=hints,
+        request=_request_words(req),
+    )
     record = {
-        "format": FORMAT, "id": job_id, "seq": 0, "state": "queued", "name": name,
-        "command": list(req.command), "cwd": cwd, "owner": ctx.user, "uid": ctx.uid,
-        "group": req.group, "group_name": req.group_name, "tags": tags, "priority": req.priority,
-        "claims": claims, "claim_source": sources, "submitted_at": now, "timeout": timeout,
-        "retries": retries, "oom_retries": oom_retries, "max_queue_time": mqt,
-        "needs": list(req.needs), "after": list(req.after), "dedupe_key": req.dedupe_key,
-        "attempt": 1, "attempts": [], "nice": nice, "io_class": io_class, "oom_score_adj": oom,
+        "format": FORMAT,
+        "id": job_id,
+        "seq": 0,
+        "state": "queued",
+        "name": name,
+        "command": list(req.command),
+        "cwd": cwd,
+        "owner": ctx.user,
+        "uid": ctx.uid,
+        "group": req.group,
+        "group_name": req.group_name,
+        "tags": tags,
+        "priority": req.priority,
+        "claims": claims,
+        "claim_source": sources,
+        "submitted_at": now,
+        "timeout": timeout,
+        "retries": retries,
+        "oom_retries": oom_retries,
+        "max_queue_time": mqt,
+        "needs": list(req.needs),
+        "after": list(req.after),
+        "dedupe_key": req.dedupe_key,
+        "attempt": 1,
+        "attempts": [],
+        "nice": nice,
+        "io_class": io_class,
+        "oom_score_adj": oom,
     }
     if req.template is not None:
         record["template"] = list(req.template)
@@ -139,9 +171,17 @@ def build_like(first: Built, command: list[str], name: str, found: set | None = 
     _check_program(command[0], base.cwd, base.env, found)
     name = units.check_name(name, "--name")
     job_id = new_id()
-    spec = NewSpec(id=job_id, command=tuple(command), cwd=base.cwd, env=base.env, nice=base.nice,
-                   io_class=base.io_class, oom_score_adj=base.oom_score_adj, hints=base.hints,
-                   request={**base.request, "command": list(command), "name": name})
+    spec = NewSpec(
+        id=job_id,
+        command=tuple(command),
+        cwd=base.cwd,
+        env=base.env,
+        nice=base.nice,
+        io_class=base.io_class,
+        oom_score_adj=base.oom_score_adj,
+        hints=base.hints,
+        request={**base.request, "command": list(command), "name": name},
+    )
     record = {k: (v.copy() if type(v) in (list, dict) else v) for k, v in first.record.items()}
     record.update(id=job_id, name=name, command=list(command))
     return Built(spec, record, first.warnings)
@@ -210,8 +250,10 @@ def _find_program(program: str, cwd: str, env: dict) -> None:
         candidate = os.path.join(d or ".", program)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return
-    raise SpecError(f"cannot run {units.safe_text(program)!r}: it is not on the job's PATH; "
-                    "give a path (./script.sh) or check --env-capture")
+    raise SpecError(
+        f"cannot run {units.safe_text(program)!r}: it is not on the job's PATH; "
+        "give a path (./script.sh) or check --env-capture"
+    )
 
 
 def _duration(text, option: str, default):
@@ -233,6 +275,7 @@ def _count(value, option: str, default: int) -> int:
 
 # ---- claims -------------------------------------------------------------------
 
+
 def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
     """The claim map of a request: cores, memory, pools and locks, all checked."""
     from qex.config.keys import resolve_word
@@ -252,8 +295,12 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
         mem = resolve_word(mem, mem_budget)
     if req.mem is None and config.learn_enabled:
         mem = _learned_mem(ctx, req, mem, mem_budget, sources, warnings)
-    ctx.check_holdable(cpu, mem, "--cpu" if req.cpu is not None else "[defaults] cpu",
-                       "--mem" if req.mem is not None else "[defaults] mem")
+    ctx.check_holdable(
+        cpu,
+        mem,
+        "--cpu" if req.cpu is not None else "[defaults] cpu",
+        "--mem" if req.mem is not None else "[defaults] mem",
+    )
     pools = pool_claims(ctx, req, sources, warnings)
     for given, option in ((req.mem, "--mem"), (req.vram if req.vram != "guess" else None, "--vram")):
         slip = units.bare_size_warning(given, option) if given is not None else None
@@ -267,16 +314,25 @@ def resolve_claims(ctx: Context, req: Request) -> tuple[dict, dict, list[str]]:
     if over:
         what = " and ".join(over)
         if config.oversized == "reject":
-            raise SpecError(f"this job claims {what}, more than the budget, and [queue] oversized = \"reject\"; "
-                            "claim less, or raise [budget] in the config")
+            raise SpecError(
+                f'this job claims {what}, more than the budget, and [queue] oversized = "reject"; '
+                "claim less, or raise [budget] in the config"
+            )
         if config.oversized == "run-when-idle":
-            warnings.append(f"this job claims {what}, more than the budget: it will run alone, "
-                            "when nothing else runs (record forced: true)")
+            warnings.append(
+                f"this job claims {what}, more than the budget: it will run alone, "
+                "when nothing else runs (record forced: true)"
+            )
         else:
-            warnings.append(f"this job claims {what}, more than the budget: with [queue] oversized = \"queue\" "
-                            "it waits until the budget grows")
-    claims = {"cpu": cpu / 1000, "mem": mem,
-              "pools": {n: {"count": c, "size": s} for n, (c, s) in sorted(pools.items())}}
+            warnings.append(
+                f'this job claims {what}, more than the budget: with [queue] oversized = "queue" '
+                "it waits until the budget grows"
+            )
+    claims = {
+        "cpu": cpu / 1000,
+        "mem": mem,
+        "pools": {n: {"count": c, "size": s} for n, (c, s) in sorted(pools.items())},
+    }
     return claims, sources, warnings
 
 
@@ -286,9 +342,14 @@ def _learned_mem(ctx: Context, req: Request, default: int, budget: int, sources:
     from qex.jobs import learn
 
     template = getattr(req, "template", None)
-    found, warning = _claim_once(ctx.store.root, () if template else tuple(req.command),
-                                 tuple(template) if template else None,
-                                 ctx.config.learn_margin, min(learn.MIN_CLAIM, default), ctx.mem_total)
+    found, warning = _claim_once(
+        ctx.store.root,
+        () if template else tuple(req.command),
+        tuple(template) if template else None,
+        ctx.config.learn_margin,
+        min(learn.MIN_CLAIM, default),
+        ctx.mem_total,
+    )
     if warning:
         warnings.append(warning)
     if found is None:
@@ -317,8 +378,9 @@ def pool_claims(ctx: Context, req: Request, sources: dict, warnings: list) -> di
     if req.gpu is not None or req.vram is not None:
         from qex.jobs.gpuclaim import claim
 
-        out["gpu"] = claim(ctx, req.gpu, req.vram, req.command, getattr(req, "template", None), pools.get("gpu"),
-                           sources, warnings)
+        out["gpu"] = claim(
+            ctx, req.gpu, req.vram, req.command, getattr(req, "template", None), pools.get("gpu"), sources, warnings
+        )
     for item in req.claims:
         name, count, size = _parse_claim(item)
         _add(out, name, count, size, "--claim")
@@ -338,16 +400,22 @@ def _check_env(req: Request, pools: dict, claimed: dict) -> None:
     for name, pool in pools.items():
         mine = [v for v in pool.variables if v in explicit]
         if name in claimed and mine:
-            raise SpecError(f"this job sets {mine[0]} itself (--env or its job file), but qex sets it to the "
-                            f"devices of the pool {name!r} it assigns; remove it from the job's env")
+            raise SpecError(
+                f"this job sets {mine[0]} itself (--env or its job file), but qex sets it to the "
+                f"devices of the pool {name!r} it assigns; remove it from the job's env"
+            )
         if name in claimed and "CUDA_VISIBLE_DEVICES" in pool.variables and "CUDA_DEVICE_ORDER" in explicit:
             if _explicit_value(req, "CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-                raise SpecError("this job sets CUDA_DEVICE_ORDER itself, but the indices qex gives in "
-                                "CUDA_VISIBLE_DEVICES count in PCI bus order (nvidia-smi's); remove it")
+                raise SpecError(
+                    "this job sets CUDA_DEVICE_ORDER itself, but the indices qex gives in "
+                    "CUDA_VISIBLE_DEVICES count in PCI bus order (nvidia-smi's); remove it"
+                )
         if name not in claimed and pool.fenced and mine:
-            raise SpecError(f"this job sets {mine[0]} itself (--env or its job file) but claims no device of the "
-                            f"pool {name!r}, whose jobs without a claim get no device (its fence); claim "
-                            f"{'--gpu N' if name == 'gpu' else f'--claim {name}=N'}, or set fence = false on the pool")
+            raise SpecError(
+                f"this job sets {mine[0]} itself (--env or its job file) but claims no device of the "
+                f"pool {name!r}, whose jobs without a claim get no device (its fence); claim "
+                f"{'--gpu N' if name == 'gpu' else f'--claim {name}=N'}, or set fence = false on the pool"
+            )
 
 
 def _explicit_value(req: Request, var: str) -> str | None:
@@ -403,35 +471,51 @@ def _check_claim(config, pool, name: str, count: int, size) -> None:
 
             raise SpecError(no_gpu_pool(where))
         if count != 1:
-            raise SpecError(f"{name!r} is not a pool in {where}, so it is a lock of one unit and "
-                            f"{count} units of it can never be had; declare [[pool]] name = \"{name}\", count = N")
+            raise SpecError(
+                f"{name!r} is not a pool in {where}, so it is a lock of one unit and "
+                f'{count} units of it can never be had; declare [[pool]] name = "{name}", count = N'
+            )
         if size is not None:
-            raise SpecError(f"{name!r} is not a pool in {where}, so it has no devices to claim a size on; "
-                            "declare it with devices = [...]")
+            raise SpecError(
+                f"{name!r} is not a pool in {where}, so it has no devices to claim a size on; "
+                "declare it with devices = [...]"
+            )
         return
     if pool.count is not None:
         if size is not None:
-            raise SpecError(f"the pool {name!r} counts units and has no devices, so a size cannot be claimed "
-                            f"on it; claim --claim {name}=N" + (" (no --vram)" if name == "gpu" else ""))
+            raise SpecError(
+                f"the pool {name!r} counts units and has no devices, so a size cannot be claimed "
+                f"on it; claim --claim {name}=N" + (" (no --vram)" if name == "gpu" else "")
+            )
         if count > pool.count:
-            raise SpecError(f"this job claims {count} units of {name!r}, but the pool has {pool.count}: "
-                            "it could never start; claim fewer")
+            raise SpecError(
+                f"this job claims {count} units of {name!r}, but the pool has {pool.count}: "
+                "it could never start; claim fewer"
+            )
         return
     if count > len(pool.devices):
-        raise SpecError(f"this job claims {count} devices of {name!r}, but the pool has {len(pool.devices)}: "
-                        "it could never start; claim fewer")
+        raise SpecError(
+            f"this job claims {count} devices of {name!r}, but the pool has {len(pool.devices)}: "
+            "it could never start; claim fewer"
+        )
     if size is not None and size > max(pool.devices):
-        raise SpecError(f"this job claims {units.format_size(size)} on one device of {name!r}, but the largest "
-                        f"has {units.format_size(max(pool.devices))}: it could never start (VRAM is never added "
-                        "across devices); claim less per device")
+        raise SpecError(
+            f"this job claims {units.format_size(size)} on one device of {name!r}, but the largest "
+            f"has {units.format_size(max(pool.devices))}: it could never start (VRAM is never added "
+            "across devices); claim less per device"
+        )
 
 
 # ---- writing ------------------------------------------------------------------
 
-def submit_many(ctx: Context, built: list[Built],
-                on_locked: Callable[[Txn, list[Built]], list[str] | None] | None = None,
-                early: Callable[[Context, list[Launch], tuple[int, int]], int] | None = None,
-                prepare: Callable[[str], None] | None = None) -> tuple[list[str], PassResult]:
+
+def submit_many(
+    ctx: Context,
+    built: list[Built],
+    on_locked: Callable[[Txn, list[Built]], list[str] | None] | None = None,
+    early: Callable[[Context, list[Launch], tuple[int, int]], int] | None = None,
+    prepare: Callable[[str], None] | None = None,
+) -> tuple[list[str], PassResult]:
     """Write every job in one lock hold, then the pass; returns (ids, PassResult).
 
     ``on_locked(txn, built)`` may replace the submission (dedupe) and returns
@@ -477,6 +561,7 @@ def submit_many(ctx: Context, built: list[Built],
 
     if not slurm and any("gpu" in (b.record["claims"].get("pools") or {}) for b in built):
         from qex.queue import gpuseen
+
         gpuseen.prefetch(ctx)  # the VRAM in use, read before the lock if it is not fresh (its pass admits it)
     try:
         result = engine.run_pass(ctx, add, early=early)

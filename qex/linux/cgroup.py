@@ -45,6 +45,7 @@ SWEEP_UNKNOWN_AFTER = 60.0  # an empty qex-* cgroup of no job we know is removed
 
 # ---- where: pure parsing of /proc/self/cgroup and /proc/self/mountinfo ---------
 
+
 def locate(proc_cgroup: str, mountinfo: str) -> tuple[str, str] | None:
     """(kind, directory) of the memory cgroup the reading process runs in.
 
@@ -64,8 +65,7 @@ def locate(proc_cgroup: str, mountinfo: str) -> tuple[str, str] | None:
     mounts = _cgroup_mounts(mountinfo)
     if v1_path is not None:
         kind, path = "v1", v1_path
-        candidates = [(root, point) for fstype, root, point, opts in mounts
-                      if fstype == "cgroup" and "memory" in opts]
+        candidates = [(root, point) for fstype, root, point, opts in mounts if fstype == "cgroup" and "memory" in opts]
     elif v2_path is not None:
         kind, path = "v2", v2_path
         candidates = [(root, point) for fstype, root, point, _ in mounts if fstype == "cgroup2"]
@@ -84,7 +84,7 @@ def _relative(path: str, root: str) -> str | None:
     if path == root:
         return ""
     if path.startswith(root.rstrip("/") + "/"):
-        return path[len(root.rstrip("/")) + 1:]
+        return path[len(root.rstrip("/")) + 1 :]
     return None
 
 
@@ -147,6 +147,7 @@ def mount_points() -> list[str]:
 
 
 # ---- one job's cgroup ------------------------------------------------------------
+
 
 class JobCgroup:
     """A memory cgroup made for one job (see the module doc)."""
@@ -319,8 +320,9 @@ def create(job_id: str, attempt: int = 1) -> tuple[JobCgroup | None, str]:
     kind, parent = where
     path = os.path.join(parent, name_of(job_id, attempt))
     if kind == "v2" and not _v2_memory_delegated(parent):
-        return None, (f"cgroup v2: {parent} does not enable the memory controller for its children "
-                      "(cgroup.subtree_control)")
+        return None, (
+            f"cgroup v2: {parent} does not enable the memory controller for its children (cgroup.subtree_control)"
+        )
     try:
         os.mkdir(path)
     except OSError as exc:
@@ -361,8 +363,9 @@ def scope_candidate() -> bool:
     """Whether a systemd scope may be the job's cgroup (``qex.linux.scope``): cgroup v2 with
     per-job cgroups on, outside the root cgroup (there ``create`` makes them itself)."""
     where = None if disabled() else here()
-    return where is not None and where[0] == "v2" and where[1].rstrip("/") not in [
-        p.rstrip("/") for p in mount_points()]
+    return (
+        where is not None and where[0] == "v2" and where[1].rstrip("/") not in [p.rstrip("/") for p in mount_points()]
+    )
 
 
 def _v2_memory_delegated(parent: str) -> bool:
@@ -390,6 +393,7 @@ def remove_dir(path: str, wait: float = 0.0) -> bool:
 
 
 # ---- the job directory's note, reconcile and clean -------------------------------
+
 
 def note(cg: JobCgroup | None) -> str:
     """What the job's pid file says of its cgroup, after its pids (``recorded`` reads it)."""

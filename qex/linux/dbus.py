@@ -16,8 +16,24 @@ import os
 import struct
 
 METHOD_CALL, METHOD_RETURN, ERROR, SIGNAL = 1, 2, 3, 4
-_ALIGN = {"y": 1, "b": 4, "n": 2, "q": 2, "i": 4, "u": 4, "x": 8, "t": 8, "d": 8, "s": 4, "o": 4, "g": 1,
-          "a": 4, "(": 8, "v": 1, "h": 4}
+_ALIGN = {
+    "y": 1,
+    "b": 4,
+    "n": 2,
+    "q": 2,
+    "i": 4,
+    "u": 4,
+    "x": 8,
+    "t": 8,
+    "d": 8,
+    "s": 4,
+    "o": 4,
+    "g": 1,
+    "a": 4,
+    "(": 8,
+    "v": 1,
+    "h": 4,
+}
 _FIXED = {"y": "B", "b": "I", "n": "h", "q": "H", "i": "i", "u": "I", "x": "q", "t": "Q", "d": "d", "h": "I"}
 
 
@@ -105,12 +121,12 @@ class _Reader:
             return bool(value) if c == "b" else value
         if c in "so":
             (n,) = struct.unpack_from("<I", self.data, self.pos)
-            value = self.data[self.pos + 4:self.pos + 4 + n].decode(errors="replace")
+            value = self.data[self.pos + 4 : self.pos + 4 + n].decode(errors="replace")
             self.pos += 5 + n
             return value
         if c == "g":
             n = self.data[self.pos]
-            value = self.data[self.pos + 1:self.pos + 1 + n].decode()
+            value = self.data[self.pos + 1 : self.pos + 1 + n].decode()
             self.pos += 2 + n
             return value
         if c == "v":
@@ -129,8 +145,9 @@ class _Reader:
         raise ValueError(f"type {c!r} is not read here")
 
 
-def message(serial: int, path: str, interface: str, member: str, destination: str | None,
-            signature: str = "", args: tuple = ()) -> bytes:
+def message(
+    serial: int, path: str, interface: str, member: str, destination: str | None, signature: str = "", args: tuple = ()
+) -> bytes:
     """A method call, serialised."""
     body = _Writer()
     for part, value in zip(_split(signature), args):
@@ -187,8 +204,15 @@ class Connection:
         data, self.pending = self.pending[:n], self.pending[n:]
         return data
 
-    def call(self, path: str, interface: str, member: str, destination: str | None = None,
-             signature: str = "", args: tuple = ()) -> list:
+    def call(
+        self,
+        path: str,
+        interface: str,
+        member: str,
+        destination: str | None = None,
+        signature: str = "",
+        args: tuple = (),
+    ) -> list:
         """Call a method; its reply's arguments, or DBusError."""
         self.serial += 1
         self.sock.sendall(message(self.serial, path, interface, member, destination, signature, args))
@@ -211,7 +235,7 @@ class Connection:
         rest = self._exactly(fields_len + (-(16 + fields_len) % 8) + body_len)
         head = _Reader(fixed + rest, 12)
         fields = dict(head.get("a(yv)"))
-        return kind, fields, (fixed + rest)[16 + fields_len + (-(16 + fields_len) % 8):]
+        return kind, fields, (fixed + rest)[16 + fields_len + (-(16 + fields_len) % 8) :]
 
     def close(self) -> None:
         try:

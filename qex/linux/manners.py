@@ -33,8 +33,14 @@ IOPRIO_CLASS_SHIFT = 13
 BEST_EFFORT, IDLE = 2, 3
 LOWEST = 7  # the lowest best-effort level
 # (ioprio_set, ioprio_get) by machine
-_SYSCALLS = {"x86_64": (251, 252), "aarch64": (30, 31), "riscv64": (30, 31), "ppc64le": (273, 274),
-             "s390x": (282, 283), "i686": (289, 290)}
+_SYSCALLS = {
+    "x86_64": (251, 252),
+    "aarch64": (30, 31),
+    "riscv64": (30, 31),
+    "ppc64le": (273, 274),
+    "s390x": (282, 283),
+    "i686": (289, 290),
+}
 CAP_SYS_NICE, CAP_SYS_RESOURCE = 23, 24
 
 
@@ -51,7 +57,8 @@ def io_words(value: int) -> str:
     """An ioprio value in words: ``best-effort 7``, ``idle``, ``none (from the niceness)``."""
     cls, level = value >> IOPRIO_CLASS_SHIFT, value & ((1 << IOPRIO_CLASS_SHIFT) - 1)
     return {0: "none (from the niceness)", 1: f"realtime {level}", 2: f"best-effort {level}", 3: "idle"}.get(
-        cls, str(value))
+        cls, str(value)
+    )
 
 
 def words(nice: int, io_class: str | None, oom: int | None) -> str:
@@ -156,13 +163,16 @@ def effective(nice: int, oom: int) -> tuple[int, int, list[str]]:
     said = []
     floor = lowest_nice() if nice < os.getpriority(os.PRIO_PROCESS, 0) else nice
     if nice < floor:
-        said.append(f"niceness {nice} is below {floor}, the lowest this user may give (lowering a niceness "
-                    f"needs root or a higher RLIMIT_NICE): the job runs at {floor}")
+        said.append(
+            f"niceness {nice} is below {floor}, the lowest this user may give (lowering a niceness "
+            f"needs root or a higher RLIMIT_NICE): the job runs at {floor}"
+        )
         nice = floor
     if not oom_allowed(oom):
         own = oom_score_adj()
-        said.append(f"oom_score_adj {oom} is below what this user may set (lowering it needs root): "
-                    f"the job runs at {own}")
+        said.append(
+            f"oom_score_adj {oom} is below what this user may set (lowering it needs root): the job runs at {own}"
+        )
         oom = own
     return nice, oom, said
 
@@ -228,5 +238,8 @@ def _in_thread(fn: Callable[[], T], nice: int | None, prio: int | None) -> T:
 
 
 def _said(what: str, exc: BaseException) -> None:
-    print(f"qex: the job cannot be given {what} ({getattr(exc, 'strerror', None) or exc}); it runs "
-          "with this supervisor's", flush=True)
+    print(
+        f"qex: the job cannot be given {what} ({getattr(exc, 'strerror', None) or exc}); it runs "
+        "with this supervisor's",
+        flush=True,
+    )

@@ -65,7 +65,7 @@ def manager(environ: dict = os.environ) -> tuple[str, str, bool] | tuple[None, s
     candidates = [(os.path.join(runtime, "systemd", "private"), False)]
     address = environ.get("DBUS_SESSION_BUS_ADDRESS", "")
     if address.startswith("unix:path="):
-        candidates.append((address[len("unix:path="):].split(",")[0], True))
+        candidates.append((address[len("unix:path=") :].split(",")[0], True))
     candidates.append((os.path.join(runtime, "bus"), True))
     for path, bus in candidates:
         if os.path.exists(path):
@@ -77,8 +77,10 @@ def remedy(is_root: bool) -> str:
     """The one-line way to per-job accounting where no manager answers."""
     if is_root:
         return "run qex under systemd, or give it a cgroup that delegates memory to its children"
-    return (f"loginctl enable-linger {_user()} (a user manager that outlives logins), "
-            "or ask root for a cgroup that delegates memory (Delegate=yes)")
+    return (
+        f"loginctl enable-linger {_user()} (a user manager that outlives logins), "
+        "or ask root for a cgroup that delegates memory (Delegate=yes)"
+    )
 
 
 def _user() -> str:
@@ -97,8 +99,14 @@ def describe(found: dict) -> dict:
     if which is None:
         return {**found, "why_not": f"{found.get('why_not')}; {path}", "remedy": remedy(os.geteuid() == 0)}
     parent = SLICE if which == "system" else f"user@{os.getuid()}.service/app.slice"
-    return {"per_job_cgroup": True, "kind": "systemd-scope", "manager": which, "parent": parent,
-            "socket": path, "oom_evidence": "cgroup"}
+    return {
+        "per_job_cgroup": True,
+        "kind": "systemd-scope",
+        "manager": which,
+        "parent": parent,
+        "socket": path,
+        "oom_evidence": "cgroup",
+    }
 
 
 def connect() -> dbus.Connection:
@@ -129,9 +137,14 @@ def unit_name(job_id: str, attempt: int) -> str:
 
 def start(unit: str, pids: list[int], description: str) -> None:
     """Ask for the transient scope ``unit`` holding ``pids``. Raises DBusError (or OSError)."""
-    props = [("PIDs", ("au", pids)), ("MemoryAccounting", ("b", True)), ("OOMPolicy", ("s", "continue")),
-             ("CollectMode", ("s", "inactive-or-failed")), ("Delegate", ("b", True)),
-             ("Description", ("s", description))]
+    props = [
+        ("PIDs", ("au", pids)),
+        ("MemoryAccounting", ("b", True)),
+        ("OOMPolicy", ("s", "continue")),
+        ("CollectMode", ("s", "inactive-or-failed")),
+        ("Delegate", ("b", True)),
+        ("Description", ("s", description)),
+    ]
     if os.geteuid() == 0:
         props.append(("Slice", ("s", SLICE)))
     conn = connect()
@@ -152,7 +165,7 @@ def make(unit: str, description: str) -> JobCgroup:
     path = wait_inside(os.getpid(), unit)
     if path is None:
         raise OSError(errno.ETIMEDOUT, f"systemd did not move the supervisor into {unit} within {INSIDE_WAIT:g}s")
-    home, leaf = os.path.join(path, SUPERVISOR_LEAF), os.path.join(path, unit[:-len(".scope")])
+    home, leaf = os.path.join(path, SUPERVISOR_LEAF), os.path.join(path, unit[: -len(".scope")])
     for folder in (home, leaf):
         os.mkdir(folder)
     _move_here("v2", home)

@@ -43,7 +43,7 @@ def set_title(title: str, name: str) -> None:
         _write("/proc/self/comm", name.encode()[:15])
     if _TITLE[2] is not None:
         start, size = _TITLE[2]
-        text = title.encode()[:size - 2]
+        text = title.encode()[: size - 2]
         # NULs after it, and a last byte that is not one: the kernel then shows the
         # area up to the first NUL (as after setproctitle(3)), not the padding too.
         _write("/proc/self/mem", text + bytes(size - len(text) - 1) + b" ", start)
@@ -56,7 +56,7 @@ def _argv_area() -> "tuple[int, int] | None":
             data = posix.read(fd, 4096)
         finally:
             posix.close(fd)
-        fields = data[data.rindex(b")") + 2:].split()
+        fields = data[data.rindex(b")") + 2 :].split()
         start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (proc(5): fields 48, 49)
     except (OSError, ValueError, IndexError):
         return None

@@ -32,7 +32,7 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
     finally:
         os.close(fd)
     try:
-        fields = raw[raw.rindex(b")") + 2:].split()
+        fields = raw[raw.rindex(b")") + 2 :].split()
         return fields[0].decode(), int(fields[1]), int(fields[19])
     except (ValueError, IndexError):
         return None

@@ -37,13 +37,13 @@ import posix
 
 from qex.linux.title import SUPERVISOR
 
-JOB_ENV = "QEX_JOB_ID"          # the variable every job's process inherits (qex.supervisor.spawn)
-CGROUP_PREFIX = "qex-"           # a job's memory cgroup: qex-<job id>-<attempt> (qex.linux.cgroup)
-WATCHER_TAG = "qex-watch"        # the argv word of a supervisor's minimal watcher (qex.supervisor.watch)
-FINISHER_TAG = "qex-finish"      # ... and of the supervisor after it (qex.supervisor.handoff)
+JOB_ENV = "QEX_JOB_ID"  # the variable every job's process inherits (qex.supervisor.spawn)
+CGROUP_PREFIX = "qex-"  # a job's memory cgroup: qex-<job id>-<attempt> (qex.linux.cgroup)
+WATCHER_TAG = "qex-watch"  # the argv word of a supervisor's minimal watcher (qex.supervisor.watch)
+FINISHER_TAG = "qex-finish"  # ... and of the supervisor after it (qex.supervisor.handoff)
 SUPERVISOR_TAGS = (WATCHER_TAG, FINISHER_TAG)
-MAX_DEPTH = 64                   # parents looked at, at most
-_READ = 1 << 16                  # the most read of a /proc file (an environment can be larger: see _env_job)
+MAX_DEPTH = 64  # parents looked at, at most
+_READ = 1 << 16  # the most read of a /proc file (an environment can be larger: see _env_job)
 
 
 def cgroup_name(job_id: str, attempt: int) -> str:
@@ -57,8 +57,8 @@ def cgroup_job(name: str) -> str | None:
     if not name.startswith(CGROUP_PREFIX):
         return None
     if name.endswith(".scope"):
-        name = name[:-len(".scope")]
-    job_id, sep, attempt = name[len(CGROUP_PREFIX):].rpartition("-")
+        name = name[: -len(".scope")]
+    job_id, sep, attempt = name[len(CGROUP_PREFIX) :].rpartition("-")
     return job_id if sep and job_id and attempt.isdigit() else None
 
 
@@ -71,8 +71,7 @@ class Whose:
 
     __slots__ = ("pid", "uid", "comm", "job", "via", "supervisor")
 
-    def __init__(self, pid: int, uid: int, comm: str, job: str | None = None, via: str = "",
-                 supervisor: int = 0):
+    def __init__(self, pid: int, uid: int, comm: str, job: str | None = None, via: str = "", supervisor: int = 0):
         self.pid, self.uid, self.comm, self.job, self.via, self.supervisor = pid, uid, comm, job, via, supervisor
 
     def __repr__(self) -> str:
@@ -129,7 +128,7 @@ def _env_job(proc: str, pid: int) -> str | None:
     key = JOB_ENV.encode() + b"="
     for item in data.split(b"\0"):
         if item.startswith(key):
-            value = _text(item[len(key):])
+            value = _text(item[len(key) :])
             return value if _job_id(value) else None
     return None
 
@@ -153,7 +152,7 @@ def parent_of(proc: str, pid: int) -> int:
     """The parent of ``pid`` from /proc/PID/stat (0 when it cannot be read)."""
     stat = _read(f"{proc}/{pid}/stat", 4096)
     end = stat.rfind(b")")  # the name in parentheses may hold anything, a ")" too
-    fields = stat[end + 2:].split() if end >= 0 else []
+    fields = stat[end + 2 :].split() if end >= 0 else []
     try:
         return int(fields[1])
     except (IndexError, ValueError):

@@ -29,7 +29,13 @@ class PassResult:
 
     __slots__ = ("value", "launches", "queued_mine", "running_mine", "next_deadline")
 
-    def __init__(self, value=None, launches=None, queued_mine: bool = False, running_mine: bool = False,
-                 next_deadline: float | None = None):
+    def __init__(
+        self,
+        value=None,
+        launches=None,
+        queued_mine: bool = False,
+        running_mine: bool = False,
+        next_deadline: float | None = None,
+    ):
         self.value, self.launches = value, launches if launches is not None else []
         self.queued_mine, self.running_mine, self.next_deadline = queued_mine, running_mine, next_deadline

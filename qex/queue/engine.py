@@ -33,8 +33,12 @@ ON_NODE = "QEX_SLURM_STEP"  # set by the Slurm backend's batch script (qex.slurm
 _ON_NODE = ON_NODE in os.environ  # admits nothing of the local queue (it would start it on the node)
 
 
-def run_pass(ctx: Context, mutate: Callable[[Txn], object] | None = None, save_index: bool = True,
-             early: Callable[[Context, list[Launch], tuple[int, ...]], int] | None = None) -> PassResult:
+def run_pass(
+    ctx: Context,
+    mutate: Callable[[Txn], object] | None = None,
+    save_index: bool = True,
+    early: Callable[[Context, list[Launch], tuple[int, ...]], int] | None = None,
+) -> PassResult:
     """One pass; ``mutate(txn)`` makes the command's own change in the same hold.
     ``save_index``: see ``Store.commit_locked`` (a supervisor's pass saves it lazily).
     ``early``: None, or ``early(ctx, launches, locks) -> gate``, which forks the
@@ -120,6 +124,7 @@ def _open_gate(gate: int) -> None:
 
 # ---- admission ---------------------------------------------------------------
 
+
 def admit_locked(ctx: Context, txn: Txn, window: bool = False) -> list[Launch]:
     """Admit, and apply the plan. ``window``: the pass may decide by the head of
     the queue (``_admit_head``), leaving the reason words of the jobs past it as
@@ -148,8 +153,9 @@ def admit_locked(ctx: Context, txn: Txn, window: bool = False) -> list[Launch]:
     return launches
 
 
-def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[str]] | None = None,
-             foreign: list | None = None) -> Snapshot:
+def snapshot(
+    ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[str]] | None = None, foreign: list | None = None
+) -> Snapshot:
     """What ``admit`` decides on: every queued job of the index, or ``part``:
     (the queued jobs to decide, the ids of the jobs starting or running) from
     the queue's view (``_admit_head``). ``foreign``: the other members' queued
@@ -199,13 +205,22 @@ def snapshot(ctx: Context, txn: Txn, now: float, part: tuple[list[Queued], list[
     roots = sorted({d.root for d in deps if d.root and d.root not in dep_ids})
     deps += [_dep(txn, r) for r in roots]  # the first failed job of a chain, for the words
     return A.Snapshot(
-        now=now, cpu_budget=cpu_budget, mem_budget=mem_budget,
+        now=now,
+        cpu_budget=cpu_budget,
+        mem_budget=mem_budget,
         mem_available=None if avail is None else avail - reserve,
-        oversized=ctx.config.oversized, max_bypass=ctx.config.max_bypass,
+        oversized=ctx.config.oversized,
+        max_bypass=ctx.config.max_bypass,
         pools=tuple(A.PoolSpec(p.name, p.count, tuple(p.devices)) for p in ctx.config.pools),
-        running=tuple(running), peers=tuple(peer_scan.holdings(ctx)), queued=tuple(queued),
-        deps=tuple(deps), pause=pause.current(ctx, now), mem_reserve=reserve, seen=seen,
-        pressure=_pressure(ctx) if queued else None)
+        running=tuple(running),
+        peers=tuple(peer_scan.holdings(ctx)),
+        queued=tuple(queued),
+        deps=tuple(deps),
+        pause=pause.current(ctx, now),
+        mem_reserve=reserve,
+        seen=seen,
+        pressure=_pressure(ctx) if queued else None,
+    )
 
 
 def _pressure(ctx: Context) -> tuple[float, float] | None:
@@ -327,8 +342,16 @@ def apply_plan(ctx: Context, txn: Txn, plan: Plan, now: float) -> list[Launch]:
 
             peer_fd, peer_lock = peer_dir.hold_job_lock(ctx, start.id)
         assigned = [{"pool": a.pool, "devices": list(a.devices), "size": a.size} for a in start.assigned]
-        started = txn.update(start.id, state="starting", assigned=assigned, forced=start.forced,
-                             blocked_reason=None, blocked_holder=None, blocked_since=None, peer_lock=peer_lock)
+        started = txn.update(
+            start.id,
+            state="starting",
+            assigned=assigned,
+            forced=start.forced,
+            blocked_reason=None,
+            blocked_holder=None,
+            blocked_since=None,
+            peer_lock=peer_lock,
+        )
         launch = Launch(start.id, fd, peer_fd, peer_lock)
         launch.attempt = started.get("attempt", 1)
         launches.append(launch)
@@ -336,13 +359,19 @@ def apply_plan(ctx: Context, txn: Txn, plan: Plan, now: float) -> list[Launch]:
     for skip in plan.skip:
         if skip.id not in txn.idx.jobs:
             continue
-        txn.update(skip.id, state="skipped", ended_at=now, error=skip.reason,
-                   skipped_root=skip.root, blocked_reason=None, blocked_holder=None)
+        txn.update(
+            skip.id,
+            state="skipped",
+            ended_at=now,
+            error=skip.reason,
+            skipped_root=skip.root,
+            blocked_reason=None,
+            blocked_holder=None,
+        )
     for exp in plan.expire:
         if exp.id not in txn.idx.jobs:
             continue
-        txn.update(exp.id, state="expired", ended_at=now, error=exp.reason,
-                   blocked_reason=None, blocked_holder=None)
+        txn.update(exp.id, state="expired", ended_at=now, error=exp.reason, blocked_reason=None, blocked_holder=None)
     for job_id, n in plan.passed:
         if job_id in txn.idx.jobs and txn.idx.jobs[job_id]["state"] == "queued":
             rec = txn.record(job_id)
@@ -375,7 +404,6 @@ def _set_reasons(txn: Txn, waits, now: float) -> None:
                 continue
         rec = txn.record(job_id)
         since = rec.get("blocked_since") if rec.get("blocked_reason") else None
-        txn.update(job_id, change="reason", blocked_reason=reason, blocked_holder=holder,
-                   blocked_since=since or now)
+        txn.update(job_id, change="reason", blocked_reason=reason, blocked_holder=holder, blocked_since=since or now)
     if words_only:
         txn.idx.unsaved = True

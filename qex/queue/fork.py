@@ -24,8 +24,9 @@ if _CRASH:
     from qex.base import faults
 
 
-def launch_all(ctx: Context, launches: list[Launch], leaving: bool = False,
-               keep_in_child: tuple[int, ...] = ()) -> Launch | None:
+def launch_all(
+    ctx: Context, launches: list[Launch], leaving: bool = False, keep_in_child: tuple[int, ...] = ()
+) -> Launch | None:
     """Fork one supervisor per launch, in a session of its own.
 
     A double fork, so that no supervisor is the child of a process that lives on
@@ -74,5 +75,3 @@ def launch_all(ctx: Context, launches: list[Launch], leaving: bool = False,
         close_quietly(launch.alive_fd)
         close_quietly(launch.peer_fd)
     return None
-
-

@@ -48,15 +48,17 @@ def wanted(ctx: Context, queued: list[Queued]) -> bool:
     """Whether a pass that decides on ``queued`` reads the VRAM in use: a pool ``gpu``
     of devices is declared and one of them claims it."""
     pool = ctx.config.pool(POOL)
-    return pool is not None and pool.indexed and any(
-        c.name == POOL and c.count > 0 for q in queued for c in q.claims)
+    return pool is not None and pool.indexed and any(c.name == POOL and c.count > 0 for q in queued for c in q.claims)
 
 
 def entries_want(ctx: Context, entries: Iterable[dict]) -> bool:
     """``wanted`` for index entries (the waker's look at the index, without the lock)."""
     pool = ctx.config.pool(POOL)
-    return pool is not None and pool.indexed and any(
-        e.get("state") == "queued" and POOL in (e.get("pools") or {}) for e in entries)
+    return (
+        pool is not None
+        and pool.indexed
+        and any(e.get("state") == "queued" and POOL in (e.get("pools") or {}) for e in entries)
+    )
 
 
 def _path(ctx: Context) -> str:
@@ -106,6 +108,7 @@ def prefetch(ctx: Context) -> None:
 
 # ---- whose is each process's VRAM ---------------------------------------------------
 
+
 def device_of(ctx: Context, seen: gpu_use.Seen) -> Callable[[str], int | None]:
     """A function: a GPU's UUID -> the place of its device in the pool ``gpu`` (None:
     not a device of the pool). A device is declared by its UUID, or by the driver's
@@ -148,8 +151,11 @@ def for_admission(ctx: Context, seen: gpu_use.Seen, jobs: dict, proc: str = "/pr
             used.setdefault(w.job, []).append(A.DeviceUse(POOL, (device,), nbytes))
         elif w.job and (entry is not None or os.path.exists(ctx.store.path(w.job, layout.STATUS))):
             state = "queued again" if entry is not None else "ended"
-            beside.append(A.Seen(POOL, device, nbytes, OUTSIDE_USE,
-                                 f"pid {pid} ({_name(w.comm)}), left by job {w.job[:8]} ({state})"))
+            beside.append(
+                A.Seen(
+                    POOL, device, nbytes, OUTSIDE_USE, f"pid {pid} ({_name(w.comm)}), left by job {w.job[:8]} ({state})"
+                )
+            )
         elif w.job or w.via:
             beside.append(A.Seen(POOL, device, nbytes, PEER_USE, _user(w.uid)))
         else:
@@ -183,6 +189,7 @@ def _user(uid: int) -> str:
 
 # ---- the GPUs themselves (qex info) ---------------------------------------------------
 
+
 def reading(ctx: Context, now: float | None = None) -> Reading | None:
     """What the driver reports of the GPUs (``qex.base.gpus.read``), at most
     ``[gpu] observe_every`` old: kept in the state directory, so that ``qex info``
@@ -201,8 +208,9 @@ def reading(ctx: Context, now: float | None = None) -> Reading | None:
         return got[0]
     fresh = gpus.read(timeout=gpus.QUICK)
     try:
-        fs.write_atomic(path, fs.json_bytes(_reading_json(fresh, boot, now)), mode=ctx.store.file_mode,
-                        sync_dir=False, sync=False)
+        fs.write_atomic(
+            path, fs.json_bytes(_reading_json(fresh, boot, now)), mode=ctx.store.file_mode, sync_dir=False, sync=False
+        )
     except Exception:  # a cache: the next command reads the driver
         pass
     return fresh
@@ -211,9 +219,16 @@ def reading(ctx: Context, now: float | None = None) -> Reading | None:
 def _reading_json(r: Reading | None, boot: str, now: float) -> dict:
     out = {"format": 1, "boot": boot, "at": now, "reading": None}
     if r is not None:
-        out["reading"] = {"vendor": r.vendor, "source": r.source, "driver": r.driver, "error": r.error,
-                          "gpus": [[g.index, g.uuid, g.name, g.memory, g.mig_on,
-                                    [[m.uuid, m.profile, m.memory, m.exact] for m in g.mig]] for g in r.gpus]}
+        out["reading"] = {
+            "vendor": r.vendor,
+            "source": r.source,
+            "driver": r.driver,
+            "error": r.error,
+            "gpus": [
+                [g.index, g.uuid, g.name, g.memory, g.mig_on, [[m.uuid, m.profile, m.memory, m.exact] for m in g.mig]]
+                for g in r.gpus
+            ],
+        }
     return out
 
 
@@ -233,8 +248,16 @@ def _reading_of(data: dict, boot: str, now: float, fresh_for: float) -> tuple[Re
         return (None,)
     gpus = []
     for index, uuid, name, memory, mig_on, migs in r["gpus"]:
-        gpus.append(Gpu(numbers.number(index, numbers.DEVICE, whole=True), str(uuid), str(name),
-                        numbers.number(memory, numbers.BYTES, whole=True), bool(mig_on),
-                        tuple(Mig(str(u), str(p), numbers.number(n, numbers.BYTES, whole=True), bool(e))
-                              for u, p, n, e in migs)))
+        gpus.append(
+            Gpu(
+                numbers.number(index, numbers.DEVICE, whole=True),
+                str(uuid),
+                str(name),
+                numbers.number(memory, numbers.BYTES, whole=True),
+                bool(mig_on),
+                tuple(
+                    Mig(str(u), str(p), numbers.number(n, numbers.BYTES, whole=True), bool(e)) for u, p, n, e in migs
+                ),
+            )
+        )
     return (Reading(str(r["vendor"]), str(r["source"]), str(r["driver"]), tuple(gpus), str(r["error"])),)

@@ -33,31 +33,80 @@ def gather(ctx: Context) -> dict:
     mem = machine.meminfo()
     return {
         "machine": {"cores": ctx.cores, "mem_total": ctx.mem_total, "mem_available": mem.get("MemAvailable")},
-        "budget": {"cpu": cpu_budget / 1000, "mem": mem_budget,
-                   "cpu_above_machine": cpu_budget > ctx.cores * 1000, "mem_above_machine": mem_budget > ctx.mem_total,
-                   "reserve_mem": ctx.reserve(), "mode": ctx.config.mode},
+        "budget": {
+            "cpu": cpu_budget / 1000,
+            "mem": mem_budget,
+            "cpu_above_machine": cpu_budget > ctx.cores * 1000,
+            "mem_above_machine": mem_budget > ctx.mem_total,
+            "reserve_mem": ctx.reserve(),
+            "mode": ctx.config.mode,
+        },
         "defaults": _defaults(ctx, cpu_budget, mem_budget),
-        "held": {"cpu": sum(e["cpu"] for _, e in running) / 1000, "mem": sum(e["mem"] for _, e in running),
-                 "jobs": [{"id": j, "name": e["name"], "owner": e["owner"], "cpu": e["cpu"] / 1000, "mem": e["mem"],
-                           "assigned": e["assigned"]} for j, e in sorted(running, key=lambda x: x[1]["seq"])]},
+        "held": {
+            "cpu": sum(e["cpu"] for _, e in running) / 1000,
+            "mem": sum(e["mem"] for _, e in running),
+            "jobs": [
+                {
+                    "id": j,
+                    "name": e["name"],
+                    "owner": e["owner"],
+                    "cpu": e["cpu"] / 1000,
+                    "mem": e["mem"],
+                    "assigned": e["assigned"],
+                }
+                for j, e in sorted(running, key=lambda x: x[1]["seq"])
+            ],
+        },
         "pools": [pool_use(p, running, snap) for p in ctx.config.pools],
-        "peers": [{"owner": p.owner, "cpu": p.cpu / 1000, "mem": p.mem, "units": dict(p.units),
-                   "assigned": [[a.pool, list(a.devices), a.size] for a in p.assigned]} for p in snap.peers],
-        "peer_dir": {"path": scan.dir, "problem": scan.problem, "note": scan.note,
-                     "publish_problem": peer_publish.publish_check(ctx),
-                     "records": [{"file": p.file, "owner": p.owner, "state_dir": p.state_dir, "format": p.format,
-                                  "cpu": p.cpu / 1000, "mem": p.mem, "units": dict(p.units),
-                                  "assigned": [[u[0], list(u[1]), u[2]] for u in p.assigned],
-                                  "jobs": p.jobs, "stale_jobs": p.stale_jobs} for p in scan.peers],
-                     "ignored": [{"file": i.file, "reason": i.reason} for i in scan.ignored]},
+        "peers": [
+            {
+                "owner": p.owner,
+                "cpu": p.cpu / 1000,
+                "mem": p.mem,
+                "units": dict(p.units),
+                "assigned": [[a.pool, list(a.devices), a.size] for a in p.assigned],
+            }
+            for p in snap.peers
+        ],
+        "peer_dir": {
+            "path": scan.dir,
+            "problem": scan.problem,
+            "note": scan.note,
+            "publish_problem": peer_publish.publish_check(ctx),
+            "records": [
+                {
+                    "file": p.file,
+                    "owner": p.owner,
+                    "state_dir": p.state_dir,
+                    "format": p.format,
+                    "cpu": p.cpu / 1000,
+                    "mem": p.mem,
+                    "units": dict(p.units),
+                    "assigned": [[u[0], list(u[1]), u[2]] for u in p.assigned],
+                    "jobs": p.jobs,
+                    "stale_jobs": p.stale_jobs,
+                }
+                for p in scan.peers
+            ],
+            "ignored": [{"file": i.file, "reason": i.reason} for i in scan.ignored],
+        },
         "memory": _memory(),
-        "queue": {"running": len(running), "queued": len(queued), "health": health,
-                  "since": since, "state_dir": ctx.store.root, "sharing": shared.describe(ctx.store)},
+        "queue": {
+            "running": len(running),
+            "queued": len(queued),
+            "health": health,
+            "since": since,
+            "state_dir": ctx.store.root,
+            "sharing": shared.describe(ctx.store),
+        },
         "pauses": _pauses(ctx, idx),
         "shared": shared.members_summary(ctx.store),
         "hooks": _hooks(ctx),
-        "manners": {"nice": ctx.config.nice, "io_class": ctx.config.io_class,
-                    "oom_score_adj": ctx.config.oom_score_adj},
+        "manners": {
+            "nice": ctx.config.nice,
+            "io_class": ctx.config.io_class,
+            "oom_score_adj": ctx.config.oom_score_adj,
+        },
         "pressure": _pressure(ctx),
         "damaged": damaged(ctx, idx),
     }
@@ -97,9 +146,14 @@ def _hooks(ctx: Context) -> dict | None:
     config = ctx.config
     if not config.hook_on_stop:
         return None
-    return {"on_stop": list(config.hook_on_stop), "states": list(config.hook_states),
-            "timeout": config.hook_timeout, "config": config.path, "owner": trust.owner_name(config.path),
-            "run_as": ctx.user}
+    return {
+        "on_stop": list(config.hook_on_stop),
+        "states": list(config.hook_states),
+        "timeout": config.hook_timeout,
+        "config": config.path,
+        "owner": trust.owner_name(config.path),
+        "run_as": ctx.user,
+    }
 
 
 def damaged(ctx: Context, idx: Index) -> list[dict]:
@@ -118,8 +172,10 @@ def damaged(ctx: Context, idx: Index) -> list[dict]:
             found[job_id] = str(exc)
         except QexError:
             pass
-    return [{"id": job_id, "file": ctx.store.path(job_id, layout.STATUS), "problem": why}
-            for job_id, why in sorted(found.items())]
+    return [
+        {"id": job_id, "file": ctx.store.path(job_id, layout.STATUS), "problem": why}
+        for job_id, why in sorted(found.items())
+    ]
 
 
 def _pauses(ctx: Context, idx) -> list[dict]:
@@ -180,16 +236,22 @@ WHOLE = 4096  # (safe_text's bound for the memory line: a path or a reason is pr
 def _memory_lines(mem: dict) -> list[str]:
     """How each job's memory is measured (whole words: a path is never cut, ``WHOLE``)."""
     if mem.get("per_job_cgroup") and mem.get("kind") == "systemd-scope":
-        return [f"memory    a systemd scope per job (the {mem['manager']} manager, qex-<id>-<attempt>.scope "
-                f"in {safe_text(mem['parent'], WHOLE)}): whole-tree peaks, exact OOM evidence"]
+        return [
+            f"memory    a systemd scope per job (the {mem['manager']} manager, qex-<id>-<attempt>.scope "
+            f"in {safe_text(mem['parent'], WHOLE)}): whole-tree peaks, exact OOM evidence"
+        ]
     if mem.get("per_job_cgroup"):
-        return [f"memory    a cgroup per job ({mem['kind']}, inside {safe_text(mem['parent'], WHOLE)}): "
-                "whole-tree peaks, exact OOM evidence"]
+        return [
+            f"memory    a cgroup per job ({mem['kind']}, inside {safe_text(mem['parent'], WHOLE)}): "
+            "whole-tree peaks, exact OOM evidence"
+        ]
     if not mem:
         return []
-    lines = [f"memory    no cgroup per job ({safe_text(mem.get('why_not', ''), WHOLE)}): whole-tree peaks sampled from "
-             f"/proc every {mem.get('sample_period', 0):g}s, OOM evidence "
-             + ("from the machine's oom_kill counter" if mem.get("oom_evidence") else "unavailable")]
+    lines = [
+        f"memory    no cgroup per job ({safe_text(mem.get('why_not', ''), WHOLE)}): whole-tree peaks sampled from "
+        f"/proc every {mem.get('sample_period', 0):g}s, OOM evidence "
+        + ("from the machine's oom_kill counter" if mem.get("oom_evidence") else "unavailable")
+    ]
     if mem.get("remedy"):
         lines.append(f"          for one: {safe_text(mem['remedy'], WHOLE)}")
     return lines
@@ -222,8 +284,11 @@ def pool_use(pool: PoolDef, running: list[tuple[str, dict]], snap: Snapshot) -> 
                 for d in a.devices:
                     if d < len(used):
                         used[d] += a.size if a.size is not None else pool.devices[d]
-    out.update(kind="indexed", env=", ".join(pool.variables),
-               devices=[{"index": i, "capacity": cap, "free": max(0, cap - used[i])} for i, cap in enumerate(pool.devices)])
+    out.update(
+        kind="indexed",
+        env=", ".join(pool.variables),
+        devices=[{"index": i, "capacity": cap, "free": max(0, cap - used[i])} for i, cap in enumerate(pool.devices)],
+    )
     return out
 
 
@@ -242,27 +307,37 @@ def render(info: dict) -> str:
         + (f" ({format_size(m['mem_available'])} available)" if m.get("mem_available") is not None else ""),
         f"budget    {format_cores(round(b['cpu'] * 1000))} cores, {format_size(b['mem'])} "
         f"(mode {b['mode']}, reserve {format_size(b['reserve_mem'])})"
-        + (" — above the machine, as written in the config" if b["cpu_above_machine"] or b["mem_above_machine"] else ""),
+        + (
+            " — above the machine, as written in the config" if b["cpu_above_machine"] or b["mem_above_machine"] else ""
+        ),
         f"held      {format_cores(round(h['cpu'] * 1000))} cores, {format_size(h['mem'])} by {len(h['jobs'])} job(s) of this queue",
     ]
     d = info.get("defaults")
     if d:
-        lines.insert(2, f"defaults  {format_cores(round(d['cpu'] * 1000))} cores, {format_size(d['mem'])} for a job "
-                        f"that claims none ([defaults] cpu, mem; memory: or what qex learned): {d['fit']} such "
-                        "job(s) at once in the budget")
+        lines.insert(
+            2,
+            f"defaults  {format_cores(round(d['cpu'] * 1000))} cores, {format_size(d['mem'])} for a job "
+            f"that claims none ([defaults] cpu, mem; memory: or what qex learned): {d['fit']} such "
+            "job(s) at once in the budget",
+        )
     for j in h["jobs"]:
-        lines.append(f"          {j['id'][:8]} {safe_text(j['name'], 30)}: {format_cores(round(j['cpu'] * 1000))} cores, "
-                     f"{format_size(j['mem'])}")
+        lines.append(
+            f"          {j['id'][:8]} {safe_text(j['name'], 30)}: {format_cores(round(j['cpu'] * 1000))} cores, "
+            f"{format_size(j['mem'])}"
+        )
     for p in info["pools"]:
         if p["kind"] == "plain":
             lines.append(f"pool      {safe_text(p['name'])}: {p['free']} of {p['total']} free")
         else:
-            devs = ", ".join(f"{d['index']}: {format_size(d['free'])} of {format_size(d['capacity'])} free"
-                             for d in p["devices"])
+            devs = ", ".join(
+                f"{d['index']}: {format_size(d['free'])} of {format_size(d['capacity'])} free" for d in p["devices"]
+            )
             lines.append(f"pool      {safe_text(p['name'])} ({p['env']}): {devs}")
         for holder in p["holders"]:
-            lines.append(f"          held by {holder['id'][:8]} {safe_text(holder['name'], 30)}"
-                         + (f" on {','.join(map(str, holder['devices']))}" if holder["devices"] else f" ({holder['count']})"))
+            lines.append(
+                f"          held by {holder['id'][:8]} {safe_text(holder['name'], 30)}"
+                + (f" on {','.join(map(str, holder['devices']))}" if holder["devices"] else f" ({holder['count']})")
+            )
     lines.extend(_peer_lines(info))
     if info.get("hooks"):
         lines.append(_hook_line(info["hooks"]))
@@ -277,8 +352,10 @@ def render(info: dict) -> str:
     if q.get("since"):
         import time
 
-        since = (f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(q['since']))} "
-                 f"({format_duration(max(0.0, time.time() - q['since']))} ago)")
+        since = (
+            f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(q['since']))} "
+            f"({format_duration(max(0.0, time.time() - q['since']))} ago)"
+        )
     lines.append(f"queue     {q['running']} running, {q['queued']} queued — {q['health']}{since}")
     if info.get("pauses"):
         from qex.queue.pause import render as pause_line
@@ -297,8 +374,10 @@ def _manner_lines(info: dict) -> list[str]:
 
     lines, m, p = [], info.get("manners"), info.get("pressure") or {}
     if m:
-        lines.append(f"manners   every job: {words(m['nice'], m['io_class'], m['oom_score_adj'])} ([politeness]; "
-                     "a job's --nice, --io-class, --oom-score-adj win)")
+        lines.append(
+            f"manners   every job: {words(m['nice'], m['io_class'], m['oom_score_adj'])} ([politeness]; "
+            "a job's --nice, --io-class, --oom-score-adj win)"
+        )
     if p.get("max") is not None or p.get("some_avg10") is not None:
         now = "unknown" if p.get("some_avg10") is None else f"{p['some_avg10']:g}%"
         limit = "off" if p.get("max") is None else f"{p['max']:g}%"
@@ -308,8 +387,10 @@ def _manner_lines(info: dict) -> list[str]:
 
 def _hook_line(h: dict) -> str:
     command = " ".join(safe_text(a, 120) for a in h["on_stop"])
-    return (f'hooks     on_stop "{safe_text(command, 200)}" from {safe_text(h["config"], 200)} '
-            f"(owner {safe_text(h['owner'] or '?')}), run as you ({safe_text(h['run_as'])})")
+    return (
+        f'hooks     on_stop "{safe_text(command, 200)}" from {safe_text(h["config"], 200)} '
+        f"(owner {safe_text(h['owner'] or '?')}), run as you ({safe_text(h['run_as'])})"
+    )
 
 
 def _amounts(p: dict) -> str:
@@ -328,8 +409,9 @@ def _peer_lines(info: dict) -> list[str]:
     for p in d["records"]:
         jobs = f"{p['jobs']} job{'s' if p['jobs'] != 1 else ''}"
         stale = f" (and {p['stale_jobs']} whose lock nobody holds: not counted)" if p["stale_jobs"] else ""
-        lines.append(f"peer      {safe_text(p['owner'])} ({safe_text(p['state_dir'], 120)}): {_amounts(p)} "
-                     f"held by {jobs}{stale}")
+        lines.append(
+            f"peer      {safe_text(p['owner'])} ({safe_text(p['state_dir'], 120)}): {_amounts(p)} held by {jobs}{stale}"
+        )
     if not d["records"]:
         lines.append(f"peers     none (peer directory {safe_text(d['path'], 200)})")
     for problem in (d["problem"], d["publish_problem"]):
@@ -350,8 +432,11 @@ def _member_lines(shared: dict | None) -> list[str]:
     for m in shared["members"]:
         words = f"{m['queued']} queued, {m['running']} running"
         if m["queued"]:
-            words += ("; a qex of theirs is running" if m["qex_running"]
-                      else "; no qex of theirs is running: their queued jobs hold nothing")
+            words += (
+                "; a qex of theirs is running"
+                if m["qex_running"]
+                else "; no qex of theirs is running: their queued jobs hold nothing"
+            )
         lines.append(f"member    {safe_text(m['user'], 40)}: {words}")
     lines += [f"ignored   {safe_text(why, 300)}" for why in shared["ignored"]]
     return lines

@@ -29,5 +29,3 @@ def after_pass(ctx: Context, result: PassResult, leaving: bool = False) -> Launc
 
         return waker.ensure(ctx, result.next_deadline)
     return None
-
-

@@ -35,13 +35,13 @@ class Look:
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
-        self._key: tuple | None = None      # the index file's and the journal's identity when last read
-        self._jobs: dict = {}               # the active index's entries
+        self._key: tuple | None = None  # the index file's and the journal's identity when last read
+        self._jobs: dict = {}  # the active index's entries
         self._running: dict[str, dict] = {}  # the records of the jobs that hold, as of ``_key``
-        self._queued: list[dict] = []        # the queued jobs as rows, in the queue's order
+        self._queued: list[dict] = []  # the queued jobs as rows, in the queue's order
         self._decided: tuple | None = None  # (health, since, snapshot, monotonic time)
-        self._tail: tuple | None = None     # (history identity, ended rows)
-        self._ended: dict[str, dict] = {}   # an ended job's record (read once: it no longer changes)
+        self._tail: tuple | None = None  # (history identity, ended rows)
+        self._ended: dict[str, dict] = {}  # an ended job's record (read once: it no longer changes)
         self._cgroups: dict[str, object] = {}
 
     def read(self, ended: int = 50) -> dict:
@@ -64,15 +64,22 @@ class Look:
         rows += self._queued
         rows += _others(ctx)
         return {
-            "now": now, "load": _load(), "cores": ctx.cores, "mem_total": ctx.mem_total,
+            "now": now,
+            "load": _load(),
+            "cores": ctx.cores,
+            "mem_total": ctx.mem_total,
             "mem_available": machine.meminfo().get("MemAvailable"),
             "budget": (cpu_budget, mem_budget),
             "held": (sum(e["cpu"] for _, e in holding), sum(e["mem"] for _, e in holding)),
             "peers": [(p.owner, p.cpu, p.mem) for p in snap.peers],
             "pools": [info.pool_use(p, holding, snap) for p in ctx.config.pools],
-            "health": health, "since": since, "state_dir": ctx.store.shared_root or ctx.store.root,
-            "queued": sum(e["state"] == "queued" for e in self._jobs.values()), "running": len(holding),
-            "rows": rows, "ended": self._recent(ended),
+            "health": health,
+            "since": since,
+            "state_dir": ctx.store.shared_root or ctx.store.root,
+            "queued": sum(e["state"] == "queued" for e in self._jobs.values()),
+            "running": len(holding),
+            "rows": rows,
+            "ended": self._recent(ended),
         }
 
     # ---- the active index ------------------------------------------------------------
@@ -165,12 +172,22 @@ class Look:
 def row_of(job_id: str, e: dict) -> dict:
     """An index entry as a record-shaped row (the fields a frame shows)."""
     pools = {k: {"count": c, "size": z} for k, (c, z) in (e.get("pools") or {}).items()}
-    return {"id": job_id, "name": e.get("name", ""), "state": e.get("state"), "owner": e.get("owner", ""),
-            "uid": e.get("uid"), "seq": e.get("seq", 0), "priority": e.get("priority", 0),
-            "submitted_at": e.get("submitted_at"), "blocked_reason": e.get("reason"),
-            "claims": {"cpu": (e.get("cpu") or 0) / 1000, "mem": e.get("mem", 0), "pools": pools},
-            "assigned": [{"pool": p, "devices": d, "size": z} for p, d, z in e.get("assigned") or ()],
-            "pid": e.get("pid"), "group": e.get("group"), "group_name": e.get("group_name")}
+    return {
+        "id": job_id,
+        "name": e.get("name", ""),
+        "state": e.get("state"),
+        "owner": e.get("owner", ""),
+        "uid": e.get("uid"),
+        "seq": e.get("seq", 0),
+        "priority": e.get("priority", 0),
+        "submitted_at": e.get("submitted_at"),
+        "blocked_reason": e.get("reason"),
+        "claims": {"cpu": (e.get("cpu") or 0) / 1000, "mem": e.get("mem", 0), "pools": pools},
+        "assigned": [{"pool": p, "devices": d, "size": z} for p, d, z in e.get("assigned") or ()],
+        "pid": e.get("pid"),
+        "group": e.get("group"),
+        "group_name": e.get("group_name"),
+    }
 
 
 def _others(ctx: Context) -> list[dict]:
@@ -224,7 +241,7 @@ def _tail_of(path: str) -> bytes:
     finally:
         os.close(fd)
     if start > 0:
-        data = data[data.find(b"\n") + 1:]  # the first bytes may end a line that starts before
+        data = data[data.find(b"\n") + 1 :]  # the first bytes may end a line that starts before
     return data
 
 
@@ -233,4 +250,3 @@ def _load() -> tuple[float, float, float] | None:
         return os.getloadavg()
     except OSError:
         return None
-

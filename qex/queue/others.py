@@ -77,6 +77,20 @@ def order(own: list[tuple[float, int, Queued]], foreign: list[tuple[float, int, 
     both = sorted(own + foreign, key=lambda t: (t[0], t[1], t[2].seq))
     out = []
     for place, (_at, _uid, q) in enumerate(both, 1):
-        out.append(Q(q.id, place, q.priority, q.cpu, q.mem, q.claims, q.needs, q.after, q.deadline,
-                     q.passed_by, q.name, q.retry))
+        out.append(
+            Q(
+                q.id,
+                place,
+                q.priority,
+                q.cpu,
+                q.mem,
+                q.claims,
+                q.needs,
+                q.after,
+                q.deadline,
+                q.passed_by,
+                q.name,
+                q.retry,
+            )
+        )
     return out

@@ -50,8 +50,8 @@ class PauseFile(Plain):
     (it holds all the same)."""
 
     path: str
-    kind: str                 # "queue" | "lock"
-    name: str | None = None   # the lock or pool, for kind "lock"
+    kind: str  # "queue" | "lock"
+    name: str | None = None  # the lock or pool, for kind "lock"
     id: str = ""
     reason: str = ""
     user: str = "?"
@@ -66,12 +66,23 @@ class PauseFile(Plain):
         return self.broken is not None or self.until is None or now < self.until
 
     def dump(self) -> dict:
-        return {"format": FORMAT, "kind": self.kind, "name": self.name, "id": self.id, "reason": self.reason,
-                "user": self.user, "uid": self.uid, "pid": self.pid, "ppid": self.ppid,
-                "since": self.since, "until": self.until}
+        return {
+            "format": FORMAT,
+            "kind": self.kind,
+            "name": self.name,
+            "id": self.id,
+            "reason": self.reason,
+            "user": self.user,
+            "uid": self.uid,
+            "pid": self.pid,
+            "ppid": self.ppid,
+            "since": self.since,
+            "until": self.until,
+        }
 
 
 # ---- where pauses live ----------------------------------------------------------
+
 
 def directory(store: Store) -> str:
     return os.path.join(store.root, layout.PAUSE)
@@ -132,11 +143,18 @@ def read_file(path: str, kind: str, name: str | None) -> PauseFile:
 
     try:
         return PauseFile(
-            path, kind, name, id=str(data["id"]), reason=str(data.get("reason") or ""),
-            user=user_name(owner), uid=owner,
+            path,
+            kind,
+            name,
+            id=str(data["id"]),
+            reason=str(data.get("reason") or ""),
+            user=user_name(owner),
+            uid=owner,
             pid=numbers.optional(data.get("pid"), numbers.PID, 1, whole=True),
             ppid=numbers.optional(data.get("ppid"), numbers.PID, whole=True),  # (0: a parent in another namespace)
-            since=_time(data.get("since")), until=_time(data.get("until")))
+            since=_time(data.get("since")),
+            until=_time(data.get("until")),
+        )
     except numbers.BadNumber as exc:
         return _broken(path, kind, name, f"the pause file {path} is not a pause record ({exc})")
     except (KeyError, TypeError, ValueError, AttributeError):
@@ -167,6 +185,7 @@ def next_end(store: Store, now: float) -> float | None:
 
 
 # ---- what the admission sees ----------------------------------------------------
+
 
 def current(ctx: Context, now: float) -> Pause:
     """The pauses in force as ``qex.admit.Pause``: the queue with its words, and
@@ -232,8 +251,10 @@ def lock_words(p: PauseFile) -> str:
 
 # ---- making and ending pauses (under the lock) ------------------------------------
 
-def pause_locked(ctx: Context, txn: Txn, kind: str, name: str | None, reason: str, until: float | None,
-                 now: float) -> tuple[PauseFile, bool]:
+
+def pause_locked(
+    ctx: Context, txn: Txn, kind: str, name: str | None, reason: str, until: float | None, now: float
+) -> tuple[PauseFile, bool]:
     """Pause the queue or a lock. A pause already in force is kept as it is
     (its end and its reason): returns (the pause in force, made now?)."""
     from qex.store import fs
@@ -245,8 +266,19 @@ def pause_locked(ctx: Context, txn: Txn, kind: str, name: str | None, reason: st
     if existing is not None:  # a timed pause that ended and no pass has removed yet
         end_locked(ctx, txn, existing, existing.until)
     _ensure_dir(ctx.store)
-    p = PauseFile(path, kind, name, id=f"{now:.6f}-{os.getpid()}", reason=reason, user=ctx.user, uid=ctx.uid,
-                  pid=os.getpid(), ppid=os.getppid(), since=now, until=until)
+    p = PauseFile(
+        path,
+        kind,
+        name,
+        id=f"{now:.6f}-{os.getpid()}",
+        reason=reason,
+        user=ctx.user,
+        uid=ctx.uid,
+        pid=os.getpid(),
+        ppid=os.getppid(),
+        since=now,
+        until=until,
+    )
     fs.write_json(path, p.dump(), mode=0o644)
     return p, True
 
@@ -295,8 +327,9 @@ def check_may_end(ctx: Context, p: PauseFile) -> None:
     if ctx.uid == 0 or p.uid == ctx.uid or state_owner(ctx) == ctx.uid:
         return
     what = "the queue" if p.kind == "queue" else f"lock {p.name}"
-    raise PermissionRefused(f"{what} was paused by {p.user}; only they, the owner of the state directory "
-                            "or root can resume it")
+    raise PermissionRefused(
+        f"{what} was paused by {p.user}; only they, the owner of the state directory or root can resume it"
+    )
 
 
 def state_owner(ctx: Context) -> int | None:
@@ -317,9 +350,11 @@ def check_may_pause_queue(ctx: Context) -> None:
         return
     from qex.base.paths import user_name
 
-    raise PermissionRefused(f"the state directory {ctx.store.shared_root or ctx.store.root} belongs to {user_name(owner)}: only its "
-                            "owner (or root) can pause the whole queue; hold what you need with "
-                            "qex pause lock NAME instead")
+    raise PermissionRefused(
+        f"the state directory {ctx.store.shared_root or ctx.store.root} belongs to {user_name(owner)}: only its "
+        "owner (or root) can pause the whole queue; hold what you need with "
+        "qex pause lock NAME instead"
+    )
 
 
 def end_locked(ctx: Context, txn: Txn, p: PauseFile, end: float) -> None:
@@ -362,8 +397,11 @@ def _replay_end(txn, path: str, live_ids: set) -> None:
 
     try:
         data = fs.read_json(path, 1 << 16)
-        pause_id, since, end = str(data["id"]), _time(data.get("since")), \
-            float(numbers.number(data["ended_at"], numbers.TIME))
+        pause_id, since, end = (
+            str(data["id"]),
+            _time(data.get("since")),
+            float(numbers.number(data["ended_at"], numbers.TIME)),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         _unlink(path)
         return
@@ -389,8 +427,12 @@ def _account_locked(txn, pause_id: str, since: float, end: float) -> None:
         counted = list(rec.get("queue_pauses") or ())
         if pause_id in counted:
             continue
-        txn.update(job_id, change="reason", queue_pause_secs=round(rec.get("queue_pause_secs", 0.0) + secs, 3),
-                   queue_pauses=(counted + [pause_id])[-KEEP_IDS:])
+        txn.update(
+            job_id,
+            change="reason",
+            queue_pause_secs=round(rec.get("queue_pause_secs", 0.0) + secs, 3),
+            queue_pauses=(counted + [pause_id])[-KEEP_IDS:],
+        )
 
 
 def _file_id(pause_id: str) -> str:
@@ -406,19 +448,29 @@ def _unlink(path: str) -> None:
 
 # ---- what people see -----------------------------------------------------------
 
+
 def holders(index_jobs: dict, name: str) -> list[str]:
     """Jobs that still hold ``name`` (starting or running) — the person has it when none."""
-    return sorted(j for j, e in index_jobs.items()
-                  if e.get("state") in HOLDING and name in (e.get("pools") or {}))
+    return sorted(j for j, e in index_jobs.items() if e.get("state") in HOLDING and name in (e.get("pools") or {}))
 
 
 def listing(store: Store, index_jobs: dict, now: float) -> list[dict]:
     """The pauses in force, for `qex pause`, `qex info` and their --json."""
     out = []
     for p in in_force(store, now):
-        item = {"kind": p.kind, "name": p.name, "reason": p.reason, "user": p.user, "uid": p.uid,
-                "pid": p.pid, "ppid": p.ppid, "since": p.since, "until": p.until, "broken": p.broken,
-                "file": p.path}
+        item = {
+            "kind": p.kind,
+            "name": p.name,
+            "reason": p.reason,
+            "user": p.user,
+            "uid": p.uid,
+            "pid": p.pid,
+            "ppid": p.ppid,
+            "since": p.since,
+            "until": p.until,
+            "broken": p.broken,
+            "file": p.path,
+        }
         if p.kind == "lock":
             item["held_by_jobs"] = holders(index_jobs, p.name)
         out.append(item)
@@ -434,15 +486,21 @@ def render(item: dict, now: float) -> str:
         return f"{what}: held: {item['broken']}"
     who = f"by {safe_text(item['user'])} (pid {item.get('ppid') or item.get('pid')})"
     since = f" since {clock(item['since'], now)}" if item.get("since") else ""
-    until = (f", until {clock(item['until'], now)} (in {format_duration(max(0.0, item['until'] - now))})"
-             if item.get("until") else ", until resumed")
+    until = (
+        f", until {clock(item['until'], now)} (in {format_duration(max(0.0, item['until'] - now))})"
+        if item.get("until")
+        else ", until resumed"
+    )
     line = f"{what}: paused {who}{since}{until}"
     if item.get("reason"):
         line += f": {safe_text(item['reason'], 200)}"
     if item["kind"] == "lock":
         held = item.get("held_by_jobs") or []
-        line += (f"; the person has it as soon as job {', '.join(j[:8] for j in held)} ends" if held
-                 else "; the person has it")
+        line += (
+            f"; the person has it as soon as job {', '.join(j[:8] for j in held)} ends"
+            if held
+            else "; the person has it"
+        )
     return line
 
 
@@ -468,7 +526,10 @@ class WaitNotes:
 
     def __call__(self, rec: dict) -> None:
         job_id, reason = rec.get("id", ""), rec.get("blocked_reason")
-        if (rec.get("state") == "queued" and rec.get("blocked_holder") in ("pause", "person")
-                and self.said.get(job_id) != reason):
+        if (
+            rec.get("state") == "queued"
+            and rec.get("blocked_holder") in ("pause", "person")
+            and self.said.get(job_id) != reason
+        ):
             self.said[job_id] = reason
             self.say(f"qex: job {job_id[:8]} waits: {reason}")

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from qex.config.context import Context
 
 
-def remove_ended(ctx: Context, job_ids: list[str], check: Callable[[dict], None] | None = None
-                 ) -> tuple[list[str], dict[str, str], dict[str, dict]]:
+def remove_ended(
+    ctx: Context, job_ids: list[str], check: Callable[[dict], None] | None = None
+) -> tuple[list[str], dict[str, str], dict[str, dict]]:
     """Remove the directories of ended jobs. Returns (removed, refused: id -> why,
     kept: id -> {"why", "needed_by"}): a record that queued or running work still
     needs stays (``qex.store.needed.still_needed``, decided under the lock).

@@ -92,7 +92,7 @@ class QueueView:
                 tail[sh] -= 1
         wanted = sum(1 for n in tail.values() if n > 0)
         reps: dict = {}
-        for q in self.jobs[k:k + SCAN_MAX]:
+        for q in self.jobs[k : k + SCAN_MAX]:
             sh = self.info[q.id][1]
             if sh not in reps:
                 reps[sh] = q
@@ -132,5 +132,3 @@ def view_of(idx: Index, queued_of: Callable[[str, dict], Queued]) -> QueueView:
         view.update(job_id, jobs.get(job_id), queued_of)
     idx.touched = set()
     return view
-
-

@@ -52,8 +52,13 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         spawning = intent is not None or (launched is None and os.path.lexists(pid_path))
         if launched is None and entry["state"] == "starting" and not spawning:
             release_cgroup(ctx, job_id)
-            txn.update(job_id, state="queued", assigned=[], forced=False,
-                       blocked_reason="requeued: the qex process that was starting it died before it ran")
+            txn.update(
+                job_id,
+                state="queued",
+                assigned=[],
+                forced=False,
+                blocked_reason="requeued: the qex process that was starting it died before it ran",
+            )
             continue
         stopped = "the job's processes were stopped"
         if spawning and not _has_cgroup(ctx, job_id):  # no pid, no cgroup: nothing to stop it by
@@ -61,11 +66,20 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         _stop_orphan(launched)
         release_cgroup(ctx, job_id)  # with only an intent, the job's cgroup is all that holds it
         attempt = rec.get("attempt", 1)
-        error = (f"its supervisor (pid {rec.get('supervisor_pid') or intent or '?'}) was lost; "
-                 f"{stopped} and the result is unknown")
-        attempts = list(rec.get("attempts") or []) + [{
-            "number": attempt, "state": "failed", "claims": rec.get("claims"),
-            "started_at": rec.get("started_at"), "ended_at": now, "error": error}]
+        error = (
+            f"its supervisor (pid {rec.get('supervisor_pid') or intent or '?'}) was lost; "
+            f"{stopped} and the result is unknown"
+        )
+        attempts = list(rec.get("attempts") or []) + [
+            {
+                "number": attempt,
+                "state": "failed",
+                "claims": rec.get("claims"),
+                "started_at": rec.get("started_at"),
+                "ended_at": now,
+                "error": error,
+            }
+        ]
         txn.update(job_id, state="failed", ended_at=now, error=error, attempts=attempts, supervisor_lost=True)
     if lost:
         _sweep_cgroups(ctx, txn)
@@ -114,5 +128,3 @@ def _stop_orphan(launched) -> None:
             os.killpg(pid, signal.SIGKILL)
         except OSError:
             pass
-
-

@@ -38,8 +38,11 @@ def refresh(ctx: Context, job_ids: list[str] | None = None) -> None:
     for job_id in job_ids or ():  # (and what they wait for: its end decides theirs)
         entry = jobs.get(job_id) or {}
         wanted.update(entry.get("needs") or (), entry.get("after") or ())
-    mine = {j: e["slurm"] for j, e in jobs.items()
-            if on_slurm(e) and e["state"] == "queued" and (wanted is None or j in wanted)}
+    mine = {
+        j: e["slurm"]
+        for j, e in jobs.items()
+        if on_slurm(e) and e["state"] == "queued" and (wanted is None or j in wanted)
+    }
     if not mine:
         return  # (a running job's record is its supervisor's to write)
     try:
@@ -68,8 +71,15 @@ def skip_needing(ctx: Context, job_id: str) -> None:
             changed = False
             for other, entry in list(txn.idx.jobs.items()):
                 if on_slurm(entry) and entry["state"] == "queued" and failed & set(entry.get("needs") or ()):
-                    txn.update(other, state="skipped", ended_at=now, skipped_root=root, blocked_reason=None,
-                               blocked_holder=None, error=f"a job it needs did not succeed: {root[:8]} ({how})")
+                    txn.update(
+                        other,
+                        state="skipped",
+                        ended_at=now,
+                        skipped_root=root,
+                        blocked_reason=None,
+                        blocked_holder=None,
+                        error=f"a job it needs did not succeed: {root[:8]} ({how})",
+                    )
                     failed.add(other)
                     cancelled.append(entry["slurm"])
                     changed = True
@@ -92,19 +102,38 @@ def _apply(txn, mine: dict, known: dict, never: set) -> None:
         state, reason, _ = known.get(slurm_id, ("", "", ""))
         if job_id in never:
             root, how = _first_failed(txn, txn.record(job_id).get("needs") or ())
-            txn.update(job_id, state="skipped", ended_at=now, skipped_root=root, blocked_reason=None,
-                       blocked_holder=None, error=f"a job it needs did not succeed: {root[:8]} ({how}); "
-                       f"Slurm job {slurm_id}: DependencyNeverSatisfied, cancelled")
+            txn.update(
+                job_id,
+                state="skipped",
+                ended_at=now,
+                skipped_root=root,
+                blocked_reason=None,
+                blocked_holder=None,
+                error=f"a job it needs did not succeed: {root[:8]} ({how}); "
+                f"Slurm job {slurm_id}: DependencyNeverSatisfied, cancelled",
+            )
         elif not state or state not in ACTIVE_STATES:
-            said = f"Slurm ended job {slurm_id} ({state}, {reason})" if state else \
-                f"Slurm no longer knows job {slurm_id}"
-            txn.update(job_id, state=ENDED_AS.get(state, "failed"), ended_at=now, blocked_reason=None,
-                       blocked_holder=None, error=f"{said} before qex's step started it; see its slurm.log")
+            said = (
+                f"Slurm ended job {slurm_id} ({state}, {reason})" if state else f"Slurm no longer knows job {slurm_id}"
+            )
+            txn.update(
+                job_id,
+                state=ENDED_AS.get(state, "failed"),
+                ended_at=now,
+                blocked_reason=None,
+                blocked_holder=None,
+                error=f"{said} before qex's step started it; see its slurm.log",
+            )
         else:
             words = _words(state, reason)
             if entry.get("reason") != words:
-                txn.update(job_id, change="reason", blocked_reason=words, blocked_holder="slurm",
-                           blocked_since=txn.record(job_id).get("blocked_since") or now)
+                txn.update(
+                    job_id,
+                    change="reason",
+                    blocked_reason=words,
+                    blocked_holder="slurm",
+                    blocked_since=txn.record(job_id).get("blocked_since") or now,
+                )
 
 
 def _words(state: str, reason: str) -> str | None:
@@ -124,4 +153,3 @@ def _first_failed(txn, needs) -> tuple[str, str]:
         if state != "completed" and state not in ACTIVE:
             return (rec.get("skipped_root") or dep, "skipped") if state == "skipped" else (dep, state)
     return (needs[0] if needs else "", "its dependency can never be met")
-

@@ -56,15 +56,29 @@ class Txn:
         except QexError:
             command, cwd = [], ""
         pools = {k: {"count": c, "size": z} for k, (c, z) in entry["pools"].items()}
-        return {**status_defaults(), "id": job_id, "seq": entry["seq"], "state": entry["state"],
-                "name": entry["name"], "owner": entry["owner"], "uid": entry["uid"], "command": command,
-                "cwd": cwd, "group": entry.get("group"), "group_name": entry.get("group_name"),
-                "priority": entry["priority"], "submitted_at": entry.get("submitted_at", 0.0),
-                "claims": {"cpu": entry["cpu"] / 1000, "mem": entry["mem"], "pools": pools},
-                "assigned": [{"pool": p, "devices": d, "size": z} for p, d, z in entry["assigned"]],
-                "needs": entry["needs"], "after": entry["after"], "dedupe_key": entry.get("dedupe_key"),
-                "pid": entry.get("pid"), "supervisor_pid": entry.get("supervisor_pid"),
-                "error": "its status.json was damaged; qex rebuilt it from the queue's index"}
+        return {
+            **status_defaults(),
+            "id": job_id,
+            "seq": entry["seq"],
+            "state": entry["state"],
+            "name": entry["name"],
+            "owner": entry["owner"],
+            "uid": entry["uid"],
+            "command": command,
+            "cwd": cwd,
+            "group": entry.get("group"),
+            "group_name": entry.get("group_name"),
+            "priority": entry["priority"],
+            "submitted_at": entry.get("submitted_at", 0.0),
+            "claims": {"cpu": entry["cpu"] / 1000, "mem": entry["mem"], "pools": pools},
+            "assigned": [{"pool": p, "devices": d, "size": z} for p, d, z in entry["assigned"]],
+            "needs": entry["needs"],
+            "after": entry["after"],
+            "dedupe_key": entry.get("dedupe_key"),
+            "pid": entry.get("pid"),
+            "supervisor_pid": entry.get("supervisor_pid"),
+            "error": "its status.json was damaged; qex rebuilt it from the queue's index",
+        }
 
     def put(self, rec: dict, previous: str | None, change: str = "state") -> None:
         self.records[rec["id"]] = rec

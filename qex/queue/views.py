@@ -25,9 +25,20 @@ def queued_of(job_id: str, e: dict) -> Queued:
     from qex import admit as A
 
     claims = tuple(A.Claim(name, c, s) for name, (c, s) in sorted(e["pools"].items()))
-    q = A.Queued(job_id, e["seq"], e["priority"], e["cpu"], e["mem"], claims,
-                 tuple(e["needs"]), tuple(e["after"]), e["deadline"],
-                 e["passed_by"], e["name"], e.get("attempt", 1) > 1)
+    q = A.Queued(
+        job_id,
+        e["seq"],
+        e["priority"],
+        e["cpu"],
+        e["mem"],
+        claims,
+        tuple(e["needs"]),
+        tuple(e["after"]),
+        e["deadline"],
+        e["passed_by"],
+        e["name"],
+        e.get("attempt", 1) > 1,
+    )
     QUEUED_MEMO[job_id] = (e, q)
     return q
 

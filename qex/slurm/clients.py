@@ -16,8 +16,22 @@ from qex.base import units
 from qex.base.errors import QexError, SpecError
 
 TIMEOUT = 60.0  # a controller that does not answer within this is said to be down
-ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",
-                 "SIGNALING", "STAGE_OUT", "STOPPED", "PREEMPTED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD")
+ACTIVE_STATES = (
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "SUSPENDED",
+    "REQUEUED",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "STOPPED",
+    "PREEMPTED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "RESV_DEL_HOLD",
+)
 NEVER = "DependencyNeverSatisfied"  # squeue's reason for a job whose dependency can never be met
 
 
@@ -31,11 +45,19 @@ def run(argv: list[str], what: str, input: str | None = None) -> str:
     """Run one client; its stdout, or SlurmError with its own words."""
     program = shutil.which(argv[0])
     if program is None:
-        raise SlurmError(f"{argv[0]} is not on PATH: the Slurm backend ([backend] kind = \"slurm\" or "
-                         f"QEX_BACKEND=slurm) needs Slurm's clients; install them, or use QEX_BACKEND=local")
+        raise SlurmError(
+            f'{argv[0]} is not on PATH: the Slurm backend ([backend] kind = "slurm" or '
+            f"QEX_BACKEND=slurm) needs Slurm's clients; install them, or use QEX_BACKEND=local"
+        )
     try:
-        proc = subprocess.run([program, *argv[1:]], input=input, capture_output=True, text=True,
-                              timeout=TIMEOUT, stdin=None if input is not None else subprocess.DEVNULL)
+        proc = subprocess.run(
+            [program, *argv[1:]],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         raise SlurmError(f"{argv[0]} did not answer within {TIMEOUT:g} s ({what}): is slurmctld up?") from None
     if proc.returncode != 0:
@@ -64,8 +86,10 @@ def queue_states(job_ids: list[str]) -> dict[str, tuple[str, str, str]]:
     if not job_ids:
         return {}
     bases = sorted({j.split("_")[0] for j in job_ids})
-    out = run(["squeue", "-h", "-a", "-r", "--states=all", "-j", ",".join(bases), "-o", "%i|%T|%r|%N"],
-              "asking for the state of jobs")
+    out = run(
+        ["squeue", "-h", "-a", "-r", "--states=all", "-j", ",".join(bases), "-o", "%i|%T|%r|%N"],
+        "asking for the state of jobs",
+    )
     found = {}
     for line in out.splitlines():
         parts = line.strip().split("|")

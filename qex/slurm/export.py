@@ -25,8 +25,12 @@ def script(config: Config, source: str, jobs: list[tuple[dict, dict, str]], arra
     """The script for ``jobs``: (record, the job's own env, its sbatch --export) in submission
     order (records as qex.jobs.submit.build makes them; needs/after name earlier ones).
     ``array``: the jobs are one fan-out, submitted as one array."""
-    lines = ["#!/bin/bash", f"# Exported by qex from {_comment(source)}: submits {len(jobs)} job(s) with sbatch.",
-             "# Needs only bash and Slurm's sbatch; prints each Slurm job id on a line.", "set -euo pipefail"]
+    lines = [
+        "#!/bin/bash",
+        f"# Exported by qex from {_comment(source)}: submits {len(jobs)} job(s) with sbatch.",
+        "# Needs only bash and Slurm's sbatch; prints each Slurm job id on a line.",
+        "set -euo pipefail",
+    ]
     if array:
         rec, env, exported = jobs[0]
         argv = translate.sbatch_args(config, rec, [], None, array=len(jobs), exported=exported)
@@ -47,9 +51,17 @@ def script(config: Config, source: str, jobs: list[tuple[dict, dict, str]], arra
 
 def _sbatch(name: str, argv: list[str], env: dict, cwd: str, body: list[str]) -> list[str]:
     quoted = " ".join(f'"{a}"' if a.startswith("--dependency=") else shlex.quote(a) for a in argv)  # ($jN)
-    return [f"{name}=$(sbatch --parsable {quoted} <<'{END}'", "#!/bin/bash",
-            *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
-            f"cd {shlex.quote(cwd)}", *body, END, ")", f"{name}=${{{name}%%;*}}", f'echo "${name}"']
+    return [
+        f"{name}=$(sbatch --parsable {quoted} <<'{END}'",
+        "#!/bin/bash",
+        *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
+        f"cd {shlex.quote(cwd)}",
+        *body,
+        END,
+        ")",
+        f"{name}=${{{name}%%;*}}",
+        f'echo "${name}"',
+    ]
 
 
 def _comment(text: str) -> str:

@@ -24,10 +24,13 @@ def batch_script(state_root: str, config_path: str, job_ids: list[str], log_of: 
     env.pop("QEX_BACKEND", None)
     env["QEX_SLURM_STEP"] = "1"  # (qex.queue.engine.ON_NODE: its passes start no local job on the node)
     log = shlex.quote(log_of).replace("{}", "'\"$id\"'")
-    lines = ["#!/bin/bash", "# Written by qex: runs its job under qex's step, which records the job's result.",
-             *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
-             "ids=(" + " ".join(job_ids) + ")",
-             'id=${ids[${SLURM_ARRAY_TASK_ID:-0}]}',
-             f"exec >>{log} 2>&1",
-             f"exec {shlex.quote(sys.executable)} -m {STEP} \"$id\""]
+    lines = [
+        "#!/bin/bash",
+        "# Written by qex: runs its job under qex's step, which records the job's result.",
+        *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
+        "ids=(" + " ".join(job_ids) + ")",
+        "id=${ids[${SLURM_ARRAY_TASK_ID:-0}]}",
+        f"exec >>{log} 2>&1",
+        f'exec {shlex.quote(sys.executable)} -m {STEP} "$id"',
+    ]
     return "\n".join(lines) + "\n"

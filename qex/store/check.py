@@ -24,55 +24,156 @@ _OPT_INT = (int, type(None))
 # status.json: field -> accepted types (bool is refused where a number is meant). One entry per
 # field of qex.store.records.Status: tests/store/test_record_formats.py holds the two to each other.
 STATUS_FIELDS = {
-    "id": str, "seq": int, "state": str, "name": str, "command": list, "cwd": str, "owner": str,
-    "uid": int, "format": int, "group": _OPT_STR, "group_name": _OPT_STR, "tags": list, "priority": int,
-    "claims": dict, "claim_source": dict, "assigned": list, "forced": bool, "submitted_at": NUM,
-    "started_at": _OPT_NUM, "ended_at": _OPT_NUM, "pid": _OPT_INT, "supervisor_pid": _OPT_INT,
-    "exit_code": _OPT_INT, "signal": _OPT_STR, "attempt": int, "attempts": list, "usage": dict,
-    "error": _OPT_STR, "blocked_reason": _OPT_STR, "blocked_holder": _OPT_STR, "blocked_since": _OPT_NUM,
-    "passed_by": int, "dedupe_key": _OPT_STR, "needs": list, "after": list, "skipped_root": _OPT_STR,
-    "logs_dropped": dict, "timeout": _OPT_NUM, "retries": int, "oom_retries": int,
-    "max_queue_time": _OPT_NUM, "queue_pause_secs": NUM, "kill_requested": bool, "oom_evidence": _OPT_STR,
-    "queue_pauses": list, "supervisor_lost": bool, "template": (list, type(None)), "rerun_of": _OPT_STR,
-    "peer_lock": _OPT_STR, "vram_over": _OPT_STR, "slurm_job_id": _OPT_STR, "nice": _OPT_INT, "io_class": _OPT_STR,
+    "id": str,
+    "seq": int,
+    "state": str,
+    "name": str,
+    "command": list,
+    "cwd": str,
+    "owner": str,
+    "uid": int,
+    "format": int,
+    "group": _OPT_STR,
+    "group_name": _OPT_STR,
+    "tags": list,
+    "priority": int,
+    "claims": dict,
+    "claim_source": dict,
+    "assigned": list,
+    "forced": bool,
+    "submitted_at": NUM,
+    "started_at": _OPT_NUM,
+    "ended_at": _OPT_NUM,
+    "pid": _OPT_INT,
+    "supervisor_pid": _OPT_INT,
+    "exit_code": _OPT_INT,
+    "signal": _OPT_STR,
+    "attempt": int,
+    "attempts": list,
+    "usage": dict,
+    "error": _OPT_STR,
+    "blocked_reason": _OPT_STR,
+    "blocked_holder": _OPT_STR,
+    "blocked_since": _OPT_NUM,
+    "passed_by": int,
+    "dedupe_key": _OPT_STR,
+    "needs": list,
+    "after": list,
+    "skipped_root": _OPT_STR,
+    "logs_dropped": dict,
+    "timeout": _OPT_NUM,
+    "retries": int,
+    "oom_retries": int,
+    "max_queue_time": _OPT_NUM,
+    "queue_pause_secs": NUM,
+    "kill_requested": bool,
+    "oom_evidence": _OPT_STR,
+    "queue_pauses": list,
+    "supervisor_lost": bool,
+    "template": (list, type(None)),
+    "rerun_of": _OPT_STR,
+    "peer_lock": _OPT_STR,
+    "vram_over": _OPT_STR,
+    "slurm_job_id": _OPT_STR,
+    "nice": _OPT_INT,
+    "io_class": _OPT_STR,
     "oom_score_adj": _OPT_INT,
 }
-ATTEMPT_FIELDS = {"number": int, "state": str, "claims": (dict, type(None)), "started_at": _OPT_NUM,
-                  "ended_at": _OPT_NUM, "exit_code": _OPT_INT, "signal": _OPT_STR, "usage": (dict, type(None)),
-                  "error": _OPT_STR}
-ENTRY_FIELDS = {"seq": int, "state": str, "owner": str, "uid": int, "name": str, "priority": int,
-                "cpu": int, "mem": int, "pools": dict, "assigned": list, "needs": list, "after": list,
-                "deadline": _OPT_NUM, "passed_by": int, "reason": _OPT_STR, "holder": _OPT_STR,
-                "submitted_at": NUM}
+ATTEMPT_FIELDS = {
+    "number": int,
+    "state": str,
+    "claims": (dict, type(None)),
+    "started_at": _OPT_NUM,
+    "ended_at": _OPT_NUM,
+    "exit_code": _OPT_INT,
+    "signal": _OPT_STR,
+    "usage": (dict, type(None)),
+    "error": _OPT_STR,
+}
+ENTRY_FIELDS = {
+    "seq": int,
+    "state": str,
+    "owner": str,
+    "uid": int,
+    "name": str,
+    "priority": int,
+    "cpu": int,
+    "mem": int,
+    "pools": dict,
+    "assigned": list,
+    "needs": list,
+    "after": list,
+    "deadline": _OPT_NUM,
+    "passed_by": int,
+    "reason": _OPT_STR,
+    "holder": _OPT_STR,
+    "submitted_at": NUM,
+}
 
 # The bound of each number (``qex.base.numbers``): field -> (least, most). A field whose value
 # is None (where its type allows None) or that is missing is not a number to check.
 _PRIORITY = (-N.PRIORITY, N.PRIORITY)
 _PID = (1, N.PID)
 STATUS_NUMBERS = {
-    "seq": (0, N.SEQ), "uid": (0, N.UID), "format": (0, N.COUNT), "priority": _PRIORITY,
-    "submitted_at": (0, N.TIME), "started_at": (0, N.TIME), "ended_at": (0, N.TIME),
-    "blocked_since": (0, N.TIME), "pid": _PID, "supervisor_pid": _PID, "exit_code": (0, N.EXIT),
-    "attempt": (0, N.SEQ), "passed_by": (0, N.SEQ), "timeout": (0, N.DURATION), "retries": (0, N.COUNT),
-    "oom_retries": (0, N.COUNT), "max_queue_time": (0, N.DURATION), "queue_pause_secs": (0, N.DURATION),
-    "nice": (-20, 19), "oom_score_adj": (-1000, 1000),
+    "seq": (0, N.SEQ),
+    "uid": (0, N.UID),
+    "format": (0, N.COUNT),
+    "priority": _PRIORITY,
+    "submitted_at": (0, N.TIME),
+    "started_at": (0, N.TIME),
+    "ended_at": (0, N.TIME),
+    "blocked_since": (0, N.TIME),
+    "pid": _PID,
+    "supervisor_pid": _PID,
+    "exit_code": (0, N.EXIT),
+    "attempt": (0, N.SEQ),
+    "passed_by": (0, N.SEQ),
+    "timeout": (0, N.DURATION),
+    "retries": (0, N.COUNT),
+    "oom_retries": (0, N.COUNT),
+    "max_queue_time": (0, N.DURATION),
+    "queue_pause_secs": (0, N.DURATION),
+    "nice": (-20, 19),
+    "oom_score_adj": (-1000, 1000),
 }
-ATTEMPT_NUMBERS = {"number": (0, N.SEQ), "started_at": (0, N.TIME), "ended_at": (0, N.TIME),
-                   "exit_code": (0, N.EXIT)}
-USAGE_NUMBERS = {"max_rss": (0, N.BYTES), "cpu_secs": (0, N.DURATION), "oom_kills": (0, N.SEQ),
-                 "sample_period": (0, N.DURATION),
-                 "vram_peak": (0, N.BYTES)}
+ATTEMPT_NUMBERS = {"number": (0, N.SEQ), "started_at": (0, N.TIME), "ended_at": (0, N.TIME), "exit_code": (0, N.EXIT)}
+USAGE_NUMBERS = {
+    "max_rss": (0, N.BYTES),
+    "cpu_secs": (0, N.DURATION),
+    "oom_kills": (0, N.SEQ),
+    "sample_period": (0, N.DURATION),
+    "vram_peak": (0, N.BYTES),
+}
 BY_DEVICE = "vram_peak_by_device"  # the one nested field of a usage: {device: bytes}
-DROPPED_NUMBERS = {"stdout_bytes": (0, N.BYTES), "stdout_lines": (0, N.BYTES), "stderr_bytes": (0, N.BYTES),
-                   "stderr_lines": (0, N.BYTES)}
+DROPPED_NUMBERS = {
+    "stdout_bytes": (0, N.BYTES),
+    "stdout_lines": (0, N.BYTES),
+    "stderr_bytes": (0, N.BYTES),
+    "stderr_lines": (0, N.BYTES),
+}
 # An entry's uid is -1 for a record that names none (``index.entry_of``); its cores are millicores.
 ENTRY_NUMBERS = {
-    "seq": (0, N.SEQ), "uid": (-1, N.UID), "priority": _PRIORITY, "cpu": (0, N.MILLICORES),
-    "mem": (0, N.BYTES), "deadline": (0, N.DEADLINE), "passed_by": (0, N.SEQ), "submitted_at": (0, N.TIME),
-    "attempt": (0, N.SEQ), "pid": _PID, "supervisor_pid": _PID,
+    "seq": (0, N.SEQ),
+    "uid": (-1, N.UID),
+    "priority": _PRIORITY,
+    "cpu": (0, N.MILLICORES),
+    "mem": (0, N.BYTES),
+    "deadline": (0, N.DEADLINE),
+    "passed_by": (0, N.SEQ),
+    "submitted_at": (0, N.TIME),
+    "attempt": (0, N.SEQ),
+    "pid": _PID,
+    "supervisor_pid": _PID,
 }
-INDEX_NUMBERS = {"format": (0, N.COUNT), "seq": (0, N.SEQ), "offset": (0, N.SEQ), "next_job": (0, N.SEQ),
-                 "synced": (0, N.SEQ), "journal_ino": (0, N.INODE), "saved_at": (0, N.TIME)}
+INDEX_NUMBERS = {
+    "format": (0, N.COUNT),
+    "seq": (0, N.SEQ),
+    "offset": (0, N.SEQ),
+    "next_job": (0, N.SEQ),
+    "synced": (0, N.SEQ),
+    "journal_ino": (0, N.INODE),
+    "saved_at": (0, N.TIME),
+}
 
 
 class Damaged(ValueError):
@@ -128,10 +229,13 @@ def _claims(claims: dict, where: str) -> None:
 
 def _assigned(items, where: str) -> None:
     for a in items:
-        if not isinstance(a, dict) or not isinstance(a.get("pool"), str) \
-                or not isinstance(a.get("devices", []), list) \
-                or not all(N.ok(d, N.DEVICE, whole=True) for d in a.get("devices", [])) \
-                or not (a.get("size") is None or N.ok(a["size"], N.BYTES, whole=True)):
+        if (
+            not isinstance(a, dict)
+            or not isinstance(a.get("pool"), str)
+            or not isinstance(a.get("devices", []), list)
+            or not all(N.ok(d, N.DEVICE, whole=True) for d in a.get("devices", []))
+            or not (a.get("size") is None or N.ok(a["size"], N.BYTES, whole=True))
+        ):
             raise Damaged(f"{where}assigned holds a bad entry")
 
 
@@ -159,8 +263,11 @@ def status(data: object) -> None:
             _claims(attempt["claims"], f"attempts[{i}].")
         _usage(attempt.get("usage") or {}, USAGE_NUMBERS, f"attempts[{i}].usage")
     for key in ("usage", "logs_dropped", "claim_source"):
-        if any(isinstance(v, (dict, list)) for k, v in (data.get(key) or {}).items()
-               if not (key == "usage" and k == BY_DEVICE)):
+        if any(
+            isinstance(v, (dict, list))
+            for k, v in (data.get(key) or {}).items()
+            if not (key == "usage" and k == BY_DEVICE)
+        ):
             raise Damaged(f"the field {key} holds a nested value")
     _usage(data.get("usage") or {}, USAGE_NUMBERS, "the field usage")
     _usage(data.get("logs_dropped") or {}, DROPPED_NUMBERS, "the field logs_dropped")
@@ -181,12 +288,20 @@ def _usage(data: dict, table: dict, where: str) -> None:
 
 # The exact types an index entry's fields may have (``type(v) in ...``: a bool is no int here),
 # for the fast look at every entry a pass loads; a miss goes to the slow check for its words.
-_EXACT = {int: frozenset({int}), str: frozenset({str}), dict: frozenset({dict}), list: frozenset({list}),
-          NUM: frozenset({int, float}), _OPT_NUM: frozenset({int, float, type(None)}),
-          _OPT_STR: frozenset({str, type(None)})}
+_EXACT = {
+    int: frozenset({int}),
+    str: frozenset({str}),
+    dict: frozenset({dict}),
+    list: frozenset({list}),
+    NUM: frozenset({int, float}),
+    _OPT_NUM: frozenset({int, float, type(None)}),
+    _OPT_STR: frozenset({str, type(None)}),
+}
 _ENTRY_EXACT = tuple((key, _EXACT[types]) for key, types in ENTRY_FIELDS.items())
-_ENTRY_BOUNDS = tuple((key, least, most, ENTRY_FIELDS.get(key, int) is int)  # (attempt, pid: ints)
-                      for key, (least, most) in ENTRY_NUMBERS.items())
+_ENTRY_BOUNDS = tuple(
+    (key, least, most, ENTRY_FIELDS.get(key, int) is int)  # (attempt, pid: ints)
+    for key, (least, most) in ENTRY_NUMBERS.items()
+)
 _ACTIVE = frozenset(ACTIVE)
 
 
@@ -201,12 +316,28 @@ def _plain_entry(entry) -> bool:
                 return False
     except KeyError:
         return False
-    return (N.all_ok(entry, _ENTRY_BOUNDS) and entry["state"] in _ACTIVE and not entry["pools"] and not entry["assigned"]
-            and not entry["needs"] and not entry["after"])
+    return (
+        N.all_ok(entry, _ENTRY_BOUNDS)
+        and entry["state"] in _ACTIVE
+        and not entry["pools"]
+        and not entry["assigned"]
+        and not entry["needs"]
+        and not entry["after"]
+    )
 
 
-SPEC_FIELDS = {"id": str, "command": list, "cwd": str, "env": dict, "format": int, "nice": _OPT_INT,
-               "io_class": _OPT_STR, "oom_score_adj": _OPT_INT, "hints": bool, "request": dict}
+SPEC_FIELDS = {
+    "id": str,
+    "command": list,
+    "cwd": str,
+    "env": dict,
+    "format": int,
+    "nice": _OPT_INT,
+    "io_class": _OPT_STR,
+    "oom_score_adj": _OPT_INT,
+    "hints": bool,
+    "request": dict,
+}
 
 
 def spec(data: object) -> None:
@@ -226,8 +357,13 @@ def spec(data: object) -> None:
 
 def job_name(job_id: object) -> bool:
     """Whether ``job_id`` can name a job directory (a journal event's, an index entry's)."""
-    return (isinstance(job_id, str) and 0 < len(job_id) <= 255 and "/" not in job_id
-            and not job_id.startswith(".") and "\0" not in job_id)
+    return (
+        isinstance(job_id, str)
+        and 0 < len(job_id) <= 255
+        and "/" not in job_id
+        and not job_id.startswith(".")
+        and "\0" not in job_id
+    )
 
 
 def index(data: object) -> dict[str, str]:
@@ -236,8 +372,21 @@ def index(data: object) -> dict[str, str]:
     their records (``qex.store.replay``), and the jobs an earlier pass left out (``damaged``)."""
     if not isinstance(data, dict):
         raise Damaged(f"it holds a JSON {_kind(data)}")
-    _fields(data, {"format": int, "stream": _OPT_STR, "seq": int, "offset": int, "journal_ino": _OPT_INT,
-                   "next_job": int, "synced": int, "jobs": dict, "damaged": dict}, "")
+    _fields(
+        data,
+        {
+            "format": int,
+            "stream": _OPT_STR,
+            "seq": int,
+            "offset": int,
+            "journal_ino": _OPT_INT,
+            "next_job": int,
+            "synced": int,
+            "jobs": dict,
+            "damaged": dict,
+        },
+        "",
+    )
     _numbers(data, INDEX_NUMBERS, "")
     bad = {}
     for job_id, entry in (data.get("jobs") or {}).items():
@@ -285,13 +434,22 @@ def index_entry(job_id: object, entry: object) -> None:
     if entry["state"] not in ACTIVE:
         raise Damaged(f"{where}state is {str(entry['state'])[:20]!r}")
     for name, claim in entry["pools"].items():
-        if not (isinstance(claim, list) and len(claim) == 2 and N.ok(claim[0], N.COUNT, whole=True)
-                and (claim[1] is None or N.ok(claim[1], N.BYTES, whole=True))):
+        if not (
+            isinstance(claim, list)
+            and len(claim) == 2
+            and N.ok(claim[0], N.COUNT, whole=True)
+            and (claim[1] is None or N.ok(claim[1], N.BYTES, whole=True))
+        ):
             raise Damaged(f"{where}pools.{name} is not [count, size]")
     for a in entry["assigned"]:
-        if not (isinstance(a, list) and len(a) == 3 and isinstance(a[0], str) and isinstance(a[1], list)
-                and all(N.ok(d, N.DEVICE, whole=True) for d in a[1])
-                and (a[2] is None or N.ok(a[2], N.BYTES, whole=True))):
+        if not (
+            isinstance(a, list)
+            and len(a) == 3
+            and isinstance(a[0], str)
+            and isinstance(a[1], list)
+            and all(N.ok(d, N.DEVICE, whole=True) for d in a[1])
+            and (a[2] is None or N.ok(a[2], N.BYTES, whole=True))
+        ):
             raise Damaged(f"{where}assigned is not [[pool, devices, size]]")
     _strings(entry["needs"], f"{where}needs")
     _strings(entry["after"], f"{where}after")

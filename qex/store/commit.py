@@ -22,7 +22,7 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-_MARK_BYTES = 128    # the first bytes of the journal that tell one journal file from another (Store._journal_mark)
+_MARK_BYTES = 128  # the first bytes of the journal that tell one journal file from another (Store._journal_mark)
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:
     from qex.base import faults
@@ -70,8 +70,14 @@ class Commit:
         if data is not None:
             if not os.path.isdir(directory):
                 return False
-            fs.write_atomic(os.path.join(directory, layout.STATUS), data, mode=self.status_mode,
-                            sync_dir=False, sync=False, exchange=True)
+            fs.write_atomic(
+                os.path.join(directory, layout.STATUS),
+                data,
+                mode=self.status_mode,
+                sync_dir=False,
+                sync=False,
+                exchange=True,
+            )
             return True
         if not os.path.isdir(directory):
             return False
@@ -87,8 +93,13 @@ class Commit:
         fs.write_atomic(path, data, mode=self.status_mode, sync_dir=False, sync=False, exchange=True)
         return True
 
-    def commit_locked(self, idx: Index, changes: list[tuple[dict, str | None, str]],
-                      save_index: bool = True, applied: Callable[[], None] | None = None) -> list[dict]:
+    def commit_locked(
+        self,
+        idx: Index,
+        changes: list[tuple[dict, str | None, str]],
+        save_index: bool = True,
+        applied: Callable[[], None] | None = None,
+    ) -> list[dict]:
         """Apply changes: (new record dict, previous state, change kind).
 
         Journal first (fsynced), then each status.json, then the index.
@@ -144,16 +155,16 @@ class Commit:
         self._keep(idx)
         return events
 
-    def _append_locked(self, idx: Index, events: list[dict], data: bytes,
-                       changes: list[tuple[dict, str | None, str]], sync: bool) -> None:
+    def _append_locked(
+        self, idx: Index, events: list[dict], data: bytes, changes: list[tuple[dict, str | None, str]], sync: bool
+    ) -> None:
         """Append a commit's ``events`` (``data``: their lines) to the journal, fsynced if
         ``sync``; the index then counts its new end, in that file."""
         # Keep room for the records of running jobs: a new job needs more than an ending one.
         fs.ensure_room(self.root, fs.SUBMIT_ROOM if any(p is None for _, p, _ in changes) else fs.COMMIT_ROOM)
         appended: dict = {}
         try:  # a lazy commit's fsync is made once the lock is let go (fs.sync_at_release)
-            idx.offset = journal.append(self.journal_path, events, self.file_mode, sync=sync, data=data,
-                                        info=appended)
+            idx.offset = journal.append(self.journal_path, events, self.file_mode, sync=sync, data=data, info=appended)
         except OSError as exc:
             raise StoreError(fs.describe_write_failure(self.journal_path, exc)) from None
         idx.journal_ino = appended.get("ino", idx.journal_ino)
@@ -205,9 +216,20 @@ def _events(idx: Index, changes: list[tuple[dict, str | None, str]]) -> list[dic
     events = []
     for rec, previous, change in changes:
         idx.seq += 1
-        events.append({"event": "job", "seq": idx.seq, "stream": idx.stream, "time": now,
-                       "id": rec["id"], "name": rec.get("name", ""), "state": rec["state"],
-                       "previous": previous, "change": change, "job": rec})
+        events.append(
+            {
+                "event": "job",
+                "seq": idx.seq,
+                "stream": idx.stream,
+                "time": now,
+                "id": rec["id"],
+                "name": rec.get("name", ""),
+                "state": rec["state"],
+                "previous": previous,
+                "change": change,
+                "job": rec,
+            }
+        )
     for event in events:  # the seq of the append's last event: replay takes whole appends only
         event["commit"] = idx.seq
     return events
@@ -248,4 +270,3 @@ def _coalesced(changes: list[tuple[dict, str | None, str]]) -> list[tuple[dict, 
         last[rec["id"]] = len(out)
         out.append((rec, previous, change))
     return out
-

@@ -35,8 +35,8 @@ from qex.store.records import Status
 
 KINDS = ("stream", "job", "gap")
 CHANGES = ("state", "reason", "vram")  # a job line's ``change`` (vram: its VRAM above its claim)
-POLL = 0.1        # without inotify
-RECHECK = 0.25    # with inotify: look anyway this often, the file opened again (another NFS client's writes)
+POLL = 0.1  # without inotify
+RECHECK = 0.25  # with inotify: look anyway this often, the file opened again (another NFS client's writes)
 
 
 @frozen
@@ -44,19 +44,19 @@ class Event:
     """One line of ``qex events --json``. Read ``event`` first and ignore a
     kind you do not know: a later qex may add one."""
 
-    event: str                    # stream | job | gap
-    seq: int                      # the position after this line (resume with --since STREAM:SEQ)
-    stream: str | None            # the journal's stream id (None only before the first event ever)
-    time: float                   # seconds since the epoch
-    id: str | None = None         # job: the job's id
-    name: str | None = None       # job: the job's name
-    state: str | None = None      # job: its state now
-    previous: str | None = None   # job: its state before (null on its first line)
-    change: str | None = None     # job: "state", "reason" (the blocked_reason or another field), "vram" (CHANGES)
-    job: Status | None = None     # job: the whole record, as qex status --json prints it
-    missed: int | None = None     # gap: events lost (null: cannot be counted)
-    next_seq: int | None = None   # gap: the seq of the next event you get
-    reason: str | None = None     # gap: what happened, in words
+    event: str  # stream | job | gap
+    seq: int  # the position after this line (resume with --since STREAM:SEQ)
+    stream: str | None  # the journal's stream id (None only before the first event ever)
+    time: float  # seconds since the epoch
+    id: str | None = None  # job: the job's id
+    name: str | None = None  # job: the job's name
+    state: str | None = None  # job: its state now
+    previous: str | None = None  # job: its state before (null on its first line)
+    change: str | None = None  # job: "state", "reason" (the blocked_reason or another field), "vram" (CHANGES)
+    job: Status | None = None  # job: the whole record, as qex status --json prints it
+    missed: int | None = None  # gap: events lost (null: cannot be counted)
+    next_seq: int | None = None  # gap: the seq of the next event you get
+    reason: str | None = None  # gap: what happened, in words
 
 
 class BadSince(ValueError):
@@ -75,6 +75,7 @@ def parse_since(text: str | None) -> str | tuple[str, int]:
 
 # ---- reading lines -------------------------------------------------------------
 
+
 def _quick(line: bytes) -> tuple[str | None, int]:
     """(stream, seq) of a journal line without parsing the whole record.
 
@@ -86,7 +87,7 @@ def _quick(line: bytes) -> tuple[str | None, int]:
         i = line.rindex(b',"seq":') + 7
         j = line.index(b",", i)
         k = line.rindex(b',"stream":"') + 11
-        return line[k:line.index(b'"', k)].decode(), int(line[i:j])
+        return line[k : line.index(b'"', k)].decode(), int(line[i:j])
     except ValueError:
         return None, -1
 
@@ -100,7 +101,7 @@ def _first_line(fd: int) -> bytes | None:
             return None
         data += chunk
         at += len(chunk)
-    return data[:data.index(b"\n")]
+    return data[: data.index(b"\n")]
 
 
 def _last_line(fd: int) -> tuple[bytes | None, int]:
@@ -116,7 +117,7 @@ def _last_line(fd: int) -> tuple[bytes | None, int]:
             continue
         start = data.rfind(b"\n", 0, end)
         if start >= 0 or at == 0:
-            return data[start + 1:end], at + end + 1
+            return data[start + 1 : end], at + end + 1
     return None, 0
 
 
@@ -190,6 +191,7 @@ class _File:
 
 # ---- the reader ----------------------------------------------------------------
 
+
 class Reader:
     """Events of one state directory from a position on, in order, each once."""
 
@@ -231,8 +233,11 @@ class Reader:
 
     def _begin_at(self, stream: str, seq: int, first_rot, first_cur) -> None:
         self.stream, self.seq = stream, seq
-        held = [(p, _quick(line)) for p, line in ((self.rot_path, first_rot), (self.cur_path, first_cur))
-                if line is not None]
+        held = [
+            (p, _quick(line))
+            for p, line in ((self.rot_path, first_rot), (self.cur_path, first_cur))
+            if line is not None
+        ]
         # The newest file that starts at or before the next event: no loss.
         for path, (s, first) in reversed(held):
             if s == stream and first <= seq + 1:
@@ -248,14 +253,26 @@ class Reader:
             return
         last_stream, last_seq = _index_position(self.root)
         if last_stream is not None and last_stream != stream:
-            self.pending.append(self._gap(None, last_seq + 1, last_stream,
-                                          f"the position {stream}:{seq} is from another stream (this journal "
-                                          f"is {last_stream}); what happened between cannot be counted"))
+            self.pending.append(
+                self._gap(
+                    None,
+                    last_seq + 1,
+                    last_stream,
+                    f"the position {stream}:{seq} is from another stream (this journal "
+                    f"is {last_stream}); what happened between cannot be counted",
+                )
+            )
             self.stream, self.seq = last_stream, last_seq
         elif last_stream == stream and last_seq < seq:
-            self.pending.append(self._gap(None, last_seq + 1, stream,
-                                          f"the position {stream}:{seq} is past the journal's last event "
-                                          f"({last_seq}); nothing after {last_seq} was missed"))
+            self.pending.append(
+                self._gap(
+                    None,
+                    last_seq + 1,
+                    stream,
+                    f"the position {stream}:{seq} is past the journal's last event "
+                    f"({last_seq}); nothing after {last_seq} was missed",
+                )
+            )
             self.seq = last_seq
 
     # -- reading --
@@ -325,13 +342,25 @@ class Reader:
             if self.stream is None:
                 self.stream = stream
             elif stream != self.stream:
-                out.append(self._gap(None, seq, stream,
-                                     f"the journal began a new stream {stream} (its index was rebuilt) after "
-                                     f"{self.stream}:{self.seq}; what happened between cannot be counted"))
+                out.append(
+                    self._gap(
+                        None,
+                        seq,
+                        stream,
+                        f"the journal began a new stream {stream} (its index was rebuilt) after "
+                        f"{self.stream}:{self.seq}; what happened between cannot be counted",
+                    )
+                )
             elif seq > self.seq + 1:
-                out.append(self._gap(seq - self.seq - 1, seq, stream,
-                                     f"the journal no longer holds events {self.seq + 1} to {seq - 1} "
-                                     f"(rotated away; QEX_JOURNAL_MAX_BYTES sets its size)"))
+                out.append(
+                    self._gap(
+                        seq - self.seq - 1,
+                        seq,
+                        stream,
+                        f"the journal no longer holds events {self.seq + 1} to {seq - 1} "
+                        f"(rotated away; QEX_JOURNAL_MAX_BYTES sets its size)",
+                    )
+                )
             self.stream, self.seq = stream, seq
             out.append(event)
         return out
@@ -340,8 +369,15 @@ class Reader:
         return {"event": kind, "stream": self.stream, "seq": self.seq, "time": time.time()}
 
     def _gap(self, missed, next_seq: int, stream: str, reason: str) -> dict:
-        return {"event": "gap", "stream": stream, "seq": next_seq - 1, "time": time.time(),
-                "missed": missed, "next_seq": next_seq, "reason": reason}
+        return {
+            "event": "gap",
+            "stream": stream,
+            "seq": next_seq - 1,
+            "time": time.time(),
+            "missed": missed,
+            "next_seq": next_seq,
+            "reason": reason,
+        }
 
     def close(self) -> None:
         if self.file is not None:
@@ -370,6 +406,7 @@ def _index_position(root: str) -> tuple[str | None, int]:
 
 
 # ---- waiting for the journal to change -------------------------------------------
+
 
 class Watch:
     """inotify on the state directory (journal names only), through ctypes.
@@ -412,7 +449,7 @@ class Watch:
             at = 0
             while at + 16 <= len(data):
                 _wd, mask, _cookie, length = struct.unpack_from("iIII", data, at)
-                name = data[at + 16:at + 16 + length].rstrip(b"\0")
+                name = data[at + 16 : at + 16 + length].rstrip(b"\0")
                 if name.startswith(b"journal") or mask & self.IN_Q_OVERFLOW:
                     hit = True
                 at += 16 + length

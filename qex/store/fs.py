@@ -72,8 +72,7 @@ def read_bytes(path: str, limit: int | None = None, owner: int | None = None) ->
         if owner is not None:
             st = os.fstat(fd)
             if st.st_uid != owner or st.st_nlink != 1 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                raise NotRegular(errno.EPERM, "is not owned by the job's owner alone (replaced by another user?)",
-                                 path)
+                raise NotRegular(errno.EPERM, "is not owned by the job's owner alone (replaced by another user?)", path)
         chunks, total = [], 0
         while True:
             want = 1 << 20 if limit is None else min(1 << 20, limit + 1 - total)
@@ -105,8 +104,9 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o600, sync_dir: bool = True, sync: bool = True,
-                 exchange: bool = False) -> None:
+def write_atomic(
+    path: str, data: bytes, mode: int = 0o600, sync_dir: bool = True, sync: bool = True, exchange: bool = False
+) -> None:
     """Write ``data`` so that readers see the old file or the new one, never a part.
 
     ``sync=False`` leaves the fsync to the caller, who must ``syncfs`` before
@@ -187,9 +187,11 @@ def ensure_room(path: str, need: int) -> None:
     """Refuse (StoreError, disk full) when the disk of ``path`` has less than ``need`` bytes free."""
     free = free_bytes(path)
     if free is not None and free < need:
-        raise StoreError(f"cannot write in {path}: the disk is full ({free >> 10} KiB free, qex keeps "
-                         f"{need >> 10} KiB for the records of running jobs); free some space "
-                         "(qex clean --auto removes old records)")
+        raise StoreError(
+            f"cannot write in {path}: the disk is full ({free >> 10} KiB free, qex keeps "
+            f"{need >> 10} KiB for the records of running jobs); free some space "
+            "(qex clean --auto removes old records)"
+        )
 
 
 def _create_exclusive(tmp: str, mode: int) -> int:
@@ -206,7 +208,7 @@ def write_all(fd: int, data: bytes) -> None:
     """Write every byte of ``data`` (``os.write`` may write less than asked)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def json_bytes(obj: object) -> bytes:
@@ -232,8 +234,9 @@ def ensure_private_dir(path: str, mode: int = 0o700) -> None:
         os.makedirs(path, mode=mode, exist_ok=True)
         st = os.lstat(path)
     except OSError as exc:
-        raise StoreError(f"cannot create the state directory {path}: {exc.strerror}; "
-                         "set QEX_STATE_DIR to a directory you can write") from None
+        raise StoreError(
+            f"cannot create the state directory {path}: {exc.strerror}; set QEX_STATE_DIR to a directory you can write"
+        ) from None
     if not stat.S_ISDIR(st.st_mode):
         raise StoreError(f"{path} is not a directory; set QEX_STATE_DIR to a directory qex can own")
 
@@ -252,19 +255,24 @@ def check_state_dir(path: str) -> os.stat_result:
 
     shared = is_shared(st)
     if mode & stat.S_IWOTH:
-        raise StoreError(f"the state directory {path} is writable by every user (mode {mode:o}), so anyone "
-                         f"could change the queue; make it private with chmod 700 {path}")
+        raise StoreError(
+            f"the state directory {path} is writable by every user (mode {mode:o}), so anyone "
+            f"could change the queue; make it private with chmod 700 {path}"
+        )
     if shared:
         return st
     if st.st_uid != os.getuid():
         from qex.base.paths import user_name
 
-        raise StoreError(f"the state directory {path} belongs to {user_name(st.st_uid)}, not to you "
-                         f"({user_name()}); set QEX_STATE_DIR to a directory of your own "
-                         "(a queue several users share is made with qex init --shared DIR)")
+        raise StoreError(
+            f"the state directory {path} belongs to {user_name(st.st_uid)}, not to you "
+            f"({user_name()}); set QEX_STATE_DIR to a directory of your own "
+            "(a queue several users share is made with qex init --shared DIR)"
+        )
     if mode & stat.S_IWGRP:
-        raise StoreError(f"the state directory {path} is group-writable (mode {mode:o}) but is not a shared "
-                         f"queue; make it private with chmod 700 {path} "
-                         "(a queue several users share is made with qex init --shared DIR)")
+        raise StoreError(
+            f"the state directory {path} is group-writable (mode {mode:o}) but is not a shared "
+            f"queue; make it private with chmod 700 {path} "
+            "(a queue several users share is made with qex init --shared DIR)"
+        )
     return st
-

@@ -56,14 +56,21 @@ def line_of(rec: dict, store: object = None) -> bytes:
     lacks: ``qex list`` reads that job's record when it shows them), and ``st``, the identity of its status.json (a reader that finds another file there
     reads the record: one ``stat`` per row finds a record damaged or rewritten since)."""
     claims = rec.get("claims") or {}
-    row = {"seq": int(rec.get("seq", 0)), "id": rec["id"], "state": rec["state"],
-           "name": rec.get("name", ""), "owner": rec.get("owner", ""), "uid": rec.get("uid", -1),
-           "submitted_at": rec.get("submitted_at"), "started_at": rec.get("started_at"),
-           "ended_at": rec.get("ended_at"), "claims": {"cpu": claims.get("cpu", 1.0), "mem": claims.get("mem", 0)}}
+    row = {
+        "seq": int(rec.get("seq", 0)),
+        "id": rec["id"],
+        "state": rec["state"],
+        "name": rec.get("name", ""),
+        "owner": rec.get("owner", ""),
+        "uid": rec.get("uid", -1),
+        "submitted_at": rec.get("submitted_at"),
+        "started_at": rec.get("started_at"),
+        "ended_at": rec.get("ended_at"),
+        "claims": {"cpu": claims.get("cpu", 1.0), "mem": claims.get("mem", 0)},
+    }
     pools = claims.get("pools")
     if pools:
-        row["claims"]["pools"] = {k: {"count": v.get("count", 1), "size": v.get("size")}
-                                  for k, v in pools.items()}
+        row["claims"]["pools"] = {k: {"count": v.get("count", 1), "size": v.get("size")} for k, v in pools.items()}
     for key in ("exit_code", "signal", "supervisor_lost", "tags", "cwd", "group", "group_name", "vram_over"):
         value = rec.get(key)
         if value not in (None, False, [], ""):
@@ -86,6 +93,7 @@ def identity(st: os.stat_result) -> list[int]:
 
 
 # ---- writers (state lock held) ------------------------------------------------------
+
 
 def note_final_locked(store: object, changes: list[tuple[dict, str | None, str]]) -> None:
     """After a commit's status files: a line for each job it made final."""
@@ -145,12 +153,12 @@ def _present(store, wanted: set) -> set:
                 if nl < 0:
                     carry = chunk
                     continue
-                carry, chunk = chunk[:nl + 1], chunk[nl + 1:]
+                carry, chunk = chunk[: nl + 1], chunk[nl + 1 :]
             for m in pattern.finditer(chunk):
                 job_id = m[2].decode()
                 if job_id in wanted and job_id not in found:
                     try:  # a line damaged after its id is no line: the job is appended again
-                        json.loads(chunk[m.start():chunk.index(b"\n", m.start())])
+                        json.loads(chunk[m.start() : chunk.index(b"\n", m.start())])
                     except ValueError:
                         continue
                     found.add(job_id)
@@ -244,6 +252,7 @@ def _torn(fd: int, data: bytes) -> None:
 
 
 # ---- readers (no lock) --------------------------------------------------------------
+
 
 def _read(store) -> bytes:
     from qex.store import fs

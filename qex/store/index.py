@@ -9,10 +9,10 @@ from qex.base import numbers
 from qex.store import check, journal
 
 INDEX_FORMAT = 1
-LAZY = "lazy"        # commit_locked(save_index=LAZY): save the index only every so often:
-LAZY_EVENTS = 32     # when this many events are not in the file yet (or one per LAZY_ENTRIES of its jobs,
-LAZY_ENTRIES = 4     # if more: a save costs what the file holds, a reader's replay what it lacks),
-LAZY_SECS = 1.0      # or when it was saved this long ago (readers replay the journal after it)
+LAZY = "lazy"  # commit_locked(save_index=LAZY): save the index only every so often:
+LAZY_EVENTS = 32  # when this many events are not in the file yet (or one per LAZY_ENTRIES of its jobs,
+LAZY_ENTRIES = 4  # if more: a save costs what the file holds, a reader's replay what it lacks),
+LAZY_SECS = 1.0  # or when it was saved this long ago (readers replay the journal after it)
 
 
 class Index:
@@ -20,12 +20,12 @@ class Index:
 
     def __init__(self, data: dict):
         self.stream: str = data.get("stream") or journal.new_stream()
-        self.seq: int = int(data.get("seq", 0))              # last journal seq applied
-        self.offset: int = int(data.get("offset", 0))        # journal bytes applied
+        self.seq: int = int(data.get("seq", 0))  # last journal seq applied
+        self.offset: int = int(data.get("offset", 0))  # journal bytes applied
         # the inode of the journal file ``offset`` counts in (None: an index of an earlier qex,
         # or of no journal yet): a pass that reads another file reads it whole (read_committed)
         self.journal_ino: int | None = journal_ino(data)
-        self.next_job: int = int(data.get("next_job", 1))    # next job seq number
+        self.next_job: int = int(data.get("next_job", 1))  # next job seq number
         self.jobs: dict[str, dict] = dict(data.get("jobs", {}))
         self.unsaved = False  # applied journal events the file does not have yet
         # The journal offset up to which every event's record is durable (its status.json
@@ -34,7 +34,7 @@ class Index:
         # index file of an earlier qex, which synced every record it counted, has none.
         self.synced: int = min(int(data.get("synced", self.offset)), self.offset)
         self.saved_at = float(data.get("saved_at", 0.0))  # when the file was written
-        self.saved_seq = self.seq                          # the seq the file has
+        self.saved_seq = self.seq  # the seq the file has
         self.touched: set[str] = set()  # jobs whose entry was put or dropped since ``view`` last looked
         self.view = None  # the engine's queue in admission order (qex.queue.queueview), built on first use
         # the status.json of each active job this process's commits wrote last, as written: a pass
@@ -60,9 +60,17 @@ class Index:
         return self.seq + events - self.saved_seq >= behind or time.time() - self.saved_at >= LAZY_SECS
 
     def dump(self) -> dict:
-        data = {"format": INDEX_FORMAT, "stream": self.stream, "seq": self.seq,
-                "offset": self.offset, "journal_ino": self.journal_ino, "synced": self.synced,
-                "next_job": self.next_job, "saved_at": self.saved_at, "jobs": self.jobs}
+        data = {
+            "format": INDEX_FORMAT,
+            "stream": self.stream,
+            "seq": self.seq,
+            "offset": self.offset,
+            "journal_ino": self.journal_ino,
+            "synced": self.synced,
+            "next_job": self.next_job,
+            "saved_at": self.saved_at,
+            "jobs": self.jobs,
+        }
         if self.damaged:
             data["damaged"] = self.damaged  # (after the jobs: the counters come first, Replay._saved_elsewhere)
         return data
@@ -79,22 +87,32 @@ def entry_of(rec: dict) -> dict:
     claims = rec.get("claims") or {}
     mqt = rec.get("max_queue_time")
     entry = {
-        "seq": rec["seq"], "state": rec["state"], "owner": rec.get("owner", ""),
-        "uid": rec.get("uid", -1), "name": rec.get("name", ""),
-        "group": rec.get("group"), "group_name": rec.get("group_name"),
+        "seq": rec["seq"],
+        "state": rec["state"],
+        "owner": rec.get("owner", ""),
+        "uid": rec.get("uid", -1),
+        "name": rec.get("name", ""),
+        "group": rec.get("group"),
+        "group_name": rec.get("group_name"),
         "priority": rec.get("priority", 0),
-        "cpu": round(float(claims.get("cpu", 1.0)) * 1000), "mem": int(claims.get("mem", 0)),
+        "cpu": round(float(claims.get("cpu", 1.0)) * 1000),
+        "mem": int(claims.get("mem", 0)),
         "pools": {k: [v.get("count", 1), v.get("size")] for k, v in (claims.get("pools") or {}).items()},
-        "assigned": [[a["pool"], list(a.get("devices", ())), a.get("size")]
-                     for a in rec.get("assigned") or ()],
-        "needs": list(rec.get("needs") or ()), "after": list(rec.get("after") or ()),
+        "assigned": [[a["pool"], list(a.get("devices", ())), a.get("size")] for a in rec.get("assigned") or ()],
+        "needs": list(rec.get("needs") or ()),
+        "after": list(rec.get("after") or ()),
         "deadline": (rec.get("submitted_at", 0.0) + mqt + rec.get("queue_pause_secs", 0.0))
-        if mqt is not None and rec.get("attempt", 1) == 1 else None,  # a retry has started once
+        if mqt is not None and rec.get("attempt", 1) == 1
+        else None,  # a retry has started once
         "attempt": rec.get("attempt", 1),
-        "passed_by": rec.get("passed_by", 0), "reason": rec.get("blocked_reason"),
-        "holder": rec.get("blocked_holder"), "dedupe_key": rec.get("dedupe_key"),
-        "pid": rec.get("pid"), "supervisor_pid": rec.get("supervisor_pid"),
-        "kill": rec.get("kill_requested", False), "submitted_at": rec.get("submitted_at", 0.0),
+        "passed_by": rec.get("passed_by", 0),
+        "reason": rec.get("blocked_reason"),
+        "holder": rec.get("blocked_holder"),
+        "dedupe_key": rec.get("dedupe_key"),
+        "pid": rec.get("pid"),
+        "supervisor_pid": rec.get("supervisor_pid"),
+        "kill": rec.get("kill_requested", False),
+        "submitted_at": rec.get("submitted_at", 0.0),
         "peer_lock": rec.get("peer_lock"),
     }
     if rec.get("slurm_job_id"):

@@ -48,8 +48,14 @@ def encode_job_event(event: dict, job: bytes) -> bytes:
     return b"".join((before, b"," if head else b"", b'"job":', job, b"," if tail else b"", after, b"\n"))
 
 
-def append(path: str, events: list[dict], mode: int = 0o600, sync: bool = True, data: bytes | None = None,
-           info: dict | None = None) -> int:
+def append(
+    path: str,
+    events: list[dict],
+    mode: int = 0o600,
+    sync: bool = True,
+    data: bytes | None = None,
+    info: dict | None = None,
+) -> int:
     """Append ``events`` as lines and fsync; return the new size of the file
     (``info``, when given, receives its ``ino``).
 
@@ -142,13 +148,16 @@ def read_from(path: str, offset: int) -> tuple[list[dict], int]:
     an event and is left out (the next append truncates nothing; see ``trim``).
     """
     from qex.base.errors import StoreError
+
     try:
         fd = fs.open_regular(path)
     except FileNotFoundError:
         return [], 0
     except OSError as exc:
-        raise StoreError(f"the journal {path} cannot be read ({exc.strerror or exc}); move it away "
-                         "(the records keep every job; only the event history is lost)") from None
+        raise StoreError(
+            f"the journal {path} cannot be read ({exc.strerror or exc}); move it away "
+            "(the records keep every job; only the event history is lost)"
+        ) from None
     try:
         size = os.fstat(fd).st_size
         if size <= offset:
@@ -174,8 +183,9 @@ def read_from(path: str, offset: int) -> tuple[list[dict], int]:
     return events, offset + end
 
 
-def read_committed(path: str, offset: int, info: dict | None = None,
-                   ino: int | None = None) -> tuple[list[dict], int, int]:
+def read_committed(
+    path: str, offset: int, info: dict | None = None, ino: int | None = None
+) -> tuple[list[dict], int, int]:
     """Like ``read_from``, but only whole appends: the events up to the end of the
     last append whose every line was written, and the offset after it.
 
@@ -195,13 +205,16 @@ def read_committed(path: str, offset: int, info: dict | None = None,
     and the seqs of those events would be given again.
     """
     from qex.base.errors import StoreError
+
     try:
         fd = fs.open_regular(path)  # never follows a symlink nor blocks on a FIFO
     except FileNotFoundError:
         return [], 0, 0
     except OSError as exc:
-        raise StoreError(f"the journal {path} cannot be read ({exc.strerror or exc}); move it away "
-                         "(the records keep every job; only the event history is lost)") from None
+        raise StoreError(
+            f"the journal {path} cannot be read ({exc.strerror or exc}); move it away "
+            "(the records keep every job; only the event history is lost)"
+        ) from None
     try:
         st = os.fstat(fd)
         size = st.st_size

@@ -53,24 +53,23 @@ import stat
 
 # ---- the state directory itself ------------------------------------------------------------
 
-LOCK = "lock"                        # the state lock; its ``applied`` line (qex.store.lock, qex.store.replay)
-INDEX = "index.json"                 # the active index (qex.store.index; written by the commit, qex.store.commit)
-JOURNAL = "journal.jsonl"            # the event journal (qex.store.journal; appended by every pass)
+LOCK = "lock"  # the state lock; its ``applied`` line (qex.store.lock, qex.store.replay)
+INDEX = "index.json"  # the active index (qex.store.index; written by the commit, qex.store.commit)
+JOURNAL = "journal.jsonl"  # the event journal (qex.store.journal; appended by every pass)
 JOURNAL_ROTATED = "journal.1.jsonl"  # the journal before its rotation (qex.store.journal.rotate)
-HISTORY = "history.jsonl"            # a line per finished job (qex.store.history)
-JOBS = "jobs"                        # a directory per job (qex.store.state)
-GROUPS = "groups"                    # a file per group (qex.jobs.groups)
-PAUSE = "pause"                      # the pause files (qex.queue.pause)
-HOOKS_PENDING = "hooks-pending"      # markers of stop hooks to run (qex.hooks.markers)
-HOOKS_LOG = "hooks.log"              # a hook runner's stdout and stderr (qex.hooks.pending)
-WAKER_LOG = "waker.log"              # a waker's stdout and stderr (qex.queue.waker)
-LEARN = "learn.json"                 # the learner's store (qex.jobs.learn)
-LEARN_LOCK = "learn.lock"            # held while the learner's store is rewritten (qex.jobs.learn)
+HISTORY = "history.jsonl"  # a line per finished job (qex.store.history)
+JOBS = "jobs"  # a directory per job (qex.store.state)
+GROUPS = "groups"  # a file per group (qex.jobs.groups)
+PAUSE = "pause"  # the pause files (qex.queue.pause)
+HOOKS_PENDING = "hooks-pending"  # markers of stop hooks to run (qex.hooks.markers)
+HOOKS_LOG = "hooks.log"  # a hook runner's stdout and stderr (qex.hooks.pending)
+WAKER_LOG = "waker.log"  # a waker's stdout and stderr (qex.queue.waker)
+LEARN = "learn.json"  # the learner's store (qex.jobs.learn)
+LEARN_LOCK = "learn.lock"  # held while the learner's store is rewritten (qex.jobs.learn)
 DEDUPE_RECENT = "dedupe-recent.json"  # the dedupe keys of recently ended jobs (qex.jobs.dedupe)
-PRUNED = "pruned"                    # its time: when ended records were last pruned (qex.queue.prune)
-GPU_SEEN = "gpu-seen"                # the VRAM each process holds, as the driver last said (qex.queue.gpuseen)
-GPU_READING = "gpu-reading.json"     # the GPUs, as the driver last said (qex.queue.gpuseen, for qex info)
-
+PRUNED = "pruned"  # its time: when ended records were last pruned (qex.queue.prune)
+GPU_SEEN = "gpu-seen"  # the VRAM each process holds, as the driver last said (qex.queue.gpuseen)
+GPU_READING = "gpu-reading.json"  # the GPUs, as the driver last said (qex.queue.gpuseen, for qex info)
 
 
 def waker_lock(uid: int) -> str:
@@ -90,29 +89,29 @@ def learn_aside(when: int) -> str:
 
 # ---- in a job's directory, jobs/<id>/ -------------------------------------------------------
 
-STATUS = "status.json"               # the job's record (qex.store.commit)
-SPEC = "spec.json"                   # what to run, written once at submission (qex.store.state)
-STDOUT = "stdout.log"                # the job's stdout (qex.supervisor.run, .logs)
-STDERR = "stderr.log"                # the job's stderr (qex.supervisor.run, .logs)
-SUPERVISOR_LOG = "supervisor.log"    # its supervisor's stdout and stderr (qex.queue.fork, qex.supervisor.run)
-SLURM_LOG = "slurm.log"              # the Slurm backend: its batch script's stdout and stderr (qex.slurm.script)
-ALIVE = "alive.lock"                 # held by its supervisor while it lives (made by the pass: qex.queue.engine)
-PID = "pid"                          # the pid file (qex.linux.pidfile; written by qex.supervisor.spawn)
-VRAM = "vram"                        # a GPU job's VRAM peak so far, per device (qex.supervisor.vram)
-CGROUP = "cgroup"                    # names the job's cgroup: an older qex wrote it; read, removed (qex.linux.cgroup)
-HOOK_RAN = "hook.ran"                # its stop hook was started; then its verdict (qex.hooks.runner)
-HOOK_LOG = "hook.log"                # its stop hook's stdout and stderr (qex.hooks.runner)
-STDIN = "stdin"                      # its input: a copy (--stdin -), a link (--stdin FILE), a FIFO (qex run)
-STDOUT_PIPE = "stdout.pipe"          # FIFOs its qex run / submit --follow reads the output from
-STDERR_PIPE = "stderr.pipe"          # (qex.supervisor.pipes: made by the follower, written by the supervisor)
-CALL = "call.pickle"                 # a Python call: its function and arguments (qex.api.calls; read by qex.api.runner)
-RESULT = "result.pickle"             # what the call returned or raised (written by qex.api.runner)
+STATUS = "status.json"  # the job's record (qex.store.commit)
+SPEC = "spec.json"  # what to run, written once at submission (qex.store.state)
+STDOUT = "stdout.log"  # the job's stdout (qex.supervisor.run, .logs)
+STDERR = "stderr.log"  # the job's stderr (qex.supervisor.run, .logs)
+SUPERVISOR_LOG = "supervisor.log"  # its supervisor's stdout and stderr (qex.queue.fork, qex.supervisor.run)
+SLURM_LOG = "slurm.log"  # the Slurm backend: its batch script's stdout and stderr (qex.slurm.script)
+ALIVE = "alive.lock"  # held by its supervisor while it lives (made by the pass: qex.queue.engine)
+PID = "pid"  # the pid file (qex.linux.pidfile; written by qex.supervisor.spawn)
+VRAM = "vram"  # a GPU job's VRAM peak so far, per device (qex.supervisor.vram)
+CGROUP = "cgroup"  # names the job's cgroup: an older qex wrote it; read, removed (qex.linux.cgroup)
+HOOK_RAN = "hook.ran"  # its stop hook was started; then its verdict (qex.hooks.runner)
+HOOK_LOG = "hook.log"  # its stop hook's stdout and stderr (qex.hooks.runner)
+STDIN = "stdin"  # its input: a copy (--stdin -), a link (--stdin FILE), a FIFO (qex run)
+STDOUT_PIPE = "stdout.pipe"  # FIFOs its qex run / submit --follow reads the output from
+STDERR_PIPE = "stderr.pipe"  # (qex.supervisor.pipes: made by the follower, written by the supervisor)
+CALL = "call.pickle"  # a Python call: its function and arguments (qex.api.calls; read by qex.api.runner)
+RESULT = "result.pickle"  # what the call returned or raised (written by qex.api.runner)
 # What a job reads from its directory to run, beside its spec and stdin: a rerun's new job gets a copy
 # (qex.control.rerun; stdin has its own rule there, by --stdin).
 RUN_FILES = (CALL,)
-CUT = ".cut"                         # after a log's name: the log's cut record (qex.supervisor.logs)
-_NEW_JOB = ".new-"                   # before a job's id: its directory being made (qex.store.state)
-_CLEANED = ".clean-"                 # before a job's id: its directory being removed (qex.control.actions)
+CUT = ".cut"  # after a log's name: the log's cut record (qex.supervisor.logs)
+_NEW_JOB = ".new-"  # before a job's id: its directory being made (qex.store.state)
+_CLEANED = ".clean-"  # before a job's id: its directory being removed (qex.control.actions)
 
 
 def new_job_dir(job_id: str) -> str:
@@ -130,9 +129,9 @@ def is_hidden_job_dir(name: str) -> bool:
 
 # ---- the other folders' files ---------------------------------------------------------------
 
-PAUSE_QUEUE = "queue.json"           # in pause/: the queue is paused (qex.queue.pause)
-_PAUSE_LOCK = "lock-"                # in pause/: lock-<name>.json, a person holds that lock (qex.queue.pause)
-_PAUSE_ENDED = ".ended-"             # in pause/: .ended-<id>.json, a queue pause being ended (qex.queue.pause)
+PAUSE_QUEUE = "queue.json"  # in pause/: the queue is paused (qex.queue.pause)
+_PAUSE_LOCK = "lock-"  # in pause/: lock-<name>.json, a person holds that lock (qex.queue.pause)
+_PAUSE_ENDED = ".ended-"  # in pause/: .ended-<id>.json, a queue pause being ended (qex.queue.pause)
 
 
 def pause_lock(name: str) -> str:
@@ -142,7 +141,7 @@ def pause_lock(name: str) -> str:
 def paused_lock_of(filename: str) -> str | None:
     """The name in a lock's pause file name (unchecked), or None if it is none."""
     if filename.startswith(_PAUSE_LOCK) and filename.endswith(".json"):
-        return filename[len(_PAUSE_LOCK):-5]
+        return filename[len(_PAUSE_LOCK) : -5]
     return None
 
 
@@ -172,7 +171,7 @@ def hook_marker(uid: int, job_id: str) -> str:
 def hook_marker_job(filename: str, uid: int) -> str | None:
     """The job of a marker of user ``uid``, or None if it is another user's."""
     prefix = f"{uid}."
-    return filename[len(prefix):] if filename.startswith(prefix) else None
+    return filename[len(prefix) :] if filename.startswith(prefix) else None
 
 
 # ---- is it shared --------------------------------------------------------------------------
@@ -181,9 +180,9 @@ def hook_marker_job(filename: str, uid: int) -> str | None:
 # state directory per member, ``member-<uid>`` (``member-<uid>-<hex>`` when a
 # squatter took the plain name), each written by that member alone; the shared
 # lock every member's pass takes; and nothing else any member writes.
-SHARED_MODE = 0o3770                 # the shared directory: setgid, sticky, the group may add entries
-MEMBER_MODE = 0o2750                 # a member's folders: the group reads, only the member writes
-MEMBER_FILE_MODE = 0o640             # a member's files that the group reads (records, index, journal)
+SHARED_MODE = 0o3770  # the shared directory: setgid, sticky, the group may add entries
+MEMBER_MODE = 0o2750  # a member's folders: the group reads, only the member writes
+MEMBER_FILE_MODE = 0o640  # a member's files that the group reads (records, index, journal)
 _MEMBER = "member-"
 
 
@@ -196,7 +195,7 @@ def member_of(name: str) -> int | None:
     """The uid a shared directory's entry names as its member, or None if it names none."""
     if not name.startswith(_MEMBER):
         return None
-    word = name[len(_MEMBER):].split("-", 1)[0]
+    word = name[len(_MEMBER) :].split("-", 1)[0]
     return int(word) if word.isdigit() and len(word) <= 10 else None
 
 

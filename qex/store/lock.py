@@ -33,6 +33,7 @@ timeout: float | None = None
 
 NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # a file system without flock (no_flock)
 
+
 class Busy(Exception):
     """``StateLock(wait=False)``: another process holds the lock."""
 
@@ -65,12 +66,16 @@ class StateLock:
         try:
             fd = os.open(self.outer, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
-            raise StoreError(f"cannot open the shared queue's lock {self.outer}: {exc.strerror}; its owner "
-                             f"repairs it with qex init --shared {os.path.dirname(self.outer)}") from None
+            raise StoreError(
+                f"cannot open the shared queue's lock {self.outer}: {exc.strerror}; its owner "
+                f"repairs it with qex init --shared {os.path.dirname(self.outer)}"
+            ) from None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise StoreError(f"the shared queue's lock {self.outer} is not a regular file; its owner "
-                             f"repairs it with qex init --shared {os.path.dirname(self.outer)}")
+            raise StoreError(
+                f"the shared queue's lock {self.outer} is not a regular file; its owner "
+                f"repairs it with qex init --shared {os.path.dirname(self.outer)}"
+            )
         self._take(fd, self.outer, "the shared directory's lock")
         return fd
 
@@ -107,14 +112,16 @@ class StateLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o660)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise StoreError(f"the queue lock {self.path} is a symbolic link; remove it "
-                                 "(qex makes a new one)") from None
-            raise StoreError(f"cannot open the queue lock {self.path}: {exc.strerror}; "
-                             "check that the state directory is yours and writable") from None
+                raise StoreError(
+                    f"the queue lock {self.path} is a symbolic link; remove it (qex makes a new one)"
+                ) from None
+            raise StoreError(
+                f"cannot open the queue lock {self.path}: {exc.strerror}; "
+                "check that the state directory is yours and writable"
+            ) from None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise StoreError(f"the queue lock {self.path} is not a regular file; remove it "
-                             "(qex makes a new one)")
+            raise StoreError(f"the queue lock {self.path} is not a regular file; remove it (qex makes a new one)")
         self._take(fd, self.path, "the queue lock")
         self.fd = fd
         if self.on_hold is not None:
@@ -135,9 +142,11 @@ def no_flock(exc: OSError, path: str, what: str = "the lock") -> StoreError:
     NFSv3 without its lock manager: ENOLCK; some FUSE file systems: EOPNOTSUPP, ENOSYS).
     qex never goes on unlocked: two passes at once would admit past the budget and lose
     records (docs/assumptions.md, "NFS")."""
-    return StoreError(f"{what} {path} cannot be locked: {exc.strerror or exc} (flock); qex never runs "
-                      "unlocked, so nothing was done. Put the state directory on a local disk or an NFSv4 "
-                      "mount, whose flock is a lock the server keeps (QEX_STATE_DIR; docs/assumptions.md)")
+    return StoreError(
+        f"{what} {path} cannot be locked: {exc.strerror or exc} (flock); qex never runs "
+        "unlocked, so nothing was done. Put the state directory on a local disk or an NFSv4 "
+        "mount, whose flock is a lock the server keeps (QEX_STATE_DIR; docs/assumptions.md)"
+    )
 
 
 def hold(path: str, mode: int = 0o600) -> int | None:
@@ -186,6 +195,7 @@ def is_held(path: str) -> bool:
 
 # ---- waiting for a lock: who holds it, and for how long qex waits -------------------------
 
+
 def wait_lock(fd: int, path: str, what: str = "the queue lock") -> None:
     """Take an exclusive flock on ``fd`` (open on ``path``), waiting for it.
 
@@ -208,14 +218,19 @@ def wait_lock(fd: int, path: str, what: str = "the queue lock") -> None:
     if _flock_within(fd, min(NOTICE, limit)):
         return
     if limit > NOTICE:
-        then = ("waiting as long as it takes (a supervisor or waker never gives up)" if limit == FOREVER
-                else f"giving up after {_secs(limit)} (--lock-timeout SECONDS, or {ENV}, to change it)")
+        then = (
+            "waiting as long as it takes (a supervisor or waker never gives up)"
+            if limit == FOREVER
+            else f"giving up after {_secs(limit)} (--lock-timeout SECONDS, or {ENV}, to change it)"
+        )
         _say(f"waiting for {what} {path}, held by {holder(fd)}; {then}")
         if _flock_within(fd, limit - (time.monotonic() - start)):
             return
-    raise LockTimeout(f"{what} {path} is still held by {holder(fd)} after {_secs(limit)} of waiting, "
-                      "so nothing was done; ask its holder to let it go, or wait longer with "
-                      f"--lock-timeout SECONDS (or {ENV})")
+    raise LockTimeout(
+        f"{what} {path} is still held by {holder(fd)} after {_secs(limit)} of waiting, "
+        "so nothing was done; ask its holder to let it go, or wait longer with "
+        f"--lock-timeout SECONDS (or {ENV})"
+    )
 
 
 def current_timeout() -> float:
@@ -259,8 +274,10 @@ def parse_timeout(text: str, source: str) -> float:
     if seconds > 0:
         return seconds
     error = SpecError if source.startswith("-") else ConfigError
-    raise error(f"{source}: '{safe_text(text, 60)}' is not a time to wait for a lock; use a number of "
-                "seconds greater than 0 (60, 2.5) or a number with ms, s, m or h (90s, 5m)")
+    raise error(
+        f"{source}: '{safe_text(text, 60)}' is not a time to wait for a lock; use a number of "
+        "seconds greater than 0 (60, 2.5) or a number with ms, s, m or h (90s, 5m)"
+    )
 
 
 def holder(fd: int) -> str:

@@ -33,16 +33,22 @@ def enter(root: str, st: os.stat_result) -> str:
     member or an outsider needs."""
     if layout.is_old_shared(st):
         if any(os.path.lexists(os.path.join(root, n)) for n in (layout.INDEX, layout.JOBS)):
-            raise StoreError(f"{root} is a shared state directory of an older qex, in which members could act "
-                             f"on each other's files; its owner upgrades it with qex init --shared {root}")
-        raise StoreError(f"{root} is setgid and group-writable, but qex init --shared did not make it, so nothing "
-                         f"in it would have the modes the members need; its owner makes it a shared queue with "
-                         f"qex init --shared {root} (or chmod 700 {root} keeps it private)")
+            raise StoreError(
+                f"{root} is a shared state directory of an older qex, in which members could act "
+                f"on each other's files; its owner upgrades it with qex init --shared {root}"
+            )
+        raise StoreError(
+            f"{root} is setgid and group-writable, but qex init --shared did not make it, so nothing "
+            f"in it would have the modes the members need; its owner makes it a shared queue with "
+            f"qex init --shared {root} (or chmod 700 {root} keeps it private)"
+        )
     uid = os.getuid()
     if uid != 0 and uid != st.st_uid and st.st_gid != os.getgid() and st.st_gid not in os.getgroups():
-        raise PermissionRefused(f"you are not in the group {_group_name(st.st_gid)} of the shared state directory "
-                                f"{root}; ask its owner to add you (usermod -aG), or unset QEX_STATE_DIR "
-                                "to use a queue of your own")
+        raise PermissionRefused(
+            f"you are not in the group {_group_name(st.st_gid)} of the shared state directory "
+            f"{root}; ask its owner to add you (usermod -aG), or unset QEX_STATE_DIR "
+            "to use a queue of your own"
+        )
     return own(root, uid)
 
 
@@ -58,12 +64,16 @@ def own(root: str, uid: int) -> str:
         except FileExistsError:
             continue  # a squatter's entry (members() found none of ours): another name
         except OSError as exc:
-            raise StoreError(f"cannot make your directory in the shared state directory {root}: "
-                             f"{exc.strerror}; ask its owner to check its mode (qex init --shared {root})") from None
+            raise StoreError(
+                f"cannot make your directory in the shared state directory {root}: "
+                f"{exc.strerror}; ask its owner to check its mode (qex init --shared {root})"
+            ) from None
         os.chmod(path, layout.MEMBER_MODE)
         return path
-    raise StoreError(f"cannot make your directory in the shared state directory {root}: the names are taken; "
-                     f"ask its owner to remove what squats them (qex init --shared {root} lists them)")
+    raise StoreError(
+        f"cannot make your directory in the shared state directory {root}: the names are taken; "
+        f"ask its owner to remove what squats them (qex init --shared {root} lists them)"
+    )
 
 
 def readable(path: str) -> None:
@@ -143,8 +153,11 @@ def waiting_for_owner(member: str, uid: int, rec: dict) -> dict:
     from qex.base.paths import user_name
 
     who = user_name(uid)
-    return {**rec, "blocked_reason": f"no qex of {who}'s is running; any qex command of {who}'s starts it",
-            "blocked_holder": "owner"}
+    return {
+        **rec,
+        "blocked_reason": f"no qex of {who}'s is running; any qex command of {who}'s starts it",
+        "blocked_holder": "owner",
+    }
 
 
 def _group_name(gid: int) -> str:

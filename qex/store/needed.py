@@ -39,8 +39,10 @@ def still_needed(active: Iterable[tuple[str, dict]], ended: Mapping[str, str | N
         who = f"{safe_text(state)} job {job_id[:8]}"
         for dep in entry.get("needs") or ():
             if dep in ended and dep not in kept:
-                kept[dep] = {"why": f"{who} needs it (--needs): without it that job would be skipped",
-                             "needed_by": job_id}
+                kept[dep] = {
+                    "why": f"{who} needs it (--needs): without it that job would be skipped",
+                    "needed_by": job_id,
+                }
         for dep in entry.get("after") or ():
             if dep in ended and dep not in kept:
                 kept[dep] = {"why": f"{who} runs after it (--after)", "needed_by": job_id}
@@ -49,7 +51,9 @@ def still_needed(active: Iterable[tuple[str, dict]], ended: Mapping[str, str | N
             name = entry.get("group_name") or group[:8]
             for member in groups.pop(group):  # (the first active member names the reason)
                 if member not in kept:
-                    kept[member] = {"why": f"its group {safe_text(name, 60)} still has {who}, and the group's "
-                                           "handle (qex wait, qex status) reports its members' codes",
-                                    "needed_by": job_id}
+                    kept[member] = {
+                        "why": f"its group {safe_text(name, 60)} still has {who}, and the group's "
+                        "handle (qex wait, qex status) reports its members' codes",
+                        "needed_by": job_id,
+                    }
     return kept

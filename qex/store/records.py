@@ -46,6 +46,7 @@ def _declare() -> None:
 
 def _claim_classes(frozen, field) -> tuple:
     """What a job claims, and what it was given (``_declare``)."""
+
     @frozen
     class PoolClaim:
         count: int = 1  # units of the pool claimed (devices for a GPU pool)
@@ -58,7 +59,7 @@ def _claim_classes(frozen, field) -> tuple:
         cpu: float = 1.0  # cores claimed, a number (0.5 is half a core; 3 decimals)
         mem: int = 0  # bytes of memory claimed (an integer)
         pools: dict[str, PoolClaim] = field(factory=dict)  # units claimed of each pool, by pool name (locks are pools
-                                                           # of one unit)
+        # of one unit)
 
         @property
         def millicores(self) -> int:
@@ -68,7 +69,7 @@ def _claim_classes(frozen, field) -> tuple:
     class Assigned:
         pool: str  # the pool the units were taken from
         devices: tuple[int, ...] = ()  # the indices of the pool's devices given to the job (empty for a pool without
-                                       # devices)
+        # devices)
         size: int | None = None  # bytes of each device given (a share of a GPU); null: whole devices
 
     return PoolClaim, Claims, Assigned
@@ -76,6 +77,7 @@ def _claim_classes(frozen, field) -> tuple:
 
 def _attempt_classes(frozen, field, Claims) -> tuple:
     """What an attempt used and was (``_declare``)."""
+
     @frozen
     class Usage:
         """What an attempt used. ``max_rss``: the peak in bytes, of the job's whole
@@ -90,13 +92,13 @@ def _attempt_classes(frozen, field, Claims) -> tuple:
         max_rss: int | None = None  # peak memory in bytes (see peak_from); null: not measured
         cpu_secs: float | None = None  # CPU seconds used (user + system) of the job's processes; null: not measured
         peak_from: str | None = None  # where max_rss comes from: cgroup (the whole process tree), proc-sample (the
-                                      # whole tree's Pss sampled from /proc every sample_period seconds, without a
-                                      # cgroup), rusage (the largest waited-for process), null (not measured)
+        # whole tree's Pss sampled from /proc every sample_period seconds, without a
+        # cgroup), rusage (the largest waited-for process), null (not measured)
         sample_period: float | None = None  # seconds between the /proc samples of a proc-sample peak; null: other
         oom_kills: int | None = None  # OOM kills the kernel counted in the job's cgroup; null: the job had no cgroup
         vram_peak: int | None = None  # the most VRAM its processes held on one GPU, in bytes; null: not measured
         vram_peak_by_device: dict[str, int] | None = None  # that peak per device: qex's number of a device of the
-                                                           # pool gpu ("0"), or a GPU's UUID; null: not measured
+        # pool gpu ("0"), or a GPU's UUID; null: not measured
 
     @frozen
     class LogsDropped:
@@ -117,8 +119,8 @@ def _attempt_classes(frozen, field, Claims) -> tuple:
         signal: str | None = None  # the signal that ended it (SIGKILL, ...); null when it exited
         usage: Usage = field(factory=Usage)  # what this attempt used
         oom_evidence: str | None = None  # why qex says oom: cgroup (the job's cgroup counted an OOM kill),
-                                         # machine-counter (the machine's counter rose: circumstantial), null (no OOM
-                                         # evidence)
+        # machine-counter (the machine's counter rose: circumstantial), null (no OOM
+        # evidence)
         error: str | None = None  # what went wrong, in words; null when nothing did
 
     return Usage, LogsDropped, Attempt
@@ -179,15 +181,19 @@ def _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt) 
         rerun_of: str | None = None  # qex rerun: the id of the job this one repeats; null otherwise
         peer_lock: str | None = None  # its liveness file in the peer directory (several users); null when none
         vram_over: str | None = None  # its VRAM above what it was given on a device, in words; null: not above
-        slurm_job_id: str | None = None  # the Slurm backend: its Slurm job id ("123", an array task "123_4"); null: local
+        slurm_job_id: str | None = (
+            None  # the Slurm backend: its Slurm job id ("123", an array task "123_4"); null: local
+        )
         nice: int | None = None  # the niceness it runs at ([politeness] nice, --nice); null: an older qex's
         io_class: str | None = None  # its I/O class: best-effort (level 7), idle, none (inherited); null: as nice
         oom_score_adj: int | None = None  # its oom_score_adj ([politeness], --oom-score-adj); null: inherited
+
     return Status
 
 
 def _spec_class(define, field) -> type:
     """spec.json's class (``_declare``)."""
+
     @define
     class Spec:
         """spec.json: how to run the job (mode 0600: it holds the environment)."""
@@ -208,6 +214,7 @@ def _spec_class(define, field) -> type:
 
 # ---- the plain forms of the submit path ------------------------------------------
 
+
 def status_defaults() -> dict:
     """Every optional field of a status record with its default, as JSON values
     (``Status`` declares them; a test checks that this is what it declares).
@@ -216,20 +223,67 @@ def status_defaults() -> dict:
     every field the contract names, even in a record an older qex wrote.
     """
     return {
-        "format": FORMAT, "name": "", "group": None, "group_name": None, "tags": [], "priority": 0,
-        "claims": {"cpu": 1.0, "mem": 0, "pools": {}}, "claim_source": {}, "assigned": [], "forced": False,
-        "submitted_at": 0.0, "started_at": None, "ended_at": None, "pid": None, "supervisor_pid": None,
-        "exit_code": None, "signal": None, "attempt": 1, "attempts": [],
-        "usage": {"max_rss": None, "cpu_secs": None, "peak_from": None, "sample_period": None, "oom_kills": None,
-                  "vram_peak": None, "vram_peak_by_device": None},
-        "error": None, "blocked_reason": None, "blocked_holder": None, "blocked_since": None,
-        "passed_by": 0, "dedupe_key": None, "needs": [], "after": [], "skipped_root": None,
-        "logs_dropped": {"stdout_bytes": 0, "stdout_lines": 0, "stderr_bytes": 0, "stderr_lines": 0,
-                         "incomplete": False},
-        "timeout": None, "retries": 0, "oom_retries": 1, "max_queue_time": None, "queue_pause_secs": 0.0,
-        "queue_pauses": [], "kill_requested": False, "supervisor_lost": False, "oom_evidence": None,
-        "template": None, "rerun_of": None, "peer_lock": None, "vram_over": None,
-        "slurm_job_id": None, "nice": None, "io_class": None, "oom_score_adj": None,
+        "format": FORMAT,
+        "name": "",
+        "group": None,
+        "group_name": None,
+        "tags": [],
+        "priority": 0,
+        "claims": {"cpu": 1.0, "mem": 0, "pools": {}},
+        "claim_source": {},
+        "assigned": [],
+        "forced": False,
+        "submitted_at": 0.0,
+        "started_at": None,
+        "ended_at": None,
+        "pid": None,
+        "supervisor_pid": None,
+        "exit_code": None,
+        "signal": None,
+        "attempt": 1,
+        "attempts": [],
+        "usage": {
+            "max_rss": None,
+            "cpu_secs": None,
+            "peak_from": None,
+            "sample_period": None,
+            "oom_kills": None,
+            "vram_peak": None,
+            "vram_peak_by_device": None,
+        },
+        "error": None,
+        "blocked_reason": None,
+        "blocked_holder": None,
+        "blocked_since": None,
+        "passed_by": 0,
+        "dedupe_key": None,
+        "needs": [],
+        "after": [],
+        "skipped_root": None,
+        "logs_dropped": {
+            "stdout_bytes": 0,
+            "stdout_lines": 0,
+            "stderr_bytes": 0,
+            "stderr_lines": 0,
+            "incomplete": False,
+        },
+        "timeout": None,
+        "retries": 0,
+        "oom_retries": 1,
+        "max_queue_time": None,
+        "queue_pause_secs": 0.0,
+        "queue_pauses": [],
+        "kill_requested": False,
+        "supervisor_lost": False,
+        "oom_evidence": None,
+        "template": None,
+        "rerun_of": None,
+        "peer_lock": None,
+        "vram_over": None,
+        "slurm_job_id": None,
+        "nice": None,
+        "io_class": None,
+        "oom_score_adj": None,
     }
 
 

@@ -20,7 +20,7 @@ from qex.store.index import INDEX_FORMAT, Index, usable_event
 
 KEPT_REPLAY_BYTES = 1 << 20  # a kept index is taken while the journal grew less since (a long job's
 #                             supervisor reads the file rather than replay the day's journal)
-_HEAD_BYTES = 512    # enough for the counters at the start of the index file (Store._saved_elsewhere)
+_HEAD_BYTES = 512  # enough for the counters at the start of the index file (Store._saved_elsewhere)
 _APPLIED_WIDTH = 128  # the line in the lock file (Store._applied_upto)
 
 
@@ -173,8 +173,11 @@ class Replay:
             return
         idx.saved_seq, idx.saved_at = seq, max(idx.saved_at, at)
         synced = saved.get("synced")
-        if (type(synced) is int and idx.synced < synced <= idx.offset
-                and saved.get("journal_ino", idx.journal_ino) == idx.journal_ino):  # (the kept index's journal file)
+        if (
+            type(synced) is int
+            and idx.synced < synced <= idx.offset
+            and saved.get("journal_ino", idx.journal_ino) == idx.journal_ino
+        ):  # (the kept index's journal file)
             idx.synced = synced
 
     def _replay_locked(self, idx: Index, save: bool = True) -> None:
@@ -244,7 +247,9 @@ class Replay:
         if not _boot_id():
             return False
         try:
-            fd = os.open(os.path.join(self.root, layout.LOCK), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(
+                os.path.join(self.root, layout.LOCK), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            )
         except OSError:
             return False  # no lock file: nothing was ever applied here
         try:
@@ -299,7 +304,7 @@ class Replay:
         seq = max([highest] + [e["seq"] for e in history if numbers.ok(e.get("seq"), numbers.SEQ, whole=True)])
         stream = next((e.get("stream") for e in history if isinstance(e.get("stream"), str)), None)
         idx = Index({"seq": seq, "offset": end, "stream": stream, "synced": 0})  # (a record equal to its last
-        latest = {}                                                          # event may still be unsynced)
+        latest = {}  # event may still be unsynced)
         for event in events:
             rec = usable_event(event, -1)
             if rec is not None:

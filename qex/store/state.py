@@ -39,8 +39,8 @@ class Store(Replay, Commit):
     # it, only its user writes it, and a pass also holds the shared lock.
     shared = False
     shared_root: str | None = None
-    owner_uid: int | None = None    # the shared directory's owner
-    member_uid: int | None = None   # another member's store (qex.store.members.others): its uid
+    owner_uid: int | None = None  # the shared directory's owner
+    member_uid: int | None = None  # another member's store (qex.store.members.others): its uid
 
     def __init__(self, root: str):
         self.root = root
@@ -105,8 +105,9 @@ class Store(Replay, Commit):
                 return other.read_status_dict(job_id)
             raise NoSuchJob(f"no job or group with the id {job_id}") from None
         except (OSError, ValueError) as exc:
-            raise _broken(job_id, f"the record {path} cannot be read ({_why(exc)}); "
-                                  f"qex clean {job_id} removes it") from None
+            raise _broken(
+                job_id, f"the record {path} cannot be read ({_why(exc)}); qex clean {job_id} removes it"
+            ) from None
         try:
             check.status(data)
         except check.Damaged as exc:
@@ -141,7 +142,11 @@ class Store(Replay, Commit):
             if path != self.root:
                 other = Store(path)
                 other.shared, other.shared_root, other.owner_uid, other.member_uid = (
-                    True, self.shared_root, self.owner_uid, uid)
+                    True,
+                    self.shared_root,
+                    self.owner_uid,
+                    uid,
+                )
                 out.append((uid, other))
         return out
 
@@ -233,8 +238,10 @@ class Store(Replay, Commit):
         try:
             return codec.load(Status, data)
         except Exception as exc:  # cattrs raises several kinds; all mean "damaged"
-            raise BrokenRecord(f"the record {self.path(job_id, layout.STATUS)} is damaged "
-                               f"({codec.describe(exc, layout.STATUS)}); qex clean {job_id} removes it") from None
+            raise BrokenRecord(
+                f"the record {self.path(job_id, layout.STATUS)} is damaged "
+                f"({codec.describe(exc, layout.STATUS)}); qex clean {job_id} removes it"
+            ) from None
 
     def read_spec(self, job_id: str, must_own: bool = False) -> NewSpec:
         """The job's spec (a ``records.NewSpec``: the fields of ``Spec``, read without
@@ -294,8 +301,11 @@ class Store(Replay, Commit):
         try:
             os.mkdir(tmp, 0o700)
             data = fs.json_bytes(spec_json(spec))
-            fd = os.open(os.path.join(tmp, layout.SPEC),
-                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fd = os.open(
+                os.path.join(tmp, layout.SPEC),
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+            )
             try:
                 fs.write_all(fd, data)
                 if sync and not later:

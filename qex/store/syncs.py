@@ -222,7 +222,7 @@ class _Syncer:
         import _thread  # (the C module: threading.py is not needed for one worker)
 
         self.busy = _thread.allocate_lock()  # held while a batch is in flight
-        self.go = _thread.allocate_lock()    # released to hand the worker its batch
+        self.go = _thread.allocate_lock()  # released to hand the worker its batch
         self.go.acquire()
         self.batch: list | None = None
         self.whole_fs = False  # the batch is of file systems to flush (syncfs), not files
@@ -292,8 +292,7 @@ def replacing(path: str, dir_fd: int | None = None) -> None:
     with the others once the lock is let go (``free_later``)."""
     if _REPLACED is not None:
         try:  # (never through a link, never waiting on a FIFO planted there)
-            _REPLACED.append(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                                     dir_fd=dir_fd))
+            _REPLACED.append(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd))
         except OSError:
             pass  # nothing there yet, or nothing to keep
 

@@ -21,14 +21,24 @@ if TYPE_CHECKING:
 DRAIN_AFTER_EXIT = 2.0  # seconds the job's output is still read after it exited (a child may hold it)
 
 
-def classify(rec: dict, wait_status: int, rusage: object, stop_reason: str | None, interrupt: object,
-             sinks: dict[int, Sink], incomplete: bool, meter: Meter | None = None, vram: dict | None = None,
-             sampled: dict | None = None) -> dict:
+def classify(
+    rec: dict,
+    wait_status: int,
+    rusage: object,
+    stop_reason: str | None,
+    interrupt: object,
+    sinks: dict[int, Sink],
+    incomplete: bool,
+    meter: Meter | None = None,
+    vram: dict | None = None,
+    sampled: dict | None = None,
+) -> dict:
     """``vram``: what a GPU job's sampler found (``Sampler.result``), or None; ``sampled``:
     what the /proc sampler of a job without a cgroup found (``rss.TreePeak.result``)."""
     out, err = sinks.values()
-    usage, oom_evidence = (meter or Meter()).end(rusage, wait_status, stopped_by_qex=stop_reason is not None,
-                                                 sampled=sampled)
+    usage, oom_evidence = (meter or Meter()).end(
+        rusage, wait_status, stopped_by_qex=stop_reason is not None, sampled=sampled
+    )
     vram_over = None
     if vram is not None:
         from qex.supervisor import vram_note
@@ -39,10 +49,18 @@ def classify(rec: dict, wait_status: int, rusage: object, stop_reason: str | Non
     outcome = {
         "ended_at": time.time(),
         "usage": usage,
-        "logs_dropped": {"stdout_bytes": out.dropped_bytes, "stdout_lines": out.dropped_lines,
-                         "stderr_bytes": err.dropped_bytes, "stderr_lines": err.dropped_lines,
-                         "incomplete": incomplete},
-        "exit_code": None, "signal": None, "error": None, "oom_evidence": oom_evidence, "vram_over": vram_over,
+        "logs_dropped": {
+            "stdout_bytes": out.dropped_bytes,
+            "stdout_lines": out.dropped_lines,
+            "stderr_bytes": err.dropped_bytes,
+            "stderr_lines": err.dropped_lines,
+            "incomplete": incomplete,
+        },
+        "exit_code": None,
+        "signal": None,
+        "error": None,
+        "oom_evidence": oom_evidence,
+        "vram_over": vram_over,
     }
     if os.WIFEXITED(wait_status):
         outcome["exit_code"] = os.WEXITSTATUS(wait_status)
@@ -52,8 +70,11 @@ def classify(rec: dict, wait_status: int, rusage: object, stop_reason: str | Non
         outcome["signal"] = Signals(os.WTERMSIG(wait_status)).name
     if stop_reason == "killed":
         outcome["state"] = "killed"
-        outcome["error"] = ("stopped by qex kill" if interrupt.requested == "kill"
-                            else "stopped because its supervisor received SIGTERM")
+        outcome["error"] = (
+            "stopped by qex kill"
+            if interrupt.requested == "kill"
+            else "stopped because its supervisor received SIGTERM"
+        )
     elif stop_reason == "timeout":
         outcome["state"] = "timeout"
         from qex.base.units import format_duration
@@ -67,23 +88,31 @@ def classify(rec: dict, wait_status: int, rusage: object, stop_reason: str | Non
         outcome["state"] = "failed"
     problems = [f"{name} log stopped: {s.failed}" for name, s in (("stdout", out), ("stderr", err)) if s.failed]
     if incomplete:
-        problems.append("a process the job left behind still held its output open; "
-                        f"qex stopped reading {DRAIN_AFTER_EXIT:g}s after the job exited")
+        problems.append(
+            "a process the job left behind still held its output open; "
+            f"qex stopped reading {DRAIN_AFTER_EXIT:g}s after the job exited"
+        )
     if problems:
         outcome["error"] = "; ".join(filter(None, [outcome["error"], *problems]))
     return {**rec, "_outcome": outcome}
 
 
-def record_end(ctx: Context, txn: Txn, launch: Launch, rec: dict, outcome: dict, lessons: list,
-               let_go: Callable[[], None]) -> None:
+def record_end(
+    ctx: Context, txn: Txn, launch: Launch, rec: dict, outcome: dict, lessons: list, let_go: Callable[[], None]
+) -> None:
     """In the pass after the job ended (lock held): its final record, or its retry
     queued (``--retries``, or a bigger claim after an OOM). ``let_go()`` lets go of
     the job's locks (the supervisor's ``_close_and_end``): a retry frees its
     liveness lock first, so that this same pass can start it again."""
     current = txn.record(launch.job_id)
     if rec.get("_unrecorded") and current["state"] == "starting":  # ended before RUNNING_AFTER
-        current = txn.update(launch.job_id, state="running", pid=rec["pid"],
-                             supervisor_pid=rec["supervisor_pid"], started_at=rec["started_at"])
+        current = txn.update(
+            launch.job_id,
+            state="running",
+            pid=rec["pid"],
+            supervisor_pid=rec["supervisor_pid"],
+            started_at=rec["started_at"],
+        )
     oom_retry = settle(ctx, current, outcome, lessons)  # a kill wins over OOM evidence; OOM retry
     attempt = current.get("attempt", 1)
     attempts = list(current.get("attempts") or []) + [_attempt(attempt, current, outcome)]
@@ -92,17 +121,35 @@ def record_end(ctx: Context, txn: Txn, launch: Launch, rec: dict, outcome: dict,
     if oom_retry is not None:
         # Like a --retries retry, and it keeps no capacity: it waits in the queue for the bigger claim to fit.
         launch.alive_fd = let_go() or -1
-        txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
-                   assigned=[], pid=None, forced=False, started_at=None, **oom_retry, **{
-                       k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "oom_evidence", "vram_over")})
-    elif (outcome["state"] == "failed" and failed_before < current.get("retries", 0)
-          and not current.get("kill_requested")):  # a job someone is killing is not retried
+        txn.update(
+            launch.job_id,
+            state="queued",
+            attempt=attempt + 1,
+            attempts=attempts,
+            assigned=[],
+            pid=None,
+            forced=False,
+            started_at=None,
+            **oom_retry,
+            **{k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "oom_evidence", "vram_over")},
+        )
+    elif (
+        outcome["state"] == "failed" and failed_before < current.get("retries", 0) and not current.get("kill_requested")
+    ):  # a job someone is killing is not retried
         launch.alive_fd = let_go() or -1
-        txn.update(launch.job_id, state="queued", attempt=attempt + 1, attempts=attempts,
-                   assigned=[], pid=None, forced=False, started_at=None, **{
-                       k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "vram_over")},
-                   blocked_reason=f"queued for retry {failed_before + 1} of {current.get('retries')} "
-                                  f"after attempt {attempt} failed")
+        txn.update(
+            launch.job_id,
+            state="queued",
+            attempt=attempt + 1,
+            attempts=attempts,
+            assigned=[],
+            pid=None,
+            forced=False,
+            started_at=None,
+            **{k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "vram_over")},
+            blocked_reason=f"queued for retry {failed_before + 1} of {current.get('retries')} "
+            f"after attempt {attempt} failed",
+        )
     else:
         final = txn.update(launch.job_id, state=outcome["state"], attempts=attempts, **fields)
         if launch.peer_fd >= 0 and launch.peer_lock:
@@ -118,9 +165,15 @@ def record_end(ctx: Context, txn: Txn, launch: Launch, rec: dict, outcome: dict,
 
 def _attempt(number: int, current: dict, outcome: dict) -> dict:
     """The attempt that just ended, as the record's ``attempts`` lists it."""
-    return {"number": number, "state": outcome["state"], "claims": current.get("claims"),
-            "started_at": outcome.get("started_at", current.get("started_at")),
-            "ended_at": outcome.get("ended_at", time.time()),
-            "exit_code": outcome.get("exit_code"), "signal": outcome.get("signal"),
-            "usage": outcome.get("usage") or {}, "error": outcome.get("error"),
-            "oom_evidence": outcome.get("oom_evidence")}
+    return {
+        "number": number,
+        "state": outcome["state"],
+        "claims": current.get("claims"),
+        "started_at": outcome.get("started_at", current.get("started_at")),
+        "ended_at": outcome.get("ended_at", time.time()),
+        "exit_code": outcome.get("exit_code"),
+        "signal": outcome.get("signal"),
+        "usage": outcome.get("usage") or {},
+        "error": outcome.get("error"),
+        "oom_evidence": outcome.get("oom_evidence"),
+    }

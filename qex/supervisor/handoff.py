@@ -58,9 +58,18 @@ def finish() -> None:
         for sink in sinks:
             sink.close()  # the counted marker, as _watch closes them
         rusage = _Rusage(*ended["rusage"]) if ended["rusage"] is not None else None
-        return ending.classify(passed["rec"], ended["wait_status"], rusage, ended["stop_reason"], interrupt,
-                             {i: s for i, s in enumerate(sinks)}, ended["incomplete"], meter, ended.get("vram"),
-                             ended.get("rss"))
+        return ending.classify(
+            passed["rec"],
+            ended["wait_status"],
+            rusage,
+            ended["stop_reason"],
+            interrupt,
+            {i: s for i, s in enumerate(sinks)},
+            ended["incomplete"],
+            meter,
+            ended.get("vram"),
+            ended.get("rss"),
+        )
 
     run.resume(ctx, launch, interrupt, ended_rec)
 
@@ -89,8 +98,14 @@ def _context(root: str):
     except QexError as exc:  # broken while the job ran: the defaults (and say so); _finish reads it again
         print(f"qex: the config cannot be read, using the defaults: {exc}", file=sys.stderr, flush=True)
         config = Config.default(paths.config_path())
-    return Context(store=store, config=config, uid=os.getuid(), user=paths.user_name(),
-                   cores=machine.cores(), mem_total=machine.mem_total())
+    return Context(
+        store=store,
+        config=config,
+        uid=os.getuid(),
+        user=paths.user_name(),
+        cores=machine.cores(),
+        mem_total=machine.mem_total(),
+    )
 
 
 def _meter(state: dict | None):

@@ -64,10 +64,14 @@ class Follower:
                 elif pos == cut.head:  # exactly at the cut: the file's own marker says it
                     parts.append(os.pread(fd, cut.marker, cut.head))
                 else:
-                    lead = b"" if (parts and parts[-1].endswith(b"\n")) or (not parts and self.last == b"\n") \
-                        else b"\n"
-                    parts.append(lead + (f"[qex] ---- {cut.base - pos} bytes went by here while you "
-                                         "followed: they passed [logs] max_bytes ----\n").encode())
+                    lead = b"" if (parts and parts[-1].endswith(b"\n")) or (not parts and self.last == b"\n") else b"\n"
+                    parts.append(
+                        lead
+                        + (
+                            f"[qex] ---- {cut.base - pos} bytes went by here while you "
+                            "followed: they passed [logs] max_bytes ----\n"
+                        ).encode()
+                    )
                 pos = cut.base
             at = cut.head + cut.marker + (pos - cut.base)
             tail = _read_from(fd, at)

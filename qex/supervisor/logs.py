@@ -40,29 +40,52 @@ import posix as os  # the system calls only: the minimal watcher (qex.supervisor
 
 #                     this module, and the `os` module would cost it 170 kB (see docs/design.md)
 
-MIN_LIMIT = 4096          # below this the head, the marker and a tail do not fit
-CUT_RECORD = 256          # bytes of the .cut record
+MIN_LIMIT = 4096  # below this the head, the marker and a tail do not fit
+CUT_RECORD = 256  # bytes of the .cut record
 COPY_CHUNK = 1 << 20
-CHECK_EVERY = 64 << 10    # a log looks at the free space at least every 64 KiB it writes
+CHECK_EVERY = 64 << 10  # a log looks at the free space at least every 64 KiB it writes
 
 
 class CutState:
     """The cut record: how the file maps onto the whole output."""
 
-    __slots__ = ("gen", "moving", "final", "head", "marker", "base", "dropped_bytes",
-                 "dropped_lines", "mid_line", "head_nl")
+    __slots__ = (
+        "gen",
+        "moving",
+        "final",
+        "head",
+        "marker",
+        "base",
+        "dropped_bytes",
+        "dropped_lines",
+        "mid_line",
+        "head_nl",
+    )
 
-    def __init__(self, gen=0, moving=False, final=False, head=0, marker=0, base=0,
-                 dropped_bytes=0, dropped_lines=0, mid_line=False, head_nl=True):
+    def __init__(
+        self,
+        gen=0,
+        moving=False,
+        final=False,
+        head=0,
+        marker=0,
+        base=0,
+        dropped_bytes=0,
+        dropped_lines=0,
+        mid_line=False,
+        head_nl=True,
+    ):
         self.gen, self.moving, self.final = gen, moving, final
         self.head, self.marker, self.base = head, marker, base
         self.dropped_bytes, self.dropped_lines = dropped_bytes, dropped_lines
         self.mid_line, self.head_nl = mid_line, head_nl
 
     def encode(self) -> bytes:
-        fields = (f"qexcut1 {self.gen} {int(self.moving)} {int(self.final)} {self.head} {self.marker} "
-                  f"{self.base} {self.dropped_bytes} {self.dropped_lines} {int(self.mid_line)} "
-                  f"{int(self.head_nl)}").encode()
+        fields = (
+            f"qexcut1 {self.gen} {int(self.moving)} {int(self.final)} {self.head} {self.marker} "
+            f"{self.base} {self.dropped_bytes} {self.dropped_lines} {int(self.mid_line)} "
+            f"{int(self.head_nl)}"
+        ).encode()
         line = fields + b" %08x" % binascii.crc32(fields)
         return line.ljust(CUT_RECORD - 1) + b"\n"
 
@@ -150,16 +173,46 @@ class Sink:
     # ---- across an exec (qex.supervisor.handoff): the fds stay open -----------
     def handover(self) -> tuple:
         """What the process this one execs into needs to go on writing this log."""
-        return (self.path, self.label, self.setting, self.failed, self.room, self.fd, self.size, self.limit,
-                self.bytes, 0, self.cut_fd, self.state.encode() if self.state else None, self.changed,
-                self.cut, self.tee, self.tee_path, self.pending, self.held)
+        return (
+            self.path,
+            self.label,
+            self.setting,
+            self.failed,
+            self.room,
+            self.fd,
+            self.size,
+            self.limit,
+            self.bytes,
+            0,
+            self.cut_fd,
+            self.state.encode() if self.state else None,
+            self.changed,
+            self.cut,
+            self.tee,
+            self.tee_path,
+            self.pending,
+            self.held,
+        )
 
     @classmethod
     def resume(cls, handed: tuple) -> "Sink":
         """The Sink ``handover`` described, in the process that inherited its fds."""
         self = cls.__new__(cls)
-        (self.path, self.label, self.setting, self.failed, self.room, self.fd, self.size, self.limit,
-         self.bytes, _, self.cut_fd, state, self.changed) = handed[:13]  # (_: a count of lines no one read)
+        (
+            self.path,
+            self.label,
+            self.setting,
+            self.failed,
+            self.room,
+            self.fd,
+            self.size,
+            self.limit,
+            self.bytes,
+            _,
+            self.cut_fd,
+            state,
+            self.changed,
+        ) = handed[:13]  # (_: a count of lines no one read)
         self.cut = handed[13] if len(handed) > 13 else None  # (None: handed over by a qex before this one)
         self.tee, self.tee_path, self.pending = handed[14:17] if len(handed) > 16 else (-1, "", b"")
         self.held = handed[17] if len(handed) > 17 else False
@@ -262,7 +315,7 @@ class Sink:
             return
         try:
             while view:
-                view = view[os.write(self.tee, view):]
+                view = view[os.write(self.tee, view) :]
         except BlockingIOError:
             self.pending = bytes(view)  # (a copy: the watch loop reuses its buffer)
         except OSError:
@@ -274,7 +327,7 @@ class Sink:
         view = memoryview(self.pending)
         try:
             while view:
-                view = view[os.write(self.tee, view):]
+                view = view[os.write(self.tee, view) :]
         except BlockingIOError:
             self.pending = bytes(view)
             return False
@@ -314,14 +367,16 @@ class Sink:
             return True
         free = st.f_bavail * st.f_frsize
         if free - want < LOG_ROOM:
-            self.failed = (f"the disk is nearly full (less than {LOG_ROOM >> 10} KiB free); qex stopped "
-                           "the log so that the job's record can still be written")
+            self.failed = (
+                f"the disk is nearly full (less than {LOG_ROOM >> 10} KiB free); qex stopped "
+                "the log so that the job's record can still be written"
+            )
             return False
         self.room = min(CHECK_EVERY, free - LOG_ROOM)
         return True
 
     def _write(self, view: memoryview) -> None:
-        if self._put(len(view), lambda i, k, at: os.pwrite(self.fd, view[i:i + k], at)):
+        if self._put(len(view), lambda i, k, at: os.pwrite(self.fd, view[i : i + k], at)):
             raise OSError(0, "the file took no more")
 
     def _put(self, n: int, move) -> int:
@@ -382,8 +437,10 @@ class Sink:
         self._put_cut()
 
     def _live_marker(self, head_nl: bool) -> bytes:
-        text = (f"[qex] ---- more of {self.label or 'this output'} is being left out here: it passed "
-                f"{self.setting or '[logs] max_bytes'}; the count is written when the job ends ----\n")
+        text = (
+            f"[qex] ---- more of {self.label or 'this output'} is being left out here: it passed "
+            f"{self.setting or '[logs] max_bytes'}; the count is written when the job ends ----\n"
+        )
         return (b"" if head_nl else b"\n") + text.encode()
 
     def _final_marker(self) -> bytes:
@@ -391,16 +448,17 @@ class Sink:
 
         s = self.state
         what = self.label or "the output"
-        text = (f"[qex] ---- {s.dropped_bytes} bytes ({format_size(s.dropped_bytes)}) and {s.dropped_lines} "
-                f"line(s) of {what} are not in this file: they passed {self.setting or '[logs] max_bytes'}"
-                f"{'; the text below starts in the middle of a line' if s.mid_line else ''} ----\n")
+        text = (
+            f"[qex] ---- {s.dropped_bytes} bytes ({format_size(s.dropped_bytes)}) and {s.dropped_lines} "
+            f"line(s) of {what} are not in this file: they passed {self.setting or '[logs] max_bytes'}"
+            f"{'; the text below starts in the middle of a line' if s.mid_line else ''} ----\n"
+        )
         return (b"" if s.head_nl else b"\n") + text.encode()
 
     def _put_cut(self) -> None:
         if self.cut_fd is None:
             self.cut = self.cut or cut_path(self.path)  # (imports the layout: only after an upgrade)
-            self.cut_fd = os.open(self.cut, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                  0o600)
+            self.cut_fd = os.open(self.cut, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         os.pwrite(self.cut_fd, self.state.encode(), 0)
 
     # ---- the end --------------------------------------------------------------

@@ -92,9 +92,12 @@ class Meter:
         try:
             self.cg.leave()
         except OSError as exc:
-            print(f"qex: this supervisor (pid {os.getpid()}) cannot leave the job's memory cgroup "
-                  f"{self.cg.path} ({exc.strerror or exc}): its own memory counts as the job's "
-                  "until it can", flush=True)
+            print(
+                f"qex: this supervisor (pid {os.getpid()}) cannot leave the job's memory cgroup "
+                f"{self.cg.path} ({exc.strerror or exc}): its own memory counts as the job's "
+                "until it can",
+                flush=True,
+            )
         else:
             self.inside = False
 
@@ -116,16 +119,21 @@ class Meter:
                 self.cg.remove()
             self.cg, self.inside = None, False
 
-    def end(self, rusage: object, wait_status: int, stopped_by_qex: bool,
-            sampled: dict | None = None) -> tuple[dict, str | None]:
+    def end(
+        self, rusage: object, wait_status: int, stopped_by_qex: bool, sampled: dict | None = None
+    ) -> tuple[dict, str | None]:
         """After the job ended (wait4 done): (usage, OOM evidence). Removes the cgroup
         (emptied first when qex stopped the job; what a job that ended by itself left
         there keeps it, and the sweep removes it once they are gone). Without a cgroup,
         the best peak there is: the /proc sampler's whole tree (``sampled``:
         ``qex.linux.rss``), or getrusage's largest process where that is more."""
         rss = rusage.ru_maxrss * 1024 if rusage is not None else None
-        usage = {"max_rss": rss, "cpu_secs": round(rusage.ru_utime + rusage.ru_stime, 3) if rusage else None,
-                 "peak_from": "rusage" if rss is not None else None, "oom_kills": None}
+        usage = {
+            "max_rss": rss,
+            "cpu_secs": round(rusage.ru_utime + rusage.ru_stime, 3) if rusage else None,
+            "peak_from": "rusage" if rss is not None else None,
+            "oom_kills": None,
+        }
         if self.cg is None and sampled and sampled.get("peak") and (rss is None or sampled["peak"] >= rss):
             usage.update(max_rss=sampled["peak"], peak_from="proc-sample", sample_period=sampled["period"])
         cg_kills = None
@@ -153,8 +161,9 @@ class Meter:
         if not stopped_by_qex and not clean_exit:
             if cg_kills is not None:
                 evidence = "cgroup" if cg_kills > 0 else None
-            elif (self.machine0 is not None and os.WIFSIGNALED(wait_status)
-                  and os.WTERMSIG(wait_status) == signal.SIGKILL):
+            elif (
+                self.machine0 is not None and os.WIFSIGNALED(wait_status) and os.WTERMSIG(wait_status) == signal.SIGKILL
+            ):
                 machine = cgroup.machine_oom_kills()
                 evidence = "machine-counter" if machine is not None and machine > self.machine0 else None
         return usage, evidence
@@ -163,9 +172,10 @@ class Meter:
 # (verb, how). Commas and periods only: `qex list` shows an error in a terminal-safe form.
 EVIDENCE_WORDS = {
     "cgroup": ("ran out of memory", "when the kernel killed it, as the OOM count of its cgroup shows"),
-    "machine-counter": ("was most likely stopped for memory",
-                        "and died of SIGKILL while the OOM kill count of the machine rose, "
-                        "circumstantial evidence as it had no cgroup"),
+    "machine-counter": (
+        "was most likely stopped for memory",
+        "and died of SIGKILL while the OOM kill count of the machine rose, circumstantial evidence as it had no cgroup",
+    ),
 }
 
 
@@ -189,8 +199,11 @@ def settle(ctx: Context, current: dict, outcome: dict, lessons: list | None = No
     pass, outside the state lock); without the list it is taught at once.
     """
     if current.get("kill_requested") and outcome.get("state") == "oom":
-        outcome.update(state="killed", oom_evidence=None,
-                       error="stopped by qex kill, which wins over the OOM evidence it also showed")
+        outcome.update(
+            state="killed",
+            oom_evidence=None,
+            error="stopped by qex kill, which wins over the OOM evidence it also showed",
+        )
     retry = None
     if outcome.get("state") == "oom":
         retry = _answer_oom(ctx, current, outcome)
@@ -241,42 +254,56 @@ def _answer_oom(ctx: Context, current: dict, outcome: dict) -> dict | None:
     verb, how = EVIDENCE_WORDS.get(outcome.get("oom_evidence"), EVIDENCE_WORDS["cgroup"])
     if within_claim(current, outcome):
         return _answer_outside(ctx, current, outcome, claim, reached, used, allowed, f"attempt {attempt} {verb} {how}")
-    head = (f"attempt {attempt} {verb}: the claim of {format_size(claim)} was too small. "
-            f"It reached {format_size(reached) if reached else 'an unknown peak'}{peak_words(outcome)} {how}")
+    head = (
+        f"attempt {attempt} {verb}: the claim of {format_size(claim)} was too small. "
+        f"It reached {format_size(reached) if reached else 'an unknown peak'}{peak_words(outcome)} {how}"
+    )
     new = min(max(2 * claim, reached or 0), budget)
     if used >= allowed:
         why = "Not retried, --oom-retries 0" if allowed == 0 else f"Not retried, its {allowed} --oom-retries are used"
         outcome["error"] = _join(f"{head}. {why}", outcome.get("error"))
         return None
     if new <= claim:
-        outcome["error"] = _join(f"{head}. Not retried: the claim is already at the budget of "
-                                 f"{format_size(budget)}. Raise budget.mem in the config or make the job smaller",
-                                 outcome.get("error"))
+        outcome["error"] = _join(
+            f"{head}. Not retried: the claim is already at the budget of "
+            f"{format_size(budget)}. Raise budget.mem in the config or make the job smaller",
+            outcome.get("error"),
+        )
         return None
     note = f"{head}. Retry {used + 1} of {allowed} claims {format_size(new)}"
     outcome["error"] = _join(note, outcome.get("error"))
     sources = dict(current.get("claim_source") or {})
-    sources["mem"] = f"doubled after attempt {attempt} ran out of memory, the claim of {format_size(claim)} was too small"
-    return {"claims": {**claims, "mem": new}, "claim_source": sources, "error": outcome["error"],
-            "blocked_reason": f"queued for out-of-memory retry {used + 1} of {allowed} with a claim of "
-                              f"{format_size(new)}"}
+    sources["mem"] = (
+        f"doubled after attempt {attempt} ran out of memory, the claim of {format_size(claim)} was too small"
+    )
+    return {
+        "claims": {**claims, "mem": new},
+        "claim_source": sources,
+        "error": outcome["error"],
+        "blocked_reason": f"queued for out-of-memory retry {used + 1} of {allowed} with a claim of {format_size(new)}",
+    }
 
 
-def _answer_outside(ctx: Context, current: dict, outcome: dict, claim: int, reached: int, used: int, allowed: int,
-                    head: str) -> dict | None:
+def _answer_outside(
+    ctx: Context, current: dict, outcome: dict, claim: int, reached: int, used: int, allowed: int, head: str
+) -> dict | None:
     """An OOM kill of a job that stayed within its claim: the sentence names the limit
     that ran out; a retry (if any is left) keeps the same claim and says why, unless
     that limit is a cgroup's that holds no more than the claim (it would run out again)."""
     from qex.base.units import format_size
 
     where, limit = _ran_out_where(ctx)
-    head = (f"{head}, but it reached only {format_size(reached)}{peak_words(outcome)} of its claim of "
-            f"{format_size(claim)}: "
-            f"the memory ran out outside the job, in {where}, so the claim was not the cause "
-            "and a larger one would not help")
+    head = (
+        f"{head}, but it reached only {format_size(reached)}{peak_words(outcome)} of its claim of "
+        f"{format_size(claim)}: "
+        f"the memory ran out outside the job, in {where}, so the claim was not the cause "
+        "and a larger one would not help"
+    )
     if limit is not None and limit <= claim:
-        why = ("Not retried: that limit is no larger than the claim, so the same claim would run out again; "
-               "raise the cgroup's limit, or run qex outside it")
+        why = (
+            "Not retried: that limit is no larger than the claim, so the same claim would run out again; "
+            "raise the cgroup's limit, or run qex outside it"
+        )
     elif used >= allowed:
         why = "Not retried, --oom-retries 0" if allowed == 0 else f"Not retried, its {allowed} --oom-retries are used"
     else:
@@ -284,12 +311,16 @@ def _answer_outside(ctx: Context, current: dict, outcome: dict, claim: int, reac
     if why:
         outcome["error"] = _join(f"{head}. {why}", outcome.get("error"))
         return None
-    note = (f"{head}. Retry {used + 1} of {allowed} keeps the claim of {format_size(claim)}, "
-            "in case the memory in use outside the job frees")
+    note = (
+        f"{head}. Retry {used + 1} of {allowed} keeps the claim of {format_size(claim)}, "
+        "in case the memory in use outside the job frees"
+    )
     outcome["error"] = _join(note, outcome.get("error"))
-    return {"error": outcome["error"],
-            "blocked_reason": f"queued for out-of-memory retry {used + 1} of {allowed} at the same claim of "
-                              f"{format_size(claim)}: the memory ran out outside the job"}
+    return {
+        "error": outcome["error"],
+        "blocked_reason": f"queued for out-of-memory retry {used + 1} of {allowed} at the same claim of "
+        f"{format_size(claim)}: the memory ran out outside the job",
+    }
 
 
 def _join(first: str, rest: str | None) -> str:
@@ -303,8 +334,15 @@ def _lessons(ctx: Context, current: dict, outcome: dict) -> list[tuple]:
     out = [lesson] if lesson is not None else []
     usage = outcome.get("usage") or {}
     if ctx.config.learn_enabled and outcome.get("state") == "completed" and usage.get("vram_peak"):
-        out.append((current.get("command") or (), current.get("template"), "vram", int(usage["vram_peak"]),
-                    current.get("name", "")))
+        out.append(
+            (
+                current.get("command") or (),
+                current.get("template"),
+                "vram",
+                int(usage["vram_peak"]),
+                current.get("name", ""),
+            )
+        )
     return out
 
 

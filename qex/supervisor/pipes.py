@@ -41,12 +41,13 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from typing import BinaryIO
 
-COPY_MAX = 64 << 20        # --stdin -: the most qex copies into a job's directory (as --each-line's input)
-PIPE_SIZE = 1 << 20        # a follower's FIFO holds this much (fewer wake-ups; the kernel may give less)
-_F_SETPIPE_SZ = 1031       # fcntl's F_SETPIPE_SZ (fcntl is not imported for one constant)
+COPY_MAX = 64 << 20  # --stdin -: the most qex copies into a job's directory (as --each-line's input)
+PIPE_SIZE = 1 << 20  # a follower's FIFO holds this much (fewer wake-ups; the kernel may give less)
+_F_SETPIPE_SZ = 1031  # fcntl's F_SETPIPE_SZ (fcntl is not imported for one constant)
 
 
 # ---- the caller's side ---------------------------------------------------------------------
+
 
 class Ends:
     """The follower's ends of a job's pipes (``make``): ``out`` and ``err`` read the
@@ -177,8 +178,9 @@ def give_input(job_dir: str, source: str, stream: BinaryIO | None = None) -> Non
     try:
         st = os.stat(target)
     except OSError as exc:
-        raise SpecError(f"--stdin: cannot read {shown}: {exc.strerror}; give a file the job can read, "
-                        "or - for this command's stdin") from None
+        raise SpecError(
+            f"--stdin: cannot read {shown}: {exc.strerror}; give a file the job can read, or - for this command's stdin"
+        ) from None
     if stat.S_ISDIR(st.st_mode):
         raise SpecError(f"--stdin: {shown} is a directory; give a file")
     if not os.access(target, os.R_OK):
@@ -202,17 +204,20 @@ def _copy_input(path: str, stream: BinaryIO | None) -> None:
                 break
             total += len(chunk)
             if total > COPY_MAX:
-                raise SpecError(f"--stdin -: the input is larger than {COPY_MAX >> 20}MiB, the most qex copies "
-                                "into a job's directory; put it in a file and give --stdin FILE; "
-                                "no job was submitted")
+                raise SpecError(
+                    f"--stdin -: the input is larger than {COPY_MAX >> 20}MiB, the most qex copies "
+                    "into a job's directory; put it in a file and give --stdin FILE; "
+                    "no job was submitted"
+                )
             view = memoryview(chunk)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
 
 
 # ---- the supervisor's side -----------------------------------------------------------------
+
 
 def open_output(path: str) -> int:
     """The write end (non-blocking) of the follower's FIFO at ``path``, or -1: none

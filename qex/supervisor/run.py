@@ -69,6 +69,7 @@ def main_loop(ctx: Context, launch: Launch) -> None:
 def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Launch | None:
     """The supervisor itself failed: say so in the record rather than leave it to reconcile."""
     child_subreaper(False)  # (before the pass forks anything)
+
     def fail(txn):
         rec = txn.record(launch.job_id)
         if rec["state"] in HOLDING:
@@ -77,9 +78,16 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
                 tree.kill_all(pid)  # a job spawned but not yet recorded has only its pid file
             reconcile.release_cgroup(ctx, launch.job_id)  # (one in its cgroup may have only the intent line yet)
             now, error = time.time(), f"its supervisor failed: {type(exc).__name__}: {exc}"
-            attempts = list(rec.get("attempts") or []) + [{
-                "number": rec.get("attempt", 1), "state": "failed", "claims": rec.get("claims"),
-                "started_at": rec.get("started_at"), "ended_at": now, "error": error}]
+            attempts = list(rec.get("attempts") or []) + [
+                {
+                    "number": rec.get("attempt", 1),
+                    "state": "failed",
+                    "claims": rec.get("claims"),
+                    "started_at": rec.get("started_at"),
+                    "ended_at": now,
+                    "error": error,
+                }
+            ]
             txn.update(launch.job_id, state="failed", ended_at=now, error=error, attempts=attempts)
 
     try:
@@ -197,8 +205,15 @@ def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, inter
         if rec["state"] != "starting":
             return None, {**rec, "_abandon": True}
     if rec.get("kill_requested"):
-        return None, {**rec, "_outcome": {"state": "killed", "error": "stopped by qex kill before it started",
-                                          "started_at": None, "ended_at": time.time()}}
+        return None, {
+            **rec,
+            "_outcome": {
+                "state": "killed",
+                "error": "stopped by qex kill before it started",
+                "started_at": None,
+                "ended_at": time.time(),
+            },
+        }
     now = time.time()
     proc, failure = spawn.spawn(ctx, launch, spec, rec, meter)
     if proc is None:
@@ -238,8 +253,13 @@ def _record_running(ctx: Context, launch: Launch, rec: dict, interrupt: "Interru
         current = txn.record(launch.job_id)
         if current["state"] != "starting":  # not this process's to run any more: never leave it running
             return {**current, "_abandon": True}
-        current = txn.update(launch.job_id, state="running", pid=rec["pid"],
-                             supervisor_pid=rec["supervisor_pid"], started_at=rec["started_at"])
+        current = txn.update(
+            launch.job_id,
+            state="running",
+            pid=rec["pid"],
+            supervisor_pid=rec["supervisor_pid"],
+            started_at=rec["started_at"],
+        )
         if current.get("kill_requested") and interrupt is not None:
             interrupt.requested = "kill"  # asked while it was being spawned: the watch stops it at once
         txn.commit(save_index=LAZY)  # the journal has it; a pass soon saves the index
@@ -250,8 +270,9 @@ def _record_running(ctx: Context, launch: Launch, rec: dict, interrupt: "Interru
     return current
 
 
-def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | None = None,
-           launch: Launch | None = None) -> dict:
+def _watch(
+    ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | None = None, launch: Launch | None = None
+) -> dict:
     """Copy output, enforce the timeout, answer a kill; return the outcome. A job that
     still runs after ``watch.GRACE`` is watched by a minimal process this one execs into
     (``qex.supervisor.handoff``: it comes back as ``resume``)."""
@@ -260,8 +281,10 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
 
     store = ctx.store
     limit, setting = _log_limit(ctx.config)
-    sinks = {proc.stdout.fileno(): Sink(store.path(rec["id"], layout.STDOUT), limit, "stdout", setting),
-             proc.stderr.fileno(): Sink(store.path(rec["id"], layout.STDERR), limit, "stderr", setting)}
+    sinks = {
+        proc.stdout.fileno(): Sink(store.path(rec["id"], layout.STDOUT), limit, "stdout", setting),
+        proc.stderr.fileno(): Sink(store.path(rec["id"], layout.STDERR), limit, "stderr", setting),
+    }
     for (pipe, sink), name in zip(sinks.items(), (layout.STDOUT_PIPE, layout.STDERR_PIPE)):
         path = store.path(rec["id"], name)  # the FIFO of its qex run, if one follows it (qex.supervisor.pipes)
         fd = open_output(path)
@@ -276,8 +299,9 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
     pipes, abandon = sinks, None
     while True:
         pause_at = min(t for t in (handoff_at, mark_at) if t is not None) if (handoff_at or mark_at) else None
-        end = watch.loop(proc.pid, sinks, pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, pause_at,
-                         sampler, peak)
+        end = watch.loop(
+            proc.pid, sinks, pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, pause_at, sampler, peak
+        )
         if not (end.handoff and mark_at is not None):
             break
         mark_at, pipes = None, end.open_pipes  # the job runs on: record it running, then watch on
@@ -289,14 +313,27 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
         else:
             rec = current
     if end.handoff:
-
         _teach(ctx)  # (the watcher is another program: what it would lose)
 
         spawn.pid_line_now(proc)
-        watch.become_watcher(ctx, launch, proc.pid, rec, interrupt, meter, sinks, end.open_pipes,
-                               timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, sampler, peak)
-        end = watch.loop(proc.pid, sinks, end.open_pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT,
-                         None, sampler, peak)
+        watch.become_watcher(
+            ctx,
+            launch,
+            proc.pid,
+            rec,
+            interrupt,
+            meter,
+            sinks,
+            end.open_pipes,
+            timeout_at,
+            KILL_GRACE,
+            DRAIN_AFTER_EXIT,
+            sampler,
+            peak,
+        )
+        end = watch.loop(
+            proc.pid, sinks, end.open_pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, None, sampler, peak
+        )
     proc.returncode = end.wait_status
     if sampler is not None:
         sampler.stop()
@@ -308,8 +345,18 @@ def _watch(ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | N
         if meter is not None:
             meter.discard()
         return abandon
-    return ending.classify(rec, end.wait_status, end.rusage, end.stop_reason, interrupt, sinks, end.incomplete, meter,
-                           sampler.result() if sampler is not None else None, peak.result() if peak else None)
+    return ending.classify(
+        rec,
+        end.wait_status,
+        end.rusage,
+        end.stop_reason,
+        interrupt,
+        sinks,
+        end.incomplete,
+        meter,
+        sampler.result() if sampler is not None else None,
+        peak.result() if peak else None,
+    )
 
 
 def _sampler(ctx: Context, rec: dict, started: float):
@@ -348,8 +395,7 @@ def _log_limit(config) -> tuple[int | None, str]:
     limit = config.logs_max_bytes
     if not limit:
         return None, ""
-    return limit, (f"[logs] max_bytes = {format_size(limit)} (raise it in {config.path}; "
-                   "0 keeps everything)")
+    return limit, (f"[logs] max_bytes = {format_size(limit)} (raise it in {config.path}; 0 keeps everything)")
 
 
 def _job_over() -> bool:
@@ -461,8 +507,7 @@ def _until_recorded(ctx: Context, mutate):
                 raise
             if not said:
                 try:  # supervisor.log, on the same full disk, may not take it either
-                    print(f"qex: cannot write the job's final record yet: {exc}; trying again until it can",
-                          flush=True)
+                    print(f"qex: cannot write the job's final record yet: {exc}; trying again until it can", flush=True)
                     said = True
                 except OSError:
                     pass

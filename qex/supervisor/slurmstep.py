@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 def take(ctx: Context, job_id: str) -> tuple[Launch | None, str]:
     """Start the job as a pass starts one it admits; (its Launch, "") or (None, why not)."""
+
     def start(txn):
         entry = txn.idx.jobs.get(job_id)
         if entry is None or not on_slurm(entry):
@@ -44,8 +45,15 @@ def take(ctx: Context, job_id: str) -> tuple[Launch | None, str]:
         fd = hold(ctx.store.path(job_id, layout.ALIVE))
         if fd is None:
             return None, "its liveness lock is held by another process"
-        rec = txn.update(job_id, state="starting", assigned=[], forced=False, blocked_reason=None,
-                         blocked_holder=None, blocked_since=None)
+        rec = txn.update(
+            job_id,
+            state="starting",
+            assigned=[],
+            forced=False,
+            blocked_reason=None,
+            blocked_holder=None,
+            blocked_since=None,
+        )
         launch = Launch(job_id, fd)
         launch.attempt = rec.get("attempt", 1)
         return launch, ""

@@ -47,8 +47,16 @@ def job_lock_fd() -> int:
     return fd if fd > 2 else -1
 
 
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-               "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "GOMAXPROCS", "JULIA_NUM_THREADS")
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "RAYON_NUM_THREADS",
+    "GOMAXPROCS",
+    "JULIA_NUM_THREADS",
+)
 
 
 def job_env(spec: NewSpec, rec: dict, config: Config) -> dict:
@@ -118,13 +126,16 @@ def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) 
             intent = True
             if _CRASH:
                 faults.hit("supervisor.before_spawn")
-            born = (meter, (pid_path, "-", intent_line, mode), (path, env, launch.peer_fd,
-                    store.path(launch.job_id, layout.STDIN), spec.command))
+            born = (
+                meter,
+                (pid_path, "-", intent_line, mode),
+                (path, env, launch.peer_fd, store.path(launch.job_id, layout.STDIN), spec.command),
+            )
             proc = manners.spawn_with(lambda: _born(*born), *manners_of(spec, ctx.config))
         finally:
             _go_home(home)
     except (OSError, ValueError, StoreError) as exc:  # ValueError: what posix_spawn refuses to pass (a NUL,
-        if intent:                                       # an env name with =); StoreError: a failed fsync
+        if intent:  # an env name with =); StoreError: a failed fsync
             fs.unlink_quietly(pid_path)  # it never ran: a pass may start it again
         return None, _not_started(spec, exc)
     if _CRASH:
@@ -178,8 +189,11 @@ def manners_of(spec: NewSpec, config: Config) -> tuple[int, str | None, int]:
     submission resolved them), else the config's (a spec an older qex wrote)."""
     io_class = getattr(spec, "io_class", None) or config.io_class
     oom = getattr(spec, "oom_score_adj", None)
-    return (config.nice if spec.nice is None else spec.nice, None if io_class == "none" else io_class,
-            config.oom_score_adj if oom is None else oom)
+    return (
+        config.nice if spec.nice is None else spec.nice,
+        None if io_class == "none" else io_class,
+        config.oom_score_adj if oom is None else oom,
+    )
 
 
 def _not_started(spec, exc: BaseException) -> dict:
@@ -193,8 +207,11 @@ def pid_line_now(proc: Child) -> None:
     try:
         write_pid_line(proc)
     except OSError as exc:
-        print(f"qex: cannot write the job's pid line ({exc.strerror or exc}); a pass that finds this "
-              "supervisor lost stops the job through its cgroup", flush=True)
+        print(
+            f"qex: cannot write the job's pid line ({exc.strerror or exc}); a pass that finds this "
+            "supervisor lost stops the job through its cgroup",
+            flush=True,
+        )
 
 
 def write_pid_line(proc: Child) -> None:
@@ -226,8 +243,9 @@ class Child:
         self.pid_line = None  # (path, mode, cgroup note) of the pid line still to write (write_pid_line)
 
     @classmethod
-    def spawn(cls, path: str, argv: list[str] | tuple[str, ...], env: dict, lock: int = -1,
-              stdin: int | None = None) -> "Child":
+    def spawn(
+        cls, path: str, argv: list[str] | tuple[str, ...], env: dict, lock: int = -1, stdin: int | None = None
+    ) -> "Child":
         """stdin from ``stdin`` (None: /dev/null), stdout and stderr to pipes, its own process
         group, SIGPIPE and SIGXFSZ back to their defaults (as subprocess's restore_signals;
         every other disposition as the supervisor has it), an empty signal mask. Every
@@ -240,17 +258,26 @@ class Child:
             os.close(out_r)
             os.close(out_w)
             raise
-        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0) if stdin is None
-                   else (os.POSIX_SPAWN_DUP2, stdin, 0),
-                   (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0) if stdin is None else (os.POSIX_SPAWN_DUP2, stdin, 0),
+            (os.POSIX_SPAWN_DUP2, out_w, 1),
+            (os.POSIX_SPAWN_DUP2, err_w, 2),
+        ]
         at = job_lock_fd() if lock >= 0 else -1
         if at >= 0 and lock != at:
             actions.append((os.POSIX_SPAWN_DUP2, lock, at))  # (last: over whatever the child had there)
         try:
             if at >= 0 and lock == at:
                 os.set_inheritable(lock, True)  # already there: only its close-on-exec goes, for the spawn
-            pid = os.posix_spawn(path, list(argv), env, file_actions=actions,
-                                 setpgroup=0, setsigmask=(), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+            pid = os.posix_spawn(
+                path,
+                list(argv),
+                env,
+                file_actions=actions,
+                setpgroup=0,
+                setsigmask=(),
+                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+            )
         except BaseException:
             os.close(out_r)
             os.close(err_r)
@@ -316,7 +343,6 @@ def _go_home(fd: int) -> None:
         pass
     finally:
         os.close(fd)
-
 
 
 def no_inherited_fds() -> None:

@@ -48,8 +48,28 @@ class Sampler:
     """The sampler of one attempt of one job (see the module's doc). Its state
     travels across the watcher's execs as a dict (``state``, ``resume``)."""
 
-    FIELDS = ("job_id", "attempt", "root", "live", "seen_path", "mode", "every", "next_at", "ids", "claims",
-              "peaks", "indices", "over", "noted", "env", "nvml_path", "note_argv", "supervisor", "samples", "note_pid")
+    FIELDS = (
+        "job_id",
+        "attempt",
+        "root",
+        "live",
+        "seen_path",
+        "mode",
+        "every",
+        "next_at",
+        "ids",
+        "claims",
+        "peaks",
+        "indices",
+        "over",
+        "noted",
+        "env",
+        "nvml_path",
+        "note_argv",
+        "supervisor",
+        "samples",
+        "note_pid",
+    )
 
     __slots__ = FIELDS + ("reader", "boot")
 
@@ -191,15 +211,20 @@ class Sampler:
 
     def above_claim(self) -> list:
         """[[device, peak, claimed], ...] where the peak is above what the job was given."""
-        return sorted([key, peak, self.claims.get(key, 0)] for key, peak in self.peaks.items()
-                      if peak > self.claims.get(key, 0))
+        return sorted(
+            [key, peak, self.claims.get(key, 0)] for key, peak in self.peaks.items() if peak > self.claims.get(key, 0)
+        )
 
     def result(self) -> dict:
         """What the record gets: ``usage`` fields, and the devices above the claim."""
         if not self.peaks:
             return {"samples": self.samples}
-        return {"samples": self.samples, "vram_peak": max(self.peaks.values()),
-                "vram_peak_by_device": dict(sorted(self.peaks.items())), "over": self.above_claim()}
+        return {
+            "samples": self.samples,
+            "vram_peak": max(self.peaks.values()),
+            "vram_peak_by_device": dict(sorted(self.peaks.items())),
+            "over": self.above_claim(),
+        }
 
     def write_live(self, now: float) -> None:
         gpu_files.write_quietly(self.live, gpu_files.live_text(self.peaks, self.attempt, now), self.mode)
@@ -212,8 +237,13 @@ class Sampler:
         try:
             closes = [(posix.POSIX_SPAWN_CLOSE, f) for f in gpu_use.inheritable() if f > 2]
             argv = [*self.note_argv, data.hex()]
-            self.note_pid = posix.posix_spawn(argv[0], argv, posix.environ, file_actions=[
-                *closes, (posix.POSIX_SPAWN_OPEN, 0, "/dev/null", posix.O_RDONLY, 0)], setsid=True)
+            self.note_pid = posix.posix_spawn(
+                argv[0],
+                argv,
+                posix.environ,
+                file_actions=[*closes, (posix.POSIX_SPAWN_OPEN, 0, "/dev/null", posix.O_RDONLY, 0)],
+                setsid=True,
+            )
         except OSError:
             pass
 

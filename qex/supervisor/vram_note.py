@@ -48,13 +48,29 @@ def start(ctx: Context, rec: dict, started: float) -> Sampler | None:
 
     store = ctx.store
     return vram.Sampler(
-        job_id=rec["id"], attempt=rec.get("attempt", 1), root=store.root,
-        live=store.path(rec["id"], layout.VRAM), seen_path=os.path.join(store.root, layout.GPU_SEEN),
-        mode=store.file_mode, every=ctx.config.gpu_sample_every, next_at=started + vram.FIRST,
-        ids=[pool.device_id(i) for i in range(len(pool.devices))], claims=claims, peaks={}, indices={},
-        over=None, noted=False, env=dict(os.environ), nvml_path=nvml_path, supervisor=os.getpid(), samples=0,
-        note_pid=None, note_argv=watch.entry_argv(watch._package_parent(), "qex.supervisor.vram_note", "main",
-                                                  vram.NOTE_TAG, rec["id"], 0, minimal=False)[:-1])
+        job_id=rec["id"],
+        attempt=rec.get("attempt", 1),
+        root=store.root,
+        live=store.path(rec["id"], layout.VRAM),
+        seen_path=os.path.join(store.root, layout.GPU_SEEN),
+        mode=store.file_mode,
+        every=ctx.config.gpu_sample_every,
+        next_at=started + vram.FIRST,
+        ids=[pool.device_id(i) for i in range(len(pool.devices))],
+        claims=claims,
+        peaks={},
+        indices={},
+        over=None,
+        noted=False,
+        env=dict(os.environ),
+        nvml_path=nvml_path,
+        supervisor=os.getpid(),
+        samples=0,
+        note_pid=None,
+        note_argv=watch.entry_argv(
+            watch._package_parent(), "qex.supervisor.vram_note", "main", vram.NOTE_TAG, rec["id"], 0, minimal=False
+        )[:-1],
+    )
 
 
 def _nvml_path() -> str | None:
@@ -78,12 +94,14 @@ def fields(result: dict | None) -> dict:
     """The record's fields from a sampler's ``result()``: ``usage`` additions and ``vram_over``."""
     if not result or result.get("vram_peak") is None:
         return {"usage": {}, "vram_over": None}
-    return {"usage": {"vram_peak": result["vram_peak"], "vram_peak_by_device": result["vram_peak_by_device"]},
-            "vram_over": over_words(result.get("over") or [])}
+    return {
+        "usage": {"vram_peak": result["vram_peak"], "vram_peak_by_device": result["vram_peak_by_device"]},
+        "vram_over": over_words(result.get("over") or []),
+    }
 
 
 def over_words(over: list) -> str | None:
-    """"used 30GB on gpu 0, above its claim of 10GB" for each [device, peak, claimed]."""
+    """ "used 30GB on gpu 0, above its claim of 10GB" for each [device, peak, claimed]."""
     from qex.base.units import format_size, safe_text
 
     parts = []

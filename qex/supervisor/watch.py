@@ -92,14 +92,23 @@ class End:
 
     __slots__ = ("wait_status", "rusage", "stop_reason", "incomplete", "handoff", "open_pipes")
 
-    def __init__(self, wait_status=None, rusage=None, stop_reason=None, incomplete=False, handoff=False,
-                 open_pipes=()):
+    def __init__(self, wait_status=None, rusage=None, stop_reason=None, incomplete=False, handoff=False, open_pipes=()):
         self.wait_status, self.rusage, self.stop_reason = wait_status, rusage, stop_reason
         self.incomplete, self.handoff, self.open_pipes = incomplete, handoff, tuple(open_pipes)
 
 
-def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, timeout_at: float | None,
-         kill_grace: float, drain: float, handoff_at: float | None = None, sampler: object = None, peak: object = None) -> End:
+def loop(
+    pid: int,
+    sinks: dict,
+    open_pipes: "Iterable[int]",
+    interrupt: object,
+    timeout_at: float | None,
+    kill_grace: float,
+    drain: float,
+    handoff_at: float | None = None,
+    sampler: object = None,
+    peak: object = None,
+) -> End:
     """Watch the job ``pid`` (leader of its process group) until it has ended, its pipes
     are read (or ``drain`` seconds after its end) and its followers have what it wrote (see
     the module's doc), or until ``handoff_at``. ``sampler``: qex.supervisor.vram; ``peak``: rss."""
@@ -133,8 +142,17 @@ def loop(pid: int, sinks: dict, open_pipes: "Iterable[int]", interrupt: object, 
             handing = handoff_at is not None and stop_reason is None and wait_status is None
             if handing and now >= handoff_at:
                 return End(handoff=True, open_pipes=open_pipes)
-            limits = [t for t in (timeout_at if stop_reason is None else None, kill_at, drain_until,
-                                  handoff_at if handing else None, _sample(sampler, now, poll, wait_status, peak)) if t]
+            limits = [
+                t
+                for t in (
+                    timeout_at if stop_reason is None else None,
+                    kill_at,
+                    drain_until,
+                    handoff_at if handing else None,
+                    _sample(sampler, now, poll, wait_status, peak),
+                )
+                if t
+            ]
             # poll() takes an int of ms: a --timeout of weeks would overflow it; wake and look again
             wait = min(MAX_WAIT, max(0.0, min(limits) - now)) if limits else None
             try:
@@ -166,8 +184,14 @@ def _sample(sampler, now: float, poll, wait_status, peak: object = None) -> floa
     qex.linux.rss). When the loop must look again for them (None: no sampler)."""
     if wait_status is not None:
         return None
-    times = [t for t in (sampler.tick(now, poll) if sampler is not None else None,
-                         peak.tick(now) if peak is not None else None) if t]
+    times = [
+        t
+        for t in (
+            sampler.tick(now, poll) if sampler is not None else None,
+            peak.tick(now) if peak is not None else None,
+        )
+        if t
+    ]
     return min(times) if times else None
 
 
@@ -281,13 +305,14 @@ def _terminate(pid: int, now: float, grace: float, unreaped: bool) -> tuple[int,
 
 # ---- the two execs: the data they hand over, the fds they keep ---------------------
 
+
 def write_handover(data: tuple) -> int:
     """An inheritable memfd holding ``data`` (marshal: builtin, and no size limit as argv has)."""
     fd = os.memfd_create("qex-handover", 0)
     blob = marshal.dumps(data)
     view = memoryview(blob)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     os.lseek(fd, 0, 0)
     return fd
 
@@ -325,8 +350,11 @@ def exec_keeping(argv: list, keep: "Iterable[int | None]") -> None:
                     pass  # the fd of the listing itself, closed by now
         os.execv(argv[0], argv)
     except OSError as exc:
-        print(f"qex: cannot exec {argv[0]} ({exc.strerror or exc}); the supervisor goes on as it is",
-              file=sys.stderr, flush=True)
+        print(
+            f"qex: cannot exec {argv[0]} ({exc.strerror or exc}); the supervisor goes on as it is",
+            file=sys.stderr,
+            flush=True,
+        )
     _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
@@ -351,10 +379,21 @@ def _package_parent() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def become_watcher(ctx: "Context", launch: "Launch", pid: int, rec: dict, interrupt: object, meter: "Meter",
-                   sinks: dict, open_pipes: "Iterable[int]",
-                   timeout_at: float | None, kill_grace: float, drain: float, sampler: object = None,
-                   peak: object = None) -> None:
+def become_watcher(
+    ctx: "Context",
+    launch: "Launch",
+    pid: int,
+    rec: dict,
+    interrupt: object,
+    meter: "Meter",
+    sinks: dict,
+    open_pipes: "Iterable[int]",
+    timeout_at: float | None,
+    kill_grace: float,
+    drain: float,
+    sampler: object = None,
+    peak: object = None,
+) -> None:
     """Exec into the minimal watcher (see ``qex.supervisor.handoff``). Returns only
     if the exec failed (the caller then goes on watching in this process). Runs in
     the full supervisor, never in the watcher: its imports stay inside it."""
@@ -369,16 +408,30 @@ def become_watcher(ctx: "Context", launch: "Launch", pid: int, rec: dict, interr
         "root": ctx.store.root,
         "launch": (launch.job_id, launch.alive_fd, launch.peer_fd, launch.peer_lock),
         "rec": rec,
-        "meter": None if meter is None else {
-            "cg": (cg.kind, cg.path, cg.scoped, cg.home) if cg is not None else None, "why_not": meter.why_not,
-            "cg_kills0": meter.cg_kills0, "machine0": meter.machine0, "job_dir": meter.job_dir,
-            "unit": meter.unit},
+        "meter": None
+        if meter is None
+        else {
+            "cg": (cg.kind, cg.path, cg.scoped, cg.home) if cg is not None else None,
+            "why_not": meter.why_not,
+            "cg_kills0": meter.cg_kills0,
+            "machine0": meter.machine0,
+            "job_dir": meter.job_dir,
+            "unit": meter.unit,
+        },
     }
-    watched = {"pid": pid, "sinks": [(p, s.handover()) for p, s in sinks.items()], "open": list(open_pipes),
-               "timeout_at": timeout_at, "kill_grace": kill_grace, "drain": drain,
-               "requested": None, "keep": [launch.alive_fd, launch.peer_fd],
-               "here": _package_parent(), "vram": sampler.state() if sampler is not None else None,
-               "rss": peak.state() if peak is not None else None}
+    watched = {
+        "pid": pid,
+        "sinks": [(p, s.handover()) for p, s in sinks.items()],
+        "open": list(open_pipes),
+        "timeout_at": timeout_at,
+        "kill_grace": kill_grace,
+        "drain": drain,
+        "requested": None,
+        "keep": [launch.alive_fd, launch.peer_fd],
+        "here": _package_parent(),
+        "vram": sampler.state() if sampler is not None else None,
+        "rss": peak.state() if peak is not None else None,
+    }
     # From here a kill waits (blocked) for the watcher's handler; one that came during the
     # grace after the loop last looked is in interrupt.requested: it is handed over too.
     import signal
@@ -386,10 +439,16 @@ def become_watcher(ctx: "Context", launch: "Launch", pid: int, rec: dict, interr
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     watched["requested"] = interrupt.requested
     fd = write_handover((watched, marshal.dumps(passed)))
-    keep = [fd, *sinks, launch.alive_fd, launch.peer_fd, *(s.fd for s in sinks.values()),
-            *(s.cut_fd for s in sinks.values()), *(s.tee for s in sinks.values())]
-    argv = entry_argv(watched["here"], "qex.supervisor.watch", "main", WATCHER_TAG, launch.job_id, fd,
-                            minimal=True)
+    keep = [
+        fd,
+        *sinks,
+        launch.alive_fd,
+        launch.peer_fd,
+        *(s.fd for s in sinks.values()),
+        *(s.cut_fd for s in sinks.values()),
+        *(s.tee for s in sinks.values()),
+    ]
+    argv = entry_argv(watched["here"], "qex.supervisor.watch", "main", WATCHER_TAG, launch.job_id, fd, minimal=True)
     exec_keeping(argv, keep)  # unblocks the signals if it returns
     os.close(fd)
 
@@ -421,27 +480,41 @@ def main() -> None:
         from qex.linux.rss import TreePeak
 
         peak = TreePeak.resume(watch["rss"])
-    end = loop(pid, {p: s for p, s in sinks.items()}, [p for p in sinks if p in watch["open"]], interrupt,
-               watch["timeout_at"], watch["kill_grace"], watch["drain"], None, sampler, peak)
+    end = loop(
+        pid,
+        {p: s for p, s in sinks.items()},
+        [p for p in sinks if p in watch["open"]],
+        interrupt,
+        watch["timeout_at"],
+        watch["kill_grace"],
+        watch["drain"],
+        None,
+        sampler,
+        peak,
+    )
     if sampler is not None:
         sampler.stop()
     for pipe, sink in sinks.items():
         os.close(pipe)
         sink.drop_tee(cut=False)  # (all it was given is taken: the loop ends only then)
     r = end.rusage
-    ended = {"wait_status": end.wait_status, "stop_reason": end.stop_reason, "incomplete": end.incomplete,
-             "requested": interrupt.requested,
-             "rusage": (r.ru_maxrss, r.ru_utime, r.ru_stime) if r is not None else None,
-             "sinks": [s.handover() for s in sinks.values()],
-             "vram": sampler.result() if sampler is not None else None,
-             "rss": peak.result() if peak is not None else None}
+    ended = {
+        "wait_status": end.wait_status,
+        "stop_reason": end.stop_reason,
+        "incomplete": end.incomplete,
+        "requested": interrupt.requested,
+        "rusage": (r.ru_maxrss, r.ru_utime, r.ru_stime) if r is not None else None,
+        "sinks": [s.handover() for s in sinks.values()],
+        "vram": sampler.result() if sampler is not None else None,
+        "rss": peak.result() if peak is not None else None,
+    }
     interrupt.close()
     out = write_handover((ended, passed))
     keep = [out, *watch["keep"], *(s.fd for s in sinks.values()), *(s.cut_fd for s in sinks.values())]
-    exec_keeping(entry_argv(watch["here"], "qex.supervisor.handoff", "finish", FINISHER_TAG, job_id, out,
-                            minimal=False), keep)
+    exec_keeping(
+        entry_argv(watch["here"], "qex.supervisor.handoff", "finish", FINISHER_TAG, job_id, out, minimal=False), keep
+    )
     # The full qex cannot start again (its interpreter gone?). Dying lets go of the liveness
     # lock: the next pass finds the supervisor lost and says so in the record.
-    print(f"qex: the watcher of job {job_id} cannot exec back into qex to record its end", file=sys.stderr,
-          flush=True)
+    print(f"qex: the watcher of job {job_id} cannot exec back into qex to record its end", file=sys.stderr, flush=True)
     os._exit(70)

@@ -40,10 +40,11 @@ if TYPE_CHECKING:
     from qex.config.context import Context
 
 _OPEN_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-ADMIT_LOCK = ".admit.lock"    # the admission turn's lock file (qex.users.peer_admission)
+ADMIT_LOCK = ".admit.lock"  # the admission turn's lock file (qex.users.peer_admission)
 
 
 # ---- names ---------------------------------------------------------------------
+
 
 def directory(ctx: Context) -> str:
     """Where the peer directory is (``qex.config.keys.peer_dir``)."""
@@ -76,6 +77,7 @@ def key_for(uid: int, root: str) -> str:
 
 # ---- the directory ---------------------------------------------------------------
 
+
 def _describe_mode(st) -> str:
     return f"mode {stat.S_IMODE(st.st_mode):04o}"
 
@@ -95,15 +97,27 @@ def open_dir(path: str, create: bool) -> tuple[int | None, str | None, str | Non
     except OSError as exc:
         return None, f"the peer directory {path} cannot be read ({exc.strerror})", None
     if stat.S_ISLNK(st.st_mode):
-        return None, (f"the peer directory {path} is a symbolic link, which qex does not follow; "
-                      "remove it or set [peers] dir to a real directory"), None
+        return (
+            None,
+            (
+                f"the peer directory {path} is a symbolic link, which qex does not follow; "
+                "remove it or set [peers] dir to a real directory"
+            ),
+            None,
+        )
     if not stat.S_ISDIR(st.st_mode):
         return None, f"the peer directory {path} is not a directory; remove it or set [peers] dir", None
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o022 and not mode & stat.S_ISVTX:
-        return None, (f"the peer directory {path} is writable by other users without the sticky bit "
-                      f"({_describe_mode(st)}): anyone could replace the records in it; "
-                      f"chmod 1777 {path} (as its owner) or set [peers] dir"), None
+        return (
+            None,
+            (
+                f"the peer directory {path} is writable by other users without the sticky bit "
+                f"({_describe_mode(st)}): anyone could replace the records in it; "
+                f"chmod 1777 {path} (as its owner) or set [peers] dir"
+            ),
+            None,
+        )
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -114,8 +128,10 @@ def open_dir(path: str, create: bool) -> tuple[int | None, str | None, str | Non
         return None, f"the peer directory {path} changed while it was opened; try again", None
     note = None
     if st.st_uid not in (0, os.getuid()):
-        note = (f"the peer directory {path} belongs to {owner_name(st.st_uid)}, who can remove other users' "
-                f"records; an administrator can make it as root: install -d -m 1777 {path}")
+        note = (
+            f"the peer directory {path} belongs to {owner_name(st.st_uid)}, who can remove other users' "
+            f"records; an administrator can make it as root: install -d -m 1777 {path}"
+        )
     return fd, None, note
 
 
@@ -126,13 +142,15 @@ def _make_dir(path: str) -> str | None:
         os.mkdir(path, 0o700)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            os.fchmod(fd, 0o1777)   # like /tmp: everyone may add a record, nobody may touch another's
+            os.fchmod(fd, 0o1777)  # like /tmp: everyone may add a record, nobody may touch another's
         finally:
             os.close(fd)
     except FileExistsError:
-        return None                 # made by someone else meanwhile: checked by the caller
+        return None  # made by someone else meanwhile: checked by the caller
     except OSError as exc:
-        return f"cannot create the peer directory {path} ({exc.strerror}); set [peers] dir to a directory you can create"
+        return (
+            f"cannot create the peer directory {path} ({exc.strerror}); set [peers] dir to a directory you can create"
+        )
     return None
 
 
@@ -144,6 +162,7 @@ def owner_name(uid: int) -> str:
 
 
 # ---- its entries ---------------------------------------------------------------
+
 
 def list_names(fd: int) -> list[str]:
     """The names in the directory ``fd``; none when it cannot be listed."""
@@ -200,6 +219,7 @@ def unlink_quietly(dir_fd: int, name: str) -> None:
 
 # ---- the liveness lock of one job ----------------------------------------------
 
+
 def lock_held(dir_fd: int, name: str | None, uid: int) -> bool:
     """True while the job's supervisor or a process of the job holds its lock file
     (owned by the record's owner), and the file is still there by that name."""
@@ -235,8 +255,12 @@ def hold_job_lock(ctx: Context, job_id: str) -> tuple[int, str | None]:
         for _ in range(8):
             name = f"{key(ctx)}.{job_id[:8]}.{os.urandom(6).hex()}.lock"
             try:
-                fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-                             | os.O_NONBLOCK, 0o644, dir_fd=fd_dir)
+                fd = os.open(
+                    name,
+                    os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                    0o644,
+                    dir_fd=fd_dir,
+                )
             except FileExistsError:
                 continue
             except OSError:
@@ -284,6 +308,7 @@ def _ident(fd: int):
 
 
 # ---- for the waker ------------------------------------------------------------------
+
 
 def dir_version(ctx: Context, since: tuple | None = None) -> tuple[tuple[int, int], tuple[str, ...] | None] | None:
     """Changes whenever another queue's record or lock file in the peer directory

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 # ---- publishing (the state lock is held) -------------------------------------------
 
+
 def own_jobs(ctx: Context, idx: Index, holding: list[str] | None = None) -> list[tuple[str, dict]]:
     """This user's jobs of this state directory that hold capacity. ``holding``: the
     ids of the index's starting and running jobs, when the caller knows them (a
@@ -148,8 +149,10 @@ def _write(dir_fd: int, name: str, rec: dict) -> str | None:
         _OWN[name] = ((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size), rec)
     except OSError as exc:
         unlink_quietly(dir_fd, tmp)
-        return (f"cannot publish this queue's record {name} in the peer directory ({exc.strerror}); "
-                "other users' queues do not see what it holds")
+        return (
+            f"cannot publish this queue's record {name} in the peer directory ({exc.strerror}); "
+            "other users' queues do not see what it holds"
+        )
     return None
 
 
@@ -186,6 +189,7 @@ def _sweep(dir_fd: int, ctx: Context, keep: set) -> None:
 
 # ---- for qex info ------------------------------------------------------------------
 
+
 def publish_check(ctx: Context) -> str | None:
     """Why this queue's record is not what its running jobs hold, or None."""
     fd, problem, _ = open_dir(directory(ctx), create=False)
@@ -200,8 +204,10 @@ def publish_check(ctx: Context) -> str | None:
         except OSError as exc:
             return f"this queue's record {name} cannot be checked ({exc.strerror})"
         if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
-            return (f"{name} in the peer directory is not this queue's record (it belongs to "
-                    f"{owner_name(st.st_uid)} or is not a regular file); this queue cannot publish what it holds")
+            return (
+                f"{name} in the peer directory is not this queue's record (it belongs to "
+                f"{owner_name(st.st_uid)} or is not a regular file); this queue cannot publish what it holds"
+            )
         return None
     finally:
         os.close(fd)

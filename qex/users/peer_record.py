@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 
 FORMAT = 1
 KIND = "qex-peer"
-MAX_RECORD = 1 << 20          # bytes; a larger file is not a record
+MAX_RECORD = 1 << 20  # bytes; a larger file is not a record
 MAX_JOBS = 10000
-MAX_LIST = 256                # pools per job, devices per assignment
+MAX_LIST = 256  # pools per job, devices per assignment
 
 
 class BadRecord(ValueError):
@@ -63,6 +63,7 @@ def state_identity(root: str) -> tuple[str, str]:
 
 # ---- writing (``qex.users.peer_publish``) ---------------------------------------
 
+
 def record_of(ctx: Context, jobs: list[tuple[str, dict]]) -> dict:
     """The record of what ``jobs`` hold. A job entry names no job: what it holds
     and the lock its supervisor holds, in the order of their locks, so that a
@@ -77,12 +78,15 @@ def job_entries(ctx: Context, jobs: list[tuple[str, dict]]) -> list[dict]:
     plain = {p.name for p in ctx.config.pools if p.count is not None}  # locks are never published
     entries = []
     for _job_id, e in jobs:
-        entries.append({
-            "cpu": e["cpu"] / 1000, "mem": e["mem"],
-            "pools": {name: cs[0] for name, cs in sorted(e.get("pools", {}).items()) if name in plain},
-            "devices": [{"pool": p, "devices": list(d), "size": s} for p, d, s in e.get("assigned") or ()],
-            "lock": e.get("peer_lock"),
-        })
+        entries.append(
+            {
+                "cpu": e["cpu"] / 1000,
+                "mem": e["mem"],
+                "pools": {name: cs[0] for name, cs in sorted(e.get("pools", {}).items()) if name in plain},
+                "devices": [{"pool": p, "devices": list(d), "size": s} for p, d, s in e.get("assigned") or ()],
+                "lock": e.get("peer_lock"),
+            }
+        )
     entries.sort(key=_entry_order)
     return entries
 
@@ -93,17 +97,34 @@ def record_from(ctx: Context, entries: list[dict]) -> dict:
     from qex.base.version import VERSION
 
     real, ident = state_identity(ctx.store.root)
-    return {"format": FORMAT, "kind": KIND, "qex": VERSION, "user": ctx.user, "uid": ctx.uid,
-            "state_dir": real, "state_id": ident, "boot_id": machine.boot_id(), "host": os.uname().nodename,
-            "cpu": sum(j["cpu"] for j in entries), "mem": sum(j["mem"] for j in entries), "jobs": entries}
+    return {
+        "format": FORMAT,
+        "kind": KIND,
+        "qex": VERSION,
+        "user": ctx.user,
+        "uid": ctx.uid,
+        "state_dir": real,
+        "state_id": ident,
+        "boot_id": machine.boot_id(),
+        "host": os.uname().nodename,
+        "cpu": sum(j["cpu"] for j in entries),
+        "mem": sum(j["mem"] for j in entries),
+        "jobs": entries,
+    }
 
 
 def _entry_order(entry: dict):
-    return entry["lock"] or "", entry["cpu"], entry["mem"], sorted(entry["pools"].items()), \
-        [(u["pool"], u["devices"], u["size"] or 0) for u in entry["devices"]]
+    return (
+        entry["lock"] or "",
+        entry["cpu"],
+        entry["mem"],
+        sorted(entry["pools"].items()),
+        [(u["pool"], u["devices"], u["size"] or 0) for u in entry["devices"]],
+    )
 
 
 # ---- parsing (tolerant: unknown keys ignored, missing ones defaulted) ------------
+
 
 def _reject_constant(word):
     raise BadRecord(f"holds {word}, which is not a number")
@@ -128,9 +149,13 @@ def parse(data: bytes) -> dict:
     if len(jobs) > MAX_JOBS:
         raise BadRecord(f"lists more than {MAX_JOBS} jobs")
     checked = [_job(j, i) for i, j in enumerate(jobs)]
-    return {"format": fmt, "state_dir": _text(raw.get("state_dir"), 4096),
-            "state_id": _text(raw.get("state_id"), 64), "boot_id": _text(raw.get("boot_id"), 64),
-            "jobs": checked}
+    return {
+        "format": fmt,
+        "state_dir": _text(raw.get("state_dir"), 4096),
+        "state_id": _text(raw.get("state_id"), 64),
+        "boot_id": _text(raw.get("boot_id"), 64),
+        "jobs": checked,
+    }
 
 
 def _text(v, limit: int) -> str:
@@ -147,11 +172,21 @@ def _job(j, i: int) -> dict:
     if not numbers.ok(mem, numbers.BYTES, whole=True):
         raise BadRecord(f"{where}.mem is not a whole number of bytes from 0 to {numbers.BYTES}")
     lock = j.get("lock")
-    if lock is not None and (not isinstance(lock, str) or "/" in lock or lock.startswith(".")
-                             or not lock.endswith(".lock") or len(lock) > 255):
+    if lock is not None and (
+        not isinstance(lock, str)
+        or "/" in lock
+        or lock.startswith(".")
+        or not lock.endswith(".lock")
+        or len(lock) > 255
+    ):
         raise BadRecord(f"{where}.lock is not the name of a lock file in the peer directory")
-    return {"cpu": round(cpu * 1000), "mem": mem, "lock": lock,
-            "pools": _pools(j.get("pools", {}), where), "devices": _devices(j.get("devices", []), where)}
+    return {
+        "cpu": round(cpu * 1000),
+        "mem": mem,
+        "lock": lock,
+        "pools": _pools(j.get("pools", {}), where),
+        "devices": _devices(j.get("devices", []), where),
+    }
 
 
 def _pools(pools, where: str) -> dict[str, int]:
@@ -175,8 +210,11 @@ def _devices(uses, where: str) -> list[tuple[str, tuple[int, ...], int | None]]:
         pool, devs, size = u.get("pool"), u.get("devices", []), u.get("size")
         if not isinstance(pool, str) or not 0 < len(pool) <= 64:
             raise BadRecord(f"{where}.devices holds an entry without a pool name")
-        if not isinstance(devs, list) or len(devs) > MAX_LIST \
-                or not all(numbers.ok(d, numbers.DEVICE, whole=True) for d in devs):
+        if (
+            not isinstance(devs, list)
+            or len(devs) > MAX_LIST
+            or not all(numbers.ok(d, numbers.DEVICE, whole=True) for d in devs)
+        ):
             raise BadRecord(f"{where}.devices holds bad device indices")
         if size is not None and not numbers.ok(size, numbers.BYTES, whole=True):
             raise BadRecord(f"{where}.devices holds a bad size")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 # ---- what a scan finds ---------------------------------------------------------
 
+
 class Peer(Plain, frozen=True):
     """One live record: what its owner's queue holds right now (live jobs only)."""
 
@@ -35,8 +36,8 @@ class Peer(Plain, frozen=True):
     owner: str
     uid: int
     state_dir: str
-    cpu: int                                   # millicores
-    mem: int                                   # bytes
+    cpu: int  # millicores
+    mem: int  # bytes
     units: tuple[tuple[str, int], ...] = ()
     assigned: tuple[tuple[str, tuple[int, ...], int | None], ...] = ()
     jobs: int = 0
@@ -53,12 +54,13 @@ class Scan(Plain, frozen=True):
     dir: str
     peers: tuple[Peer, ...] = ()
     ignored: tuple[Ignored, ...] = ()
-    problem: str | None = None                 # the directory itself cannot be used
-    note: str | None = None                    # something a user should know about it
-    own: str | None = None                     # this queue's record file name
+    problem: str | None = None  # the directory itself cannot be used
+    note: str | None = None  # something a user should know about it
+    own: str | None = None  # this queue's record file name
 
 
 # ---- reading -------------------------------------------------------------------
+
 
 def holdings(ctx: Context) -> list[PeerHold]:
     """What every live peer holds, as ``qex.admit.PeerHold`` (for the pass).
@@ -86,8 +88,7 @@ def holdings(ctx: Context) -> list[PeerHold]:
     now = time.time_ns()
     found = scan(ctx)
     tick = _TICK_NS if seen is None or seen[2] % 1_000_000_000 else _COARSE_NS  # (whole seconds: NFS, old ext4)
-    if (seen is not None and not found.peers and not found.ignored and found.problem is None
-            and now - seen[2] > tick):
+    if seen is not None and not found.peers and not found.ignored and found.problem is None and now - seen[2] > tick:
         _NOTHING[mine] = seen
     else:
         _NOTHING.pop(mine, None)
@@ -172,6 +173,16 @@ def _sum(name: str, uid: int, rec: dict, live: list[dict]) -> Peer:
         for pool, n in j["pools"].items():
             units[pool] = units.get(pool, 0) + n
         uses.extend(j["devices"])
-    return Peer(name, owner_name(uid), uid, rec["state_dir"], cpu, mem, tuple(sorted(units.items())),
-                tuple(sorted(uses, key=lambda u: (u[0], u[1], -1 if u[2] is None else u[2]))),
-                len(live), len(rec["jobs"]) - len(live), rec["format"])
+    return Peer(
+        name,
+        owner_name(uid),
+        uid,
+        rec["state_dir"],
+        cpu,
+        mem,
+        tuple(sorted(units.items())),
+        tuple(sorted(uses, key=lambda u: (u[0], u[1], -1 if u[2] is None else u[2]))),
+        len(live),
+        len(rec["jobs"]) - len(live),
+        rec["format"],
+    )

@@ -65,15 +65,25 @@ def members_summary(store: Store) -> dict | None:
     out = []
     for uid, other in store.others():
         states = [e.get("state") for e in other.read_index_jobs().values() if isinstance(e, dict)]
-        out.append({"user": user_name(uid), "uid": uid, "dir": other.root, "queued": states.count("queued"),
-                    "running": sum(1 for s in states if s in HOLDING),
-                    "qex_running": members.starter_alive(other.root, uid)})
-    ignored = [f"{os.path.join(store.shared_root, n)} is named as a member's directory but is not theirs"
-               for n in members.squatters(store.shared_root)]
+        out.append(
+            {
+                "user": user_name(uid),
+                "uid": uid,
+                "dir": other.root,
+                "queued": states.count("queued"),
+                "running": sum(1 for s in states if s in HOLDING),
+                "qex_running": members.starter_alive(other.root, uid),
+            }
+        )
+    ignored = [
+        f"{os.path.join(store.shared_root, n)} is named as a member's directory but is not theirs"
+        for n in members.squatters(store.shared_root)
+    ]
     return {"members": out, "ignored": ignored}
 
 
 # ---- qex init --shared DIR [--group G] --------------------------------------------------
+
 
 def _group(word: str | None) -> tuple[int, str]:
     import grp
@@ -89,8 +99,9 @@ def _group(word: str | None) -> tuple[int, str]:
             return int(word), grp.getgrgid(int(word)).gr_name
         return grp.getgrnam(word).gr_gid, word
     except KeyError:
-        raise UsageError(f"--group: there is no group {word!r} on this machine; "
-                         "give an existing group (getent group lists them)") from None
+        raise UsageError(
+            f"--group: there is no group {word!r} on this machine; give an existing group (getent group lists them)"
+        ) from None
 
 
 def _member(gid: int) -> bool:
@@ -106,8 +117,10 @@ def init_shared(path: str, group: str | None) -> dict:
     path = os.path.abspath(path)
     gid, gname = _group(group)
     if not _member(gid):
-        raise PermissionRefused(f"--group: you are not a member of the group {gname}, so you cannot give "
-                                "it a directory; choose one of your groups (id -Gn lists them)")
+        raise PermissionRefused(
+            f"--group: you are not a member of the group {gname}, so you cannot give "
+            "it a directory; choose one of your groups (id -Gn lists them)"
+        )
     existed = os.path.lexists(path)
     if existed:
         _check_existing(path)
@@ -132,8 +145,10 @@ def init_shared(path: str, group: str | None) -> dict:
     warnings = _reach_warnings(path, gid)
     if moved:
         warnings.append(f"the first format's files were moved to {moved} (their jobs had all ended)")
-    warnings += [f"{os.path.join(path, n)} is named as a member's directory but is not theirs; remove it"
-                 for n in members.squatters(path)]
+    warnings += [
+        f"{os.path.join(path, n)} is named as a member's directory but is not theirs; remove it"
+        for n in members.squatters(path)
+    ]
     return {"path": path, "group": gname, "gid": gid, "created": not existed, "warnings": warnings}
 
 
@@ -149,14 +164,18 @@ def _upgrade(path: str) -> str:
     except FileNotFoundError:
         jobs = {}
     except (OSError, ValueError, AttributeError) as exc:
-        raise QexError(f"cannot read {os.path.join(path, INDEX)} ({exc}) to upgrade {path}; "
-                       "move its files away by hand, then run qex init --shared again") from None
+        raise QexError(
+            f"cannot read {os.path.join(path, INDEX)} ({exc}) to upgrade {path}; "
+            "move its files away by hand, then run qex init --shared again"
+        ) from None
     from qex.base.states import ACTIVE
 
     active = [j for j, e in jobs.items() if isinstance(e, dict) and e.get("state") in ACTIVE]
     if active:
-        raise QexError(f"{path} is a shared directory of the first format with {len(active)} jobs queued or "
-                       "running; let them end (or cancel them), then run qex init --shared again to upgrade it")
+        raise QexError(
+            f"{path} is a shared directory of the first format with {len(active)} jobs queued or "
+            "running; let them end (or cancel them), then run qex init --shared again to upgrade it"
+        )
     aside = os.path.join(path, time.strftime("format1-%Y%m%d-%H%M%S"))
     os.mkdir(aside, 0o700)
     for name in os.listdir(path):
@@ -172,16 +191,19 @@ def _check_existing(path: str) -> None:
     if st.st_uid != os.getuid() and os.getuid() != 0:
         from qex.base.paths import user_name
 
-        raise PermissionRefused(f"{path} belongs to {user_name(st.st_uid)}; only its owner (or root) "
-                                "can make it shared")
+        raise PermissionRefused(
+            f"{path} belongs to {user_name(st.st_uid)}; only its owner (or root) can make it shared"
+        )
     if is_shared(st):
         return  # again on a shared directory: repairs the modes (and upgrades the first format)
     names = [n for n in os.listdir(path) if not n.startswith(".")]
     if _looks_like_queue(path):
         jobs = os.path.join(path, JOBS)
         n = len(os.listdir(jobs)) if os.path.isdir(jobs) else 0
-        raise QexError(f"{path} holds a private queue ({n} job directories); its records are private "
-                       "to you. Give a new directory to qex init --shared (the private queue stays as it is)")
+        raise QexError(
+            f"{path} holds a private queue ({n} job directories); its records are private "
+            "to you. Give a new directory to qex init --shared (the private queue stays as it is)"
+        )
     if names:
         raise QexError(f"{path} is not empty; give a new or empty directory")
 
@@ -197,8 +219,10 @@ def _reach_warnings(path: str, gid: int) -> list[str]:
             break
         mode = st.st_mode
         if not (mode & stat.S_IXOTH or (st.st_gid == gid and mode & stat.S_IXGRP)):
-            out.append(f"{parent} is mode {stat.S_IMODE(mode):04o}: the other members of the group cannot "
-                       f"reach {path}; choose a directory they can enter (e.g. under /srv)")
+            out.append(
+                f"{parent} is mode {stat.S_IMODE(mode):04o}: the other members of the group cannot "
+                f"reach {path}; choose a directory they can enter (e.g. under /srv)"
+            )
         if parent == "/":
             break
         parent = os.path.dirname(parent)

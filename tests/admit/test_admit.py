@@ -68,12 +68,16 @@ def gpu(count, size_=None):
 # ---- format helpers -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("milli,text", [(1000, "1 core"), (1500, "1.5 cores"), (250, "0.25 cores"), (8000, "8 cores"), (0, "0 cores")])
+@pytest.mark.parametrize(
+    "milli,text", [(1000, "1 core"), (1500, "1.5 cores"), (250, "0.25 cores"), (8000, "8 cores"), (0, "0 cores")]
+)
 def test_cores_words(milli, text):
     assert cores(milli) == text
 
 
-@pytest.mark.parametrize("n,text", [(512 * MB, "512MB"), (GB + GB // 2, "1.5GB"), (24 * GB, "24GB"), (100, "100B"), (2048, "2KB")])
+@pytest.mark.parametrize(
+    "n,text", [(512 * MB, "512MB"), (GB + GB // 2, "1.5GB"), (24 * GB, "24GB"), (100, "100B"), (2048, "2KB")]
+)
 def test_size_words(n, text):
     assert size(n) == text
 
@@ -96,8 +100,12 @@ def test_same_plan_whatever_the_input_order():
     plan = admit(s)
     rng = random.Random(4)
     for _ in range(5):
-        shuffled = evolve(s, queued=tuple(rng.sample(q, len(q))), running=tuple(rng.sample(running, 2)),
-                          peers=tuple(rng.sample(peers, 2)))
+        shuffled = evolve(
+            s,
+            queued=tuple(rng.sample(q, len(q))),
+            running=tuple(rng.sample(running, 2)),
+            peers=tuple(rng.sample(peers, 2)),
+        )
         assert admit(shuffled) == plan
 
 
@@ -227,13 +235,18 @@ def test_cpu_and_memory_budget():
     plan = admit(snap(q, [Running("r1", 1000, 0)]))
     assert started(plan) == ["j1", "j2"]
     assert waits(plan)["j3"].holder == "own"
-    assert waits(plan)["j3"].reason.startswith("waits for 1GB of memory (0B of 16GB free): held by this queue's jobs j1, j2")
+    assert waits(plan)["j3"].reason.startswith(
+        "waits for 1GB of memory (0B of 16GB free): held by this queue's jobs j1, j2"
+    )
 
 
 def test_own_wait_names_the_holders_and_amounts():
     running = [Running("0190a1b2-aaaa", 3000, 0), Running("0190a1c3-bbbb", 3000, 0)]
     plan = admit(snap([job("j1", cpu=4000)], running, max_bypass=0))
-    assert waits(plan)["j1"].reason == "waits for 4 cores (2 cores of 8 cores free): held by this queue's jobs 0190a1b2, 0190a1c3"
+    assert (
+        waits(plan)["j1"].reason
+        == "waits for 4 cores (2 cores of 8 cores free): held by this queue's jobs 0190a1b2, 0190a1c3"
+    )
 
 
 def test_outside_memory_blocks_with_words_and_lets_jobs_behind_start():
@@ -308,8 +321,11 @@ def test_the_whole_of_a_one_unit_pool_behaves_like_a_lock():
 
 
 def test_a_paused_lock_is_held_by_a_person():
-    s = snap([job("j1", claims=(Claim("target", 1),)), job("j2")],
-             pause=Pause(locks=(("target", "paused by alice until 14:02: maintenance"),)), max_bypass=0)
+    s = snap(
+        [job("j1", claims=(Claim("target", 1),)), job("j2")],
+        pause=Pause(locks=(("target", "paused by alice until 14:02: maintenance"),)),
+        max_bypass=0,
+    )
     plan = admit(s)
     w = waits(plan)["j1"]
     assert w.holder == "person"
@@ -371,9 +387,15 @@ def test_a_device_holds_three_8gb_jobs_on_24gb_and_no_fourth():
 
 
 def test_most_free_first_and_lowest_index_on_a_tie():
-    running = [Running("r1", 100, 0, assigned=(DeviceUse("gpu", (0,), 8 * GB),)),
-               Running("r2", 100, 0, assigned=(DeviceUse("gpu", (2,), 4 * GB),))]
-    q = [job("j1", cpu=100, claims=gpu(1, GB)), job("j2", cpu=100, claims=gpu(2, GB)), job("j3", cpu=100, claims=gpu(1, GB))]
+    running = [
+        Running("r1", 100, 0, assigned=(DeviceUse("gpu", (0,), 8 * GB),)),
+        Running("r2", 100, 0, assigned=(DeviceUse("gpu", (2,), 4 * GB),)),
+    ]
+    q = [
+        job("j1", cpu=100, claims=gpu(1, GB)),
+        job("j2", cpu=100, claims=gpu(2, GB)),
+        job("j3", cpu=100, claims=gpu(1, GB)),
+    ]
     plan = admit(snap(q, running, pools=[GPU4]))
     # free: 16, 24, 20, 24 → j1 takes device 1 (tie with 3: lowest index)
     assert plan.start[0].assigned[0].devices == (1,)
@@ -430,7 +452,9 @@ def test_at_most_max_bypass_jobs_pass_an_own_blocked_front():
     assert plan.passed == (("big", 2),)
     w = waits(plan)["j3"]
     assert w.holder == "front" and w.front == "big"
-    assert w.reason == "held for job train at the front of the queue, which waits for capacity that this queue's jobs hold"
+    assert (
+        w.reason == "held for job train at the front of the queue, which waits for capacity that this queue's jobs hold"
+    )
     assert plan.health == "held for job train"
 
 
@@ -525,8 +549,14 @@ def test_health_lines():
 
 
 def test_every_queued_job_appears_once():
-    q = [job("j1", needs=("x",)), job("j2", deadline=1.0), job("j3"), job("j4", cpu=7500),
-         job("j5", claims=(Claim("target", 1),)), job("j6", claims=(Claim("target", 1),))]
+    q = [
+        job("j1", needs=("x",)),
+        job("j2", deadline=1.0),
+        job("j3"),
+        job("j4", cpu=7500),
+        job("j5", claims=(Claim("target", 1),)),
+        job("j6", claims=(Claim("target", 1),)),
+    ]
     plan = admit(snap(q, deps=(Dep("x", "failed"),)))
     ids = [x.id for part in (plan.start, plan.wait, plan.skip, plan.expire) for x in part]
     assert sorted(ids) == sorted(j.id for j in q)
@@ -561,7 +591,17 @@ def test_values_are_frozen_and_compare_hash_and_print_by_their_fields():
     assert (a.name, a.count, a.size) == ("gpu", 1, 8 * GB)
     q = Queued("j1", 3)
     assert (q.priority, q.cpu, q.mem, q.claims, q.needs, q.after, q.deadline, q.passed_by, q.name, q.retry) == (
-        0, 1000, 0, (), (), (), None, 0, "", False)
+        0,
+        1000,
+        0,
+        (),
+        (),
+        (),
+        None,
+        0,
+        "",
+        False,
+    )
     assert pickle.loads(pickle.dumps(q)) == q and copy.deepcopy(q) == q
 
 
@@ -581,18 +621,35 @@ def test_callers_build_values_positionally_in_the_documented_order():
     r = Running("r1", 1000, GB, (claim,), (use,))
     assert (r.id, r.cpu, r.mem, r.claims, r.assigned) == ("r1", 1000, GB, (claim,), (use,))
     q = Queued("q1", 7, 1, 500, GB, (claim,), ("a",), ("b",), 99.0, 2, "train", True)
-    assert (q.id, q.seq, q.priority, q.cpu, q.mem, q.claims, q.needs, q.after, q.deadline, q.passed_by, q.name,
-            q.retry) == ("q1", 7, 1, 500, GB, (claim,), ("a",), ("b",), 99.0, 2, "train", True)
+    assert (
+        q.id,
+        q.seq,
+        q.priority,
+        q.cpu,
+        q.mem,
+        q.claims,
+        q.needs,
+        q.after,
+        q.deadline,
+        q.passed_by,
+        q.name,
+        q.retry,
+    ) == ("q1", 7, 1, 500, GB, (claim,), ("a",), ("b",), 99.0, 2, "train", True)
     p = PeerHold("alice", 500, GB, (("net", 1),), (use,))
     assert (p.owner, p.cpu, p.mem, p.units, p.assigned) == ("alice", 500, GB, (("net", 1),), (use,))
     assert (Dep("x", "skipped", "root").root, PoolSpec("gpu", None, (GB,)).devices) == ("root", (GB,))
     s = Snapshot(1.0, 2000, GB, None, "queue", 2, (), (r,), (p,), (q,))
-    assert s.deps == () and s.pause == Pause() and (s.pause.queue, s.pause.queue_reason, s.pause.locks) == (False, "", ())
+    assert (
+        s.deps == () and s.pause == Pause() and (s.pause.queue, s.pause.queue_reason, s.pause.locks) == (False, "", ())
+    )
 
 
 def test_memory_pressure_holds_every_job_a_retry_too_and_says_the_number():
-    s = snap([job("j1"), job("j2", retry=True), job("j3", deadline=10.0), job("j4", needs=("x",))],
-             deps=(Dep("x", "failed"),), pressure=(37.5, 20.0))
+    s = snap(
+        [job("j1"), job("j2", retry=True), job("j3", deadline=10.0), job("j4", needs=("x",))],
+        deps=(Dep("x", "failed"),),
+        pressure=(37.5, 20.0),
+    )
     plan = admit(s)
     assert started(plan) == []
     assert {w: v.holder for w, v in waits(plan).items()} == {"j1": "pressure", "j2": "pressure"}

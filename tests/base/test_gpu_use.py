@@ -18,6 +18,7 @@ MiB = 1 << 20
 
 # ---- nvidia-smi's answers -----------------------------------------------------------------
 
+
 def test_the_apps_query_is_read_as_nvidia_smi_writes_it():
     text = f"4242, 71680, {U0}\n77, [N/A], {U1}\n78, 10, {U1}\n"
     assert gpu_use.parse_apps(text) == [(4242, U0, 71680 * MiB), (78, U1, 10 * MiB)]
@@ -25,8 +26,17 @@ def test_the_apps_query_is_read_as_nvidia_smi_writes_it():
     assert gpu_use.parse_apps("") == []
 
 
-@pytest.mark.parametrize("bad", ["pid, used_memory [MiB], gpu_uuid\n", "1, 2\n", f"0, 10, {U0}\n",
-                                 f"1, -5, {U0}\n", "1, 10, not-a-uuid\n", f"x, 10, {U0}\n"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "pid, used_memory [MiB], gpu_uuid\n",
+        "1, 2\n",
+        f"0, 10, {U0}\n",
+        f"1, -5, {U0}\n",
+        "1, 10, not-a-uuid\n",
+        f"x, 10, {U0}\n",
+    ],
+)
 def test_an_answer_qex_cannot_read_is_no_reading(bad):
     assert gpu_use.parse_apps(bad) is None
 
@@ -54,6 +64,7 @@ def test_a_reader_that_does_not_answer_is_let_go_at_its_deadline(tmp_path):
 
 # ---- the kept files ------------------------------------------------------------------------
 
+
 def test_a_reading_is_kept_and_read_back_for_its_boot_only(tmp_path):
     seen = gpu_use.Seen(1e9, gpu_use.SMI, ((4242, U0, 70 * 1024 * MiB),), {U0: 0, U1: 1})
     path = str(tmp_path / "gpu-seen")
@@ -64,8 +75,10 @@ def test_a_reading_is_kept_and_read_back_for_its_boot_only(tmp_path):
     assert os.stat(path).st_mode & 0o777 == 0o600 and os.listdir(tmp_path) == ["gpu-seen"]
 
 
-@pytest.mark.parametrize("line", ["app 0 GPU-x 5", f"app 1 {U0} {1 << 63}", "at nan", "at 1e308",
-                                  f"index {U0} 99999", "what 1", f"app 1 {U0} 1.5"])
+@pytest.mark.parametrize(
+    "line",
+    ["app 0 GPU-x 5", f"app 1 {U0} {1 << 63}", "at nan", "at 1e308", f"index {U0} 99999", "what 1", f"app 1 {U0} 1.5"],
+)
 def test_a_damaged_kept_reading_is_none(line):
     text = f"{gpu_files.FORMAT}\nboot b\nat 1\nsource nvidia-smi\n{line}\n".encode()
     assert gpu_files.decode(text, "b") is None
@@ -80,8 +93,16 @@ def test_a_jobs_live_peak_is_read_for_its_attempt():
 
 # ---- whose is a process --------------------------------------------------------------------
 
-def fake_proc(root, pid: int, ppid: int = 1, environ: bytes = b"", cgroup: str = "0::/user.slice\n",
-              cmdline: bytes = b"python\0train.py\0", comm: str = "python"):
+
+def fake_proc(
+    root,
+    pid: int,
+    ppid: int = 1,
+    environ: bytes = b"",
+    cgroup: str = "0::/user.slice\n",
+    cmdline: bytes = b"python\0train.py\0",
+    comm: str = "python",
+):
     d = root / str(pid)
     d.mkdir(parents=True)
     (d / "environ").write_bytes(environ)
@@ -103,8 +124,9 @@ def test_a_job_cgroup_names_the_job_of_any_user(tmp_path):
 
 
 def test_a_process_under_a_qex_supervisor_is_a_qex_job(tmp_path):
-    watcher = b"/usr/bin/python3\0-I\0-S\0-c\0import sys;from qex.supervisor.watch import main;main()\0" \
-              b"qex-watch\0abc-3\0" b"7\0"
+    watcher = (
+        b"/usr/bin/python3\0-I\0-S\0-c\0import sys;from qex.supervisor.watch import main;main()\0qex-watch\0abc-3\07\0"
+    )
     fake_proc(tmp_path, 20, ppid=1, cmdline=watcher)
     fake_proc(tmp_path, 21, ppid=20, comm="torchrun")
     fake_proc(tmp_path, 22, ppid=21)  # a worker in its own session: its parents still lead to the watcher

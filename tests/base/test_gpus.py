@@ -20,19 +20,32 @@ SMI = os.path.join(FAKES, "nvidia-smi")
 MiB, GiB = 1024**2, 1024**3
 G0, G1 = "GPU-00000000-1111-4222-8333-444444444444", "GPU-00000001-1111-4222-8333-444444444444"
 M1, M2 = "MIG-00000001-1111-4222-8333-444444444444", "MIG-00000002-1111-4222-8333-444444444444"
-BOX = {"driver": "550.54.15", "gpus": [
-    {"uuid": G0, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920},
-    {"uuid": G1, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920,
-     "mig": [{"uuid": M1, "profile": "3g.40gb", "memory_mib": 40192}, {"uuid": M2, "profile": "1g.10gb", "memory_mib": 9856}]},
-]}
+BOX = {
+    "driver": "550.54.15",
+    "gpus": [
+        {"uuid": G0, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920},
+        {
+            "uuid": G1,
+            "name": "NVIDIA A100-SXM4-80GB",
+            "memory_mib": 81920,
+            "mig": [
+                {"uuid": M1, "profile": "3g.40gb", "memory_mib": 40192},
+                {"uuid": M2, "profile": "1g.10gb", "memory_mib": 9856},
+            ],
+        },
+    ],
+}
 
 
 @pytest.fixture
 def box(tmp_path):
     path = tmp_path / "state.json"
     path.write_text(json.dumps(BOX))
-    return {"PATH": FAKES + os.pathsep + os.environ["PATH"], "FAKE_NVIDIA_SMI_STATE": str(path),
-            "QEX_GPU_READER": "nvidia-smi"}
+    return {
+        "PATH": FAKES + os.pathsep + os.environ["PATH"],
+        "FAKE_NVIDIA_SMI_STATE": str(path),
+        "QEX_GPU_READER": "nvidia-smi",
+    }
 
 
 def smi(box, *args) -> subprocess.CompletedProcess:
@@ -41,18 +54,25 @@ def smi(box, *args) -> subprocess.CompletedProcess:
 
 # ---- the fake answers as NVIDIA documents -------------------------------------------------
 
+
 def test_the_fake_writes_csv_with_a_header_and_units_unless_asked_not_to(box):
     full = smi(box, "--query-gpu=index,uuid,memory.total,mig.mode.current", "--format=csv").stdout.splitlines()
-    assert full == ["index, uuid, memory.total [MiB], mig.mode.current",
-                    f"0, {G0}, 81920 MiB, [N/A]", f"1, {G1}, 81920 MiB, Enabled"]
+    assert full == [
+        "index, uuid, memory.total [MiB], mig.mode.current",
+        f"0, {G0}, 81920 MiB, [N/A]",
+        f"1, {G1}, 81920 MiB, Enabled",
+    ]
     bare = smi(box, "--query-gpu=index,memory.total", "--format=csv,noheader,nounits").stdout
     assert bare == "0, 81920\n1, 81920\n"
 
 
 def test_the_fake_lists_gpus_and_mig_instances_as_dash_L_does(box):
     assert smi(box, "-L").stdout.splitlines() == [
-        f"GPU 0: NVIDIA A100-SXM4-80GB (UUID: {G0})", f"GPU 1: NVIDIA A100-SXM4-80GB (UUID: {G1})",
-        f"  MIG 3g.40gb     Device  0: (UUID: {M1})", f"  MIG 1g.10gb     Device  1: (UUID: {M2})"]
+        f"GPU 0: NVIDIA A100-SXM4-80GB (UUID: {G0})",
+        f"GPU 1: NVIDIA A100-SXM4-80GB (UUID: {G1})",
+        f"  MIG 3g.40gb     Device  0: (UUID: {M1})",
+        f"  MIG 1g.10gb     Device  1: (UUID: {M2})",
+    ]
 
 
 def test_the_fake_lists_a_process_while_its_file_names_it_and_it_lives(box, tmp_path):
@@ -80,13 +100,16 @@ def test_the_fake_refuses_what_nvidia_smi_refuses(box):
 
 # ---- qex reads it ---------------------------------------------------------------------
 
+
 def test_qex_reads_gpus_and_mig_instances_through_nvidia_smi(box):
     reading = gpus.read(env=box)
     assert reading.source == "nvidia-smi" and reading.driver == "550.54.15" and not reading.error
     g0, g1 = reading.gpus
     assert (g0.index, g0.uuid, g0.memory, g0.mig_on) == (0, G0, 80 * GiB, False)
     assert g1.mig_on and [(m.uuid, m.profile, m.memory, m.exact) for m in g1.mig] == [
-        (M1, "3g.40gb", 40 * GiB, False), (M2, "1g.10gb", 10 * GiB, False)]  # nvidia-smi cannot say: the name's
+        (M1, "3g.40gb", 40 * GiB, False),
+        (M2, "1g.10gb", 10 * GiB, False),
+    ]  # nvidia-smi cannot say: the name's
 
 
 def test_qex_reads_exact_mig_sizes_through_nvml(box, monkeypatch):
@@ -97,7 +120,10 @@ def test_qex_reads_exact_mig_sizes_through_nvml(box, monkeypatch):
     monkeypatch.setenv("FAKE_NVIDIA_SMI_STATE", box["FAKE_NVIDIA_SMI_STATE"])
     reading = gpus.read(env={**box, "QEX_GPU_READER": "nvml"})
     assert reading.source == "NVML" and [g.uuid for g in reading.gpus] == [G0, G1]
-    assert [(m.uuid, m.memory, m.exact) for m in reading.gpus[1].mig] == [(M1, 40192 * MiB, True), (M2, 9856 * MiB, True)]
+    assert [(m.uuid, m.memory, m.exact) for m in reading.gpus[1].mig] == [
+        (M1, 40192 * MiB, True),
+        (M2, 9856 * MiB, True),
+    ]
     monkeypatch.delenv("FAKE_NVIDIA_SMI_STATE")
     assert gpus.read(env={**box, "QEX_GPU_READER": "nvml"}) is None  # no driver: the next reader is asked
 
@@ -115,25 +141,39 @@ def test_a_driver_that_does_not_answer_is_an_error_not_a_box_without_gpus(box):
 
 def test_the_parsers_read_nvidia_smi_as_its_manual_shows_it():
     assert gpus.parse_query("0, GPU-a, NVIDIA H100 80GB HBM3, 81559, [N/A], 550.54.15\n") == [
-        ["0", "GPU-a", "NVIDIA H100 80GB HBM3", "81559", "[N/A]", "550.54.15"]]
-    listed = gpus.parse_list(f"GPU 0: NVIDIA A100-SXM4-40GB (UUID: {G0})\n"
-                             f"  MIG 1g.5gb      Device  0: (UUID: {M1})\n")
+        ["0", "GPU-a", "NVIDIA H100 80GB HBM3", "81559", "[N/A]", "550.54.15"]
+    ]
+    listed = gpus.parse_list(f"GPU 0: NVIDIA A100-SXM4-40GB (UUID: {G0})\n  MIG 1g.5gb      Device  0: (UUID: {M1})\n")
     assert [(m.profile, m.memory) for m in listed[G0]] == [("1g.5gb", 5 * GiB)]
 
 
 def test_amd_smi_and_rocm_smi_json_of_several_releases():
-    new = json.dumps([{"gpu": 1, "asic": {"market_name": "AMD Instinct MI300X"},
-                       "vram": {"type": "HBM", "size": {"value": 196592, "unit": "MB"}}},
-                      {"gpu": 0, "asic": {"market_name": "AMD Instinct MI300X"}, "vram": {"size": "196592 MB"}}])
+    new = json.dumps(
+        [
+            {
+                "gpu": 1,
+                "asic": {"market_name": "AMD Instinct MI300X"},
+                "vram": {"type": "HBM", "size": {"value": 196592, "unit": "MB"}},
+            },
+            {"gpu": 0, "asic": {"market_name": "AMD Instinct MI300X"}, "vram": {"size": "196592 MB"}},
+        ]
+    )
     assert [(g.index, g.memory) for g in gpus_amd.parse_amd_smi(new)] == [(1, 196592 * MiB), (0, 196592 * MiB)]
     old = json.dumps({"gpu_data": [{"gpu": 0, "asic": {"market_name": "MI210"}, "vram": {"vram_size_mb": 65520}}]})
     assert gpus_amd.parse_amd_smi(old)[0].memory == 65520 * MiB
-    rocm = json.dumps({"card0": {"Card Series": "AMD Instinct MI210", "VRAM Total Memory (B)": "68702699520"},
-                       "system": {"Driver version": "6.7.0"}})
-    assert [(g.index, g.name, g.memory) for g in gpus_amd.parse_rocm_smi(rocm)] == [(0, "AMD Instinct MI210", 68702699520)]
+    rocm = json.dumps(
+        {
+            "card0": {"Card Series": "AMD Instinct MI210", "VRAM Total Memory (B)": "68702699520"},
+            "system": {"Driver version": "6.7.0"},
+        }
+    )
+    assert [(g.index, g.name, g.memory) for g in gpus_amd.parse_rocm_smi(rocm)] == [
+        (0, "AMD Instinct MI210", 68702699520)
+    ]
 
 
 # ---- the words of detection -------------------------------------------------------------
+
 
 def test_the_block_names_whole_gpus_by_index_and_instances_by_uuid(box):
     reading = gpus.read(env=box)
@@ -147,8 +187,14 @@ def test_the_block_names_whole_gpus_by_index_and_instances_by_uuid(box):
 
 def test_differences_name_what_is_missing_wrong_or_undeclared(box):
     reading = gpus.read(env=box)
-    pool = PoolDef(name="gpu", count=None, devices=(80 * GiB, 40 * GiB, 90 * GiB), env="CUDA_VISIBLE_DEVICES",
-                   ids=("0", M1, "7"), names=("NVIDIA A100-SXM4-40GB", "", ""))
+    pool = PoolDef(
+        name="gpu",
+        count=None,
+        devices=(80 * GiB, 40 * GiB, 90 * GiB),
+        env="CUDA_VISIBLE_DEVICES",
+        ids=("0", M1, "7"),
+        names=("NVIDIA A100-SXM4-40GB", "", ""),
+    )
     diffs = detect.differences(pool, reading)
     assert "device 2 (index 7) is not on this machine" in diffs
     assert "device 0 (index 0) is a NVIDIA A100-SXM4-40GB in the config, a NVIDIA A100-SXM4-80GB by the driver" in diffs
@@ -166,8 +212,11 @@ def test_only_the_nvml_reader_imports_nvidias_binding():
     importers = set()
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
             if any(n.split(".")[0] == "pynvml" for n in names):
                 importers.add(str(path.relative_to(root)))
     assert importers == {"base/gpus_nvml.py"}

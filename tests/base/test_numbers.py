@@ -9,10 +9,11 @@ from qex.base import numbers as N
 from qex.store import check
 from qex.store.index import entry_of, usable_event
 
-BAD = [1e308, float("nan"), float("inf"), float("-inf"), -1, -0.5, True, False, "1", None, [], {}, 2 ** 70]
+BAD = [1e308, float("nan"), float("inf"), float("-inf"), -1, -0.5, True, False, "1", None, [], {}, 2**70]
 
 
 # ---- the check itself ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("value", BAD)
 def test_a_value_that_is_no_number_within_the_bounds_fails(value):
@@ -21,19 +22,38 @@ def test_a_value_that_is_no_number_within_the_bounds_fails(value):
         N.number(value, N.CORES)
 
 
-@pytest.mark.parametrize("value,most,least,whole,good", [
-    (0, 1, 0, False, True), (1, 1, 0, False, True), (0.5, 1, 0, False, True), (0.5, 1, 0, True, False),
-    (1.0, 1, 0, True, False), (2, 1, 0, False, False), (-1, 1, -1, False, True), (-2, 1, -1, False, False),
-    (N.TIME, N.TIME, 0, False, True), (N.TIME + 1, N.TIME, 0, False, False), (N.PID, N.PID, 1, True, True),
-    (0, N.PID, 1, True, False),
-])
+@pytest.mark.parametrize(
+    "value,most,least,whole,good",
+    [
+        (0, 1, 0, False, True),
+        (1, 1, 0, False, True),
+        (0.5, 1, 0, False, True),
+        (0.5, 1, 0, True, False),
+        (1.0, 1, 0, True, False),
+        (2, 1, 0, False, False),
+        (-1, 1, -1, False, True),
+        (-2, 1, -1, False, False),
+        (N.TIME, N.TIME, 0, False, True),
+        (N.TIME + 1, N.TIME, 0, False, False),
+        (N.PID, N.PID, 1, True, True),
+        (0, N.PID, 1, True, False),
+    ],
+)
 def test_the_bounds_are_inclusive_and_whole_refuses_a_float(value, most, least, whole, good):
     assert N.ok(value, most, least, whole) is good
 
 
 def test_the_message_says_what_the_value_is_and_stays_short():
-    for value, words in ((1e308, "1e+308"), (float("nan"), "NaN"), (True, "true"), ("1" * 500, "the text"),
-                         (10 ** 400, "bits"), ({}, "object"), ([], "array"), (-2, "-2")):
+    for value, words in (
+        (1e308, "1e+308"),
+        (float("nan"), "NaN"),
+        (True, "true"),
+        ("1" * 500, "the text"),
+        (10**400, "bits"),
+        ({}, "object"),
+        ([], "array"),
+        (-2, "-2"),
+    ):
         with pytest.raises(N.BadNumber) as info:
             N.number(value, N.CORES)
         assert words in str(info.value) and len(str(info.value)) < 120, str(info.value)
@@ -48,14 +68,29 @@ def test_all_ok_is_ok_for_each_named_number():
 
 # ---- records, entries, journal lines --------------------------------------------------------
 
+
 def record(**fields) -> dict:
-    rec = {"id": "j1", "seq": 1, "state": "queued", "command": ["true"], "cwd": "/", "owner": "me", "uid": 0,
-           "claims": {"cpu": 1.0, "mem": 100, "pools": {"gpu": {"count": 1, "size": None}}},
-           "assigned": [{"pool": "gpu", "devices": [0], "size": None}], "submitted_at": 1.7e9,
-           "usage": {"max_rss": 5, "cpu_secs": 0.1, "peak_from": "rusage", "oom_kills": 0},
-           "logs_dropped": {"stdout_bytes": 0, "stdout_lines": 0, "stderr_bytes": 0, "stderr_lines": 0,
-                            "incomplete": False},
-           "attempts": [{"number": 1, "state": "failed", "claims": {"cpu": 1.0, "mem": 100}, "exit_code": 3}]}
+    rec = {
+        "id": "j1",
+        "seq": 1,
+        "state": "queued",
+        "command": ["true"],
+        "cwd": "/",
+        "owner": "me",
+        "uid": 0,
+        "claims": {"cpu": 1.0, "mem": 100, "pools": {"gpu": {"count": 1, "size": None}}},
+        "assigned": [{"pool": "gpu", "devices": [0], "size": None}],
+        "submitted_at": 1.7e9,
+        "usage": {"max_rss": 5, "cpu_secs": 0.1, "peak_from": "rusage", "oom_kills": 0},
+        "logs_dropped": {
+            "stdout_bytes": 0,
+            "stdout_lines": 0,
+            "stderr_bytes": 0,
+            "stderr_lines": 0,
+            "incomplete": False,
+        },
+        "attempts": [{"number": 1, "state": "failed", "claims": {"cpu": 1.0, "mem": 100}, "exit_code": 3}],
+    }
     for path, value in fields.items():
         *parents, last = path.split(".")
         at = rec
@@ -65,11 +100,37 @@ def record(**fields) -> dict:
     return rec
 
 
-NUMBER_FIELDS = ["seq", "uid", "priority", "submitted_at", "started_at", "ended_at", "blocked_since", "pid",
-                 "supervisor_pid", "exit_code", "attempt", "passed_by", "timeout", "retries", "oom_retries",
-                 "max_queue_time", "queue_pause_secs", "claims.cpu", "claims.mem", "claims.pools.gpu.count",
-                 "claims.pools.gpu.size", "assigned.0.size", "usage.max_rss", "usage.cpu_secs", "usage.oom_kills",
-                 "logs_dropped.stdout_bytes", "attempts.0.exit_code", "attempts.0.claims.cpu", "attempts.0.ended_at"]
+NUMBER_FIELDS = [
+    "seq",
+    "uid",
+    "priority",
+    "submitted_at",
+    "started_at",
+    "ended_at",
+    "blocked_since",
+    "pid",
+    "supervisor_pid",
+    "exit_code",
+    "attempt",
+    "passed_by",
+    "timeout",
+    "retries",
+    "oom_retries",
+    "max_queue_time",
+    "queue_pause_secs",
+    "claims.cpu",
+    "claims.mem",
+    "claims.pools.gpu.count",
+    "claims.pools.gpu.size",
+    "assigned.0.size",
+    "usage.max_rss",
+    "usage.cpu_secs",
+    "usage.oom_kills",
+    "logs_dropped.stdout_bytes",
+    "attempts.0.exit_code",
+    "attempts.0.claims.cpu",
+    "attempts.0.ended_at",
+]
 
 
 def test_a_whole_record_passes():
@@ -77,17 +138,19 @@ def test_a_whole_record_passes():
 
 
 @pytest.mark.parametrize("field", NUMBER_FIELDS)
-@pytest.mark.parametrize("value", [1e308, float("nan"), -2, 2 ** 70])
+@pytest.mark.parametrize("value", [1e308, float("nan"), -2, 2**70])
 def test_a_record_with_a_number_out_of_its_bounds_is_damaged_and_the_field_is_named(field, value):
     if field == "priority" and value == -2:
-        value = -2 ** 70  # (a priority may be below zero)
+        value = -(2**70)  # (a priority may be below zero)
     with pytest.raises(check.Damaged) as info:
         check.status(record(**{field: value}))
     assert field.split(".")[-1] in str(info.value) or field.split(".")[0] in str(info.value)
 
 
-@pytest.mark.parametrize("field,value", [("pid", 0), ("exit_code", 256), ("uid", 2 ** 32),
-                                         ("assigned.0.devices", [N.DEVICE + 1]), ("ended_at", 4e10)])
+@pytest.mark.parametrize(
+    "field,value",
+    [("pid", 0), ("exit_code", 256), ("uid", 2**32), ("assigned.0.devices", [N.DEVICE + 1]), ("ended_at", 4e10)],
+)
 def test_each_bound_is_the_machine_s(field, value):
     with pytest.raises(check.Damaged):
         check.status(record(**{field: value}))
@@ -96,11 +159,15 @@ def test_each_bound_is_the_machine_s(field, value):
 def test_every_number_field_of_the_record_has_its_bound():
     """Every number read is checked: each field of the read check's table that holds a number
     has a bound (a new field cannot be added without one)."""
+
     def numeric(types):
         return any(t in (int, float) for t in (types if isinstance(types, tuple) else (types,)))
 
-    for table, bounds in ((check.STATUS_FIELDS, check.STATUS_NUMBERS), (check.ATTEMPT_FIELDS, check.ATTEMPT_NUMBERS),
-                          (check.ENTRY_FIELDS, check.ENTRY_NUMBERS)):
+    for table, bounds in (
+        (check.STATUS_FIELDS, check.STATUS_NUMBERS),
+        (check.ATTEMPT_FIELDS, check.ATTEMPT_NUMBERS),
+        (check.ENTRY_FIELDS, check.ENTRY_NUMBERS),
+    ):
         assert {k for k, t in table.items() if numeric(t)} <= set(bounds), set(table) - set(bounds)
 
 
@@ -121,10 +188,26 @@ def test_usage_and_logs_dropped_have_a_bound_for_each_number_of_their_class():
 def test_the_entry_of_a_record_at_every_bound_passes_the_entry_check():
     """What a pass makes of a record the read check takes, the index check takes too:
     else the pass would take it again from its record on every load."""
-    rec = record(seq=N.SEQ, uid=N.UID, priority=-N.PRIORITY, submitted_at=N.TIME, max_queue_time=N.DURATION,
-                 queue_pause_secs=N.DURATION, attempt=1, passed_by=N.SEQ, pid=N.PID, supervisor_pid=1,
-                 **{"claims.cpu": N.CORES, "claims.mem": N.BYTES, "claims.pools.gpu.count": N.COUNT,
-                    "claims.pools.gpu.size": N.BYTES, "assigned.0.devices": [N.DEVICE], "assigned.0.size": N.BYTES})
+    rec = record(
+        seq=N.SEQ,
+        uid=N.UID,
+        priority=-N.PRIORITY,
+        submitted_at=N.TIME,
+        max_queue_time=N.DURATION,
+        queue_pause_secs=N.DURATION,
+        attempt=1,
+        passed_by=N.SEQ,
+        pid=N.PID,
+        supervisor_pid=1,
+        **{
+            "claims.cpu": N.CORES,
+            "claims.mem": N.BYTES,
+            "claims.pools.gpu.count": N.COUNT,
+            "claims.pools.gpu.size": N.BYTES,
+            "assigned.0.devices": [N.DEVICE],
+            "assigned.0.size": N.BYTES,
+        },
+    )
     check.status(rec)
     entry = json.loads(json.dumps(entry_of(rec)))
     check.index_entry("j1", entry)
@@ -133,9 +216,21 @@ def test_the_entry_of_a_record_at_every_bound_passes_the_entry_check():
     check.index_entry("j1", entry_of(rec))  # (a record that names no uid: -1)
 
 
-@pytest.mark.parametrize("key,value", [("cpu", 1e308), ("cpu", -2000), ("cpu", 1.5), ("mem", float("nan")),
-                                       ("deadline", float("inf")), ("pid", 0), ("pid", 2.0), ("attempt", True),
-                                       ("seq", 2 ** 70), ("submitted_at", -1)])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("cpu", 1e308),
+        ("cpu", -2000),
+        ("cpu", 1.5),
+        ("mem", float("nan")),
+        ("deadline", float("inf")),
+        ("pid", 0),
+        ("pid", 2.0),
+        ("attempt", True),
+        ("seq", 2**70),
+        ("submitted_at", -1),
+    ],
+)
 def test_an_index_entry_out_of_its_bounds_is_named_and_the_others_are_kept(key, value):
     good = entry_of(record())
     data = {"seq": 1, "jobs": {"good": good, "bad": {**good, key: value}}}
@@ -156,7 +251,7 @@ def test_an_entry_or_a_left_out_job_that_names_no_job_directory_is_never_taken()
     assert bad == {"../x": bad["../x"], "j2": "why"}
 
 
-@pytest.mark.parametrize("seq", [1e308, float("nan"), -1, True, "3", 2 ** 70])
+@pytest.mark.parametrize("seq", [1e308, float("nan"), -1, True, "3", 2**70])
 def test_a_journal_event_with_a_bad_seq_or_record_is_passed_over(seq):
     assert usable_event({"event": "job", "seq": 5, "job": record()}, 0) is not None
     assert usable_event({"event": "job", "seq": seq, "job": record()}, 0) is None
@@ -166,19 +261,36 @@ def test_a_journal_event_with_a_bad_seq_or_record_is_passed_over(seq):
 def test_a_journal_line_with_a_bad_seq_counts_no_seq():
     from qex.store import journal
 
-    lines = b"".join(json.dumps(e).encode() + b"\n" for e in (
-        {"event": "job", "seq": 3, "job": {}}, {"event": "job", "seq": 1e308, "job": {}},
-        {"event": "job", "seq": 2 ** 70, "job": {}}, {"event": "job", "seq": True, "job": {}}))
+    lines = b"".join(
+        json.dumps(e).encode() + b"\n"
+        for e in (
+            {"event": "job", "seq": 3, "job": {}},
+            {"event": "job", "seq": 1e308, "job": {}},
+            {"event": "job", "seq": 2**70, "job": {}},
+            {"event": "job", "seq": True, "job": {}},
+        )
+    )
     events, done, highest = journal._whole_appends(lines)
     assert highest == 3 and len(events) == 4 and done == len(lines)
 
 
 # ---- peer records, pid files, learn.json ---------------------------------------------------------
 
-@pytest.mark.parametrize("field,value", [("cpu", 1e308), ("cpu", float("nan")), ("cpu", -2), ("cpu", True),
-                                         ("mem", 1.5), ("mem", -1), ("pools", {"net": 2 ** 70}),
-                                         ("devices", [{"pool": "gpu", "devices": [4096]}]),
-                                         ("devices", [{"pool": "gpu", "devices": [0], "size": float("inf")}])])
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("cpu", 1e308),
+        ("cpu", float("nan")),
+        ("cpu", -2),
+        ("cpu", True),
+        ("mem", 1.5),
+        ("mem", -1),
+        ("pools", {"net": 2**70}),
+        ("devices", [{"pool": "gpu", "devices": [4096]}]),
+        ("devices", [{"pool": "gpu", "devices": [0], "size": float("inf")}]),
+    ],
+)
 def test_a_peer_record_with_a_number_out_of_its_bounds_is_no_record(field, value):
     from qex.users import peer_record
 
@@ -190,9 +302,17 @@ def test_a_peer_record_with_a_number_out_of_its_bounds_is_no_record(field, value
     assert peer_record.parse(good)["jobs"][0]["cpu"] == 1000
 
 
-@pytest.mark.parametrize("text,launched,intent", [
-    (b"123 456\n", (123, 456), 123), (b"0 456\n", None, None), (b"-1 456\n", None, None),
-    (b"99999999 1\n", None, None), (b"12 -5\n", None, 12), (b"12\n", (12, None), 12)])
+@pytest.mark.parametrize(
+    "text,launched,intent",
+    [
+        (b"123 456\n", (123, 456), 123),
+        (b"0 456\n", None, None),
+        (b"-1 456\n", None, None),
+        (b"99999999 1\n", None, None),
+        (b"12 -5\n", None, 12),
+        (b"12\n", (12, None), 12),
+    ],
+)
 def test_a_pid_file_names_no_pid_but_a_process_s(tmp_path, text, launched, intent):
     from qex.linux import pidfile
 
@@ -209,7 +329,7 @@ def test_a_learned_value_above_the_machine_is_passed_over_and_said(tmp_path):
     cmd = ["train"]
     learn.teach_locked(str(tmp_path), [(cmd, None, "peak", 300 << 20, "t")])
     store = json.loads((tmp_path / learn.FILE).read_text())
-    store["commands"][learn.key_of(cmd)]["s"].append(["peak", 2 ** 70])
+    store["commands"][learn.key_of(cmd)]["s"].append(["peak", 2**70])
     (tmp_path / learn.FILE).write_text(json.dumps(store))
     (claim, _words), warning = learn.claim_for(str(tmp_path), cmd, None, 0.0, most=1 << 30)
     assert claim == 300 << 20 and "passed over" in warning
@@ -219,20 +339,25 @@ def test_a_learned_value_above_the_machine_is_passed_over_and_said(tmp_path):
 
 # ---- what qex takes from a person is what it reads back -------------------------------------------
 
+
 def test_cores_sizes_and_durations_a_person_gives_are_within_the_read_bounds():
     from qex.base.errors import SpecError
     from qex.base.units import parse_cpu, parse_duration, parse_size
 
     assert parse_cpu(str(N.CORES), "--cpu") == N.MILLICORES
     assert parse_size(f"{N.BYTES}", "--mem") == N.BYTES
-    for call in (lambda: parse_cpu(str(N.CORES + 1), "--cpu"), lambda: parse_size(f"{N.BYTES + 1}", "--mem"),
-                 lambda: parse_duration("1e16", "--timeout"), lambda: parse_duration(f"{10 ** 16}", "--timeout")):
+    for call in (
+        lambda: parse_cpu(str(N.CORES + 1), "--cpu"),
+        lambda: parse_size(f"{N.BYTES + 1}", "--mem"),
+        lambda: parse_duration("1e16", "--timeout"),
+        lambda: parse_duration(f"{10**16}", "--timeout"),
+    ):
         with pytest.raises(SpecError):
             call()
 
 
 def test_submit_refuses_counts_and_a_priority_out_of_the_read_bounds(q):
-    for args in (("--retries", str(N.COUNT + 1)), ("--oom-retries", str(2 ** 70)), ("--priority", str(2 ** 63))):
+    for args in (("--retries", str(N.COUNT + 1)), ("--oom-retries", str(2**70)), ("--priority", str(2**63))):
         proc = q.run("submit", *args, "--", "true")
         assert proc.returncode == 121 and args[0] in proc.stderr, (args, proc.stderr)
     assert q.records() == []

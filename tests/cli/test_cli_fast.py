@@ -50,7 +50,8 @@ def test_the_fast_path_means_what_the_parser_means_or_stays_out(argv):
 
 def test_the_defaults_are_the_parsers():
     assert {**fastpath.SUBMIT_DEFAULTS, "argv": ["x"]} == by_the_parser(["submit", "x"]), (
-        "an option of qex submit changed: update qex/cli/fastpath.py SUBMIT_DEFAULTS")
+        "an option of qex submit changed: update qex/cli/fastpath.py SUBMIT_DEFAULTS"
+    )
     assert fastpath.RUNS == parser.COMMANDS["submit"][1]
 
 
@@ -61,10 +62,13 @@ def test_each_call_gets_its_own_lists():
 
 
 def test_a_plain_submission_imports_no_argparse(q):
-    code = ("import sys; from qex.cli import run; code = run(['submit', '--', 'true']); "
-            "sys.stderr.write(repr(sorted(m for m in ('argparse', 'gettext', 'locale') if m in sys.modules)) + '\\n')")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=q.env, cwd=q.root,
-                          timeout=60)
+    code = (
+        "import sys; from qex.cli import run; code = run(['submit', '--', 'true']); "
+        "sys.stderr.write(repr(sorted(m for m in ('argparse', 'gettext', 'locale') if m in sys.modules)) + '\\n')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=q.env, cwd=q.root, timeout=60
+    )
     assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
     q.wait_state(proc.stdout.strip(), "completed")
     # and a line with an option still goes through argparse, with its own error sentence
@@ -77,17 +81,38 @@ def test_a_plain_submission_imports_no_argparse(q):
 def test_a_bad_submit_line_gives_121_by_either_path(q):
     """The fast path hands every line with an option to the parser; the parser's refusal
     and the fast path's own (no command) reach one mapping (qex.cli.error_exit_code)."""
-    for argv, words in ((["submit", "--"], "no command"), (["submit", "--bogus", "--", "true"], "unrecognized"),
-                        (["submit", "-x"], "unrecognized"), (["submit", "--cpu"], "expected one argument")):
+    for argv, words in (
+        (["submit", "--"], "no command"),
+        (["submit", "--bogus", "--", "true"], "unrecognized"),
+        (["submit", "-x"], "unrecognized"),
+        (["submit", "--cpu"], "expected one argument"),
+    ):
         proc = q.run(*argv)
         assert proc.returncode == 121 and words in proc.stderr, (argv, proc.returncode, proc.stderr)
 
 
-@pytest.mark.parametrize("argv,table", [
-    (["submit", "x"], True), (["run"], True), (["pipeline"], True), (["rerun"], True), (["wait"], True),
-    (["status", "x", "--quiet"], True), (["status", "x", "--qu"], True), (["status", "--wait", "x"], True),
-    (["status", "x", "--fol"], True), (["status", "x", "-q"], True), (["status", "-f", "x"], True), (["status", "x"], False), (["status", "x", "--json"], False),
-    (["status", "x", "--"], False), (["list"], False), (["logs", "x", "--follow"], False), ([], False)])
+@pytest.mark.parametrize(
+    "argv,table",
+    [
+        (["submit", "x"], True),
+        (["run"], True),
+        (["pipeline"], True),
+        (["rerun"], True),
+        (["wait"], True),
+        (["status", "x", "--quiet"], True),
+        (["status", "x", "--qu"], True),
+        (["status", "--wait", "x"], True),
+        (["status", "x", "--fol"], True),
+        (["status", "x", "-q"], True),
+        (["status", "-f", "x"], True),
+        (["status", "x"], False),
+        (["status", "x", "--json"], False),
+        (["status", "x", "--"], False),
+        (["list"], False),
+        (["logs", "x", "--follow"], False),
+        ([], False),
+    ],
+)
 def test_the_commands_of_the_exit_code_table(argv, table):
     from qex.base.errors import AmbiguousId, ConfigError, NoSuchJob, SpecError, UsageError
     from qex.cli import error_exit_code, reports_a_job

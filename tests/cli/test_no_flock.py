@@ -24,10 +24,19 @@ main()
 @pytest.mark.parametrize("name", ["ENOLCK", "EOPNOTSUPP"])
 def test_a_state_directory_without_flock_is_refused_and_nothing_is_done(tmp_path, name):
     state = tmp_path / "state"
-    env = {**os.environ, "QEX_STATE_DIR": str(state), "QEX_CONFIG": str(tmp_path / "none.toml"),
-           "QEX_PEER_DIR": str(tmp_path / "peers")}
-    done = subprocess.run([sys.executable, "-c", WRAPPER.format(name=name), "submit", "--", "true"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "QEX_STATE_DIR": str(state),
+        "QEX_CONFIG": str(tmp_path / "none.toml"),
+        "QEX_PEER_DIR": str(tmp_path / "peers"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", WRAPPER.format(name=name), "submit", "--", "true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 121, done.stderr
     assert "Traceback" not in done.stderr
     assert f"{state}/lock cannot be locked: {os.strerror(getattr(errno, name))}" in done.stderr

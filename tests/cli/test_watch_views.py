@@ -13,8 +13,13 @@ NOW = 1_800_000_000.0
 
 
 def rec(state, **kw):
-    base = {"id": "0123456789abcdef", "name": "job", "state": state, "submitted_at": NOW - 100,
-            "claims": {"cpu": 1, "mem": 1 << 30}}
+    base = {
+        "id": "0123456789abcdef",
+        "name": "job",
+        "state": state,
+        "submitted_at": NOW - 100,
+        "claims": {"cpu": 1, "mem": 1 << 30},
+    }
     return {**base, **kw}
 
 
@@ -41,10 +46,11 @@ def test_format_fields_are_checked_and_rows_line_up_under_their_header():
         listing.parse_format("id,size")
     fields = ("id", "state", "elapsed", "peak", "reason")
     head = listing.header(fields)
-    row = listing.row(rec("failed", started_at=NOW - 30, ended_at=NOW, exit_code=3,
-                          usage={"max_rss": 3 << 20}), NOW, fields)
+    row = listing.row(
+        rec("failed", started_at=NOW - 30, ended_at=NOW, exit_code=3, usage={"max_rss": 3 << 20}), NOW, fields
+    )
     assert row.index("failed") == head.index("STATE") and row.index("exit 3") == head.index("REASON")
-    assert row[:head.index("PEAK") + 4].endswith("3MB") and "30s" in row
+    assert row[: head.index("PEAK") + 4].endswith("3MB") and "30s" in row
 
 
 def test_json_rows_carry_iso_times_beside_the_epoch():
@@ -52,8 +58,14 @@ def test_json_rows_carry_iso_times_beside_the_epoch():
     full = listing.json_row(r, NOW, None)
     assert full["ended_at"] == NOW and full["ended"] == listing.iso_text(NOW) and full["elapsed"] == 30
     picked = listing.json_row(r, NOW, ("id", "exit", "cpu", "peak", "started"))
-    assert picked == {"id": r["id"], "exit": 0, "cpu": 1.5, "peak": 5, "started": listing.iso_text(NOW - 30),
-                      "started_at": NOW - 30}
+    assert picked == {
+        "id": r["id"],
+        "exit": 0,
+        "cpu": 1.5,
+        "peak": 5,
+        "started": listing.iso_text(NOW - 30),
+        "started_at": NOW - 30,
+    }
 
 
 class FakeTTY(io.StringIO):
@@ -64,10 +76,16 @@ class FakeTTY(io.StringIO):
         raise OSError("no size")
 
 
-@pytest.mark.parametrize("env,colour,live", [({"TERM": "xterm"}, True, True),
-                                             ({"TERM": "xterm", "NO_COLOR": "1"}, False, True),
-                                             ({"TERM": "xterm", "NO_COLOR": ""}, True, True),
-                                             ({"TERM": "dumb"}, False, False), ({}, False, False)])
+@pytest.mark.parametrize(
+    "env,colour,live",
+    [
+        ({"TERM": "xterm"}, True, True),
+        ({"TERM": "xterm", "NO_COLOR": "1"}, False, True),
+        ({"TERM": "xterm", "NO_COLOR": ""}, True, True),
+        ({"TERM": "dumb"}, False, False),
+        ({}, False, False),
+    ],
+)
 def test_colour_and_a_live_line_only_where_wanted(monkeypatch, env, colour, live):
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.delenv("TERM", raising=False)
@@ -94,6 +112,7 @@ def test_the_live_line_counts_and_estimates_from_the_jobs_that_ended(monkeypatch
         p.tick()
         assert stream.getvalue().startswith("\r\x1b[Kqex: 2/4 ended") and " left" in stream.getvalue()
         import sys
+
         sys.stderr.write("a note\n")  # anything else on stderr erases the line first
         assert stream.getvalue().endswith("\r\x1b[K")
     finally:
@@ -111,18 +130,41 @@ def test_no_live_line_off_a_terminal():
 
 
 def frame_data(rows, ended=(), pools=(), peers=()):
-    return {"now": NOW, "load": (0.5, 0.25, 0.0), "cores": 8, "mem_total": 32 << 30, "mem_available": 20 << 30,
-            "budget": (6000, 24 << 30), "held": (2000, 4 << 30), "peers": list(peers), "pools": list(pools),
-            "health": "running 1", "since": NOW - 60, "state_dir": "/s", "queued": 1, "running": 1,
-            "rows": list(rows), "ended": list(ended)}
+    return {
+        "now": NOW,
+        "load": (0.5, 0.25, 0.0),
+        "cores": 8,
+        "mem_total": 32 << 30,
+        "mem_available": 20 << 30,
+        "budget": (6000, 24 << 30),
+        "held": (2000, 4 << 30),
+        "peers": list(peers),
+        "pools": list(pools),
+        "health": "running 1",
+        "since": NOW - 60,
+        "state_dir": "/s",
+        "queued": 1,
+        "running": 1,
+        "rows": list(rows),
+        "ended": list(ended),
+    }
 
 
 def test_a_frame_has_the_bars_the_pools_and_the_rows_in_order():
-    gpu = {"name": "gpu", "kind": "indexed", "env": "CUDA_VISIBLE_DEVICES", "holders": [
-        {"id": "aaaaaaaa1", "name": "train", "count": 1, "size": None, "devices": [1]}],
-        "devices": [{"index": i, "capacity": 24 << 30, "free": 0 if i == 1 else 24 << 30} for i in range(4)]}
-    running = rec("running", id="aaaaaaaa1", name="train", started_at=NOW - 5,
-                  assigned=[{"pool": "gpu", "devices": [1], "size": None}])
+    gpu = {
+        "name": "gpu",
+        "kind": "indexed",
+        "env": "CUDA_VISIBLE_DEVICES",
+        "holders": [{"id": "aaaaaaaa1", "name": "train", "count": 1, "size": None, "devices": [1]}],
+        "devices": [{"index": i, "capacity": 24 << 30, "free": 0 if i == 1 else 24 << 30} for i in range(4)],
+    }
+    running = rec(
+        "running",
+        id="aaaaaaaa1",
+        name="train",
+        started_at=NOW - 5,
+        assigned=[{"pool": "gpu", "devices": [1], "size": None}],
+    )
     queued = rec("queued", id="bbbbbbbb2", name="next", blocked_reason="waits for 1 device")
     done = rec("completed", id="cccccccc3", name="old", started_at=NOW - 50, ended_at=NOW - 10)
     text = topframe.once(frame_data([running, queued], [done], [gpu], [("bob", 1000, 1 << 30)]), None)
@@ -143,8 +185,9 @@ def test_a_short_screen_keeps_the_selected_row_in_view_and_the_filter_matches():
     assert "00000090xx" in frame.ids and len(frame.lines) == 20 and frame.lines[-1] == [("keys", None)]
     assert frame.ids[-1] == "00000090xx"
     wanted = topframe.matcher("JOB-7")
-    assert [r["id"] for r in topframe.rows_of(frame_data(rows), wanted)] == \
-        ["00000007xx"] + [f"{i:08d}xx" for i in range(70, 80)]
+    assert [r["id"] for r in topframe.rows_of(frame_data(rows), wanted)] == ["00000007xx"] + [
+        f"{i:08d}xx" for i in range(70, 80)
+    ]
     assert topframe.matcher("  ") is None
 
 
@@ -154,10 +197,13 @@ def test_no_command_but_qex_top_loads_curses(q):
     import subprocess
     import sys
 
-    q.write_config('[budget]\ncpu = 1\n')
-    code = ("import sys; from qex.cli import run; run(sys.argv[1:]); "
-            "sys.stderr.write('\\nCURSES=%s\\n' % ('curses' in sys.modules))")
+    q.write_config("[budget]\ncpu = 1\n")
+    code = (
+        "import sys; from qex.cli import run; run(sys.argv[1:]); "
+        "sys.stderr.write('\\nCURSES=%s\\n' % ('curses' in sys.modules))"
+    )
     for argv in (["list"], ["info"], ["top", "--once"], ["status", "nothing"], ["wait", "nothing"], ["version"]):
-        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=q.env,
-                              cwd=q.root, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=q.env, cwd=q.root, timeout=60
+        )
         assert proc.stderr.strip().splitlines()[-1] == "CURSES=False", (argv, proc.stderr)

@@ -207,7 +207,9 @@ def test_invalid_toml_is_refused(tmp_path, text):
 
 
 def test_unknown_key_names_table_key_and_file(tmp_path):
-    message = refused(write(tmp_path, '[budget]\ncpux = "50%"\n'), "[budget] cpux", "did you mean cpu", "remove or rename")
+    message = refused(
+        write(tmp_path, '[budget]\ncpux = "50%"\n'), "[budget] cpux", "did you mean cpu", "remove or rename"
+    )
     assert "cpu, mem" in message
 
 
@@ -300,8 +302,15 @@ oom_score_adj = -10
 
 
 @pytest.mark.parametrize(
-    "cpu, expected", [('"50%"', Percent(50)), ('"100%"', Percent(100)), ("2", 2000), ('"1.5"', 1500), ("0.25", 250),
-                      ("64", 64000)]  # fmt: skip
+    "cpu, expected",
+    [
+        ('"50%"', Percent(50)),
+        ('"100%"', Percent(100)),
+        ("2", 2000),
+        ('"1.5"', 1500),
+        ("0.25", 250),
+        ("64", 64000),
+    ],  # fmt: skip
 )
 def test_budget_cpu_forms(tmp_path, cpu, expected):
     assert load_config(write(tmp_path, f"[budget]\ncpu = {cpu}\n"), env={}).budget_cpu == expected
@@ -425,12 +434,15 @@ def test_pool_env_defaults(tmp_path):
     [
         ('[[pool]]\nname = "a"\ncount = 2\ndevices = ["1GB"]\n', ["[[pool]] #1 name=a", "both count and devices"]),
         ('[[pool]]\nname = "a"\n', ["[[pool]] #1 name=a", "neither count nor devices"]),
-        ('[[pool]]\nname = "a"\ncount = 1\n[[pool]]\nname = "a"\ncount = 2\n', ["[[pool]] #2 name=a", "#1", "own name"]),
+        (
+            '[[pool]]\nname = "a"\ncount = 1\n[[pool]]\nname = "a"\ncount = 2\n',
+            ["[[pool]] #2 name=a", "#1", "own name"],
+        ),
         ('[[pool]]\nname = "a-b"\ncount = 1\n[[pool]]\nname = "A_B"\ncount = 2\n', ["[[pool]] #2 name=A_B", "#1"]),
         ('[[pool]]\nname = "cpu"\ncount = 1\n', ["[[pool]] #1 name=cpu", "reserved", "[budget]"]),
         ('[[pool]]\nname = "mem"\ncount = 1\n', ["[[pool]] #1 name=mem", "reserved"]),
         ('[[pool]]\nname = "MEM"\ncount = 1\n', ["[[pool]] #1 name=MEM", "reserved"]),
-        ('[[pool]]\ncount = 1\n', ["[[pool]] #1", "no name"]),
+        ("[[pool]]\ncount = 1\n", ["[[pool]] #1", "no name"]),
         ('[[pool]]\nname = "a b"\ncount = 1\n', ["[[pool]] #1", "not a pool name"]),
         ("[[pool]]\nname = 3\ncount = 1\n", ["[[pool]] #1", "not a pool name"]),
         ('[[pool]]\nname = "a"\ncount = 0\n', ["[[pool]] #1 name=a: count", "at least 1"]),
@@ -444,8 +456,10 @@ def test_pool_env_defaults(tmp_path):
         ('[[pool]]\nname = "a"\ndevices = ["1GB"]\nenv = "1X"\n', ["[[pool]] #1 name=a: env", "environment variable"]),
         ('[[pool]]\nname = "a"\ndevices = ["1GB"]\nsize = 3\n', ["[[pool]] #1 name=a: size"]),
         ('[[pool]]\nname = "a"\ncount = 2\ncolour = "red"\n', ["[[pool]] #1 name=a: unknown key colour"]),
-        ('[[pool]]\nname = "a"\ndevices = ["1GB"]\nenv = "E"\n[[pool]]\nname = "b"\ndevices = ["1GB"]\nenv = "E"\n',
-         ["[[pool]] #2 name=b", "#1"]),
+        (
+            '[[pool]]\nname = "a"\ndevices = ["1GB"]\nenv = "E"\n[[pool]]\nname = "b"\ndevices = ["1GB"]\nenv = "E"\n',
+            ["[[pool]] #2 name=b", "#1"],
+        ),
         ('[pool]\nname = "a"\ncount = 2\n', ["[[pool]]", "second bracket"]),
         ("pool = 3\n", ["list of tables"]),
     ],

@@ -49,8 +49,11 @@ def cached_show(q, cache):
 
 def wait_cached(q, cache):
     """Run `qex config show` until it answers from the cache (the file must be a little old first)."""
-    return q.wait_for(lambda: (lambda d: d if d["from_cache"] else None)(cached_show(q, cache)),
-                      timeout=20, what="a config read from the cache")
+    return q.wait_for(
+        lambda: (lambda d: d if d["from_cache"] else None)(cached_show(q, cache)),
+        timeout=20,
+        what="a config read from the cache",
+    )
 
 
 def cache_file(cache):
@@ -142,7 +145,7 @@ def test_a_bad_config_is_never_cached_and_its_message_is_unchanged(q, tmp_path):
     cache = str(tmp_path / "cache")
     q.write_config("[budget]\ncpu = 2\n")
     wait_cached(q, cache)
-    q.write_config("[budget]\ncpu = \"lots\"\n")
+    q.write_config('[budget]\ncpu = "lots"\n')
     old = os.stat(q.config).st_mtime_ns - 3_600_000_000_000
     os.utime(q.config, ns=(old, old))
     errors = set()
@@ -163,12 +166,22 @@ def test_no_cache_is_written_where_it_cannot_be_private(tmp_path):
     os.mkdir(tmp_path / "cache" / "qex", 0o755)
     os.chmod(tmp_path / "cache" / "qex", 0o755)
     st = os.stat(tmp_path / "qex.toml")
-    config_cache.store(str(tmp_path / "qex.toml"), st, {"values": {}, "keys": []},
-                       env={"XDG_CACHE_HOME": str(tmp_path / "cache")}, now_ns=st.st_ctime_ns + 10**10)
+    config_cache.store(
+        str(tmp_path / "qex.toml"),
+        st,
+        {"values": {}, "keys": []},
+        env={"XDG_CACHE_HOME": str(tmp_path / "cache")},
+        now_ns=st.st_ctime_ns + 10**10,
+    )
     assert os.listdir(tmp_path / "cache" / "qex") == []
     os.chmod(tmp_path / "cache" / "qex", 0o700)
-    config_cache.store(str(tmp_path / "qex.toml"), st, {"values": {}, "keys": []},
-                       env={"XDG_CACHE_HOME": str(tmp_path / "cache")}, now_ns=st.st_ctime_ns + 10**10)
+    config_cache.store(
+        str(tmp_path / "qex.toml"),
+        st,
+        {"values": {}, "keys": []},
+        env={"XDG_CACHE_HOME": str(tmp_path / "cache")},
+        now_ns=st.st_ctime_ns + 10**10,
+    )
     assert os.listdir(tmp_path / "cache" / "qex") == [config_cache.FILE]
     assert os.stat(cache_file(str(tmp_path / "cache"))).st_mode & 0o777 == 0o600
 
@@ -190,8 +203,9 @@ def test_the_cache_keeps_a_few_configs(tmp_path):
         path = tmp_path / f"c{i}.toml"
         path.write_text(f"[budget]\ncpu = {i + 1}\n")
         st = os.stat(path)
-        config_cache.store(str(path), st, {"values": {"budget_cpu": i}, "keys": []}, env=env,
-                           now_ns=st.st_ctime_ns + 10**10)
+        config_cache.store(
+            str(path), st, {"values": {"budget_cpu": i}, "keys": []}, env=env, now_ns=st.st_ctime_ns + 10**10
+        )
     with open(cache_file(env["XDG_CACHE_HOME"])) as fh:
         assert len(json.load(fh)["entries"]) == config_cache.MAX_ENTRIES
     assert config_cache.lookup(str(path), env) == {"values": {"budget_cpu": i}, "keys": []}
@@ -231,10 +245,16 @@ def test_a_submission_on_a_cache_hit_imports_no_toml_parser_and_no_cattrs(q, tmp
     cache = str(tmp_path / "cache")
     q.write_config('[budget]\ncpu = 2\n[defaults]\nmem = "64MB"\n')
     wait_cached(q, cache)
-    proc = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True, timeout=60,
-                          env={**q.env, "XDG_CACHE_HOME": cache}, cwd=q.root)
+    proc = subprocess.run(
+        [sys.executable, "-c", IMPORTS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**q.env, "XDG_CACHE_HOME": cache},
+        cwd=q.root,
+    )
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("IMPORTS "))
-    found = json.loads(line[len("IMPORTS "):])
+    found = json.loads(line[len("IMPORTS ") :])
     job_id = proc.stdout.strip()
     assert len(job_id) == 36, proc.stdout
     q.wait_state(job_id, "completed")
@@ -246,11 +266,17 @@ def test_a_submission_on_a_cache_hit_imports_no_toml_parser_and_no_cattrs(q, tmp
 
 def test_a_parse_on_a_miss_imports_tomlkit_still(q, tmp_path):
     """The watch above can see an import: a fresh file is parsed (so the test above can fail)."""
-    q.write_config('[budget]\ncpu = 2\n')
-    proc = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True, timeout=60,
-                          env={**q.env, "XDG_CACHE_HOME": str(tmp_path / "cache")}, cwd=q.root)
+    q.write_config("[budget]\ncpu = 2\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", IMPORTS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**q.env, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+        cwd=q.root,
+    )
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("IMPORTS "))
-    assert json.loads(line[len("IMPORTS "):]).get("tomlkit") == "config/text.py"
+    assert json.loads(line[len("IMPORTS ") :]).get("tomlkit") == "config/text.py"
     q.wait_state(proc.stdout.strip(), "completed")
 
 

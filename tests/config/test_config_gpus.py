@@ -50,14 +50,17 @@ def test_device_ids_are_what_the_job_is_given(tmp_path):
     assert plain.ids == () and plain.names == ()  # as before: the place is the index
 
 
-@pytest.mark.parametrize("device, fragments", [
-    ('{ index = 0 }', ["devices[0] has no size"]),
-    ('{ size = "8GB", index = 0, uuid = "GPU-1" }', ["both index and uuid"]),
-    ('{ size = "8GB", uuid = "0" }', ["not a device UUID", "MIG-"]),
-    ('{ size = "8GB", idx = 0 }', ["unknown key idx", "did you mean index"]),
-    ('{ size = "8GB", index = -1 }', ["index", "at least 0"]),
-    ('{ size = "8GB", name = 3 }', ["name", "model"]),
-])
+@pytest.mark.parametrize(
+    "device, fragments",
+    [
+        ("{ index = 0 }", ["devices[0] has no size"]),
+        ('{ size = "8GB", index = 0, uuid = "GPU-1" }', ["both index and uuid"]),
+        ('{ size = "8GB", uuid = "0" }', ["not a device UUID", "MIG-"]),
+        ('{ size = "8GB", idx = 0 }', ["unknown key idx", "did you mean index"]),
+        ('{ size = "8GB", index = -1 }', ["index", "at least 0"]),
+        ('{ size = "8GB", name = 3 }', ["name", "model"]),
+    ],
+)
 def test_a_bad_device_table_is_refused_naming_it(tmp_path, device, fragments):
     message = refused(tmp_path, f'[[pool]]\nname = "gpu"\ndevices = [{device}]\n')
     assert "[[pool]] #1 name=gpu: devices[0]" in message
@@ -69,8 +72,11 @@ def test_the_fence_is_on_for_gpu_and_set_by_fence(tmp_path):
     gpu, npu = pools(tmp_path, '[[pool]]\nname = "gpu"\ndevices = ["8GB"]\n[[pool]]\nname = "npu"\ndevices = ["8GB"]\n')
     assert gpu.fenced and gpu.fence is None and not npu.fenced
     assert gpu.job_env(None) == {"CUDA_VISIBLE_DEVICES": ""} and npu.job_env(None) == {}
-    off, on = pools(tmp_path, '[[pool]]\nname = "gpu"\ndevices = ["8GB"]\nfence = false\n'
-                              '[[pool]]\nname = "npu"\ndevices = ["8GB"]\nfence = true\n')
+    off, on = pools(
+        tmp_path,
+        '[[pool]]\nname = "gpu"\ndevices = ["8GB"]\nfence = false\n'
+        '[[pool]]\nname = "npu"\ndevices = ["8GB"]\nfence = true\n',
+    )
     assert not off.fenced and off.job_env(None) == {}
     assert on.fenced and on.job_env(None) == {"QEX_NPU_DEVICES": ""}
     assert "fence" in refused(tmp_path, '[[pool]]\nname = "gpu"\ndevices = ["8GB"]\nfence = "yes"\n')
@@ -78,8 +84,11 @@ def test_the_fence_is_on_for_gpu_and_set_by_fence(tmp_path):
 
 
 def test_a_list_of_variables_each_get_the_value_and_their_own_no_device(tmp_path):
-    (gpu,) = pools(tmp_path, '[[pool]]\nname = "gpu"\ndevices = ["8GB", "8GB"]\n'
-                             'env = ["HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "QEX_X"]\n')
+    (gpu,) = pools(
+        tmp_path,
+        '[[pool]]\nname = "gpu"\ndevices = ["8GB", "8GB"]\n'
+        'env = ["HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "QEX_X"]\n',
+    )
     assert gpu.variables == ("HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "QEX_X")
     assert gpu.job_env([1]) == dict.fromkeys(gpu.variables, "1")  # no CUDA_VISIBLE_DEVICES: no order variable
     assert gpu.job_env(None) == {"HIP_VISIBLE_DEVICES": "-1", "GPU_DEVICE_ORDINAL": "-1", "QEX_X": ""}
@@ -87,21 +96,27 @@ def test_a_list_of_variables_each_get_the_value_and_their_own_no_device(tmp_path
     assert rocr.job_env(None) == {"ROCR_VISIBLE_DEVICES": "-1"}
 
 
-@pytest.mark.parametrize("env, fragment", [
-    ('["ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"]', "ROCR_VISIBLE_DEVICES first"),
-    ('["ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"]', "numbers the devices it leaves from 0"),
-    ('[]', "name each variable once"),
-    ('["A", "A"]', "name each variable once"),
-    ('["A", 1]', "not an environment variable name"),
-    ('["1A"]', "not an environment variable name"),
-])
+@pytest.mark.parametrize(
+    "env, fragment",
+    [
+        ('["ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"]', "ROCR_VISIBLE_DEVICES first"),
+        ('["ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"]', "numbers the devices it leaves from 0"),
+        ("[]", "name each variable once"),
+        ('["A", "A"]', "name each variable once"),
+        ('["A", 1]', "not an environment variable name"),
+        ('["1A"]', "not an environment variable name"),
+    ],
+)
 def test_a_bad_list_of_variables_is_refused(tmp_path, env, fragment):
     assert fragment in refused(tmp_path, f'[[pool]]\nname = "gpu"\ndevices = ["8GB"]\nenv = {env}\n')
 
 
 def test_two_pools_cannot_share_a_variable_of_a_list(tmp_path):
-    message = refused(tmp_path, '[[pool]]\nname = "gpu"\ndevices = ["8GB"]\nenv = ["A", "B"]\n'
-                                '[[pool]]\nname = "npu"\ndevices = ["8GB"]\nenv = "B"\n')
+    message = refused(
+        tmp_path,
+        '[[pool]]\nname = "gpu"\ndevices = ["8GB"]\nenv = ["A", "B"]\n'
+        '[[pool]]\nname = "npu"\ndevices = ["8GB"]\nenv = "B"\n',
+    )
     assert "[[pool]] #2 name=npu gives its devices in B" in message
 
 
@@ -120,4 +135,6 @@ def test_config_show_words_the_fence_and_the_ids(tmp_path):
     rows = {k: v for k, v, _ in config.show(8, 64 * GiB, env={})}
     assert "indices and UUIDs in CUDA_VISIBLE_DEVICES" in rows["pool.gpu"] and "fence" in rows["pool.gpu"]
     pool = config.show_json(8, 64 * GiB, env={})["values"]["pool"]["value"][0]
-    assert pool["ids"] == ["5", "MIG-aaaa-bbbb", "2"] and pool["fence"] is True and pool["env"] == "CUDA_VISIBLE_DEVICES"
+    assert (
+        pool["ids"] == ["5", "MIG-aaaa-bbbb", "2"] and pool["fence"] is True and pool["env"] == "CUDA_VISIBLE_DEVICES"
+    )

@@ -69,7 +69,9 @@ def test_an_unknown_table_is_refused_with_every_table(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(write(tmp_path, "[nope]\nx = 1\n"), env={})
     for section in {k.section for k in KEYS}:
-        assert (f"[{section}]" if any(k.name for k in KEYS if k.section == section) else f"[[{section}]]") in str(e.value)
+        assert (f"[{section}]" if any(k.name for k in KEYS if k.section == section) else f"[[{section}]]") in str(
+            e.value
+        )
 
 
 def test_config_show_and_help_have_every_key(tmp_path):
@@ -85,9 +87,13 @@ def test_config_show_and_help_have_every_key(tmp_path):
 
 
 def test_every_key_survives_the_cache(tmp_path):
-    text = "".join(f"[{s}]\n" + "".join(f"{k.name} = {as_written(k, k.default)}\n" for k in FIELDS
-                                         if k.section == s and k.default not in (None, ()))
-                   for s in dict.fromkeys(k.section for k in FIELDS))
+    text = "".join(
+        f"[{s}]\n"
+        + "".join(
+            f"{k.name} = {as_written(k, k.default)}\n" for k in FIELDS if k.section == s and k.default not in (None, ())
+        )
+        for s in dict.fromkeys(k.section for k in FIELDS)
+    )
     path = str(tmp_path / "qex.toml")
     values, keys = Reader(path).read(parse_toml(path, text))
     assert set(keys) == {k.key for k in FIELDS if k.default not in (None, ())}
@@ -129,14 +135,20 @@ def test_a_key_added_to_the_table_alone_reaches_the_reader_show_help_and_cache(t
     source = source.replace(")  # fmt: skip", ADDED + ")  # fmt: skip")
     path = write(tmp_path, "[queue]\nx_test = 7\n")
     (tmp_path / "qex.toml.bad").write_text("[queue]\nx_tset = 7\n")
-    proc = subprocess.run([sys.executable, "-c", ONE_MORE_KEY, source, path], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    proc = subprocess.run(
+        [sys.executable, "-c", ONE_MORE_KEY, source, path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert (got["value"], got["default"], got["cached"]) == (7, 3, 7)
     assert got["json"] == {"value": 7, "resolved": 7, "source": path}
     assert got["rows"] == [["queue.x_test", "7", path]]
-    assert got["help"] == ['  [queue]    oversized = "run-when-idle" | "reject" | "queue",  max_bypass = 2,  '
-                           "x_test = 3"]
+    assert got["help"] == [
+        '  [queue]    oversized = "run-when-idle" | "reject" | "queue",  max_bypass = 2,  x_test = 3'
+    ]
     assert "unknown key [queue] x_tset (did you mean x_test?)" in got["refused"]
     assert "the keys of [queue] are oversized, max_bypass, x_test;" in got["refused"]

@@ -67,8 +67,12 @@ def test_a_config_its_group_can_write_is_refused_with_the_group_and_the_remedy(t
     gid = shared_gid()
     os.chown(path, -1, gid)
     os.chmod(path, 0o664)
-    refused(path, f"is writable by the group {group_name(gid)} (mode 0664)", "run their commands as you",
-            f"chmod g-w {path}")
+    refused(
+        path,
+        f"is writable by the group {group_name(gid)} (mode 0664)",
+        "run their commands as you",
+        f"chmod g-w {path}",
+    )
 
 
 def test_a_config_every_user_can_write_is_refused(tmp_path):
@@ -111,8 +115,11 @@ def test_a_config_in_a_directory_its_group_can_write_is_refused(tmp_path):
     gid = shared_gid()
     os.chown(folder, -1, gid)
     os.chmod(folder, 0o775)
-    refused(path, f"is in {folder}, which is writable by the group {group_name(gid)} (mode 0775) and not sticky",
-            f"chmod g-w {folder}")
+    refused(
+        path,
+        f"is in {folder}, which is writable by the group {group_name(gid)} (mode 0775) and not sticky",
+        f"chmod g-w {folder}",
+    )
 
 
 def test_a_directory_further_up_counts_too(tmp_path):

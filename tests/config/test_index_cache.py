@@ -130,7 +130,7 @@ def test_a_supervisor_s_pass_saves_a_large_index_less_often_but_a_reader_sees_ev
         with store.lock():
             idx = store.load_index_locked(save_replayed=False)
             changes = []
-            for k, job_id in enumerate(ids[start:start + n]):
+            for k, job_id in enumerate(ids[start : start + n]):
                 rec = {**store.read_status_dict(job_id), "blocked_reason": f"words {start + k}"}
                 changes.append((rec, "queued", "reason"))
             store.commit_locked(idx, changes, save_index=LAZY)
@@ -422,7 +422,7 @@ def test_an_index_save_fsyncs_the_journal_it_counts_first(tmp_path, monkeypatch)
         idx = b.store.load_index_locked(save_replayed=False)
         b.store.save_index_locked(idx)
     index_tmp = [i for i, p in enumerate(synced) if os.path.basename(p).startswith(".index.json")]
-    assert index_tmp and b.store.journal_path in synced[:index_tmp[0]]
+    assert index_tmp and b.store.journal_path in synced[: index_tmp[0]]
 
 
 def test_a_pass_takes_the_records_its_own_commit_wrote_and_reads_those_another_changed(tmp_path, monkeypatch):
@@ -437,7 +437,9 @@ def test_a_pass_takes_the_records_its_own_commit_wrote_and_reads_those_another_c
     lazy_reason(a, two, "a's words too")
     reads = []
     real = state.Store.read_status_dict
-    monkeypatch.setattr(state.Store, "read_status_dict", lambda self, job_id: (reads.append(job_id), real(self, job_id))[1])
+    monkeypatch.setattr(
+        state.Store, "read_status_dict", lambda self, job_id: (reads.append(job_id), real(self, job_id))[1]
+    )
     assert a.store.cached_record(one)["blocked_reason"] == "a's words"
     with a.store.lock():
         txn = Txn(a.store, a.store.load_index_locked(save_replayed=False))
@@ -490,7 +492,8 @@ def rotation_killed_before_its_second_save(ctx, keep_ino: bool = True) -> int:
 
 @pytest.mark.parametrize("keep_ino", [True, False], ids=["index-names-its-journal", "index-of-an-earlier-qex"])
 def test_lazy_commits_into_the_journal_after_a_killed_rotation_are_replayed_by_the_next_process(
-        tmp_path, monkeypatch, keep_ino):
+    tmp_path, monkeypatch, keep_ino
+):
     """The CI crash rounds found it: a supervisor's lazy commit went into the new journal
     while the index file still counted in the moved one; the next process, whose offset
     lay past the new file's end, took the new file as applied, lost that event (a job

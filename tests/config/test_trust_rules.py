@@ -30,15 +30,30 @@ def make_ctx(root, mem_total=16 * GiB, cores=8, **config) -> Context:
     store = Store(str(root))
     store.ensure()
     base = Config.default(os.path.join(str(root), "none.toml"))
-    return Context(store=store, config=base.evolve(**config) if config else base, uid=os.getuid(),
-                   user="tester", cores=cores, mem_total=mem_total)
+    return Context(
+        store=store,
+        config=base.evolve(**config) if config else base,
+        uid=os.getuid(),
+        user="tester",
+        cores=cores,
+        mem_total=mem_total,
+    )
 
 
 # -- the reserve --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("total", "mode", "reserve"), [
-    (2 * GiB, "cooperative", 2 * GiB // 10), (64 * GiB, "cooperative", 2 * GiB), (20 * GiB, "cooperative", 2 * GiB),
-    (2 * GiB, "single-user", 2 * GiB // 10), (64 * GiB, "single-user", 512 * MiB), (0, "cooperative", 0)])
+
+@pytest.mark.parametrize(
+    ("total", "mode", "reserve"),
+    [
+        (2 * GiB, "cooperative", 2 * GiB // 10),
+        (64 * GiB, "cooperative", 2 * GiB),
+        (20 * GiB, "cooperative", 2 * GiB),
+        (2 * GiB, "single-user", 2 * GiB // 10),
+        (64 * GiB, "single-user", 512 * MiB),
+        (0, "cooperative", 0),
+    ],
+)
 def test_the_default_reserve_is_a_tenth_of_the_memory_at_most_2gb_or_512mb_single_user(total, mode, reserve):
     assert Config.default("/x").evolve(mode=mode).resolve_reserve(total) == reserve
 
@@ -54,9 +69,19 @@ def test_what_an_idle_machine_holds_is_its_cores_and_its_memory_less_the_reserve
 
 
 def _reason(available, reserve, mem):
-    snap = Snapshot(now=1.0, cpu_budget=8000, mem_budget=16 * GiB, mem_available=available - reserve,
-                    oversized="run-when-idle", max_bypass=2, pools=(), running=(), peers=(),
-                    queued=(Queued(id="a", seq=1, cpu=1000, mem=mem),), mem_reserve=reserve)
+    snap = Snapshot(
+        now=1.0,
+        cpu_budget=8000,
+        mem_budget=16 * GiB,
+        mem_available=available - reserve,
+        oversized="run-when-idle",
+        max_bypass=2,
+        pools=(),
+        running=(),
+        peers=(),
+        queued=(Queued(id="a", seq=1, cpu=1000, mem=mem),),
+        mem_reserve=reserve,
+    )
     plan = admit(snap)
     assert not plan.start
     (wait,) = plan.wait
@@ -76,8 +101,10 @@ def test_a_job_that_would_not_fit_even_without_the_reserve_waits_for_memory_outs
 
 # -- a claim above the machine -----------------------------------------------------------------
 
-@pytest.mark.parametrize(("cpu", "mem", "option"), [("9", "1GB", "--cpu"), ("1", "15GB", "--mem"),
-                                                    ("1", "max", "--mem")])
+
+@pytest.mark.parametrize(
+    ("cpu", "mem", "option"), [("9", "1GB", "--cpu"), ("1", "15GB", "--mem"), ("1", "max", "--mem")]
+)
 def test_a_claim_above_the_machine_is_refused_with_never_and_its_size(tmp_path, cpu, mem, option):
     ctx = make_ctx(tmp_path, budget_mem=100 * GiB)  # an absolute budget above the machine
     with pytest.raises(SpecError) as e:
@@ -94,10 +121,13 @@ def test_the_unset_default_memory_of_a_one_core_machine_fits_it(tmp_path):
 
 # -- what clean keeps ---------------------------------------------------------------------------
 
+
 def test_still_needed_keeps_needs_after_and_a_working_group_and_nothing_else():
-    active = [("q1", {"state": "queued", "needs": ["a"], "after": ["b"]}),
-              ("r1", {"state": "running", "group": "g", "group_name": "nightly"}),
-              ("q2", {"state": "queued", "needs": ["a"]})]
+    active = [
+        ("q1", {"state": "queued", "needs": ["a"], "after": ["b"]}),
+        ("r1", {"state": "running", "group": "g", "group_name": "nightly"}),
+        ("q2", {"state": "queued", "needs": ["a"]}),
+    ]
     kept = still_needed(active, {"a": None, "b": None, "c": None, "m": "g", "n": "other"})
     assert set(kept) == {"a", "b", "m"}
     assert kept["a"]["needed_by"] == "q1" and "--needs" in kept["a"]["why"] and "q1" in kept["a"]["why"]
@@ -108,9 +138,17 @@ def test_still_needed_keeps_needs_after_and_a_working_group_and_nothing_else():
 
 # -- the OOM answer -----------------------------------------------------------------------------
 
+
 def _oom(ctx, claim, peak, retries=1):
-    current = {"id": "j", "attempt": 1, "attempts": [], "oom_retries": retries, "command": ["x"],
-               "claims": {"cpu": 1.0, "mem": claim, "pools": {}}, "claim_source": {"mem": "user"}}
+    current = {
+        "id": "j",
+        "attempt": 1,
+        "attempts": [],
+        "oom_retries": retries,
+        "command": ["x"],
+        "claims": {"cpu": 1.0, "mem": claim, "pools": {}},
+        "claim_source": {"mem": "user"},
+    }
     outcome = {"state": "oom", "oom_evidence": "cgroup", "usage": {"max_rss": peak}, "error": None}
     lessons = []
     return memory.settle(ctx, current, outcome, lessons), outcome, lessons

@@ -63,8 +63,9 @@ class Call:
 
 
 class Harness:
-    def __init__(self, root: str, seed: int, crash_rate: float = 0.25, kill_rate: float = 0.6,
-                 journal_max: int = 16384):
+    def __init__(
+        self, root: str, seed: int, crash_rate: float = 0.25, kill_rate: float = 0.6, journal_max: int = 16384
+    ):
         self.root = root
         self.seed = seed
         self.rng = random.Random(seed)
@@ -73,20 +74,26 @@ class Harness:
         self.runs_path = os.path.join(root, "runs.log")
         with open(self.config, "w") as fh:
             fh.write(CONFIG)
-        self.env = {**os.environ, "QEX_STATE_DIR": self.state, "QEX_CONFIG": self.config,
-                    "QEX_PEER_DIR": os.path.join(root, "peers"), "QEX_KILL_GRACE": "0.5",
-                    "QEX_WAKER_INTERVAL": "0.2", "QEX_JOURNAL_MAX_BYTES": str(journal_max),
-                    # hundreds of short qex processes: let them share compiled modules
-                    "PYTHONPYCACHEPREFIX": os.path.join(tempfile.gettempdir(), "qex-crash-pycache")}
+        self.env = {
+            **os.environ,
+            "QEX_STATE_DIR": self.state,
+            "QEX_CONFIG": self.config,
+            "QEX_PEER_DIR": os.path.join(root, "peers"),
+            "QEX_KILL_GRACE": "0.5",
+            "QEX_WAKER_INTERVAL": "0.2",
+            "QEX_JOURNAL_MAX_BYTES": str(journal_max),
+            # hundreds of short qex processes: let them share compiled modules
+            "PYTHONPYCACHEPREFIX": os.path.join(tempfile.gettempdir(), "qex-crash-pycache"),
+        }
         for name in ("QEX_CRASH_AT", "CUDA_VISIBLE_DEVICES", "PYTHONDONTWRITEBYTECODE"):
             self.env.pop(name, None)
         self.driver = Qex(self.state, self.env, root)  # (the tests' one driver: tests/driver.py)
         self.crash_rate, self.kill_rate = crash_rate, kill_rate
-        self.known: set[str] = set()       # ids a command printed
-        self.cleaned: set[str] = set()     # ids given to qex clean
+        self.known: set[str] = set()  # ids a command printed
+        self.cleaned: set[str] = set()  # ids given to qex clean
         self.final_seen: set[str] = set()  # ids seen final at a round's end
-        self.deferred: list[Call] = []     # run/wait calls checked against the final record
-        self.protected: set[str] = set()   # ids a call of this round names: not cleaned in it
+        self.deferred: list[Call] = []  # run/wait calls checked against the final record
+        self.protected: set[str] = set()  # ids a call of this round names: not cleaned in it
         self.rounds = self.kills = self.crashes_armed = self.calls = self.helped = 0
         self.helped_ids: set[str] = set()
         self.log: list[str] = []
@@ -234,9 +241,15 @@ class Harness:
                 break
             time.sleep(0.02)
         self.helped += 1
-        self.log.append(f"round {self.rounds} settled with help: " + "; ".join(
-            f"{j[:8]} {r.get('state')} ({r.get('blocked_reason') or ''})" for j, r in view.records.items()
-            if r.get("state") in inv.ACTIVE) + f" unapplied={len(view.unapplied)} processes={qex_processes(self.state)}")
+        self.log.append(
+            f"round {self.rounds} settled with help: "
+            + "; ".join(
+                f"{j[:8]} {r.get('state')} ({r.get('blocked_reason') or ''})"
+                for j, r in view.records.items()
+                if r.get("state") in inv.ACTIVE
+            )
+            + f" unapplied={len(view.unapplied)} processes={qex_processes(self.state)}"
+        )
         if view.unapplied or view.index is None:
             info = self.qex("info", "--json")  # any pass applies what a dead pass left
             if info.returncode != 0 or "Traceback" in info.stderr:
@@ -263,17 +276,21 @@ class Harness:
         except AssertionError as exc:
             return [str(exc)]
         runs = inv.read_runs(self.runs_path)
-        problems = inv.check(view, known=self.known, cleaned=self.cleaned, quiescent=quiescent,
-                             budget=BUDGET, runs=runs)
+        problems = inv.check(
+            view, known=self.known, cleaned=self.cleaned, quiescent=quiescent, budget=BUDGET, runs=runs
+        )
         if view.holes > self.kills + self.crashes_armed:  # each needs a writer that died mid-append
-            problems.append(f"journal: {view.holes} holes in the seq, more than the {self.kills} kills "
-                            f"and {self.crashes_armed} crash points that could cut an append")
+            problems.append(
+                f"journal: {view.holes} holes in the seq, more than the {self.kills} kills "
+                f"and {self.crashes_armed} crash points that could cut an append"
+            )
         if not quiescent:
             return problems
         leftover = inv.job_processes(view.records)
         for job_id, pids in leftover.items():
-            problems.append(f"job {job_id[:8]} is {view.records[job_id].get('state')} but its processes "
-                            f"{pids} still run")
+            problems.append(
+                f"job {job_id[:8]} is {view.records[job_id].get('state')} but its processes {pids} still run"
+            )
         for call in self.deferred:
             problems += call.job(self, call, view)
         self.deferred.clear()
@@ -290,20 +307,26 @@ class Harness:
         if data["held"]["jobs"] or data["held"]["cpu"] or data["held"]["mem"]:
             problems.append(f"qex info says capacity is held with no job running: {data['held']}")
         for pool in data["pools"]:
-            if pool["holders"] or pool.get("free", pool.get("total")) != pool.get("total") or any(
-                    d["free"] != d["capacity"] for d in pool.get("devices", ())):
+            if (
+                pool["holders"]
+                or pool.get("free", pool.get("total")) != pool.get("total")
+                or any(d["free"] != d["capacity"] for d in pool.get("devices", ()))
+            ):
                 problems.append(f"qex info says the pool {pool['name']} is held with no job running: {pool}")
         return problems
 
     def summary(self) -> str:
         view = inv.read_view(self.state)
-        return (f"seed {self.seed}: {self.rounds} rounds, {self.calls} qex commands, "
-                f"{len(view.records)} jobs, {self.kills} SIGKILLs, {self.crashes_armed} armed crash points, "
-                f"{self.helped} rounds settled only with a qex wait, "
-                f"{len(inv.orphan_dirs(view))} directories of submissions killed before their first event")
+        return (
+            f"seed {self.seed}: {self.rounds} rounds, {self.calls} qex commands, "
+            f"{len(view.records)} jobs, {self.kills} SIGKILLs, {self.crashes_armed} armed crash points, "
+            f"{self.helped} rounds settled only with a qex wait, "
+            f"{len(inv.orphan_dirs(view))} directories of submissions killed before their first event"
+        )
 
 
 # ---- the operations ----------------------------------------------------------------------
+
 
 def _claims(rng) -> list[str]:
     args = []
@@ -328,6 +351,7 @@ def _expect(*codes):
         if call.code not in codes:
             return [f"{call!r} exited {call.code}, expected one of {codes}: {call.err[-500:]}"]
         return []
+
     return check
 
 
@@ -382,8 +406,10 @@ def _run_matches_record(h, call, view) -> list[str]:
         return [] if call.job_id in h.cleaned else [f"{call!r}: its job {call.job_id[:8]} has no record"]
     want = outcome.exit_code(rec)
     if call.code != want:
-        return [f"{call!r} exited {call.code} but its job {call.job_id[:8]} is {rec['state']} "
-                f"(exit {rec.get('exit_code')}, signal {rec.get('signal')}) which means {want}"]
+        return [
+            f"{call!r} exited {call.code} but its job {call.job_id[:8]} is {rec['state']} "
+            f"(exit {rec.get('exit_code')}, signal {rec.get('signal')}) which means {want}"
+        ]
     return []
 
 
@@ -468,8 +494,9 @@ def op_fanout(h, rng) -> Call:
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
     script = f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {h.runs_path}; exit {rng.choice((0, 0, 1))}'
-    return Call("fanout", ["submit", "--each-line", path] + _claims(rng)[:2] + ["--", "sh", "-c", script, "{}"],
-                _fanned)
+    return Call(
+        "fanout", ["submit", "--each-line", path] + _claims(rng)[:2] + ["--", "sh", "-c", script, "{}"], _fanned
+    )
 
 
 def op_pause(h, rng) -> Call:

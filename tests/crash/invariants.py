@@ -31,19 +31,19 @@ class View:
     """What the checker read under the state lock."""
 
     def __init__(self):
-        self.status: dict[str, dict | None] = {}   # job dir -> status.json (None: missing)
-        self.broken: dict[str, str] = {}           # job dir -> why status.json is unreadable
-        self.records: dict[str, dict] = {}         # effective record (status + unapplied events)
+        self.status: dict[str, dict | None] = {}  # job dir -> status.json (None: missing)
+        self.broken: dict[str, str] = {}  # job dir -> why status.json is unreadable
+        self.records: dict[str, dict] = {}  # effective record (status + unapplied events)
         self.index: dict | None = None
         self.index_error: str | None = None
-        self.events: list[dict] = []               # rotated journal, then the current one
+        self.events: list[dict] = []  # rotated journal, then the current one
         self.current_events: list[dict] = []
         self.torn_tail = False
         self.unapplied: list[dict] = []
-        self.debris: list[str] = []                # hidden dirs, temp files
+        self.debris: list[str] = []  # hidden dirs, temp files
         self.lock_wait = 0.0
-        self.holes = 0                             # seq jumps between whole appends (a cut append)
-        self.history: list[dict] | None = None     # history.jsonl's whole lines (None: no file)
+        self.holes = 0  # seq jumps between whole appends (a cut append)
+        self.history: list[dict] | None = None  # history.jsonl's whole lines (None: no file)
         self.history_damaged: list[bytes] = []
 
 
@@ -171,7 +171,7 @@ def _read_view(state: str) -> View:
         with open(os.path.join(state, "history.jsonl"), "rb") as fh:
             data = fh.read()
         view.history = []
-        for line in data[:data.rfind(b"\n") + 1].splitlines():  # a torn last line is no line
+        for line in data[: data.rfind(b"\n") + 1].splitlines():  # a torn last line is no line
             try:
                 view.history.append(json.loads(line))
             except ValueError:
@@ -200,8 +200,10 @@ def _read_view(state: str) -> View:
 
 # ---- the invariants ---------------------------------------------------------------
 
-def check(view: View, *, known=(), cleaned=(), quiescent: bool = False, budget=None,
-          runs: dict | None = None) -> list[str]:
+
+def check(
+    view: View, *, known=(), cleaned=(), quiescent: bool = False, budget=None, runs: dict | None = None
+) -> list[str]:
     """Every promise the files can show. ``known``: ids that a command printed;
     ``cleaned``: ids given to qex clean (they may be gone); ``budget``: see
     ``check_capacity``; ``runs``: (id, attempt) -> times the job's command started."""
@@ -228,8 +230,10 @@ def check_records(view: View) -> list[str]:
         key = rec.get("dedupe_key")
         if key and rec.get("state") in ACTIVE:
             if (key, rec.get("uid")) in keys:
-                out.append(f"job {job_id[:8]}: a second active job with the dedupe key {key!r} "
-                           f"(also {keys[(key, rec.get('uid'))][:8]})")
+                out.append(
+                    f"job {job_id[:8]}: a second active job with the dedupe key {key!r} "
+                    f"(also {keys[(key, rec.get('uid'))][:8]})"
+                )
             keys[(key, rec.get("uid"))] = job_id
     for job_id, why in view.broken.items():
         out.append(f"job {job_id[:8]}: status.json is unreadable ({why})")
@@ -339,8 +343,10 @@ def check_journal(view: View) -> list[str]:
         if job_id in view.records and view.records[job_id] != rec:
             mine = view.records[job_id]
             keys = sorted(k for k in set(mine) | set(rec) if mine.get(k) != rec.get(k))
-            out.append(f"job {str(job_id)[:8]}: status.json differs from its last journal event in "
-                       f"{keys} ({mine.get('state')} vs {rec.get('state')})")
+            out.append(
+                f"job {str(job_id)[:8]}: status.json differs from its last journal event in "
+                f"{keys} ({mine.get('state')} vs {rec.get('state')})"
+            )
     return out
 
 
@@ -364,8 +370,7 @@ def check_index(view: View) -> list[str]:
         out.append(f"job {job_id[:8]}: {view.records[job_id]['state']} but not in the active index (never admitted)")
     for job_id in sorted(set(jobs) - active - unapplied):
         rec = view.records.get(job_id)
-        out.append(f"job {job_id[:8]}: in the active index but its record is "
-                   f"{rec.get('state') if rec else 'missing'}")
+        out.append(f"job {job_id[:8]}: in the active index but its record is {rec.get('state') if rec else 'missing'}")
     for job_id in sorted(active & set(jobs)):
         if job_id in unapplied:
             continue  # the next pass rewrites this entry from the event
@@ -401,10 +406,14 @@ def check_history(view: View) -> list[str]:
         if rec is None:
             out.append(f"history: job {str(job_id)[:8]} is listed but has no record")
         elif rec.get("state") not in FINAL:
-            out.append(f"history: job {str(job_id)[:8]} is listed {row.get('state')} but its record is {rec.get('state')}")
+            out.append(
+                f"history: job {str(job_id)[:8]} is listed {row.get('state')} but its record is {rec.get('state')}"
+            )
         elif (row.get("state"), row.get("seq")) != (rec.get("state"), rec.get("seq")):
-            out.append(f"history: job {str(job_id)[:8]} is listed {row.get('state')} seq {row.get('seq')} "
-                       f"but its record is {rec.get('state')} seq {rec.get('seq')}")
+            out.append(
+                f"history: job {str(job_id)[:8]} is listed {row.get('state')} seq {row.get('seq')} "
+                f"but its record is {rec.get('state')} seq {rec.get('seq')}"
+            )
     out += [f"history: job {str(j)[:8]} is listed {n} times" for j, n in seen.items() if n > 1]
     if view.history is not None or any(r.get("state") in FINAL for r in view.records.values()):
         for job_id, rec in view.records.items():
@@ -467,8 +476,9 @@ def check_runs(view: View, runs: dict) -> list[str]:
             out.append(f"job {job_id[:8]}: attempt {attempt} ran {n} times")
     for job_id, rec in view.records.items():
         if rec.get("state") == "completed" and runs.get((job_id, rec.get("attempt", 1)), 0) != 1:
-            out.append(f"job {job_id[:8]}: completed but its command ran "
-                       f"{runs.get((job_id, rec.get('attempt', 1)), 0)} times")
+            out.append(
+                f"job {job_id[:8]}: completed but its command ran {runs.get((job_id, rec.get('attempt', 1)), 0)} times"
+            )
     return out
 
 
@@ -477,8 +487,10 @@ def check_quiescent(view: View) -> list[str]:
     out = []
     for job_id, rec in view.records.items():
         if rec.get("state") not in FINAL:
-            out.append(f"job {job_id[:8]}: still {rec.get('state')} after the bounded wait "
-                       f"({rec.get('blocked_reason') or rec.get('error') or ''})")
+            out.append(
+                f"job {job_id[:8]}: still {rec.get('state')} after the bounded wait "
+                f"({rec.get('blocked_reason') or rec.get('error') or ''})"
+            )
     for job_id, rec in view.status.items():
         if rec is None and job_id not in view.broken and job_id not in view.records:
             pass  # a directory whose submission died before its first event: debris, see debris_of
@@ -493,6 +505,7 @@ def orphan_dirs(view: View) -> list[str]:
 
 # ---- processes ----------------------------------------------------------------------
 
+
 def _environ(pid: str) -> list[bytes] | None:
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
@@ -505,7 +518,7 @@ def _zombie(pid: str) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read()
-        return data[data.rindex(b")") + 2:data.rindex(b")") + 3] in (b"Z", b"X")
+        return data[data.rindex(b")") + 2 : data.rindex(b")") + 3] in (b"Z", b"X")
     except (OSError, ValueError):
         return True
 

@@ -92,6 +92,7 @@ KILL_WEIGHTS = {"command": 1, "waker": 1, "supervisor": 2, "other": 0.5}
 
 # ---- /proc -----------------------------------------------------------------------------------
 
+
 def _read(path: str) -> bytes | None:
     try:
         with open(path, "rb") as fh:
@@ -106,7 +107,7 @@ def _stat(pid: str) -> tuple[str, int, int] | None:
     if not data:
         return None
     try:
-        rest = data[data.rindex(b")") + 2:].split()
+        rest = data[data.rindex(b")") + 2 :].split()
         return rest[0].decode(), int(rest[1]), int(rest[19])
     except (ValueError, IndexError):
         return None
@@ -175,6 +176,7 @@ def _ticks_now() -> int:
 
 # ---- the sampler: what the jobs' processes hold, summed over every user ----------------------
 
+
 class Sampler(threading.Thread):
     """Lists the live processes of every job (``/proc``) and sums their claims.
 
@@ -190,7 +192,7 @@ class Sampler(threading.Thread):
         self.first_seen: dict[tuple[str, int], float] = {}
         self.stop_flag = threading.Event()
         self.lock = threading.Lock()
-        self.episodes: list[dict] = []   # each overrun: its first sample, and how long it lasted
+        self.episodes: list[dict] = []  # each overrun: its first sample, and how long it lasted
         self._open: dict | None = None
         self.scans = 0
         self.peak = {"cpu": 0, "mem": 0, "net": 0}
@@ -235,8 +237,13 @@ class Sampler(threading.Thread):
         tag = env.get(TAG_VAR.encode())
         info = None
         if tag is not None and b"QEX_JOB_ID" in env:
-            info = (tag.decode(), env[b"QEX_JOB_ID"].decode(), env.get(b"QEX_ATTEMPT", b"1").decode(),
-                    env.get(b"CUDA_VISIBLE_DEVICES", b"").decode(), env.get(b"QEX_GPU_VRAM", b"").decode())
+            info = (
+                tag.decode(),
+                env[b"QEX_JOB_ID"].decode(),
+                env.get(b"QEX_ATTEMPT", b"1").decode(),
+                env.get(b"CUDA_VISIBLE_DEVICES", b"").decode(),
+                env.get(b"QEX_GPU_VRAM", b"").decode(),
+            )
         self.cache[key] = info
         self.first_seen.setdefault(key, now)
         return info
@@ -259,8 +266,19 @@ class Sampler(threading.Thread):
             procs[pid] = (info, st[1], st[2])
         for pid, (info, ppid, start) in procs.items():
             tag, job, attempt, devices, vram = info
-            entry = live.setdefault((job, attempt), {"tag": tag, "job": job, "attempt": attempt, "devices": devices,
-                                                     "vram": vram, "pids": [], "orphaned": None, "start": start})
+            entry = live.setdefault(
+                (job, attempt),
+                {
+                    "tag": tag,
+                    "job": job,
+                    "attempt": attempt,
+                    "devices": devices,
+                    "vram": vram,
+                    "pids": [],
+                    "orphaned": None,
+                    "start": start,
+                },
+            )
             entry["pids"].append(int(pid))
             entry["start"] = min(entry["start"], start)
             if str(ppid) not in procs:  # the job's leader: its parent is its supervisor, or not
@@ -331,10 +349,16 @@ class Sampler(threading.Thread):
                     whole.setdefault(d, []).append(entry)
                 elif claim["gpu"]:
                     shared.setdefault(d, []).append((entry, claim["gpu"]))
-        self.last_live = sorted((e["user"], e["job"][:8], "orphaned" if e["orphaned"] else "supervised")
-                                for e in live.values() if "user" in e)
-        self.peak = {"cpu": max(self.peak["cpu"], cpu), "mem": max(self.peak["mem"], mem),
-                     "net": max(self.peak["net"], net)}
+        self.last_live = sorted(
+            (e["user"], e["job"][:8], "orphaned" if e["orphaned"] else "supervised")
+            for e in live.values()
+            if "user" in e
+        )
+        self.peak = {
+            "cpu": max(self.peak["cpu"], cpu),
+            "mem": max(self.peak["mem"], mem),
+            "net": max(self.peak["net"], net),
+        }
         over = []
         if cpu > self.budget["cpu"]:
             over.append(f"{cpu / 1000:g} cores of {self.budget['cpu'] / 1000:g}")
@@ -347,8 +371,10 @@ class Sampler(threading.Thread):
             parts = shared.get(d, [])
             used = cap * len(users) + sum(size for _, size in parts)
             if used > cap:
-                over.append(f"device gpu:{d} used {used / GB:g}GB of {cap / GB:g}GB by "
-                            f"{len(users)} whole and {len(parts)} partial claims")
+                over.append(
+                    f"device gpu:{d} used {used / GB:g}GB of {cap / GB:g}GB by "
+                    f"{len(users)} whole and {len(parts)} partial claims"
+                )
         with self.lock:
             if not over:
                 self._open = None
@@ -359,8 +385,15 @@ class Sampler(threading.Thread):
                 self._open["samples"] += 1
                 self._open["last"] = time.time()
                 return
-            self._open = {"sig": sig, "over": over, "at": time.time(), "last": time.time(), "samples": 1,
-                          "jobs": [dict(e) for e in jobs if e["tag"] in self.claims], "published": self.published()}
+            self._open = {
+                "sig": sig,
+                "over": over,
+                "at": time.time(),
+                "last": time.time(),
+                "samples": 1,
+                "jobs": [dict(e) for e in jobs if e["tag"] in self.claims],
+                "published": self.published(),
+            }
             self.episodes.append(self._open)
 
 
@@ -377,22 +410,31 @@ def describe_episode(ep: dict, claims: dict, records: dict, killed: dict | None 
         why = ""
         if e["orphaned"]:
             kill = (killed or {}).get(rec.get("supervisor_pid"))
-            why = (f" (the test SIGKILLed it, a {kill[1]}, {ep['at'] - kill[0]:.2f}s before)" if kill
-                   else " (not by the test's SIGKILL: a crash point?)")
+            why = (
+                f" (the test SIGKILLed it, a {kill[1]}, {ep['at'] - kill[0]:.2f}s before)"
+                if kill
+                else " (not by the test's SIGKILL: a crash point?)"
+            )
         gpu = ""
         if c["gpu"]:
             gpu = f", gpu:{e['devices']} " + ("whole" if c["gpu"] == "whole" else f"{c['gpu'] / GB:g}GB")
-        parts.append(f"{c['user']}'s {e['job'][:8]}{' (STARTED LAST)' if e['start'] == last else ''} "
-                     f"({c['cpu'] / 1000:g} cores, {c['mem'] / MB:g}MB"
-                     f"{', net ' + str(c['net']) if c['net'] else ''}{gpu}; "
-                     f"{'ORPHANED: its supervisor is gone' + why if e['orphaned'] else 'supervised'}; "
-                     f"ended {rec.get('state')}{': ' + str(rec.get('error'))[:60] if rec.get('error') else ''})")
-    return (f"budget exceeded: {'; '.join(ep['over'])} for {ep['last'] - ep['at']:.3f}s "
-            f"({ep['samples']} samples) by {len(ep['jobs'])} live jobs: " + ", ".join(parts)
-            + f"; the peer records then: {ep.get('published') or '?'}")
+        parts.append(
+            f"{c['user']}'s {e['job'][:8]}{' (STARTED LAST)' if e['start'] == last else ''} "
+            f"({c['cpu'] / 1000:g} cores, {c['mem'] / MB:g}MB"
+            f"{', net ' + str(c['net']) if c['net'] else ''}{gpu}; "
+            f"{'ORPHANED: its supervisor is gone' + why if e['orphaned'] else 'supervised'}; "
+            f"ended {rec.get('state')}{': ' + str(rec.get('error'))[:60] if rec.get('error') else ''})"
+        )
+    return (
+        f"budget exceeded: {'; '.join(ep['over'])} for {ep['last'] - ep['at']:.3f}s "
+        f"({ep['samples']} samples) by {len(ep['jobs'])} live jobs: "
+        + ", ".join(parts)
+        + f"; the peer records then: {ep.get('published') or '?'}"
+    )
 
 
 # ---- one user's qex command ------------------------------------------------------------------
+
 
 class Call:
     def __init__(self, user: int, op: str, argv: list[str], target: str | None = None, tag: str | None = None):
@@ -405,15 +447,25 @@ class Call:
 
     def __repr__(self):
         extra = f" QEX_CRASH_AT={self.crash}" if self.crash else ""
-        return (f"<user{self.user} {self.op}{extra} {' '.join(self.argv)[:80]} -> {self.code}"
-                f"{' (killed)' if self.killed else ''}>")
+        return (
+            f"<user{self.user} {self.op}{extra} {' '.join(self.argv)[:80]} -> {self.code}"
+            f"{' (killed)' if self.killed else ''}>"
+        )
 
 
 class MultiHarness:
     """Rounds of several real users' qex commands in one layout; see the module's doc."""
 
-    def __init__(self, users: Users, layout: str, seed: int, crash_rate: float = 0.1, kill_rate: float = 0.8,
-                 settle_limit: float = 60.0, calls_per_user: tuple[int, int] = (5, 8)):
+    def __init__(
+        self,
+        users: Users,
+        layout: str,
+        seed: int,
+        crash_rate: float = 0.1,
+        kill_rate: float = 0.8,
+        settle_limit: float = 60.0,
+        calls_per_user: tuple[int, int] = (5, 8),
+    ):
         assert layout in LAYOUTS, layout
         self.users, self.layout, self.seed = users, layout, seed
         self.rng = random.Random(seed)
@@ -431,7 +483,7 @@ class MultiHarness:
         else:
             shared = os.path.join(self.world.dir, "shared")
             self.states = [shared] * len(self.names)
-        self.claims: dict[str, dict] = {}     # tag -> its submission's claims, user, secret
+        self.claims: dict[str, dict] = {}  # tag -> its submission's claims, user, secret
         self.printed: list[set[str]] = [set() for _ in self.names]  # ids each user's commands printed
         self.owner_acted: dict[str, set[str]] = {}  # job id -> ops its owner started on it (kill, cancel)
         self.deferred: list[Call] = []
@@ -453,8 +505,13 @@ class MultiHarness:
 
     # ---- running qex as a user ------------------------------------------------------------
     def env(self, user: int, crash: str | None = None) -> dict:
-        extra = {"QEX_STATE_DIR": self.states[user], "QEX_CONFIG": self.world.config, "QEX_PEER_DIR": self.world.peers,
-                 "QEX_KILL_GRACE": "0.5", "QEX_WAKER_INTERVAL": "0.2"}
+        extra = {
+            "QEX_STATE_DIR": self.states[user],
+            "QEX_CONFIG": self.world.config,
+            "QEX_PEER_DIR": self.world.peers,
+            "QEX_KILL_GRACE": "0.5",
+            "QEX_WAKER_INTERVAL": "0.2",
+        }
         if crash:
             extra["QEX_CRASH_AT"] = crash
         return self.users.env(extra)
@@ -464,8 +521,13 @@ class MultiHarness:
 
     def driver(self, user: int, crash: str | None = None) -> Qex:
         """User ``user``'s qex (the tests' one driver: tests/driver.py)."""
-        return Qex(self.states[user], self.env(user, crash), self.world.dir,
-                   self.users.wrap(self.names[user], [self.users.python, "-m", "qex"]), self.names[user])
+        return Qex(
+            self.states[user],
+            self.env(user, crash),
+            self.world.dir,
+            self.users.wrap(self.names[user], [self.users.python, "-m", "qex"]),
+            self.names[user],
+        )
 
     def qex(self, user: int, *args, timeout: float = 90) -> subprocess.CompletedProcess:
         self.calls += 1
@@ -492,8 +554,15 @@ class MultiHarness:
 
     def op_submit(self, user: int, rng) -> Call:
         tag = f"r{self.rounds}u{user}x{rng.randrange(1 << 30):x}"
-        claim = {"user": self.names[user], "uid": self.uids[user], "secret": secrets.token_hex(12),
-                 "cpu": 0, "mem": 0, "net": 0, "gpu": None}
+        claim = {
+            "user": self.names[user],
+            "uid": self.uids[user],
+            "secret": secrets.token_hex(12),
+            "cpu": 0,
+            "mem": 0,
+            "net": 0,
+            "gpu": None,
+        }
         cpu = rng.choice(("0.5", "1", "1", "2"))
         mem = rng.choice(("100MB", "100MB", "500MB", "1GB", "2GB"))
         claim["cpu"], claim["mem"] = round(float(cpu) * 1000), int(mem[:-2]) * (GB if mem.endswith("GB") else MB)
@@ -580,8 +649,9 @@ class MultiHarness:
         self.round_t0 = time.time()
         # SIGKILLs at random instants: while the commands run (most of what lives then is a
         # command), then after they ended, while the jobs run (supervisors, wakers)
-        early, late = (sorted(rng.uniform(lo, hi) for _ in range(self.kill_count(rng))) for lo, hi in
-                       ((0.05, 1.5), (0.0, 1.0)))
+        early, late = (
+            sorted(rng.uniform(lo, hi) for _ in range(self.kill_count(rng))) for lo, hi in ((0.05, 1.5), (0.0, 1.0))
+        )
         for call in calls:
             self.start(call)
             time.sleep(rng.random() * 0.03)
@@ -666,8 +736,10 @@ class MultiHarness:
             self.refusals += 1
             words = ("belongs to", "only its owner") if self.layout == "shared" else ("no job",)
             if call.code == 0 or not any(w in call.err for w in words):
-                problems.append(f"{call!r} acted on another user's job: exit {call.code}, "
-                                f"stdout {call.out[-300:]!r}, stderr {call.err[-300:]!r}")
+                problems.append(
+                    f"{call!r} acted on another user's job: exit {call.code}, "
+                    f"stdout {call.out[-300:]!r}, stderr {call.err[-300:]!r}"
+                )
         elif call.op in ("kill", "cancel"):
             if call.code not in (0, 1):
                 problems.append(f"{call!r} exited {call.code}: {call.err[-500:]}")
@@ -738,24 +810,31 @@ class MultiHarness:
             time.sleep(0.05)
         live = set(self.sampler.seen_jobs)
         for job, (user, store, rec) in sorted(active.items()):
-            problems.append(f"{self.names[user]}'s job {job[:8]} is still {rec.get('state')} "
-                            f"{self.settle_limit:g}s after the kills stopped: "
-                            f"{rec.get('blocked_reason') or rec.get('error') or ''} "
-                            f"(its processes {'were seen' if job in live else 'never seen'} alive; "
-                            f"{self.job_dir_now(store, job, rec)})")
+            problems.append(
+                f"{self.names[user]}'s job {job[:8]} is still {rec.get('state')} "
+                f"{self.settle_limit:g}s after the kills stopped: "
+                f"{rec.get('blocked_reason') or rec.get('error') or ''} "
+                f"(its processes {'were seen' if job in live else 'never seen'} alive; "
+                f"{self.job_dir_now(store, job, rec)})"
+            )
         if active:
-            problems.append("this round's SIGKILLs: " + ", ".join(
-                f"{kind} {pid} of uid {uid} at +{when - self.round_t0:.2f}s"
-                for pid, (when, kind, uid) in self.killed.items())
-                + "; armed crash points: " + ", ".join(f"{c.op} of {self.names[c.user]}: {c.crash}"
-                                                       for c in self.round_calls if c.crash))
+            problems.append(
+                "this round's SIGKILLs: "
+                + ", ".join(
+                    f"{kind} {pid} of uid {uid} at +{when - self.round_t0:.2f}s"
+                    for pid, (when, kind, uid) in self.killed.items()
+                )
+                + "; armed crash points: "
+                + ", ".join(f"{c.op} of {self.names[c.user]}: {c.crash}" for c in self.round_calls if c.crash)
+            )
         if active:
             problems.append("what the users' qex read then: " + self.peers_now())
             problems.append(f"before the users' qex list: {before}; their lists: {'; '.join(lists)}")
         if procs:
-            problems.append(f"qex processes remain {self.settle_limit:g}s after the kills stopped: "
-                            + ", ".join(f"{pid} of uid {uid} ({_cmd(pid)[-60:]!r})"
-                                        for pid, uid in sorted(procs.items())))
+            problems.append(
+                f"qex processes remain {self.settle_limit:g}s after the kills stopped: "
+                + ", ".join(f"{pid} of uid {uid} ({_cmd(pid)[-60:]!r})" for pid, uid in sorted(procs.items()))
+            )
         return problems
 
     def holders_now(self) -> str:
@@ -772,16 +851,20 @@ class MultiHarness:
         for job, (user, store, rec) in sorted(self.records().items()):
             if rec and rec.get("state") in inv.ACTIVE:
                 alive = os.path.join(store, "jobs", job, "alive.lock")
-                peer = [t for t in held if os.path.basename(t).startswith(f"u{self.uids[user]}-")
-                        and f".{job[:8]}." in t]
-                out.append(f"{self.names[user]}'s {job[:8]} {rec.get('state')}: alive.lock held by "
-                           f"{held.get(alive) or 'nobody'}, peer lock by {[held[t] for t in peer] or 'nobody'}")
+                peer = [
+                    t for t in held if os.path.basename(t).startswith(f"u{self.uids[user]}-") and f".{job[:8]}." in t
+                ]
+                out.append(
+                    f"{self.names[user]}'s {job[:8]} {rec.get('state')}: alive.lock held by "
+                    f"{held.get(alive) or 'nobody'}, peer lock by {[held[t] for t in peer] or 'nobody'}"
+                )
         wakers = {t: pids for t, pids in held.items() if os.path.basename(t).startswith("waker-")}
         return "; ".join(out) + f"; waker locks held: {wakers or 'none'}"
 
     def armed_processes(self) -> dict[int, int]:
-        return {pid: uid for pid, uid in qex_processes(sorted(set(self.states))).items()
-                if b"QEX_CRASH_AT" in _environ(pid)}
+        return {
+            pid: uid for pid, uid in qex_processes(sorted(set(self.states))).items() if b"QEX_CRASH_AT" in _environ(pid)
+        }
 
     def job_dir_now(self, store: str, job: str, rec: dict) -> str:
         d = os.path.join(store, "jobs", job)
@@ -792,8 +875,10 @@ class MultiHarness:
         pid = (_read(os.path.join(d, "pid")) or b"").decode(errors="replace").strip().replace("\n", " | ")
         log = (_read(os.path.join(d, "supervisor.log")) or b"").decode(errors="replace")[-300:]
         waker = (_read(os.path.join(store, "waker.log")) or b"").decode(errors="replace")[-300:]
-        return (f"supervisor_pid {rec.get('supervisor_pid')}, files {names}, pid file {pid!r}, "
-                f"supervisor.log {log!r}, waker.log {waker!r}")
+        return (
+            f"supervisor_pid {rec.get('supervisor_pid')}, files {names}, pid file {pid!r}, "
+            f"supervisor.log {log!r}, waker.log {waker!r}"
+        )
 
     def peers_now(self) -> str:
         """The peer directory in words (for a stuck round): each record's jobs, each lock's holders."""
@@ -819,9 +904,9 @@ class MultiHarness:
             elif name.endswith(".lock"):
                 out.append(f"lock {name}: held by {holders.get(name) or 'nobody'}")
         procs = qex_processes(sorted(set(self.states)))
-        out.append("qex processes: " + ", ".join(
-            f"{pid} uid {uid} {_cmd(pid)[-50:]!r}"
-            for pid, uid in sorted(procs.items())))
+        out.append(
+            "qex processes: " + ", ".join(f"{pid} uid {uid} {_cmd(pid)[-50:]!r}" for pid, uid in sorted(procs.items()))
+        )
         out.append(f"jobs alive: {self.sampler.last_live or 'none'}")
         return "; ".join(out)
 
@@ -851,12 +936,17 @@ class MultiHarness:
         self.admit_long += sum(1 for a, b, _ in holds if b - a > ADMIT_WAIT)
         self.admit_holds += len(holds)
         for ep in self.sampler.take():
-            long = [f"pid {pid} {b - a:.2f}s ending {b - ep.get('at', b):+.2f}s" for a, b, pid in holds
-                    if b - a > ADMIT_WAIT and ep.get("at", b) - 5 < b < ep.get("at", b) + 1]
-            problems.append(describe_episode(ep, self.claims, flat, self.killed)
-                            + f"; crash points armed this round: {armed or 'none'}"
-                            + f"; admission lock held over {ADMIT_WAIT}s (the others then admit without it) "
-                              f"around then: {long or 'never'}")
+            long = [
+                f"pid {pid} {b - a:.2f}s ending {b - ep.get('at', b):+.2f}s"
+                for a, b, pid in holds
+                if b - a > ADMIT_WAIT and ep.get("at", b) - 5 < b < ep.get("at", b) + 1
+            ]
+            problems.append(
+                describe_episode(ep, self.claims, flat, self.killed)
+                + f"; crash points armed this round: {armed or 'none'}"
+                + f"; admission lock held over {ADMIT_WAIT}s (the others then admit without it) "
+                f"around then: {long or 'never'}"
+            )
         runs, who = self.runs()
         # each user's state directory keeps every single-user promise
         for user, store in enumerate(self.stores()):
@@ -868,8 +958,9 @@ class MultiHarness:
                 problems.append(str(exc))
                 continue
             mine = {k: n for k, n in runs.items() if k[0] in view.status}
-            problems += [f"{self.names[user]}: {p}" for p in
-                         inv.check(view, known=self.printed[user], quiescent=True, runs=mine)]
+            problems += [
+                f"{self.names[user]}: {p}" for p in inv.check(view, known=self.printed[user], quiescent=True, runs=mine)
+            ]
         # true owners
         problems += self.check_owners(records, who)
         # nobody's job ended by another's hand; a wait's code is its job's
@@ -878,13 +969,17 @@ class MultiHarness:
                 continue
             state = rec.get("state")
             if state in ("cancelled", "killed") and not (self.owner_acted.get(job, set()) & {"kill", "cancel"}):
-                problems.append(f"{self.names[user]}'s job {job[:8]} ended {state} but its owner never asked "
-                                f"({rec.get('error') or ''})")
+                problems.append(
+                    f"{self.names[user]}'s job {job[:8]} ended {state} but its owner never asked "
+                    f"({rec.get('error') or ''})"
+                )
         for call in self.deferred:
             rec = flat.get(call.target)
             if rec and rec.get("state") in inv.FINAL and call.code != outcome.exit_code(rec):
-                problems.append(f"{call!r} exited {call.code} but its job {call.target[:8]} is {rec.get('state')} "
-                                f"which means {outcome.exit_code(rec)}")
+                problems.append(
+                    f"{call!r} exited {call.code} but its job {call.target[:8]} is {rec.get('state')} "
+                    f"which means {outcome.exit_code(rec)}"
+                )
         self.deferred.clear()
         problems += self.check_secrets()
         return problems
@@ -904,8 +999,10 @@ class MultiHarness:
             except OSError:
                 file_uid = None
             if (rec.get("uid"), rec.get("owner"), file_uid) != (uid, name, uid):
-                problems.append(f"job {job[:8]} in {name}'s directory says uid {rec.get('uid')} owner "
-                                f"{rec.get('owner')!r}, its status.json is owned by uid {file_uid}")
+                problems.append(
+                    f"job {job[:8]} in {name}'s directory says uid {rec.get('uid')} owner "
+                    f"{rec.get('owner')!r}, its status.json is owned by uid {file_uid}"
+                )
             try:
                 with open(os.path.join(store, "jobs", job, "spec.json")) as fh:
                     tag = (json.load(fh).get("env") or {}).get(TAG_VAR)
@@ -928,9 +1025,15 @@ class MultiHarness:
             theirs = {c["secret"]: f"{c['user']}'s {tag}" for tag, c in self.claims.items() if c["user"] != name}
             if not theirs:
                 continue
-            r = subprocess.run(self.users.wrap(name, [self.users.python, "-c", READ_ALL, self.world.dir]),
-                               input=json.dumps(theirs), env=self.users.env({}), cwd="/", capture_output=True,
-                               text=True, timeout=60)
+            r = subprocess.run(
+                self.users.wrap(name, [self.users.python, "-c", READ_ALL, self.world.dir]),
+                input=json.dumps(theirs),
+                env=self.users.env({}),
+                cwd="/",
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             if r.returncode != 0:
                 problems.append(f"the reading of every file as {name} failed: {r.stderr[-500:]}")
                 continue
@@ -940,12 +1043,14 @@ class MultiHarness:
 
     def summary(self) -> str:
         kills = ", ".join(f"{n} {k}s" for k, n in self.kills.items() if n)
-        return (f"{self.layout} seed {self.seed}: {len(self.names)} users, {self.rounds} rounds, {self.calls} qex "
-                f"commands, {self.jobs} jobs, {sum(self.kills.values())} SIGKILLs ({kills or 'none'}), "
-                f"{self.crashes_armed} armed crash points, {self.refusals} refusals checked, "
-                f"{self.admit_long} of {self.admit_holds} holds of the admission lock over {ADMIT_WAIT}s, "
-                f"{self.sampler.scans} samples (peak {self.sampler.peak['cpu'] / 1000:g} cores, "
-                f"{self.sampler.peak['mem'] / GB:.2f}GB, {self.sampler.peak['net']} net)")
+        return (
+            f"{self.layout} seed {self.seed}: {len(self.names)} users, {self.rounds} rounds, {self.calls} qex "
+            f"commands, {self.jobs} jobs, {sum(self.kills.values())} SIGKILLs ({kills or 'none'}), "
+            f"{self.crashes_armed} armed crash points, {self.refusals} refusals checked, "
+            f"{self.admit_long} of {self.admit_holds} holds of the admission lock over {ADMIT_WAIT}s, "
+            f"{self.sampler.scans} samples (peak {self.sampler.peak['cpu'] / 1000:g} cores, "
+            f"{self.sampler.peak['mem'] / GB:.2f}GB, {self.sampler.peak['net']} net)"
+        )
 
 
 # Run as one test user: every regular file under a directory that this user can read,
@@ -972,8 +1077,17 @@ print(json.dumps(found))
 """
 
 
-def run_rounds(users: Users, layout: str, seed: int, rounds: int | None = None, minutes: float | None = None,
-               stop_at_first: bool = True, fresh_every: int = 40, on_round=None, **kw) -> tuple[list[str], dict]:
+def run_rounds(
+    users: Users,
+    layout: str,
+    seed: int,
+    rounds: int | None = None,
+    minutes: float | None = None,
+    stop_at_first: bool = True,
+    fresh_every: int = 40,
+    on_round=None,
+    **kw,
+) -> tuple[list[str], dict]:
     """Rounds in one layout, a fresh directory every ``fresh_every``; returns the violations and totals."""
     totals = {"rounds": 0, "jobs": 0, "kills": 0, "commands": 0, "refusals": 0}
     kinds = {k: 0 for k in KINDS + ("other", "armed")}

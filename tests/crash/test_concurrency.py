@@ -37,9 +37,16 @@ def test_many_processes_submitting_cancelling_killing_never_exceed_the_budget(q)
         for wave in range(3):
             procs = []
             for _ in range(10):
-                claims = rng.choice((["--cpu", "1"], ["--cpu", "0.5", "--gpu", "1"], ["--cpu", "1", "--lock", "L"],
-                                     ["--vram", "6GB", "--cpu", "0.5"], ["--claim", "net=1", "--cpu", "0.5"],
-                                     ["--cpu", "2"]))
+                claims = rng.choice(
+                    (
+                        ["--cpu", "1"],
+                        ["--cpu", "0.5", "--gpu", "1"],
+                        ["--cpu", "1", "--lock", "L"],
+                        ["--vram", "6GB", "--cpu", "0.5"],
+                        ["--claim", "net=1", "--cpu", "0.5"],
+                        ["--cpu", "2"],
+                    )
+                )
                 seconds = rng.choice(("0.1", "0.2", "0.3"))
                 procs.append(("submit", q.popen("submit", *claims, "--", "sleep", seconds)))
             for job in rng.sample(printed, min(len(printed), 4)):
@@ -68,8 +75,10 @@ def test_many_processes_submitting_cancelling_killing_never_exceed_the_budget(q)
 def test_many_submissions_with_one_dedupe_key_at_once_make_exactly_one_job(q):
     q.write_config(CONFIG)
     gate = q.gate("build")  # the job runs until every submission has answered (a slow box: seconds)
-    procs = [q.popen("submit", "--dedupe-key", "build", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done")
-             for _ in range(10)]
+    procs = [
+        q.popen("submit", "--dedupe-key", "build", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done")
+        for _ in range(10)
+    ]
     ids = set()
     try:
         for proc in procs:

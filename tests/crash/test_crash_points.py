@@ -39,8 +39,11 @@ def _submission_dying_at(q, point: str):
 
 
 def _requeued(q, job: str) -> bool:
-    return any("requeued" in (e["job"].get("blocked_reason") or "") for e in
-               map(json.loads, open(os.path.join(q.state, "journal.jsonl"))) if e["id"] == job)
+    return any(
+        "requeued" in (e["job"].get("blocked_reason") or "")
+        for e in map(json.loads, open(os.path.join(q.state, "journal.jsonl")))
+        if e["id"] == job
+    )
 
 
 def test_a_submission_whose_commit_dies_never_lets_its_early_supervisor_start_the_job(q):
@@ -87,8 +90,14 @@ def test_a_submission_whose_early_supervisor_died_still_answers_and_its_job_runs
     # meets a pipe nobody reads (EPIPE). The command committed the job: it must print
     # its id and exit 0 (it printed nothing), and the job must run once, later.
     runs = os.path.join(q.root, "runs.log")
-    done = q.run("submit", "--", "sh", "-c", f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}',
-                 env={"QEX_CRASH_AT": "engine.early_gate:1"})
+    done = q.run(
+        "submit",
+        "--",
+        "sh",
+        "-c",
+        f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}',
+        env={"QEX_CRASH_AT": "engine.early_gate:1"},
+    )
     assert done.returncode == 0 and done.stdout.strip(), (done.returncode, done.stdout, done.stderr)
     job = done.stdout.strip()
     rec = q.wait_state(job, "completed", timeout=20)  # requeued by the waker's pass
@@ -113,8 +122,13 @@ def test_a_torn_journal_append_is_cut_and_the_queue_goes_on(q):
 
 def test_a_supervisor_that_dies_right_after_the_spawn_never_runs_its_job_twice(q):
     runs = os.path.join(q.root, "runs.log")
-    job = q.submit("--", "sh", "-c", f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}; sleep 0.3',
-                   env={"QEX_CRASH_AT": "supervisor.after_spawn:1"})
+    job = q.submit(
+        "--",
+        "sh",
+        "-c",
+        f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}; sleep 0.3',
+        env={"QEX_CRASH_AT": "supervisor.after_spawn:1"},
+    )
     rec = q.wait_state(job, "failed", timeout=20)  # noticed by the waker: no command typed
     assert "supervisor" in rec["error"] and "lost" in rec["error"], rec
     q.wait_for(lambda: not q.processes(), what="no qex process")
@@ -127,8 +141,13 @@ def test_a_supervisor_that_dies_just_before_the_spawn_leaves_a_job_that_is_never
     # Its pid file says a spawn may have happened (the intent line): the next pass cannot
     # know that it did not, so the job is recorded lost, never started (at most once).
     runs = os.path.join(q.root, "runs.log")
-    job = q.submit("--", "sh", "-c", f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}',
-                   env={"QEX_CRASH_AT": "supervisor.before_spawn:1"})
+    job = q.submit(
+        "--",
+        "sh",
+        "-c",
+        f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}',
+        env={"QEX_CRASH_AT": "supervisor.before_spawn:1"},
+    )
     rec = q.wait_state(job, "failed", timeout=20)
     assert rec["supervisor_lost"] and "supervisor" in rec["error"] and "lost" in rec["error"], rec
     assert len(rec["attempts"]) == 1
@@ -145,8 +164,13 @@ def test_a_job_spawned_by_a_supervisor_that_died_before_its_pid_line_is_stopped_
         pytest.skip(f"skipped: no memory cgroup can be made here ({why}): only the cgroup holds such a job")
     probe.remove()
     runs = os.path.join(q.root, "runs.log")
-    job = q.submit("--", "sh", "-c", f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}; exec sleep 60',
-                   env={"QEX_CRASH_AT": "supervisor.after_spawn:1"})
+    job = q.submit(
+        "--",
+        "sh",
+        "-c",
+        f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}; exec sleep 60',
+        env={"QEX_CRASH_AT": "supervisor.after_spawn:1"},
+    )
     rec = q.wait_state(job, "failed", timeout=20)
     assert rec["supervisor_lost"] and "processes were stopped" in rec["error"], rec
     q.wait_for(lambda: not inv.job_processes([job]), timeout=5, what="the job to be stopped")
@@ -173,8 +197,15 @@ def test_a_supervisor_that_dies_between_two_forks_strands_no_job(q):
     # forks the second (hit 2) and dies before its next fork (hit 3)
     # (QEX_WATCH_GRACE: its supervisor never execs into the watcher, whose exec would reset
     # the count: on a loaded host the holder ran past the 0.5 s grace, and the point never fired)
-    holder = q.submit("--cpu", "2", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done",
-                      env={"QEX_CRASH_AT": "engine.before_fork:3", "QEX_WATCH_GRACE": "60"})
+    holder = q.submit(
+        "--cpu",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        f"while [ ! -e {gate} ]; do sleep 0.02; done",
+        env={"QEX_CRASH_AT": "engine.before_fork:3", "QEX_WATCH_GRACE": "60"},
+    )
     waiting = [q.submit("--cpu", "0.5", "--", "sleep", "0.2") for _ in range(3)]
     q.wait_state(holder, "running")
     open(gate, "w").close()
@@ -192,8 +223,12 @@ def test_a_supervisor_that_dies_between_two_forks_strands_no_job(q):
     assert all(len(r["attempts"]) == 1 for r in ends), ends
     q.wait_for(lambda: not q.processes(), what="no qex process")
     assert not inv.check(inv.read_view(q.state), known=waiting + [holder], quiescent=True)
-    requeued = [j for j in waiting if "requeued" in json.dumps(
-        [e for e in map(json.loads, open(os.path.join(q.state, "journal.jsonl"))) if e["id"] == j])]
+    requeued = [
+        j
+        for j in waiting
+        if "requeued"
+        in json.dumps([e for e in map(json.loads, open(os.path.join(q.state, "journal.jsonl"))) if e["id"] == j])
+    ]
     assert requeued, "no job was left starting by the dead supervisor: the crash point did not fire"
 
 
@@ -201,7 +236,14 @@ def test_a_broken_config_gives_1_to_reading_commands_and_121_to_job_commands(q):
     job = q.submit("--", "true")
     q.wait_state(job, "completed")
     q.write_config("bogus = 1\n")
-    for argv, code in ((("list",), 1), (("info",), 1), (("status", job), 1), (("kill", job), 1),
-                       (("submit", "--", "true"), 121), (("wait", job), 121), (("status", job, "--quiet"), 121)):
+    for argv, code in (
+        (("list",), 1),
+        (("info",), 1),
+        (("status", job), 1),
+        (("kill", job), 1),
+        (("submit", "--", "true"), 121),
+        (("wait", job), 121),
+        (("status", job, "--quiet"), 121),
+    ):
         proc = q.run(*argv)
         assert proc.returncode == code and "unknown key bogus" in proc.stderr, (argv, proc.returncode, proc.stderr)

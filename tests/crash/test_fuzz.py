@@ -27,15 +27,43 @@ from crash.invariants import qex_processes
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-JSON_SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30)
-                | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30))
-JSON_VALUES = st.recursive(JSON_SCALARS, lambda c: st.lists(c, max_size=3)
-                           | st.dictionaries(st.text(max_size=8), c, max_size=3), max_leaves=8)
-JOB_KEYS = ("command", "name", "cwd", "env", "env_capture", "tags", "priority", "timeout", "retries",
-            "oom_retries", "max_queue_time", "needs", "after", "dedupe_key", "nice", "resources")
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=30)
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3), max_leaves=8
+)
+JOB_KEYS = (
+    "command",
+    "name",
+    "cwd",
+    "env",
+    "env_capture",
+    "tags",
+    "priority",
+    "timeout",
+    "retries",
+    "oom_retries",
+    "max_queue_time",
+    "needs",
+    "after",
+    "dedupe_key",
+    "nice",
+    "resources",
+)
 RESOURCE_KEYS = ("cpu", "mem", "gpu", "vram", "claims", "locks")
-GOOD = {"command": ["true"], "name": "j1", "tags": ["a"], "priority": 1, "timeout": "1h",
-        "resources": {"cpu": 1, "mem": "100MB"}}
+GOOD = {
+    "command": ["true"],
+    "name": "j1",
+    "tags": ["a"],
+    "priority": 1,
+    "timeout": "1h",
+    "resources": {"cpu": 1, "mem": "100MB"},
+}
 
 
 def _ctx(tmp_path, config_text: str = ""):
@@ -48,8 +76,14 @@ def _ctx(tmp_path, config_text: str = ""):
     config.write_text(config_text)
     store = Store(str(tmp_path / "state"))
     store.ensure()
-    return Context(store=store, config=load_config(str(config)), uid=os.getuid(), user="me",
-                   cores=machine.cores(), mem_total=machine.mem_total())
+    return Context(
+        store=store,
+        config=load_config(str(config)),
+        uid=os.getuid(),
+        user="me",
+        cores=machine.cores(),
+        mem_total=machine.mem_total(),
+    )
 
 
 @st.composite
@@ -57,8 +91,9 @@ def job_documents(draw):
     doc = dict(GOOD) if draw(st.booleans()) else {}
     for key in draw(st.lists(st.sampled_from(JOB_KEYS + ("bogus", "gpu", "claim")), max_size=5)):
         if key == "resources" and draw(st.booleans()):
-            doc[key] = {k: draw(JSON_VALUES) for k in draw(st.lists(st.sampled_from(RESOURCE_KEYS + ("x",)),
-                                                                      max_size=3))}
+            doc[key] = {
+                k: draw(JSON_VALUES) for k in draw(st.lists(st.sampled_from(RESOURCE_KEYS + ("x",)), max_size=3))
+            }
         else:
             doc[key] = draw(JSON_VALUES)
     return doc
@@ -105,6 +140,7 @@ def _damage_bytes(draw, data: bytes) -> bytes:
 
 # ---- job files, in-process (many examples) ---------------------------------------------
 
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(doc=job_documents(), ext=st.sampled_from((".json", ".yaml", ".toml")), data=st.data())
 def test_any_job_file_is_a_job_or_a_clear_refusal(tmp_path, doc, ext, data):
@@ -130,15 +166,24 @@ def test_any_job_file_is_a_job_or_a_clear_refusal(tmp_path, doc, ext, data):
 # ---- configs, in-process ----------------------------------------------------------------
 
 CONFIG_TABLES = {
-    "budget": ("cpu", "mem"), "system": ("reserve_mem",), "enforce": ("mode",),
-    "queue": ("oversized", "max_bypass"), "logs": ("max_bytes",),
+    "budget": ("cpu", "mem"),
+    "system": ("reserve_mem",),
+    "enforce": ("mode",),
+    "queue": ("oversized", "max_bypass"),
+    "logs": ("max_bytes",),
     "defaults": ("cpu", "mem", "timeout", "vram", "max_queue_time", "oom_retries", "retries"),
-    "hooks": ("on_stop", "on_stop_states", "timeout"), "learn": ("enabled", "margin"),
-    "peers": ("dir",), "store": ("max_age", "max_records"),
+    "hooks": ("on_stop", "on_stop_states", "timeout"),
+    "learn": ("enabled", "margin"),
+    "peers": ("dir",),
+    "store": ("max_age", "max_records"),
 }
-CONFIG_VALUES = (JSON_SCALARS | st.sampled_from(("75%", "150%", "0", "-1", "2GB", "half", "max", "1e400",
-                                                 "1.5GiB", "30m", "queue", "cooperative", "nan"))
-                 | st.lists(JSON_SCALARS, max_size=3))
+CONFIG_VALUES = (
+    JSON_SCALARS
+    | st.sampled_from(
+        ("75%", "150%", "0", "-1", "2GB", "half", "max", "1e400", "1.5GiB", "30m", "queue", "cooperative", "nan")
+    )
+    | st.lists(JSON_SCALARS, max_size=3)
+)
 
 
 @st.composite
@@ -148,10 +193,13 @@ def config_texts(draw):
         keys = CONFIG_TABLES.get(table, ("x",)) + ("unknown",)
         doc[table] = {k: draw(CONFIG_VALUES) for k in draw(st.lists(st.sampled_from(keys), max_size=3))}
     if draw(st.booleans()):
-        doc["pool"] = [{k: draw(CONFIG_VALUES | st.lists(st.sampled_from(("8GB", "24GB", "0", "x")), max_size=3))
-                        for k in draw(st.lists(st.sampled_from(("name", "count", "devices", "env", "size", "y")),
-                                               max_size=4))}
-                       for _ in range(draw(st.integers(1, 2)))]
+        doc["pool"] = [
+            {
+                k: draw(CONFIG_VALUES | st.lists(st.sampled_from(("8GB", "24GB", "0", "x")), max_size=3))
+                for k in draw(st.lists(st.sampled_from(("name", "count", "devices", "env", "size", "y")), max_size=4))
+            }
+            for _ in range(draw(st.integers(1, 2)))
+        ]
     text = _serialize(doc, ".toml")
     assume(text is not None)
     return _damage_bytes(draw, text) if draw(st.integers(0, 4)) == 0 else text
@@ -176,11 +224,25 @@ def test_any_config_is_a_config_or_a_clear_refusal_naming_the_file(tmp_path, raw
 
 # ---- damaged records, in-process -----------------------------------------------------------
 
+
 def _base_record(job_id="0123abcd-0000-4000-8000-000000000001", state="completed"):
-    return {"format": 1, "id": job_id, "seq": 1, "state": state, "name": "j", "command": ["true"],
-            "cwd": "/", "owner": "me", "uid": 0, "claims": {"cpu": 1.0, "mem": 1, "pools": {}},
-            "submitted_at": 1.0, "attempt": 1, "exit_code": 0,
-            "attempts": [{"number": 1, "state": "completed", "exit_code": 0}], "ended_at": 2.0}
+    return {
+        "format": 1,
+        "id": job_id,
+        "seq": 1,
+        "state": state,
+        "name": "j",
+        "command": ["true"],
+        "cwd": "/",
+        "owner": "me",
+        "uid": 0,
+        "claims": {"cpu": 1.0, "mem": 1, "pools": {}},
+        "submitted_at": 1.0,
+        "attempt": 1,
+        "exit_code": 0,
+        "attempts": [{"number": 1, "state": "completed", "exit_code": 0}],
+        "ended_at": 2.0,
+    }
 
 
 @st.composite
@@ -228,17 +290,46 @@ def test_a_damaged_status_json_is_read_or_refused_with_the_remedy(tmp_path, raw)
 
 
 def _index_with(entry_damage):
-    entry = {"seq": 1, "state": "queued", "owner": "me", "uid": 0, "name": "j", "group": None,
-             "group_name": None, "priority": 0, "cpu": 1000, "mem": 1, "pools": {}, "assigned": [],
-             "needs": [], "after": [], "deadline": None, "passed_by": 0, "reason": None, "holder": None,
-             "dedupe_key": None, "pid": None, "supervisor_pid": None, "kill": False, "submitted_at": 1.0}
-    return {"format": 1, "stream": "s", "seq": 1, "offset": 0, "next_job": 2,
-            "jobs": {"0123abcd-0000-4000-8000-000000000001": entry}}
+    entry = {
+        "seq": 1,
+        "state": "queued",
+        "owner": "me",
+        "uid": 0,
+        "name": "j",
+        "group": None,
+        "group_name": None,
+        "priority": 0,
+        "cpu": 1000,
+        "mem": 1,
+        "pools": {},
+        "assigned": [],
+        "needs": [],
+        "after": [],
+        "deadline": None,
+        "passed_by": 0,
+        "reason": None,
+        "holder": None,
+        "dedupe_key": None,
+        "pid": None,
+        "supervisor_pid": None,
+        "kill": False,
+        "submitted_at": 1.0,
+    }
+    return {
+        "format": 1,
+        "stream": "s",
+        "seq": 1,
+        "offset": 0,
+        "next_job": 2,
+        "jobs": {"0123abcd-0000-4000-8000-000000000001": entry},
+    }
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(raw=damaged_json(_index_with(None)), journal=st.lists(st.binary(max_size=60) | JSON_VALUES.map(
-    lambda v: json.dumps(v).encode()), max_size=4))
+@given(
+    raw=damaged_json(_index_with(None)),
+    journal=st.lists(st.binary(max_size=60) | JSON_VALUES.map(lambda v: json.dumps(v).encode()), max_size=4),
+)
 def test_a_damaged_index_or_journal_is_rebuilt_or_skipped_never_a_traceback(tmp_path, raw, journal):
     from qex.base import machine
     from qex.base.errors import QexError
@@ -253,8 +344,14 @@ def test_a_damaged_index_or_journal_is_rebuilt_or_skipped_never_a_traceback(tmp_
         fh.write(raw)
     with open(store.journal_path, "wb") as fh:
         fh.write(b"\n".join(line.replace(b"\n", b" ") for line in journal) + b"\n")
-    ctx = Context(store=store, config=load_config(str(tmp_path / "none.toml")), uid=os.getuid(), user="me",
-                  cores=machine.cores(), mem_total=machine.mem_total())
+    ctx = Context(
+        store=store,
+        config=load_config(str(tmp_path / "none.toml")),
+        uid=os.getuid(),
+        user="me",
+        cores=machine.cores(),
+        mem_total=machine.mem_total(),
+    )
     try:
         with store.lock():
             idx = store.load_index_locked()
@@ -269,8 +366,10 @@ def test_a_damaged_index_or_journal_is_rebuilt_or_skipped_never_a_traceback(tmp_
 
 # ---- damaged files under real commands (subprocess, modest) --------------------------------
 
-DAMAGE_CONFIG = ('[budget]\ncpu = "0.5"\nmem = "4GB"\n[defaults]\ncpu = 0.25\nmem = "100MB"\n'
-                 '[queue]\noversized = "queue"\n')  # (c claims 1 core: above the budget, within any machine)
+DAMAGE_CONFIG = (
+    '[budget]\ncpu = "0.5"\nmem = "4GB"\n[defaults]\ncpu = 0.25\nmem = "100MB"\n'
+    '[queue]\noversized = "queue"\n'
+)  # (c claims 1 core: above the budget, within any machine)
 
 
 @pytest.fixture
@@ -290,11 +389,26 @@ def prepared(q):
     return q, {"a": a, "b": b, "c": c}
 
 
-TARGETS = ("jobs/{a}/status.json", "jobs/{c}/status.json", "index.json", "journal.jsonl",
-           "jobs/{a}/spec.json", "jobs/{c}/spec.json")
-COMMANDS = (("list", "--json"), ("status", "{a}", "--json"), ("status", "{c}"), ("info", "--json"),
-            ("wait", "{b}", "--timeout", "3"), ("submit", "--", "true"), ("cancel", "{c}"), ("clean", "{a}"),
-            ("logs", "{b}"), ("kill", "{c}"))
+TARGETS = (
+    "jobs/{a}/status.json",
+    "jobs/{c}/status.json",
+    "index.json",
+    "journal.jsonl",
+    "jobs/{a}/spec.json",
+    "jobs/{c}/spec.json",
+)
+COMMANDS = (
+    ("list", "--json"),
+    ("status", "{a}", "--json"),
+    ("status", "{c}"),
+    ("info", "--json"),
+    ("wait", "{b}", "--timeout", "3"),
+    ("submit", "--", "true"),
+    ("cancel", "{c}"),
+    ("clean", "{a}"),
+    ("logs", "{b}"),
+    ("kill", "{c}"),
+)
 JOB_COMMANDS = ("submit", "wait")
 
 
@@ -312,8 +426,15 @@ def _damage_file(path: str, mode: str, rnd) -> None:
         data = data[:-1] + b" " * (17 << 20) + b"}" if rnd.random() < 0.5 else data + b"x" * (1 << 20)
     elif mode == "json" and path.endswith(".jsonl"):
         lines = data.splitlines()
-        junk = [b"[1,2]", b'"x"', b'{"event":"job","seq":"9","job":5}', b'{"seq":1e999}', b"{\"event\":\"job\"}",
-                b'{"event":"job","seq":999999,"job":{"id":"../../x","state":"queued"}}', b"\0\0\xff"]
+        junk = [
+            b"[1,2]",
+            b'"x"',
+            b'{"event":"job","seq":"9","job":5}',
+            b'{"seq":1e999}',
+            b'{"event":"job"}',
+            b'{"event":"job","seq":999999,"job":{"id":"../../x","state":"queued"}}',
+            b"\0\0\xff",
+        ]
         lines.insert(rnd.randrange(len(lines) + 1), rnd.choice(junk))
         data = b"\n".join(lines) + b"\n"
     elif mode == "json":
@@ -325,8 +446,15 @@ def _damage_file(path: str, mode: str, rnd) -> None:
         data = json.dumps(doc).encode()
     else:
         at = rnd.randrange(len(data) + 1)
-        data = rnd.choice([data[:at], data[:at] + b"\0\0" + data[at:], data[:at] + b"\xff\xfe" + data[at:],
-                           b"", data[:at] + bytes(rnd.randrange(256) for _ in range(20))])
+        data = rnd.choice(
+            [
+                data[:at],
+                data[:at] + b"\0\0" + data[at:],
+                data[:at] + b"\xff\xfe" + data[at:],
+                b"",
+                data[:at] + bytes(rnd.randrange(256) for _ in range(20)),
+            ]
+        )
     with open(path, "wb") as fh:
         fh.write(data)
 
@@ -334,7 +462,8 @@ def _damage_file(path: str, mode: str, rnd) -> None:
 @settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(damage=damages())
 def test_a_damaged_file_under_a_real_command_is_a_clear_message_and_touches_no_other_job(
-        prepared, tmp_path_factory, damage):
+    prepared, tmp_path_factory, damage
+):
     q0, ids = prepared
     target, mode, rnd, command = damage
     root = str(tmp_path_factory.mktemp("damaged"))
@@ -342,8 +471,11 @@ def test_a_damaged_file_under_a_real_command_is_a_clear_message_and_touches_no_o
     q = type(q0)(root)
     path = os.path.join(q.state, target.format(**ids))
     _damage_file(path, mode, rnd)
-    others = {name: open(os.path.join(q.state, "jobs", job_id, "status.json"), "rb").read()
-              for name, job_id in ids.items() if job_id not in target.format(**ids)}
+    others = {
+        name: open(os.path.join(q.state, "jobs", job_id, "status.json"), "rb").read()
+        for name, job_id in ids.items()
+        if job_id not in target.format(**ids)
+    }
     argv = [a.format(**ids) for a in command]
     try:
         proc = q.run(*argv, timeout=30)
@@ -400,9 +532,12 @@ def test_a_damaged_record_of_a_queued_job_never_stops_the_queue(q):
 
 # ---- fan-out inputs (subprocess, modest) ---------------------------------------------------
 
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=st.lists(st.binary(max_size=40) | st.text(max_size=30).map(str.encode), max_size=8),
-       ending=st.sampled_from((b"\n", b"\r\n", b"", b"\0")))
+@given(
+    lines=st.lists(st.binary(max_size=40) | st.text(max_size=30).map(str.encode), max_size=8),
+    ending=st.sampled_from((b"\n", b"\r\n", b"", b"\0")),
+)
 def test_any_fan_out_input_is_a_group_or_a_clear_refusal_with_no_job(q, lines, ending):
     path = os.path.join(q.root, "lines.txt")
     with open(path, "wb") as fh:

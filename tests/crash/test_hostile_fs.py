@@ -31,8 +31,9 @@ def tiny(q, tmp_path):
         pytest.skip("mounting a size-limited tmpfs needs root (a full disk is tested as root only)")
     disk = tmp_path / "disk"
     disk.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(disk)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(disk)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     q.state = str(disk / "state")
@@ -140,6 +141,7 @@ def test_a_job_that_ends_on_a_full_disk_is_recorded_once_there_is_room(tiny):
 
 # ---- planted symlinks and FIFOs ----------------------------------------------------------
 
+
 def _plant(path: str, kind: str, victim: str) -> None:
     if os.path.lexists(path):
         os.unlink(path)
@@ -150,8 +152,9 @@ def _plant(path: str, kind: str, victim: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ("symlink", "fifo"))
-@pytest.mark.parametrize("where", ("status.json", "index.json", "journal.jsonl", "lock", "stdout.log", "peer",
-                                   "history.jsonl"))
+@pytest.mark.parametrize(
+    "where", ("status.json", "index.json", "journal.jsonl", "lock", "stdout.log", "peer", "history.jsonl")
+)
 def test_a_planted_symlink_or_fifo_is_never_followed_nor_blocked_on(q, tmp_path, where, kind):
     q.write_config(CONFIG)
     victim = str(tmp_path / "victim")
@@ -210,8 +213,11 @@ def test_a_planted_symlink_or_fifo_is_never_followed_nor_blocked_on(q, tmp_path,
 
 # ---- permissions -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("change, remedy", [
-    ("world-writable", "chmod 700"), ("group-writable", "chmod 700"), ("another owner", "QEX_STATE_DIR")])
+
+@pytest.mark.parametrize(
+    "change, remedy",
+    [("world-writable", "chmod 700"), ("group-writable", "chmod 700"), ("another owner", "QEX_STATE_DIR")],
+)
 def test_a_state_directory_with_wrong_permissions_is_refused_with_the_remedy(q, change, remedy):
     q.write_config(CONFIG)
     os.makedirs(q.state, mode=0o700)
@@ -241,4 +247,3 @@ def test_a_state_directory_made_setgid_and_group_writable_by_hand_is_refused_unt
     assert q.run("init", "--shared", q.state).returncode == 0
     job = q.submit("--", "true")
     assert q.run("wait", job).returncode == 0  # (its record is in this user's member directory)
-

@@ -27,8 +27,12 @@ def users():
 
 
 def _report(problems: list[str], totals: dict, seed: int) -> str:
-    return (f"replay with QEX_CRASH_SEED={seed}\n{totals.get('last')}\n" + "\n".join(problems[:20])
-            + "\n-- the last rounds:\n" + "\n".join(totals.get("log") or ()))
+    return (
+        f"replay with QEX_CRASH_SEED={seed}\n{totals.get('last')}\n"
+        + "\n".join(problems[:20])
+        + "\n-- the last rounds:\n"
+        + "\n".join(totals.get("log") or ())
+    )
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -41,15 +45,19 @@ def test_multiuser_rounds_with_kills_keep_one_budget_owners_and_secrets(users, l
 
 
 @pytest.mark.soak
-@pytest.mark.skipif(not os.environ.get("QEX_SOAK_MINUTES"), reason="soak mode: set QEX_SOAK_MINUTES (or run bench/soak.py --users N)")
+@pytest.mark.skipif(
+    not os.environ.get("QEX_SOAK_MINUTES"), reason="soak mode: set QEX_SOAK_MINUTES (or run bench/soak.py --users N)"
+)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_multiuser_soak(layout):
     minutes = float(os.environ["QEX_SOAK_MINUTES"])
     seed = int(os.environ.get("QEX_CRASH_SEED") or random.randrange(1 << 32))
     for u in users_or_skip(int(os.environ.get("QEX_SOAK_USERS", "3"))):
         problems, totals = run_rounds(u, layout, seed, minutes=minutes, stop_at_first=False)
-        print(f"{totals['last']}; {totals['rounds']} rounds, {totals['jobs']} jobs, {totals['kills']} kills "
-              f"{totals['kinds']}, {len(problems)} violations")
+        print(
+            f"{totals['last']}; {totals['rounds']} rounds, {totals['jobs']} jobs, {totals['kills']} kills "
+            f"{totals['kinds']}, {len(problems)} violations"
+        )
         assert not problems, _report(problems, totals, seed)
 
 
@@ -63,9 +71,14 @@ def test_a_submission_killed_after_its_gate_leaves_no_job_unseen_by_the_others(u
     h = MultiHarness(users, layout, 1)
     try:
         gate = os.path.join(h.world.dir, "gate")
-        killed = subprocess.run(h.argv(1, ["submit", "--cpu", "2", "--", "sh", "-c",
-                                           f"while [ ! -e {gate} ]; do sleep 0.02; done"]),
-                                env=h.env(1, point), cwd=h.world.dir, capture_output=True, text=True, timeout=60)
+        killed = subprocess.run(
+            h.argv(1, ["submit", "--cpu", "2", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done"]),
+            env=h.env(1, point),
+            cwd=h.world.dir,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert killed.returncode == -9, killed
         deadline = time.monotonic() + 10  # (read as root: a command of the other user's would pass, and publish)
         while not any(r and r["state"] == "running" for _u, _s, r in h.records().values()):
@@ -89,13 +102,25 @@ def test_a_submission_killed_after_its_gate_leaves_no_job_unseen_by_the_others(u
 
 # ---- the checks see what they are there to see ------------------------------------------------
 
+
 def test_the_sampler_counts_live_job_processes_and_sees_an_overrun():
-    claims = {t: {"user": "u", "uid": 1, "secret": "", "cpu": 2000, "mem": GB, "net": 1, "gpu": "whole"}
-              for t in ("t1", "t2")}
+    claims = {
+        t: {"user": "u", "uid": 1, "secret": "", "cpu": 2000, "mem": GB, "net": 1, "gpu": "whole"} for t in ("t1", "t2")
+    }
     sampler = Sampler(claims, BUDGET, interval=0.01)
-    procs = [subprocess.Popen(["sleep", "5"], env={"PATH": os.environ["PATH"], TAG_VAR: t, "QEX_JOB_ID": f"job-{t}",
-                                                   "QEX_ATTEMPT": "1", "CUDA_VISIBLE_DEVICES": "1"})
-             for t in claims]
+    procs = [
+        subprocess.Popen(
+            ["sleep", "5"],
+            env={
+                "PATH": os.environ["PATH"],
+                TAG_VAR: t,
+                "QEX_JOB_ID": f"job-{t}",
+                "QEX_ATTEMPT": "1",
+                "CUDA_VISIBLE_DEVICES": "1",
+            },
+        )
+        for t in claims
+    ]
     try:
         sampler.start()
         deadline = time.monotonic() + 10
@@ -117,8 +142,15 @@ def test_the_sampler_counts_live_job_processes_and_sees_an_overrun():
 def test_a_file_another_user_can_read_with_a_secret_in_it_is_found(users):
     h = MultiHarness(users, "private", 1)
     try:
-        h.claims["t"] = {"user": users.names[1], "uid": users.uid(users.names[1]), "secret": "s3cr3t-planted",
-                         "cpu": 0, "mem": 0, "net": 0, "gpu": None}
+        h.claims["t"] = {
+            "user": users.names[1],
+            "uid": users.uid(users.names[1]),
+            "secret": "s3cr3t-planted",
+            "cpu": 0,
+            "mem": 0,
+            "net": 0,
+            "gpu": None,
+        }
         leak = os.path.join(h.world.dir, "leak.txt")
         with open(leak, "w") as fh:
             fh.write("x s3cr3t-planted y")

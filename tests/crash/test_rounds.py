@@ -12,7 +12,9 @@ import pytest
 
 from crash.harness import Harness
 
-ROUNDS = int(os.environ.get("QEX_CRASH_ROUNDS", "50"))  # ~1.8 s each on 2 cores; the soak runs more (and the multi-user rounds add their own)
+ROUNDS = int(
+    os.environ.get("QEX_CRASH_ROUNDS", "50")
+)  # ~1.8 s each on 2 cores; the soak runs more (and the multi-user rounds add their own)
 
 
 def test_random_rounds_with_kills_and_crash_points_keep_every_promise(tmp_path):
@@ -26,12 +28,18 @@ def test_random_rounds_with_kills_and_crash_points_keep_every_promise(tmp_path):
     finally:
         summary = f"{h.summary()} in {time.monotonic() - t0:.1f}s"
         print(summary)
-    assert not problems, (f"replay with QEX_CRASH_SEED={seed}\n{summary}\n" + "\n".join(problems[:20])
-                          + "\n-- the last rounds:\n" + "\n".join(h.log[-3:]))
+    assert not problems, (
+        f"replay with QEX_CRASH_SEED={seed}\n{summary}\n"
+        + "\n".join(problems[:20])
+        + "\n-- the last rounds:\n"
+        + "\n".join(h.log[-3:])
+    )
 
 
 @pytest.mark.soak
-@pytest.mark.skipif(not os.environ.get("QEX_SOAK_MINUTES"), reason="soak mode: set QEX_SOAK_MINUTES (or run bench/soak.py)")
+@pytest.mark.skipif(
+    not os.environ.get("QEX_SOAK_MINUTES"), reason="soak mode: set QEX_SOAK_MINUTES (or run bench/soak.py)"
+)
 def test_soak(tmp_path):
     minutes = float(os.environ["QEX_SOAK_MINUTES"])
     seed = int(os.environ.get("QEX_CRASH_SEED") or random.randrange(1 << 32))

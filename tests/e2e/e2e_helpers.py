@@ -42,7 +42,7 @@ def proc_stat(pid: int) -> tuple[str, int, int] | None:
             raw = fh.read()
     except OSError:
         return None
-    fields = raw[raw.rindex(b")") + 2:].split()
+    fields = raw[raw.rindex(b")") + 2 :].split()
     return fields[0].decode(), int(fields[1]), int(fields[2])
 
 
@@ -94,8 +94,11 @@ def handles_signal(pid: int, sig: int) -> bool:
 
 def wait_until_waiting(q, proc) -> None:
     """Wait until a `qex wait`/`run` Popen has installed its SIGTERM handler (its wait began)."""
-    q.wait_for(lambda: proc.poll() is not None or handles_signal(proc.pid, signal.SIGTERM),
-               timeout=10, what="the qex process to install its signal handler")
+    q.wait_for(
+        lambda: proc.poll() is not None or handles_signal(proc.pid, signal.SIGTERM),
+        timeout=10,
+        what="the qex process to install its signal handler",
+    )
     assert proc.poll() is None, proc.communicate()
 
 
@@ -157,14 +160,22 @@ def submit_wait_with_refused_move(q, method: str, why: str) -> dict:
     import subprocess
     import sys
 
-    code = ("import sys\n"
-            "from qex.linux import cgroup\n"
-            "def refuse(self):\n"
-            f"    raise PermissionError(13, {why!r})\n"
-            f"cgroup.JobCgroup.{method} = refuse\n"
-            "from qex.cli import main\n"
-            "main(sys.argv[1:])\n")
-    proc = subprocess.run([sys.executable, "-c", code, "submit", "--wait", "--", "sh", "-c", "echo ran"],
-                          capture_output=True, text=True, timeout=60, env=q.env, cwd=q.root)
+    code = (
+        "import sys\n"
+        "from qex.linux import cgroup\n"
+        "def refuse(self):\n"
+        f"    raise PermissionError(13, {why!r})\n"
+        f"cgroup.JobCgroup.{method} = refuse\n"
+        "from qex.cli import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "submit", "--wait", "--", "sh", "-c", "echo ran"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=q.env,
+        cwd=q.root,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)

@@ -23,8 +23,9 @@ def fake_driver(q, gpus: list[dict], **state) -> str:
     the state file, which the test may rewrite (``set_driver``)."""
     path = os.path.join(q.root, "nvidia-smi.json")
     set_driver(path, gpus, **state)
-    q.env.update(PATH=FAKES + os.pathsep + q.env.get("PATH", ""), FAKE_NVIDIA_SMI_STATE=path,
-                 QEX_GPU_READER="nvidia-smi")  # never a real NVML where one is installed
+    q.env.update(
+        PATH=FAKES + os.pathsep + q.env.get("PATH", ""), FAKE_NVIDIA_SMI_STATE=path, QEX_GPU_READER="nvidia-smi"
+    )  # never a real NVML where one is installed
     return path
 
 

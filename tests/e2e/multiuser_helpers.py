@@ -106,14 +106,20 @@ class Users:
             return f"groupadd {self.group} failed"
         self.made.append("group")
         for name in self.names:
-            r = run("useradd", "-M", "-N", "-g", "users", "-G", self.group, "-s", "/usr/sbin/nologin",
-                    "-d", self.base, name)
+            r = run(
+                "useradd", "-M", "-N", "-g", "users", "-G", self.group, "-s", "/usr/sbin/nologin", "-d", self.base, name
+            )
             if r.returncode != 0:
                 return f"useradd {name} failed: {r.stderr.strip()}"
             self.made.append(name)
         for python in (sys.executable, "/usr/bin/python3"):
-            probe = subprocess.run(self.wrap(self.names[0], [python, "-c", "import qex.cli, attrs, cattrs, tomlkit"]),
-                                   env=self.env({}), capture_output=True, text=True, cwd=self.base)
+            probe = subprocess.run(
+                self.wrap(self.names[0], [python, "-c", "import qex.cli, attrs, cattrs, tomlkit"]),
+                env=self.env({}),
+                capture_output=True,
+                text=True,
+                cwd=self.base,
+            )
             if probe.returncode == 0:
                 self.python = python
                 return None
@@ -133,8 +139,14 @@ class Users:
         return ["setpriv", f"--reuid={name}", "--regid=users", "--init-groups", "--", *argv]
 
     def env(self, extra: dict) -> dict:
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.base,
-               "PYTHONPATH": self.pythonpath, "PYTHONDONTWRITEBYTECODE": "1", "QEX_KILL_GRACE": "2"}
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": self.base,
+            "PYTHONPATH": self.pythonpath,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "QEX_KILL_GRACE": "2",
+        }
         env.update(extra)
         return env
 
@@ -195,8 +207,11 @@ def held_cpu(state: str) -> float:
 def qex_pids(state: str) -> list[int]:
     """Live qex processes (commands, supervisors, wakers) of one state directory: a command's
     line is ``python -m qex ...``, what qex leaves running names itself ``qex: ...`` (qex.linux.title)."""
-    return [pid for pid, cmd in processes(f"QEX_STATE_DIR={state}".encode(), exact=True)
-            if b"-m\0qex" in cmd or cmd.startswith(b"qex: ")]
+    return [
+        pid
+        for pid, cmd in processes(f"QEX_STATE_DIR={state}".encode(), exact=True)
+        if b"-m\0qex" in cmd or cmd.startswith(b"qex: ")
+    ]
 
 
 def processes_of(state: str, but_group: int | None = None) -> list[int]:

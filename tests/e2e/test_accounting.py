@@ -55,8 +55,11 @@ def test_list_shows_clock_times_elapsed_and_peak_and_filters_the_history(q):
     assert [r[0] for r in rows(q, "--since", later)[1:]] == [run[:8], wait[:8]]  # only what is still active
     assert rows(q, "--format", "id,exit,elapsed,tags")[0] == ["ID", "EXIT", "ELAPSED", "TAGS"]
     assert rows(q, "--format", "id,exit,tags", "--state", "final")[1:] == [[ok[:8], "0", "t"], [bad[:8], "3", "-"]]
-    for argv, words in ((("--state", "done,queued"), "'done' is no state"), (("--format", "id,size"), "'size' is no field"),
-                        (("--since", "yesterday"), "neither a duration")):
+    for argv, words in (
+        (("--state", "done,queued"), "'done' is no state"),
+        (("--format", "id,size"), "'size' is no field"),
+        (("--since", "yesterday"), "neither a duration"),
+    ):
         proc = q.run("list", *argv)
         assert proc.returncode == 2 and words in proc.stderr, (argv, proc.returncode, proc.stderr)
     open_gate(q, "run")
@@ -72,8 +75,9 @@ def test_list_json_carries_the_same_fields_with_iso_times(q):
         assert rec["elapsed"] >= 0 and rec["usage"]["max_rss"], rec
         assert abs(time.mktime(time.strptime(rec["ended"][:19], "%Y-%m-%dT%H:%M:%S")) - rec["ended_at"]) < 1.5
     assert by_id[wait]["started"] is None and by_id[wait]["ended"] is None and by_id[wait]["elapsed"] >= 0
-    picked = json.loads(q.run("list", "--json", "--format", "id,state,exit,elapsed,peak,ended", "--last", "3",
-                              check=0).stdout)
+    picked = json.loads(
+        q.run("list", "--json", "--format", "id,state,exit,elapsed,peak,ended", "--last", "3", check=0).stdout
+    )
     assert [r["id"] for r in picked] == [bad, run, wait]
     assert set(picked[0]) == {"id", "state", "exit", "elapsed", "peak", "ended", "ended_at"}, picked[0]
     assert picked[0]["exit"] == 3 and picked[1]["exit"] is None and ISO.match(picked[0]["ended"]), picked
@@ -108,10 +112,13 @@ def test_a_group_status_is_a_summary_and_all_gives_every_record(q):
     with open(lines, "w") as fh:
         fh.write("ok\nbad\nslow\n")
     script = f"case $1 in bad) exit 3;; slow) while [ ! -e {q.gate('slow')} ]; do sleep 0.02; done;; esac"
-    group = q.run("submit", "--each-line", lines, "--name", "batch", "--", "sh", "-c", script, "x", "{}",
-                  check=0).stdout.strip()
-    q.wait_for(lambda: sorted(r["state"] for r in q.records()) == ["completed", "failed", "running"],
-               what="one completed, one failed, one running")
+    group = q.run(
+        "submit", "--each-line", lines, "--name", "batch", "--", "sh", "-c", script, "x", "{}", check=0
+    ).stdout.strip()
+    q.wait_for(
+        lambda: sorted(r["state"] for r in q.records()) == ["completed", "failed", "running"],
+        what="one completed, one failed, one running",
+    )
     bad = next(r for r in q.records() if r["state"] == "failed")
     text = q.run("status", "batch", check=0).stdout
     lines = text.splitlines()

@@ -51,9 +51,12 @@ def test_kill_and_cancel_select_by_tag_name_state_group_and_mine(q):
         assert as_json.returncode == 127 and as_json.stdout == "", (argv, as_json.stdout)
         assert not list(error_schema.iter_errors(doc)) and doc["kind"] == "no_such_job" and doc["code"] == 127
 
-    for argv, words in ((("kill",), "needs ids, or --tag"), (("kill", a, "--tag", "sweep"), "not both"),
-                        (("cancel", "--state", "completed"), "no active state"),
-                        (("kill", "--group", a), "is a job, not a group")):
+    for argv, words in (
+        (("kill",), "needs ids, or --tag"),
+        (("kill", a, "--tag", "sweep"), "not both"),
+        (("cancel", "--state", "completed"), "no active state"),
+        (("kill", "--group", a), "is a job, not a group"),
+    ):
         proc = q.run(*argv)
         assert proc.returncode == 2 and words in proc.stderr, (argv, proc.returncode, proc.stderr)
     assert _states(q, (a, c)) == ["running", "running"]
@@ -72,8 +75,9 @@ def test_kill_group_selection_takes_only_the_groups_active_jobs(q, tmp_path):
     lines = tmp_path / "lines"
     lines.write_text("1\n2\n")
     script = f"[ \"$1\" = 1 ] || exit 0; while [ ! -e '{q.gate('g')}' ]; do sleep 0.02; done"
-    group = json.loads(q.run("submit", "--json", "--each-line", lines, "--", "sh", "-c", script, "sh", "{}",
-                             check=0).stdout)
+    group = json.loads(
+        q.run("submit", "--json", "--each-line", lines, "--", "sh", "-c", script, "sh", "{}", check=0).stdout
+    )
     first, second = (j["id"] for j in group["jobs"])
     q.wait_state(second, "completed")
     q.wait_state(first, "running")
@@ -102,10 +106,19 @@ def test_under_json_every_line_on_stderr_is_json_warnings_and_notices_too(q):
 def test_a_bad_value_on_a_command_outside_the_exit_code_table_is_2(q):
     """`list --last abc` was 121 while `list --since abc` was 2: every bad value on the
     command line of a command outside the table is 2 (qex.cli.error_exit_code)."""
-    for argv in (("list", "--last", "abc"), ("list", "--since", "abc"), ("clean", "--older-than", "abc"),
-                 ("events", "--timeout", "abc"), ("events", "--count", "x"), ("logs", "--tail", "y", "x"),
-                 ("list", "--lock-timeout", "soon")):
+    for argv in (
+        ("list", "--last", "abc"),
+        ("list", "--since", "abc"),
+        ("clean", "--older-than", "abc"),
+        ("events", "--timeout", "abc"),
+        ("events", "--count", "x"),
+        ("logs", "--tail", "y", "x"),
+        ("list", "--lock-timeout", "soon"),
+    ):
         proc = q.run(*argv)
-        assert proc.returncode == 2 and proc.stderr.startswith(f"qex: {argv[1]}: "), (argv, proc.returncode,
-                                                                                      proc.stderr)
+        assert proc.returncode == 2 and proc.stderr.startswith(f"qex: {argv[1]}: "), (
+            argv,
+            proc.returncode,
+            proc.stderr,
+        )
     assert q.run("submit", "--priority", "high", "--", "true").returncode == 121  # the table's commands: 121

@@ -47,8 +47,7 @@ def test_twenty_concurrent_submits_make_twenty_distinct_jobs_within_the_budget(q
     q.write_config(CONFIG)
     trace = os.path.join(q.root, "trace")
     # each job notes its own start and end (one short append each, atomic with O_APPEND)
-    script = (f'echo "S $QEX_JOB_ID $(date +%s%N)" >> {trace}; sleep 0.1; '
-              f'echo "E $QEX_JOB_ID $(date +%s%N)" >> {trace}')
+    script = f'echo "S $QEX_JOB_ID $(date +%s%N)" >> {trace}; sleep 0.1; echo "E $QEX_JOB_ID $(date +%s%N)" >> {trace}'
     stop = threading.Event()
     samples = []
 

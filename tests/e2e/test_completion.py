@@ -29,8 +29,9 @@ def _shim(q) -> str:
 def _complete(q, script: str, *words: str) -> list[str]:
     """COMPREPLY of `_qex` for the command line ``words`` (the last one is being completed)."""
     quoted = " ".join("'" + w.replace("'", "'\\''") + "'" for w in ("qex",) + words)
-    line = (f"source '{script}'; COMP_WORDS=({quoted}); COMP_CWORD={len(words)}; _qex; "
-            'printf "%s\\n" "${COMPREPLY[@]}"')
+    line = (
+        f'source \'{script}\'; COMP_WORDS=({quoted}); COMP_CWORD={len(words)}; _qex; printf "%s\\n" "${{COMPREPLY[@]}}"'
+    )
     env = {**q.env, "PATH": f"{_shim(q)}:{os.environ['PATH']}"}
     proc = subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env, cwd=q.root, timeout=30)
     assert proc.returncode == 0 and proc.stderr == "", (words, proc.stderr)
@@ -67,18 +68,30 @@ def test_bash_completes_ids_names_groups_states_topics_pools_and_only_each_comma
     assert "--line-numbers" in _complete(q, str(script), "logs", "--")
     assert _complete(q, str(script), "ki") == ["kill"]
     touched = subprocess.run(  # asking the queue leaves the user's shell as it was: globbing and IFS
-        ["bash", "-c", f"source '{script}'; COMP_WORDS=(qex wait tr); COMP_CWORD=2; _qex; "
-                       'printf "%s|%q|%s\\n" "$-" "$IFS" "${COMPREPLY[*]}"'],
-        capture_output=True, text=True, timeout=30, env={**q.env, "PATH": f"{_shim(q)}:{os.environ['PATH']}"})
+        [
+            "bash",
+            "-c",
+            f"source '{script}'; COMP_WORDS=(qex wait tr); COMP_CWORD=2; _qex; "
+            'printf "%s|%q|%s\\n" "$-" "$IFS" "${COMPREPLY[*]}"',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**q.env, "PATH": f"{_shim(q)}:{os.environ['PATH']}"},
+    )
     flags, ifs, offered_here = touched.stdout.strip().split("|")
     assert "f" not in flags and ifs == "$' \\t\\n'" and offered_here == "train-a", touched.stdout
 
     if shutil.which("fish"):  # the fish script offers the same, where fish is installed
         fish = tmp_path / "qex.fish"
         fish.write_text(q.run("completions", "fish", check=0).stdout)
-        asked = subprocess.run(["fish", "-c", f"source {fish}; complete -C 'qex wait tr'; complete -C 'qex run --each'"],
-                               capture_output=True, text=True, timeout=30,
-                               env={**q.env, "PATH": f"{_shim(q)}:{os.environ['PATH']}"})
+        asked = subprocess.run(
+            ["fish", "-c", f"source {fish}; complete -C 'qex wait tr'; complete -C 'qex run --each'"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**q.env, "PATH": f"{_shim(q)}:{os.environ['PATH']}"},
+        )
         assert asked.stdout.split() == ["train-a"], (asked.stdout, asked.stderr)
     with open(os.path.join(q.state, "lock"), "rb+") as held:  # completion never waits for the queue's lock
         fcntl.flock(held, fcntl.LOCK_EX)

@@ -169,8 +169,12 @@ def test_a_lost_supervisors_job_is_stopped_through_its_cgroup_named_in_its_pid_f
     off the job's pid file (no other file names it) and stops what is in it."""
     q.write_config(CONFIG)
     escaped = os.path.join(q.root, "escaped.pid")
-    job = q.submit("--", "sh", "-c", f"setsid sh -c 'echo $$ > {escaped}; exec sleep 300' & "
-                                     f"while [ ! -e '{q.gate('never')}' ]; do sleep 0.05; done")
+    job = q.submit(
+        "--",
+        "sh",
+        "-c",
+        f"setsid sh -c 'echo $$ > {escaped}; exec sleep 300' & while [ ! -e '{q.gate('never')}' ]; do sleep 0.05; done",
+    )
     rec = q.wait_state(job, "running")
     with open(os.path.join(q.state, "jobs", job, "pid")) as fh:
         words = fh.read().split()

@@ -93,13 +93,17 @@ def test_cron_mails_only_failures_and_flock_never_blocks_a_tick(user, tmp_path):
         fh.write('[budget]\ncpu = "2"\nmem = "2GB"\n[defaults]\ncpu = 0.5\nmem = "50MB"\n')
     with open(os.path.join(home, "bin", "qex"), "w") as fh:
         # (Users' probe runs under setpriv, which may keep root's reach; cron's session does not.)
-        fh.write(f'#!/bin/sh\nfor py in {user.python} /usr/bin/python3; do\n'
-                 '  "$py" -c "import qex.cli" 2>/dev/null && exec "$py" -m qex "$@"\n'
-                 'done\necho "qex: no python that this user can run qex with" >&2; exit 121\n')
+        fh.write(
+            f"#!/bin/sh\nfor py in {user.python} /usr/bin/python3; do\n"
+            '  "$py" -c "import qex.cli" 2>/dev/null && exec "$py" -m qex "$@"\n'
+            'done\necho "qex: no python that this user can run qex with" >&2; exit 121\n'
+        )
     os.chmod(os.path.join(home, "bin", "qex"), 0o755)
     with open(os.path.join(home, "nightly.toml"), "w") as fh:
-        fh.write('[[jobs]]\nname = "fetch"\ncommand = ["sh", "-c", "echo fetched"]\n'
-                 '[[jobs]]\nname = "report"\ncommand = ["sh", "-c", "echo reported"]\nneeds = ["fetch"]\n')
+        fh.write(
+            '[[jobs]]\nname = "fetch"\ncommand = ["sh", "-c", "echo fetched"]\n'
+            '[[jobs]]\nname = "report"\ncommand = ["sh", "-c", "echo reported"]\nneeds = ["fetch"]\n'
+        )
     for root, dirs, files in os.walk(home):
         for entry in [root] + [os.path.join(root, f) for f in files]:
             os.chown(entry, uid, -1)
@@ -116,26 +120,33 @@ def test_cron_mails_only_failures_and_flock_never_blocks_a_tick(user, tmp_path):
 
     ticks = os.path.join(home, "ticks")
     # The recipes of docs/cron.md (qex help cron), one a line; each tick appends what flock said.
-    crontab = "\n".join([
-        f"PATH={home}/bin:/usr/bin:/bin",
-        f"MAILTO={name}",
-        f"QEX_STATE_DIR={state}",
-        f"QEX_CONFIG={config}",
-        f"QEX_PEER_DIR={home}/peers",
-        f"PYTHONPATH={user.pythonpath}",
-        "PYTHONDONTWRITEBYTECODE=1",
-        "* * * * * qex run --output on-failure --name fine -- sh -c 'echo all-good; echo fine-err >&2'",
-        "* * * * * qex run --output on-failure --name broken -- sh -c 'echo broken-output; echo broken-err >&2; exit 3'",
-        f"* * * * * flock -n {home}/nightly.lock qex submit --quiet --dedupe-key nightly --name nightly -- sleep 75;"
-        f" echo flock=$? >> {ticks}",
-        f"* * * * * qex wait --quiet \"$(qex pipeline --quiet {home}/nightly.toml)\" || qex status nightly",
-        "",
-    ])
+    crontab = "\n".join(
+        [
+            f"PATH={home}/bin:/usr/bin:/bin",
+            f"MAILTO={name}",
+            f"QEX_STATE_DIR={state}",
+            f"QEX_CONFIG={config}",
+            f"QEX_PEER_DIR={home}/peers",
+            f"PYTHONPATH={user.pythonpath}",
+            "PYTHONDONTWRITEBYTECODE=1",
+            "* * * * * qex run --output on-failure --name fine -- sh -c 'echo all-good; echo fine-err >&2'",
+            "* * * * * qex run --output on-failure --name broken -- sh -c 'echo broken-output; echo broken-err >&2; exit 3'",
+            f"* * * * * flock -n {home}/nightly.lock qex submit --quiet --dedupe-key nightly --name nightly -- sleep 75;"
+            f" echo flock=$? >> {ticks}",
+            f'* * * * * qex wait --quiet "$(qex pipeline --quiet {home}/nightly.toml)" || qex status nightly',
+            "",
+        ]
+    )
     tab = tmp_path / "crontab"
     tab.write_text(crontab)
     subprocess.run(["crontab", "-u", name, str(tab)], check=True, capture_output=True)
-    daemon = subprocess.Popen(["cron", "-f"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, start_new_session=True)
+    daemon = subprocess.Popen(
+        ["cron", "-f"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 170
         while time.monotonic() < deadline:

@@ -33,6 +33,7 @@ def qq(q):
 
 # -- 4. --output on-failure, --quiet, a joined run ----------------------------------------------
 
+
 def test_output_on_failure_is_silent_on_success_and_gives_every_byte_after_a_verdict_on_failure(qq):
     qq.write_config(CONFIG + '[logs]\nmax_bytes = "64KB"\n')
     ok = qq.run("run", "--output", "on-failure", "--", "sh", "-c", "echo out; echo err >&2")
@@ -52,8 +53,10 @@ def test_output_on_failure_is_silent_on_success_and_gives_every_byte_after_a_ver
 
 def test_quiet_silences_the_dedupe_notice_and_keeps_the_stuck_warning(q):
     cores = machine.cores()
-    q.write_config('[budget]\ncpu = "0.5"\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'
-                   '[queue]\noversized = "queue"\n[system]\nstuck_after = "3s"\n')
+    q.write_config(
+        '[budget]\ncpu = "0.5"\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'
+        '[queue]\noversized = "queue"\n[system]\nstuck_after = "3s"\n'
+    )
     held = q.submit("--dedupe-key", "nightly", "--cpu", str(cores), "--", "true")  # waits: too big
     again = q.run("submit", "--quiet", "--dedupe-key", "nightly", "--cpu", str(cores), "--", "true")
     assert (again.returncode, again.stdout) == (0, "") and "deduplicated" not in again.stderr, again.stderr
@@ -72,8 +75,10 @@ def test_quiet_silences_the_dedupe_notice_and_keeps_the_stuck_warning(q):
 
 def test_a_deduplicated_run_joins_the_job_its_own_run_follows_and_prints_nothing_again(qq):
     first = qq.popen("run", "--dedupe-key", "tick", "--", *gated(qq, "a", "echo line; exit 7"))
-    job = qq.wait_for(lambda: next((r["id"] for r in qq.records() if r["state"] == "running"), None),
-                      what="the first tick's job to run")
+    job = qq.wait_for(
+        lambda: next((r["id"] for r in qq.records() if r["state"] == "running"), None),
+        what="the first tick's job to run",
+    )
     second = qq.popen("run", "--dedupe-key", "tick", "--", "echo", "never")
     quiet = qq.popen("run", "--quiet", "--output", "on-failure", "--dedupe-key", "tick", "--", "echo", "never")
     qq.wait_for(lambda: len([p for p in (second, quiet) if p.poll() is None]) == 2, what="the joiners")
@@ -90,6 +95,7 @@ def test_a_deduplicated_run_joins_the_job_its_own_run_follows_and_prints_nothing
 
 
 # -- 6. the pass prunes what is past the keep rule ------------------------------------------------
+
 
 def _age_the_stamp(q) -> None:
     stamp = os.path.join(q.state, layout.PRUNED)
@@ -122,14 +128,17 @@ def test_a_supervisor_prunes_records_past_keep_but_never_one_still_needed(qq):
     last = qq.submit("--", "true")
     qq.wait_state(last, "completed")
     gone = (old, holder, ran, later)
-    qq.wait_for(lambda: not any(os.path.exists(os.path.join(qq.state, "jobs", j)) for j in gone),
-                what="the records past max_records to go")
+    qq.wait_for(
+        lambda: not any(os.path.exists(os.path.join(qq.state, "jobs", j)) for j in gone),
+        what="the records past max_records to go",
+    )
     assert os.path.isdir(os.path.join(qq.state, "jobs", last)), "the newest max_records stay"
     listed = qq.run("list", check=0).stdout
     assert last[:8] in listed and old[:8] not in listed
 
 
 # -- 7. smaller ---------------------------------------------------------------------------------
+
 
 def test_clean_alone_is_a_bad_command_line(qq):
     proc = qq.run("clean")

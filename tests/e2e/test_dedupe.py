@@ -144,14 +144,17 @@ def test_a_job_file_key_dedupes_and_the_key_is_shown_in_safe_form(qq):
     open_gate(qq, "a")
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--dedupe-key", ""], "the key is empty"),
-    (["--dedupe-key", "a\nb"], "control character"),
-    (["--dedupe-key", "x" * 600], "at most 512"),
-    (["--dedupe-window", "1h"], "give --dedupe-key"),
-    (["--dedupe-key", "k", "--dedupe-window", "0"], "longer than zero"),
-    (["--dedupe-key", "k", "--dedupe-window", "soon"], "is not a duration"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--dedupe-key", ""], "the key is empty"),
+        (["--dedupe-key", "a\nb"], "control character"),
+        (["--dedupe-key", "x" * 600], "at most 512"),
+        (["--dedupe-window", "1h"], "give --dedupe-key"),
+        (["--dedupe-key", "k", "--dedupe-window", "0"], "longer than zero"),
+        (["--dedupe-key", "k", "--dedupe-window", "soon"], "is not a duration"),
+    ],
+)
 def test_a_bad_key_or_window_is_refused_with_121_and_no_job(qq, args, words):
     proc = qq.run("submit", *args, "--", "true")
     assert proc.returncode == 121 and words in proc.stderr and proc.stdout == ""

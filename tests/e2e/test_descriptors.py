@@ -40,8 +40,15 @@ def comm(pid: int) -> str:
 
 def test_a_flock_around_submit_is_free_once_submit_returns(q):
     lock = os.path.join(q.root, "cron.lock")
-    proc = subprocess.run(["flock", "-n", lock, *QEX, "submit", "--", *gated(q, "f")], capture_output=True,
-                          text=True, env=q.env, cwd=q.root, timeout=30, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        ["flock", "-n", lock, *QEX, "submit", "--", *gated(q, "f")],
+        capture_output=True,
+        text=True,
+        env=q.env,
+        cwd=q.root,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr
     job = proc.stdout.strip()
     q.wait_state(job, "running")
@@ -54,8 +61,14 @@ def test_a_pipe_the_caller_waits_on_ends_when_submit_returns(q):
     """`( qex submit ... ) 3>&1 | cat`: the caller's pipe, also at fd 3, is closed by everything
     qex leaves behind, so its reader sees the end while the job still runs."""
     script = f"exec 3>&1; {' '.join(QEX)} submit -- {' '.join(_quoted(gated(q, 'p')))}"
-    proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=q.env,
-                            cwd=q.root, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["sh", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=q.env,
+        cwd=q.root,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         out, err = proc.communicate(timeout=15)
     except subprocess.TimeoutExpired:
@@ -81,11 +94,21 @@ def test_every_process_qex_leaves_running_holds_only_its_own_descriptors(q):
         pass
     r, w = os.pipe()
     lock_file = os.path.join(q.root, "callers-lock")
-    script = (f"exec 5>>{mine} 6>&{w} 7>{lock_file}; flock 7; "
-              f"{' '.join(QEX)} submit -- {' '.join(_quoted(gated(q, 'a')))}; "
-              f"{' '.join(QEX)} submit -- {' '.join(_quoted(gated(q, 'b')))}")
-    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=q.env, cwd=q.root,
-                          pass_fds=(w,), timeout=30, stdin=subprocess.DEVNULL)
+    script = (
+        f"exec 5>>{mine} 6>&{w} 7>{lock_file}; flock 7; "
+        f"{' '.join(QEX)} submit -- {' '.join(_quoted(gated(q, 'a')))}; "
+        f"{' '.join(QEX)} submit -- {' '.join(_quoted(gated(q, 'b')))}"
+    )
+    proc = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        env=q.env,
+        cwd=q.root,
+        pass_fds=(w,),
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
     os.close(w)
     assert proc.returncode == 0, proc.stderr
     a, b = proc.stdout.split()
@@ -112,12 +135,16 @@ def test_every_process_qex_leaves_running_holds_only_its_own_descriptors(q):
         assert held[0] == "/dev/null" and not callers & set(held.values())
     wakers = [p for p in q.processes() if cmdline(p).startswith("qex: waker for uid ")]
     assert len(wakers) == 1 and comm(wakers[0]) == "qex: waker"
-    assert set(check(wakers[0], None).values()) <= {"/dev/null", os.path.join(q.state, "waker.log"),
-                                                   os.path.join(q.state, f"waker-{os.getuid()}.lock")}
+    assert set(check(wakers[0], None).values()) <= {
+        "/dev/null",
+        os.path.join(q.state, "waker.log"),
+        os.path.join(q.state, f"waker-{os.getuid()}.lock"),
+    }
     open_gate(q, "a")
     q.wait_state(a, "completed")
-    runner = q.wait_for(lambda: next((p for p in q.processes() if comm(p) == "qex: hooks"), None), timeout=10,
-                        what="the hook runner")
+    runner = q.wait_for(
+        lambda: next((p for p in q.processes() if comm(p) == "qex: hooks"), None), timeout=10, what="the hook runner"
+    )
     assert cmdline(runner).startswith("qex: stop hooks of uid ")
     check(runner, a)  # (its hook's log is job a's; nothing of b's)
     open_gate(q, "b")

@@ -23,8 +23,10 @@ def _journal(q) -> list[dict]:
 
 
 def _quiet(q, ids):
-    q.wait_for(lambda: all(q.record(j)["state"] == "completed" for j in ids) and not q.processes(),
-               what="all jobs completed and no qex process left")
+    q.wait_for(
+        lambda: all(q.record(j)["state"] == "completed" for j in ids) and not q.processes(),
+        what="all jobs completed and no qex process left",
+    )
 
 
 def _lock_line(q) -> bytes:
@@ -74,8 +76,10 @@ def test_after_a_reboot_every_unapplied_event_is_written_again_in_its_last_form(
     job's last record once, never an older form over a newer one."""
     q.write_config(CONFIG)
     first, second = q.submit("--", "true"), q.submit("--", "sh", "-c", "exit 3")
-    q.wait_for(lambda: q.record(second)["state"] == "failed" and q.record(first)["state"] == "completed"
-               and not q.processes(), what="both ended")
+    q.wait_for(
+        lambda: q.record(second)["state"] == "failed" and q.record(first)["state"] == "completed" and not q.processes(),
+        what="both ended",
+    )
     stale = {**q.record(first), "state": "running", "exit_code": None}
     with open(os.path.join(q.state, "jobs", first, "status.json"), "w") as fh:
         json.dump(stale, fh)
@@ -104,8 +108,11 @@ def test_every_job_of_a_drain_is_recorded_running_with_its_pid_before_its_end(q)
         fh.write("".join(f"{i}\n" for i in range(40)))
     proc = q.run("submit", "--each-line", lines, "--cpu", "1", "--", "true", "{}")
     assert proc.returncode == 0, proc.stderr
-    q.wait_for(lambda: len(q.records()) == 40 and all(r["state"] == "completed" for r in q.records())
-               and not q.processes(), timeout=60, what="the drain")
+    q.wait_for(
+        lambda: len(q.records()) == 40 and all(r["state"] == "completed" for r in q.records()) and not q.processes(),
+        timeout=60,
+        what="the drain",
+    )
     by_job: dict[str, list[dict]] = {}
     for event in _journal(q):
         if event.get("event") == "job":
@@ -120,7 +127,6 @@ def test_every_job_of_a_drain_is_recorded_running_with_its_pid_before_its_end(q)
         rec = q.record(job_id)
         assert rec["pid"] == running["pid"] and rec["started_at"] == running["started_at"]
         assert rec["attempts"][-1]["started_at"] == rec["started_at"] <= rec["ended_at"]
-
 
 
 def _peer_files(q) -> tuple[list[str], os.stat_result | None]:

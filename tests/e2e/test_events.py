@@ -45,8 +45,12 @@ def test_a_job_running_true_shows_every_transition_in_order(q):
     lines = events(q, "--since", "start", "--count", "4")
     assert lines[0]["event"] == "stream" and lines[0]["seq"] == 0
     got = [(e["previous"], e["state"], e["change"]) for e in jobs_of(lines)]
-    assert got == [(None, "queued", "state"), ("queued", "starting", "state"),
-                   ("starting", "running", "state"), ("running", "completed", "state")]
+    assert got == [
+        (None, "queued", "state"),
+        ("queued", "starting", "state"),
+        ("starting", "running", "state"),
+        ("running", "completed", "state"),
+    ]
     seqs = [e["seq"] for e in jobs_of(lines)]
     assert seqs == [1, 2, 3, 4] and {e["stream"] for e in lines} == {lines[0]["stream"]}
     assert jobs_of(lines)[-1]["job"]["id"] == job and jobs_of(lines)[-1]["job"]["exit_code"] == 0
@@ -103,16 +107,27 @@ def test_two_readers_restarting_with_since_lose_and_repeat_nothing_over_200_jobs
     env = {"QEX_JOURNAL_MAX_BYTES": "600000"}  # rotates during the test
     q.env.update(env)
     results, stop = {}, threading.Event()
-    threads = [threading.Thread(target=_reader_thread, args=(q, "a", results, stop)),
-               threading.Thread(target=_reader_thread, args=(q, "b", results, stop, 5))]
+    threads = [
+        threading.Thread(target=_reader_thread, args=(q, "a", results, stop)),
+        threading.Thread(target=_reader_thread, args=(q, "b", results, stop, 5)),
+    ]
     for t in threads:
         t.start()
     try:
-        sub = subprocess.run([sys.executable, "-c", SUBMIT_MANY, "200", "10"], env=q.env, cwd=q.root,
-                             capture_output=True, text=True, timeout=120)
+        sub = subprocess.run(
+            [sys.executable, "-c", SUBMIT_MANY, "200", "10"],
+            env=q.env,
+            cwd=q.root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert sub.returncode == 0, sub.stderr
-        q.wait_for(lambda: len(q.records()) == 200 and all(r["state"] in FINAL for r in q.records()),
-                   timeout=120, what="200 jobs to end")
+        q.wait_for(
+            lambda: len(q.records()) == 200 and all(r["state"] in FINAL for r in q.records()),
+            timeout=120,
+            what="200 jobs to end",
+        )
     finally:
         stop.set()
         for t in threads:
@@ -127,15 +142,19 @@ def test_two_readers_restarting_with_since_lose_and_repeat_nothing_over_200_jobs
         assert runs > 5, (name, runs)
         assert not [e for e in lines if e["event"] == "gap"], name
         seqs = [e["seq"] for e in jobs_of(lines)]
-        assert seqs == list(range(1, last_seq + 1)), name   # every event once, in order
+        assert seqs == list(range(1, last_seq + 1)), name  # every event once, in order
         per_job = {}
         for e in jobs_of(lines):
             if e["change"] == "state":
                 per_job.setdefault(e["id"], []).append((e["previous"], e["state"]))
         assert len(per_job) == 200
         for chain in per_job.values():
-            assert chain == [(None, "queued"), ("queued", "starting"), ("starting", "running"),
-                             ("running", "completed")]
+            assert chain == [
+                (None, "queued"),
+                ("queued", "starting"),
+                ("starting", "running"),
+                ("running", "completed"),
+            ]
 
 
 def test_a_forced_rotation_gives_a_gap_that_counts_what_was_lost(q):

@@ -32,6 +32,7 @@ def job_dirs(q) -> list[str]:
 
 # -- 2. a name names its job after it ends -------------------------------------------------------
 
+
 def test_a_name_names_its_job_however_fast_it_ended(qq):
     job = qq.submit("--name", "quick", "--", "sh", "-c", "echo said-so; exit 3")
     qq.wait_state(job, FINAL)  # ended before anything below asks for it by name
@@ -99,23 +100,46 @@ def test_the_hint_of_logs_on_a_group_gives_names_that_work(qq):
 
 # -- 3. 121, never 2, where the code is a job's ---------------------------------------------------
 
-@pytest.mark.parametrize("argv", [["wait", "--bogus", "X"], ["run", "--bogus"], ["submit", "--bogus"],
-                                  ["wait"], ["pipeline", "--bogus", "p.toml"], ["rerun"],
-                                  ["status", "X", "--quiet", "--bogus"], ["status", "X", "--wait", "--bogus"],
-                                  ["submit", "--wait", "--cpu"]],
-                         ids=lambda a: " ".join(a))
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["wait", "--bogus", "X"],
+        ["run", "--bogus"],
+        ["submit", "--bogus"],
+        ["wait"],
+        ["pipeline", "--bogus", "p.toml"],
+        ["rerun"],
+        ["status", "X", "--quiet", "--bogus"],
+        ["status", "X", "--wait", "--bogus"],
+        ["submit", "--wait", "--cpu"],
+    ],
+    ids=lambda a: " ".join(a),
+)
 def test_a_bad_command_line_of_a_job_command_is_121_with_the_same_sentence(qq, argv):
     proc = qq.run(*argv)
     assert proc.returncode == 121, (proc.returncode, proc.stderr)
-    assert re.match(r"qex: (unrecognized arguments|the following arguments are required|argument )",
-                    proc.stderr), proc.stderr
+    assert re.match(r"qex: (unrecognized arguments|the following arguments are required|argument )", proc.stderr), (
+        proc.stderr
+    )
     assert "(see qex" in proc.stderr and "Traceback" not in proc.stderr
     assert job_dirs(qq) == []
 
 
-@pytest.mark.parametrize("argv", [["list", "--bogus"], ["status"], ["logs"], ["kill"], ["clean", "--bogus"],
-                                  ["info", "--bogus"], ["frobnicate"], ["status", "X", "--json", "--bogus"]],
-                         ids=lambda a: " ".join(a))
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list", "--bogus"],
+        ["status"],
+        ["logs"],
+        ["kill"],
+        ["clean", "--bogus"],
+        ["info", "--bogus"],
+        ["frobnicate"],
+        ["status", "X", "--json", "--bogus"],
+    ],
+    ids=lambda a: " ".join(a),
+)
 def test_a_bad_command_line_of_any_other_command_is_still_2(qq, argv):
     proc = qq.run(*argv)
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
@@ -130,10 +154,16 @@ def test_an_ambiguous_name_is_121_on_job_commands_and_2_on_the_others(qq):
     a = qq.submit("--name", "twin", "--", *gated(qq, "a"))
     b = qq.submit("--name", "twin", "--", *gated(qq, "a"))
     try:
-        for argv, code in ((["wait", "twin"], 121), (["status", "twin", "--quiet"], 121),
-                           (["status", "twin", "--follow"], 121), (["rerun", "twin"], 121),
-                           (["submit", "--needs", "twin", "--", "true"], 121),
-                           (["status", "twin"], 2), (["logs", "twin"], 2), (["cancel", "twin"], 2)):
+        for argv, code in (
+            (["wait", "twin"], 121),
+            (["status", "twin", "--quiet"], 121),
+            (["status", "twin", "--follow"], 121),
+            (["rerun", "twin"], 121),
+            (["submit", "--needs", "twin", "--", "true"], 121),
+            (["status", "twin"], 2),
+            (["logs", "twin"], 2),
+            (["cancel", "twin"], 2),
+        ):
             proc = qq.run(*argv)
             assert proc.returncode == code, (argv, proc.returncode, proc.stderr)
             assert a in proc.stderr and b in proc.stderr, (argv, proc.stderr)
@@ -146,6 +176,7 @@ def test_an_ambiguous_name_is_121_on_job_commands_and_2_on_the_others(qq):
 
 # -- 13. smaller, same spirit -----------------------------------------------------------------------
 
+
 def test_a_bare_memory_size_under_1mib_is_bytes_with_a_warning(qq):
     proc = qq.run("submit", "--mem", "100", "--", "true")
     assert proc.returncode == 0, proc.stderr
@@ -153,7 +184,7 @@ def test_a_bare_memory_size_under_1mib_is_bytes_with_a_warning(qq):
     assert proc.stdout == job + "\n"  # stdout is still only the id
     assert "did you mean 100MB?" in proc.stderr and "100 bytes" in proc.stderr, proc.stderr
     assert qq.record(job)["claims"]["mem"] == 100  # bytes, as the contract says
-    for quiet in (["--mem", "100MB"], ["--mem", str(2 * 1024 ** 2)]):
+    for quiet in (["--mem", "100MB"], ["--mem", str(2 * 1024**2)]):
         other = qq.run("submit", *quiet, "--", "true")
         assert other.returncode == 0 and "did you mean" not in other.stderr, (quiet, other.stderr)
 
@@ -168,8 +199,7 @@ def test_qex_alone_prints_a_short_banner_and_exits_0(qq):
 def test_status_says_what_a_job_waits_for_once(qq):
     first = qq.submit("--", *gated(qq, "a"))
     waiting = qq.submit("--needs", first, "--", "true")
-    qq.wait_for(lambda: (qq.record(waiting).get("blocked_reason") or "").startswith("waits for"),
-                what="a reason")
+    qq.wait_for(lambda: (qq.record(waiting).get("blocked_reason") or "").startswith("waits for"), what="a reason")
     shown = qq.run("status", waiting).stdout
     line = next(row for row in shown.splitlines() if "waits for" in row)
     assert line.count("waits") == 1, shown
@@ -180,8 +210,7 @@ def test_status_says_what_a_job_waits_for_once(qq):
 def test_list_keeps_claims_apart_from_the_reason(q):
     q.write_config(POOLS)
     first = q.submit("--", *gated(q, "a"))
-    waiting = q.submit("--cpu", "0.5", "--mem", "100MB", "--gpu", "2", "--vram", "20GB", "--needs", first,
-                       "--", "true")
+    waiting = q.submit("--cpu", "0.5", "--mem", "100MB", "--gpu", "2", "--vram", "20GB", "--needs", first, "--", "true")
     q.wait_for(lambda: q.record(waiting).get("blocked_reason"), what="a reason")
     row = next(r for r in q.run("list", check=0).stdout.splitlines() if r.startswith(waiting[:8]))
     claims = "0.5 cores, 100MB, gpu 2 x 20GB"
@@ -192,13 +221,23 @@ def test_list_keeps_claims_apart_from_the_reason(q):
 
 @pytest.mark.parametrize("argv", [["--help"], ["help"]])
 def test_help_lists_the_topics_once_and_never_cuts_a_word(qq, argv):
-    topics = ("agents", "resources", "states", "exit-codes", "events", "config", "job-file", "each-line",
-              "pause", "dedupe")
+    topics = (
+        "agents",
+        "resources",
+        "states",
+        "exit-codes",
+        "events",
+        "config",
+        "job-file",
+        "each-line",
+        "pause",
+        "dedupe",
+    )
     for columns in ("60", "80", "200"):
         proc = qq.run(*argv, env={"COLUMNS": columns})
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.count("Topics") == 1, proc.stdout
-        tail = proc.stdout[proc.stdout.index("Topics"):]
+        tail = proc.stdout[proc.stdout.index("Topics") :]
         words = set(re.split(r"[\s,:()|]+", tail))
         assert all(t in words for t in topics), (columns, tail)
         assert not any(line.endswith("-") for line in proc.stdout.splitlines()), proc.stdout

@@ -24,6 +24,7 @@ def job_dirs(q) -> list[str]:
 
 # -- 0..96: the job's own code ---------------------------------------------------------------
 
+
 @pytest.mark.parametrize("code", [0, 3, 96])
 def test_job_code_0_to_96_is_returned_unchanged(qq, code):
     proc = qq.run("submit", "--wait", "--", "sh", "-c", f"exit {code}")
@@ -36,6 +37,7 @@ def test_job_code_0_to_96_is_returned_unchanged(qq, code):
 
 
 # -- 97: 97..255 --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("code", [97, 124, 200, 255])
 def test_job_code_97_to_255_gives_97_and_the_record_holds_the_real_code(qq, code):
@@ -50,6 +52,7 @@ def test_job_code_97_to_255_gives_97_and_the_record_holds_the_real_code(qq, code
 
 # -- 98: a signal qex did not send ----------------------------------------------------------
 
+
 def test_job_killed_by_its_own_sigsegv_gives_98_and_the_record_names_the_signal(qq):
     proc = qq.run("submit", "--wait", "--", "sh", "-c", "kill -SEGV $$")
     assert proc.returncode == 98, proc.stderr
@@ -60,6 +63,7 @@ def test_job_killed_by_its_own_sigsegv_gives_98_and_the_record_names_the_signal(
 
 
 # -- 100: not stopped -------------------------------------------------------------------------
+
 
 def test_status_quiet_of_a_running_job_gives_100_then_the_job_code(qq):
     job = qq.submit("--", *gated(qq, "a", "exit 5"))
@@ -130,6 +134,7 @@ def test_refused_submit_wait_and_run_also_give_121(qq):
 
 # -- 122: the wait was interrupted; the job continues ----------------------------------------
 
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_wait_gives_122_and_the_job_continues(qq, sig):
     job = qq.submit("--", *gated(qq, "a", "echo finished"))
@@ -162,6 +167,7 @@ def test_interrupted_submit_wait_gives_122_and_the_job_continues(qq):
 
 # -- 124: the wait's own limit -----------------------------------------------------------------
 
+
 def test_wait_timeout_gives_124_and_the_job_continues(qq):
     job = qq.submit("--", *gated(qq, "a"))
     proc = qq.run("wait", "--timeout", "0.5", job)
@@ -183,6 +189,7 @@ def test_submit_wait_timeout_gives_124_and_the_job_continues(qq):
 
 
 # -- 125: something stopped the job -----------------------------------------------------------
+
 
 def test_killed_job_gives_125(qq):
     job = qq.submit("--", *gated(qq, "never"))
@@ -219,6 +226,7 @@ def test_cancelled_job_gives_125(q):
 
 # -- 127 and 2 ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("command", ["wait", "status", "kill", "cancel", "logs", "clean"])
 def test_unknown_id_gives_127(qq, command):
     qq.submit("--", "true")  # a queue that exists, with a job that is not this one
@@ -234,10 +242,17 @@ def test_status_quiet_and_wait_of_an_unknown_id_give_127_in_an_empty_state_dir(q
     assert qq.run("wait", "--timeout", "1", "abcd1234").returncode == 127
 
 
-@pytest.mark.parametrize("args,code", [(["submit", "--no-such-option", "--", "true"], 121),
-                                       (["list", "--bogus"], 2), (["wait"], 121), (["status"], 2),
-                                       (["frobnicate"], 2)],
-                         ids=["submit-option", "list-option", "wait-no-id", "status-no-id", "no-command"])
+@pytest.mark.parametrize(
+    "args,code",
+    [
+        (["submit", "--no-such-option", "--", "true"], 121),
+        (["list", "--bogus"], 2),
+        (["wait"], 121),
+        (["status"], 2),
+        (["frobnicate"], 2),
+    ],
+    ids=["submit-option", "list-option", "wait-no-id", "status-no-id", "no-command"],
+)
 def test_bad_command_line_gives_121_where_the_code_is_a_jobs_else_2(qq, args, code):
     proc = qq.run(*args)
     assert proc.returncode == code, (proc.stdout, proc.stderr)
@@ -247,6 +262,7 @@ def test_bad_command_line_gives_121_where_the_code_is_a_jobs_else_2(qq, args, co
 
 
 # -- what submit prints --------------------------------------------------------------------------
+
 
 def test_submit_prints_exactly_the_id_on_stdout(qq):
     proc = qq.run("submit", "--", "sh", "-c", "echo out; echo err >&2")
@@ -279,6 +295,7 @@ def test_submit_wait_puts_the_id_on_stderr_and_the_record_on_stdout(qq):
 def test_id_file_is_written_before_the_wait_begins(qq):
     id_file = os.path.join(qq.root, "job.id")
     waiter = qq.popen("submit", "--wait", "--id-file", id_file, "--", *gated(qq, "a"))
+
     def written():
         if os.path.exists(id_file):
             with open(id_file) as fh:

@@ -54,8 +54,7 @@ def test_a_hostile_line_reaches_the_job_as_one_verbatim_argument(qq):
     assert qq.run("wait", group).returncode == 0
     jobs = group_members(qq, group)
     got = [json.loads(logged(qq, r["id"])) for r in jobs]
-    assert got == [[line, f"--in={line}.txt", "{}"] for line in
-                   (hostile, "spaced out", "`id` $(id) 'q' \\n *")]
+    assert got == [[line, f"--in={line}.txt", "{}"] for line in (hostile, "spaced out", "`id` $(id) 'q' \\n *")]
     assert [r["command"][3:] for r in jobs] == got
     assert all(r["template"] == ARGV + ["{}", "--in={}.txt", "{{}}"] for r in jobs)
 
@@ -105,21 +104,24 @@ def test_stdin_and_name_for_the_group(qq):
     assert [r["name"] for r in listing] == ["echo-001-a", "echo-002-b"]
 
 
-@pytest.mark.parametrize("case, words", [
-    ("no-hole", "no {}"),
-    ("only-literal", "no {}"),
-    ("directory", "is a directory"),
-    ("missing", "cannot read"),
-    ("empty", "no usable line"),
-    ("comments-only", "no usable line"),
-    ("too-many", "--max-jobs 3"),
-    ("max-jobs-zero", "--max-jobs"),
-    ("wait", "--wait"),
-    ("follow", "--follow"),
-    ("job", "--job"),
-    ("bad-program", "line 2"),
-    ("nul", "NUL"),
-])
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("no-hole", "no {}"),
+        ("only-literal", "no {}"),
+        ("directory", "is a directory"),
+        ("missing", "cannot read"),
+        ("empty", "no usable line"),
+        ("comments-only", "no usable line"),
+        ("too-many", "--max-jobs 3"),
+        ("max-jobs-zero", "--max-jobs"),
+        ("wait", "--wait"),
+        ("follow", "--follow"),
+        ("job", "--job"),
+        ("bad-program", "line 2"),
+        ("nul", "NUL"),
+    ],
+)
 def test_all_or_nothing(qq, case, words):
     good = write(qq, "good.txt", "a\nb\nc\nd\n")
     argv = {
@@ -146,8 +148,9 @@ def test_all_or_nothing(qq, case, words):
 def test_options_that_mean_one_job_or_a_fan_out_are_refused_where_they_do_not_fit(qq):
     good = write(qq, "good.txt", "a\n")
     for option in ("--dedupe-key", "--dedupe-window"):
-        dedupe = qq.run("submit", "--each-line", good, option, "k" if option == "--dedupe-key" else "1h",
-                        "--", "echo", "{}")
+        dedupe = qq.run(
+            "submit", "--each-line", good, option, "k" if option == "--dedupe-key" else "1h", "--", "echo", "{}"
+        )
         assert dedupe.returncode == 121 and option in dedupe.stderr, dedupe.stderr
     run = qq.run("run", "--each-line", good, "--", "echo", "{}")
     assert run.returncode == 121 and "--each-line" in run.stderr
@@ -267,11 +270,13 @@ def test_a_fan_out_imports_no_attrs_or_cattrs(qq):
     import sys
 
     path = write(qq, "inputs.txt", "a\nb\n")
-    code = ("import sys; from qex.cli import run; code = run(['submit', '--each-line', %r, '--', 'echo', '{}']); "
-            "sys.stderr.write(repr(sorted(m for m in ('attr', 'attrs', 'cattrs') if m in sys.modules)) + '\\n')"
-            % path)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=qq.env, cwd=qq.root,
-                          timeout=60)
+    code = (
+        "import sys; from qex.cli import run; code = run(['submit', '--each-line', %r, '--', 'echo', '{}']); "
+        "sys.stderr.write(repr(sorted(m for m in ('attr', 'attrs', 'cattrs') if m in sys.modules)) + '\\n')" % path
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=qq.env, cwd=qq.root, timeout=60
+    )
     assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
     group = proc.stdout.strip()
     assert qq.run("wait", group).returncode == 0

@@ -28,6 +28,7 @@ def seen(q, *submit, env=None, variables=("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_O
 
 # ---- the fence -----------------------------------------------------------------------
 
+
 def test_a_job_without_a_gpu_claim_is_given_no_device(q):
     q.write_config(TWO)
     assert seen(q)["CUDA_VISIBLE_DEVICES"] == ""
@@ -60,6 +61,7 @@ def test_a_job_that_sets_a_fenced_variable_without_a_claim_is_refused(q):
 
 # ---- the order, and devices by UUID ---------------------------------------------------
 
+
 def test_device_indices_come_with_the_pci_bus_order(q):
     q.write_config(TWO)
     got = seen(q, "--gpu", "1")
@@ -68,9 +70,11 @@ def test_device_indices_come_with_the_pci_bus_order(q):
 
 def test_a_device_declared_by_uuid_is_given_by_its_uuid(q):
     whole, mig = uuid(0), uuid(1, "MIG")
-    q.write_config(f'[defaults]\nmem = "10MB"\n[[pool]]\nname = "gpu"\ndevices = [\n'
-                   f'  {{ uuid = "{whole}", size = "80GB" }},\n  {{ uuid = "{mig}", size = "10GB" }},\n'
-                   '  { index = 3, size = "24GB" },\n]\n')
+    q.write_config(
+        f'[defaults]\nmem = "10MB"\n[[pool]]\nname = "gpu"\ndevices = [\n'
+        f'  {{ uuid = "{whole}", size = "80GB" }},\n  {{ uuid = "{mig}", size = "10GB" }},\n'
+        '  { index = 3, size = "24GB" },\n]\n'
+    )
     assert seen(q, "--gpu", "3")["CUDA_VISIBLE_DEVICES"] == f"{whole},{mig},3"
     assert seen(q, "--vram", "70GB")["CUDA_VISIBLE_DEVICES"] == whole
     qex_numbers = seen(q, "--gpu", "3", variables=("QEX_GPU_DEVICES",))
@@ -85,6 +89,7 @@ def test_a_job_cannot_set_another_device_order(q):
 
 
 # ---- a list of variables --------------------------------------------------------------
+
 
 def test_each_variable_of_a_list_gets_the_devices_and_its_own_no_device(q):
     q.write_config(TWO + 'env = ["HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"]\n')
@@ -103,8 +108,16 @@ def test_rocr_with_a_hip_variable_in_one_list_is_refused_with_the_reason(q):
 
 # ---- detection ------------------------------------------------------------------------
 
-MIG_BOX = [gpu(0), gpu(1, mig=[{"uuid": uuid(1, "MIG"), "profile": "3g.40gb", "memory_mib": 40192},
-                               {"uuid": uuid(2, "MIG"), "profile": "1g.10gb", "memory_mib": 9856}])]
+MIG_BOX = [
+    gpu(0),
+    gpu(
+        1,
+        mig=[
+            {"uuid": uuid(1, "MIG"), "profile": "3g.40gb", "memory_mib": 40192},
+            {"uuid": uuid(2, "MIG"), "profile": "1g.10gb", "memory_mib": 9856},
+        ],
+    ),
+]
 
 
 def test_detect_prints_a_pool_block_ready_to_paste(q):
@@ -121,15 +134,17 @@ def test_detect_prints_a_pool_block_ready_to_paste(q):
 
 def test_detect_write_keeps_the_file_and_a_second_write_changes_nothing(q):
     fake_driver(q, [gpu(0), gpu(1, name="NVIDIA GeForce RTX 4090", mib=24564)])
-    mine = ('# my lab box\n[budget]\ncpu = 4   # leave some for me\n\n[[pool]]\nname = "net"\ncount = 2\n\n'
-            '[logs]\nmax_bytes = "1MB"  # small\n')
+    mine = (
+        '# my lab box\n[budget]\ncpu = 4   # leave some for me\n\n[[pool]]\nname = "net"\ncount = 2\n\n'
+        '[logs]\nmax_bytes = "1MB"  # small\n'
+    )
     q.write_config(mine)
     os.chmod(q.config, 0o640)
     proc = q.run("config", "detect", "--write")
     assert proc.returncode == 0, proc.stderr
     with open(q.config) as fh:
         written = fh.read()
-    assert written.startswith(mine) and "[[pool]]" in written[len(mine):]
+    assert written.startswith(mine) and "[[pool]]" in written[len(mine) :]
     assert os.stat(q.config).st_mode & 0o777 == 0o640
     assert "24564" not in written and str(24564 * 1024 * 1024) in written
     before = os.stat(q.config)
@@ -161,6 +176,7 @@ def test_info_says_in_one_line_where_the_config_and_the_driver_disagree(q):
 
 
 # ---- the refusal that names detect ----------------------------------------------------
+
 
 @pytest.mark.parametrize("claim", [["--gpu", "1"], ["--vram", "1GB"]])
 def test_a_gpu_claim_with_no_gpu_pool_on_a_box_whose_driver_answers_names_detect(q, claim):

@@ -74,6 +74,7 @@ def outsider(q):
 
 # ---- VRAM used outside qex ---------------------------------------------------------------
 
+
 def test_vram_used_outside_qex_sends_a_job_to_the_other_device(q, box, outsider):
     other = outsider()
     hold(box, "outside", 0, 70 * 1024, other.pid)  # 70GB of GPU 0, by a process outside qex
@@ -103,8 +104,9 @@ def test_a_claim_that_cannot_fit_beside_it_waits_naming_it_and_starts_once_it_is
 def test_a_process_left_by_an_ended_job_is_named_as_that_jobs(q, box):
     pid_file = os.path.join(q.root, "left.pid")
     # The job leaves a process behind that holds 70GB of GPU 0, and ends.
-    left = q.submit("--name", "leaver", "--", "sh", "-c",
-                    f"(trap '' HUP; exec sleep 600) >/dev/null 2>&1 & echo $! > {pid_file}")
+    left = q.submit(
+        "--name", "leaver", "--", "sh", "-c", f"(trap '' HUP; exec sleep 600) >/dev/null 2>&1 & echo $! > {pid_file}"
+    )
     q.wait_state(left, "completed")
     with open(pid_file) as fh:
         pid = int(fh.read())
@@ -127,8 +129,17 @@ def test_another_users_qex_job_is_not_vram_outside_qex(q, box, tmp_path):
     other.write_config(TWO)
     # (its environment names its job, but another queue's: what the ancestry says is checked
     # by clearing it)
-    theirs = other.submit("--vram", "70GB", "--", "env", "-u", "QEX_JOB_ID", "sh", "-c",
-                          f"echo \"$$ 0 {70 * 1024}\" > {box}/theirs; " + " ".join(gated(other, "go")[2:]))
+    theirs = other.submit(
+        "--vram",
+        "70GB",
+        "--",
+        "env",
+        "-u",
+        "QEX_JOB_ID",
+        "sh",
+        "-c",
+        f'echo "$$ 0 {70 * 1024}" > {box}/theirs; ' + " ".join(gated(other, "go")[2:]),
+    )
     try:
         other.wait_state(theirs, "running")
         q.wait_for(lambda: os.path.exists(os.path.join(box, "theirs")), what="its VRAM")
@@ -143,6 +154,7 @@ def test_another_users_qex_job_is_not_vram_outside_qex(q, box, tmp_path):
 
 # ---- the cost: the driver is read only for a GPU claim, at most once per observe_every -----
 
+
 def test_a_pass_with_no_gpu_claim_never_calls_the_driver_and_one_with_reads_it_once_per_observe_every(q, box):
     q.write_config(TWO.replace('observe_every = "1s"', 'observe_every = "1h"'))
     job = q.submit("--", "true")
@@ -152,8 +164,10 @@ def test_a_pass_with_no_gpu_claim_never_calls_the_driver_and_one_with_reads_it_o
     assert calls(q) == []
     for _ in range(2):  # (jobs that end before their first sample: only the passes read it)
         q.wait_state(q.submit("--vram", "1GB", "--", "true"), "completed")
-    assert sorted(c.split()[0] for c in calls(q)) == ["--query-compute-apps=pid,used_memory,gpu_uuid",
-                                                     "--query-gpu=index,uuid"], calls(q)  # (together)
+    assert sorted(c.split()[0] for c in calls(q)) == [
+        "--query-compute-apps=pid,used_memory,gpu_uuid",
+        "--query-gpu=index,uuid",
+    ], calls(q)  # (together)
 
 
 def test_info_reads_the_driver_at_most_once_per_observe_every(q, box):
@@ -165,11 +179,16 @@ def test_info_reads_the_driver_at_most_once_per_observe_every(q, box):
 
 # ---- VRAM measured per job --------------------------------------------------------------
 
+
 def holding(q, apps: str, name: str, device: int, mib: int, gate: str) -> list[str]:
     """A job that holds ``mib`` MiB on GPU ``device`` (the fake's file names its shell),
     then waits on the gate ``gate`` and lets go."""
-    return ["sh", "-c", f'echo "$$ {device} {mib}" > {apps}/{name}; '
-            f"while [ ! -e '{q.gate(gate)}' ]; do sleep 0.02; done; rm -f {apps}/{name}"]
+    return [
+        "sh",
+        "-c",
+        f'echo "$$ {device} {mib}" > {apps}/{name}; '
+        f"while [ ! -e '{q.gate(gate)}' ]; do sleep 0.02; done; rm -f {apps}/{name}",
+    ]
 
 
 def live_peak(q, job: str):
@@ -247,7 +266,8 @@ def test_the_learner_learns_vram_as_it_learns_memory(q, box):
     second = q.submit("--vram", "guess", "--", *command)
     rec = q.record(second)
     assert rec["claims"]["pools"]["gpu"]["size"] == int(4096 * MiB * 1.2) // MiB * MiB + MiB * (
-        int(4096 * MiB * 1.2) % MiB > 0)
+        int(4096 * MiB * 1.2) % MiB > 0
+    )
     assert "learned from 1 run (VRAM peak 4GB)" in rec["claim_source"]["vram"]
 
 

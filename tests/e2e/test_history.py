@@ -115,8 +115,10 @@ def test_a_cleaned_job_is_not_listed(q):
     assert history_ids(q) == [jobs[0], jobs[2]]
     # a clean that died between moving the directory and rewriting the history: the line stays
     with open(history_path(q), "ab") as fh:
-        fh.write(json.dumps({"seq": 2, "id": jobs[1], "state": "completed", "name": "x"},
-                            separators=(",", ":")).encode() + b"\n")
+        fh.write(
+            json.dumps({"seq": 2, "id": jobs[1], "state": "completed", "name": "x"}, separators=(",", ":")).encode()
+            + b"\n"
+        )
     assert listed(q) == [jobs[0], jobs[2]]
     assert q.run("clean", "--all").returncode == 0
     assert listed(q) == []

@@ -17,9 +17,11 @@ def hook_config(q, argv, extra="", base=ONE_AT_A_TIME):
 def recorder(q):
     """A hook that appends one line per run (job id, state, exit code) to a file; returns (argv, path)."""
     path = os.path.join(q.root, "hook-runs.txt")
-    script = (f"import os, json\nwith open({path!r}, 'a') as fh:\n"
-              "    fh.write(json.dumps([os.environ[k] for k in ('QEX_JOB_ID', 'QEX_STATE', 'QEX_EXIT_CODE',"
-              " 'QEX_ATTEMPTS')]) + chr(10))\n")
+    script = (
+        f"import os, json\nwith open({path!r}, 'a') as fh:\n"
+        "    fh.write(json.dumps([os.environ[k] for k in ('QEX_JOB_ID', 'QEX_STATE', 'QEX_EXIT_CODE',"
+        " 'QEX_ATTEMPTS')]) + chr(10))\n"
+    )
     return [sys.executable, "-c", script], path
 
 
@@ -43,10 +45,12 @@ def ran(q, job):
 
 def test_the_hook_gets_the_job_in_its_environment_and_qex_logs_hook_shows_it(q):
     out = os.path.join(q.root, "env.txt")
-    script = ("import os, json\n"
-              f"json.dump({{k: v for k, v in os.environ.items() if k.startswith('QEX_')}} | {{'cwd': os.getcwd()}},"
-              f" open({out!r}, 'w'))\n"
-              "print('hello from the hook')\n")
+    script = (
+        "import os, json\n"
+        f"json.dump({{k: v for k, v in os.environ.items() if k.startswith('QEX_')}} | {{'cwd': os.getcwd()}},"
+        f" open({out!r}, 'w'))\n"
+        "print('hello from the hook')\n"
+    )
     hook_config(q, [sys.executable, "-c", script])
     job = q.submit("--name", "train", "--tag", "exp1", "--tag", "night", "--", "sh", "-c", "exit 3")
     q.wait_state(job, "failed")
@@ -75,10 +79,10 @@ def test_a_slow_hook_does_not_delay_the_next_job(q):
     q.wait_for(lambda: os.path.exists(marker), what="the first job's hook to start")
     started = json.load(open(marker))
     try:
-        assert "verdict" not in started            # the first job's hook still sleeps ...
-        os.kill(started["pid"], 0)                 # ... its process is alive ...
+        assert "verdict" not in started  # the first job's hook still sleeps ...
+        os.kill(started["pid"], 0)  # ... its process is alive ...
         rec1, rec2 = q.record(first), q.record(second)
-        assert rec2["started_at"] >= rec1["ended_at"]   # ... and the second job ran meanwhile
+        assert rec2["started_at"] >= rec1["ended_at"]  # ... and the second job ran meanwhile
     finally:
         for job in (first, second):
             try:
@@ -134,7 +138,7 @@ def test_jobs_that_end_without_a_supervisor_get_their_hook(q):
     expires = q.submit("--cpu", "1", "--max-queue-time", "1s", "--", "true")
     cancelled = q.submit("--cpu", "1", "--", "true")
     q.run("cancel", cancelled, check=0)
-    q.wait_state(expires, "expired", timeout=20)   # made final by the waker, with no supervisor
+    q.wait_state(expires, "expired", timeout=20)  # made final by the waker, with no supervisor
     q.wait_for(lambda: len(runs(path)) == 2, what="the hooks of the expired and the cancelled job")
     by_job = {r[0]: r[1:] for r in runs(path)}
     assert by_job[expires] == ["expired", "", "0"]  # no exit code, never started

@@ -25,8 +25,14 @@ def member(actor, users) -> str:
 
 
 def as_user(w, name: str, script: str, *args) -> subprocess.CompletedProcess:
-    return subprocess.run(w.users.wrap(name, [w.users.python, "-c", textwrap.dedent(script), *map(str, args)]),
-                          env=w.users.env({}), cwd=w.dir, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        w.users.wrap(name, [w.users.python, "-c", textwrap.dedent(script), *map(str, args)]),
+        env=w.users.env({}),
+        cwd=w.dir,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def processes_of(state: str, uid: int) -> list[int]:
@@ -119,8 +125,9 @@ def test_records_a_member_forges_in_their_own_directory_are_never_run_signalled_
     sleeper = subprocess.Popen(w.users.wrap(bob.name, ["sleep", "300"]))  # a process of bob's, outside qex
     try:
         target = os.path.join(w.dir, "forged-job-ran")
-        r = as_user(w, mallory.name, FAKE, member(mallory, users), users.uid(bob.name), sleeper.pid, target,
-                    w.gate("x"))
+        r = as_user(
+            w, mallory.name, FAKE, member(mallory, users), users.uid(bob.name), sleeper.pid, target, w.gate("x")
+        )
         assert r.returncode == 0, r.stderr
         forged = json.loads(r.stdout)
         # bob fills the 1.5-core budget and queues behind it: the forged negative claims free nothing
@@ -147,13 +154,19 @@ def test_records_a_member_forges_in_their_own_directory_are_never_run_signalled_
 
 def test_a_pause_counts_as_its_files_owner_whatever_it_says(lab, users):
     w, bob, mallory = lab
-    r = as_user(w, mallory.name, """
+    r = as_user(
+        w,
+        mallory.name,
+        """
         import json, os, sys
         d = os.path.join(sys.argv[1], "pause"); os.makedirs(d, exist_ok=True)
         for name, kind in (("queue.json", "queue"), ("lock-data.json", "lock")):
             with open(os.path.join(d, name), "w") as fh:
                 json.dump({"id": "1", "kind": kind, "user": "bob", "uid": int(sys.argv[2]), "since": 1}, fh)
-        """, member(mallory, users), users.uid(bob.name))
+        """,
+        member(mallory, users),
+        users.uid(bob.name),
+    )
     assert r.returncode == 0, r.stderr
     free = bob.submit("--", "true")
     assert bob.wait_state(free, "completed")  # a queue pause of a member who does not own the directory holds nothing
@@ -248,14 +261,26 @@ def test_a_killed_waker_leaves_no_work_behind_a_reason_that_is_no_longer_true(us
 def test_a_member_who_holds_the_shared_lock_is_named_and_nobody_hangs(lab, users):
     w, bob, mallory = lab
     hold = subprocess.Popen(
-        w.users.wrap(mallory.name, [w.users.python, "-c", textwrap.dedent("""
+        w.users.wrap(
+            mallory.name,
+            [
+                w.users.python,
+                "-c",
+                textwrap.dedent("""
             import fcntl, os, sys
             fd = os.open(sys.argv[1], os.O_RDONLY)
             fcntl.flock(fd, fcntl.LOCK_EX)
             print("held", flush=True)
             sys.stdin.read()
-            """), os.path.join(bob.state, "lock")]),
-        env=w.users.env({}), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            """),
+                os.path.join(bob.state, "lock"),
+            ],
+        ),
+        env=w.users.env({}),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert hold.stdout.readline().strip() == "held"
         r = bob.run("submit", "--lock-timeout", "3", "--", "true", timeout=30)

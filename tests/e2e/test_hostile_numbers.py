@@ -148,8 +148,10 @@ def test_a_learned_value_above_the_machine_is_passed_over(qq, value):
 
     nbytes = machine.mem_total() + 1 if value == "machine+1" else value
     key = learn.key_of(["sleep", "1"])
-    write_json(os.path.join(qq.state, "learn.json") if os.path.isdir(qq.state) else _made(qq),
-               {"format": 1, "commands": {key: {"n": "sleep", "at": 1, "s": [["peak", nbytes]]}}})
+    write_json(
+        os.path.join(qq.state, "learn.json") if os.path.isdir(qq.state) else _made(qq),
+        {"format": 1, "commands": {key: {"n": "sleep", "at": 1, "s": [["peak", nbytes]]}}},
+    )
     proc = qq.run("submit", "--", "sleep", "1")
     assert proc.returncode == 0, proc.stderr
     assert "learner store" in proc.stderr and "passed over" in proc.stderr, proc.stderr

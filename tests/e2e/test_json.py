@@ -80,7 +80,11 @@ def test_every_property_of_every_schema_has_a_description(q):
     holder = status["properties"]["blocked_holder"]
     assert set(holder["anyOf"][0]["enum"]) == set(HOLDERS)
     assert all(word in holder["description"] for word in HOLDERS)
-    assert status["properties"]["usage"]["properties"]["peak_from"]["anyOf"][0]["enum"] == ["cgroup", "proc-sample", "rusage"]
+    assert status["properties"]["usage"]["properties"]["peak_from"]["anyOf"][0]["enum"] == [
+        "cgroup",
+        "proc-sample",
+        "rusage",
+    ]
     assert len(status["properties"]) >= 49
 
 
@@ -98,12 +102,14 @@ def test_every_json_output_validates_against_its_schema(q, tmp_path):
 
     lines = tmp_path / "lines"
     lines.write_text("a\nb\n")
-    fan = _valid(v, "group", q.run("submit", "--each-line", lines, "--json", "--", "echo", "{}", check=0).stdout,
-                 "each-line")
+    fan = _valid(
+        v, "group", q.run("submit", "--each-line", lines, "--json", "--", "echo", "{}", check=0).stdout, "each-line"
+    )
     assert len(fan["jobs"]) == 2
     pipe = tmp_path / "p.toml"
-    pipe.write_text('[[jobs]]\nname = "one"\ncommand = ["true"]\n[[jobs]]\nname = "two"\ncommand = ["true"]\n'
-                    'needs = ["one"]\n')
+    pipe.write_text(
+        '[[jobs]]\nname = "one"\ncommand = ["true"]\n[[jobs]]\nname = "two"\ncommand = ["true"]\nneeds = ["one"]\n'
+    )
     group = _valid(v, "group", q.run("pipeline", "--json", pipe, check=0).stdout, "pipeline")
     assert [j["name"] for j in group["jobs"]] == ["one", "two"]
     members = _valid(v, "wait", q.run("wait", "--json", group["group"], fan["group"], check=0).stdout, "wait group")
@@ -182,7 +188,10 @@ def test_under_json_a_failure_is_one_json_object_on_stderr_with_the_same_exit_co
         if at_fault is not None:
             assert (doc["option"], doc["value"]) == at_fault, (argv, doc)
         assert doc["error"] == plain.stderr.strip().splitlines()[-1].removeprefix("qex: ") or kind in (
-            "ended", "running", "not_cleaned"), (argv, doc, plain.stderr)
+            "ended",
+            "running",
+            "not_cleaned",
+        ), (argv, doc, plain.stderr)
     open_gate(q, "run")
     q.wait_state(running, "completed")
 
@@ -197,8 +206,20 @@ def test_status_json_with_show_env_stays_json(q):
 
 def test_help_agents_is_the_page_for_agents_and_ships_as_docs_agents_md(q):
     text = q.run("help", "agents", check=0).stdout
-    for needed in ("events --json", "--since", "qex schema", "--id-file", "--dedupe-key", '"error"', '"kind"',
-                   "blocked_holder", "blocked_reason", "121", "127", "never poll".capitalize()[:5]):
+    for needed in (
+        "events --json",
+        "--since",
+        "qex schema",
+        "--id-file",
+        "--dedupe-key",
+        '"error"',
+        '"kind"',
+        "blocked_holder",
+        "blocked_reason",
+        "121",
+        "127",
+        "never poll".capitalize()[:5],
+    ):
         assert needed in text, needed
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(here, "docs", "agents.md")) as fh:

@@ -29,6 +29,7 @@ def env_of(text: str) -> dict:
 
 # -- no process outlives the work ---------------------------------------------------------------
 
+
 def test_no_process_of_the_state_dir_is_left_after_a_single_job(qq):
     job = qq.submit("--", *gated(qq, "a"))
     qq.wait_state(job, "running")
@@ -49,10 +50,10 @@ def test_no_process_of_the_state_dir_is_left_after_a_burst_with_a_small_budget(q
 
 # -- broken records -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
 def test_a_broken_record_leaves_list_and_status_of_the_others_working(qq, damage):
-    good, broken = [json.loads(qq.run("submit", "--wait", "--", "true", check=0).stdout)["id"]
-                    for _ in range(2)]
+    good, broken = [json.loads(qq.run("submit", "--wait", "--", "true", check=0).stdout)["id"] for _ in range(2)]
     running = qq.submit("--", *gated(qq, "a"))
     qq.wait_state(running, "running")
     path = os.path.join(qq.state, "jobs", broken, "status.json")
@@ -87,6 +88,7 @@ def test_a_broken_record_leaves_list_and_status_of_the_others_working(qq, damage
 
 # -- kill, cancel, clean ------------------------------------------------------------------------------
 
+
 def test_kill_leaves_no_process_of_the_job_group(qq):
     job = qq.submit("--", "sh", "-c", "sleep 300 & sleep 300 & wait")
     pgid = qq.wait_state(job, "running")["pid"]
@@ -101,8 +103,11 @@ def test_kill_leaves_no_process_of_the_job_group(qq):
 def test_kill_of_a_job_that_ignores_sigterm_ends_with_sigkill_and_no_process_left(qq):
     job = qq.submit("--", "sh", "-c", "trap '' TERM; sleep 300 & echo ready; wait")
     pgid = qq.wait_state(job, "running")["pid"]
-    qq.wait_for(lambda: len(group_members(pgid)) >= 2 and log(qq, job) == "ready\n", timeout=5,
-                what="the job to ignore TERM and start its child")
+    qq.wait_for(
+        lambda: len(group_members(pgid)) >= 2 and log(qq, job) == "ready\n",
+        timeout=5,
+        what="the job to ignore TERM and start its child",
+    )
     assert qq.run("kill", job).returncode == 0
     qq.wait_for(lambda: not group_members(pgid), timeout=8, what="KILL after the grace")
     rec = qq.wait_state(job, FINAL, timeout=5)
@@ -127,9 +132,11 @@ def test_clean_refuses_a_running_job_and_removes_an_ended_one(qq):
 
 # -- logs and list -----------------------------------------------------------------------------------
 
+
 def test_logs_tail_grep_and_stream_selection(qq):
-    proc = qq.run("submit", "--wait", "--", "sh", "-c",
-                  "for i in 1 2 3 4 5; do echo out-$i; done; echo err-1 >&2; echo err-2 >&2")
+    proc = qq.run(
+        "submit", "--wait", "--", "sh", "-c", "for i in 1 2 3 4 5; do echo out-$i; done; echo err-1 >&2; echo err-2 >&2"
+    )
     job = json.loads(proc.stdout)["id"]
     everything = qq.run("logs", job)
     assert everything.returncode == 0
@@ -183,6 +190,7 @@ def test_list_filters_by_state_and_tag(qq):
 
 # -- environment ---------------------------------------------------------------------------------------
 
+
 def test_status_show_env_shows_an_env_value_and_plain_status_does_not(qq):
     job = qq.submit("--env", "E2E_SECRET=v4lue-42", "--", "true")
     qq.wait_state(job, "completed")
@@ -205,8 +213,14 @@ def test_env_capture_none_gives_an_empty_environment_plus_the_job_variables(qq):
 
 
 def test_env_capture_minimal_keeps_only_the_listed_variables(qq):
-    proc = qq.run("run", "--env-capture", "minimal", "--", "/usr/bin/env",
-                  env={"E2E_NOISE": "x", "HOME": "/home/e2e", "LANG": "C.UTF-8"})
+    proc = qq.run(
+        "run",
+        "--env-capture",
+        "minimal",
+        "--",
+        "/usr/bin/env",
+        env={"E2E_NOISE": "x", "HOME": "/home/e2e", "LANG": "C.UTF-8"},
+    )
     assert proc.returncode == 0, proc.stderr
     seen = env_of(proc.stdout)
     assert "E2E_NOISE" not in seen and "QEX_STATE_DIR" not in seen
@@ -230,21 +244,24 @@ def test_claim_hints_only_when_both_cpu_and_mem_are_given_and_never_override(qq)
     both = env_of(qq.run("run", "--cpu", "2", "--mem", "1GB", "--", "/usr/bin/env", check=0).stdout)
     assert both["OMP_NUM_THREADS"] == "2" and both["GOMAXPROCS"] == "2"
     assert float(both["QEX_CPU"]) == 2
-    assert int(both["QEX_MEM"]) == 1024 ** 3
+    assert int(both["QEX_MEM"]) == 1024**3
     cpu_only = env_of(qq.run("run", "--cpu", "2", "--", "/usr/bin/env", check=0).stdout)
     assert not {"OMP_NUM_THREADS", "QEX_CPU", "QEX_MEM", "GOMAXPROCS"} & set(cpu_only), cpu_only
     mem_only = env_of(qq.run("run", "--mem", "1GB", "--", "/usr/bin/env", check=0).stdout)
     assert not {"OMP_NUM_THREADS", "QEX_CPU", "QEX_MEM", "GOMAXPROCS"} & set(mem_only), mem_only
-    kept = env_of(qq.run("run", "--cpu", "2", "--mem", "1GB", "--", "/usr/bin/env", check=0,
-                         env={"OMP_NUM_THREADS": "7"}).stdout)
+    kept = env_of(
+        qq.run("run", "--cpu", "2", "--mem", "1GB", "--", "/usr/bin/env", check=0, env={"OMP_NUM_THREADS": "7"}).stdout
+    )
     assert kept["OMP_NUM_THREADS"] == "7"
     assert kept["GOMAXPROCS"] == "2"
-    by_env = env_of(qq.run("run", "--cpu", "2", "--mem", "1GB", "--env", "GOMAXPROCS=5", "--",
-                           "/usr/bin/env", check=0).stdout)
+    by_env = env_of(
+        qq.run("run", "--cpu", "2", "--mem", "1GB", "--env", "GOMAXPROCS=5", "--", "/usr/bin/env", check=0).stdout
+    )
     assert by_env["GOMAXPROCS"] == "5" and by_env["OMP_NUM_THREADS"] == "2"
 
 
 # -- qex run -----------------------------------------------------------------------------------------
+
 
 def test_run_streams_output_while_the_job_runs_and_returns_its_code(qq):
     runner = qq.popen("run", "--", *gated(qq, "a", "echo second; echo oops >&2; exit 5", before="echo first; "))

@@ -13,11 +13,13 @@ from e2e_helpers import gated, open_gate, read_line
 CONFIG = '[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'
 
 # Takes the lock, says so, holds it until its stdin has a line (or ends): never a sleep.
-HOLDER = ("import fcntl, os, sys\n"
-          "fd = os.open(sys.argv[1], os.O_RDWR)\n"
-          "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-          "print('held', flush=True)\n"
-          "sys.stdin.readline()\n")
+HOLDER = (
+    "import fcntl, os, sys\n"
+    "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "print('held', flush=True)\n"
+    "sys.stdin.readline()\n"
+)
 
 
 @pytest.fixture
@@ -29,8 +31,12 @@ def qq(q):
 
 @pytest.fixture
 def holder(qq):
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, os.path.join(qq.state, "lock")],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, os.path.join(qq.state, "lock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert read_line(proc.stdout, 20) == "held\n"
     yield proc
     let_go(proc)
@@ -51,8 +57,9 @@ def who(pid: int) -> str:
     return f"held by pid {pid} (user {pwd.getpwuid(os.getuid()).pw_name}, command "
 
 
-@pytest.mark.parametrize("line", [["submit", "--lock-timeout", "3", "--", "true"],
-                                  ["--lock-timeout", "3", "submit", "--", "true"]])
+@pytest.mark.parametrize(
+    "line", [["submit", "--lock-timeout", "3", "--", "true"], ["--lock-timeout", "3", "submit", "--", "true"]]
+)
 def test_a_held_lock_is_named_then_the_command_gives_up_with_121_and_no_job(qq, holder, line):
     proc = qq.run(*line, timeout=30)
     assert proc.returncode == 121, (proc.returncode, proc.stdout, proc.stderr)
@@ -106,8 +113,12 @@ def test_a_supervisor_waits_for_the_lock_and_records_its_job(qq):
     env = {"QEX_LOCK_TIMEOUT": "1"}  # a command would give up after 1 s; a supervisor never does
     job = qq.submit("--", *gated(qq, "a"), env=env)
     qq.wait_state(job, "running")
-    hold = subprocess.Popen([sys.executable, "-c", HOLDER, os.path.join(qq.state, "lock")],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    hold = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, os.path.join(qq.state, "lock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert read_line(hold.stdout, 20) == "held\n"
         open_gate(qq, "a")

@@ -75,11 +75,15 @@ def test_ctrl_c_of_make_kills_its_qex_jobs(q, tmp_path):
     wait = " ".join(gate_command(gate)[2:])  # the gate loop, as a recipe
     (tmp_path / "Makefile").write_text(
         "SHELL := qex\n.SHELLFLAGS := run --quiet --cpu 0.25 --mem 64MB --name hang -- /bin/sh -c\n"
-        f"all: h1 h2\nh1 h2:\n\t{wait}; touch $@\n")
+        f"all: h1 h2\nh1 h2:\n\t{wait}; touch $@\n"
+    )
     make = start(["make", "-j2"], env, str(tmp_path))
     try:
-        q.wait_for(lambda: len(_jobs(q, env, "--name", "hang", "--state", "running")) == 2, timeout=60,
-                   what="both recipes running")
+        q.wait_for(
+            lambda: len(_jobs(q, env, "--name", "hang", "--state", "running")) == 2,
+            timeout=60,
+            what="both recipes running",
+        )
         ctrl_c(make)
         out = make.communicate(timeout=60)[0]
     finally:
@@ -96,16 +100,33 @@ def test_xargs_P_runs_each_argument_as_a_job_and_keeps_xargs_codes(q, tmp_path):
     script = tmp_path / "process"
     script.write_text('#!/bin/sh\n[ "$1" = bad ] && exit 3\necho "$1" > "$1.out"\n')
     script.chmod(0o755)
-    argv = ["xargs", "-P", "4", "-n1", "qex", "run", "--quiet", "--cpu", "0.25", "--mem", "64MB",
-            "--tag", "xargs", "--", "./process"]
-    ok = subprocess.run(argv, input="p\nq\nr\ns\n", env=env, cwd=str(tmp_path), capture_output=True, text=True,
-                        timeout=120)
+    argv = [
+        "xargs",
+        "-P",
+        "4",
+        "-n1",
+        "qex",
+        "run",
+        "--quiet",
+        "--cpu",
+        "0.25",
+        "--mem",
+        "64MB",
+        "--tag",
+        "xargs",
+        "--",
+        "./process",
+    ]
+    ok = subprocess.run(
+        argv, input="p\nq\nr\ns\n", env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=120
+    )
     assert ok.returncode == 0, ok.stderr
     assert ok.stderr == ""  # --quiet: no notice from qex run
     for name in "pqrs":
         assert (tmp_path / f"{name}.out").read_text() == f"{name}\n"
-    bad = subprocess.run(argv, input="t\nbad\n", env=env, cwd=str(tmp_path), capture_output=True, text=True,
-                         timeout=120)
+    bad = subprocess.run(
+        argv, input="t\nbad\n", env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 123, bad.stderr  # xargs: some invocation exited 1-125
     jobs = _jobs(q, env, "--tag", "xargs")
     assert len(jobs) == 6
@@ -116,14 +137,30 @@ def test_xargs_P_runs_each_argument_as_a_job_and_keeps_xargs_codes(q, tmp_path):
 def test_ctrl_c_of_xargs_kills_its_qex_jobs(q, tmp_path):
     env = qex_on_path(q)
     gate = str(tmp_path / "gate")
-    argv = ["xargs", "-P", "2", "-n1", "qex", "run", "--quiet", "--cpu", "0.25", "--mem", "64MB", "--name", "xa",
-            "--", *gate_command(gate, then='touch "$0.out"')]
+    argv = [
+        "xargs",
+        "-P",
+        "2",
+        "-n1",
+        "qex",
+        "run",
+        "--quiet",
+        "--cpu",
+        "0.25",
+        "--mem",
+        "64MB",
+        "--name",
+        "xa",
+        "--",
+        *gate_command(gate, then='touch "$0.out"'),
+    ]
     (tmp_path / "inputs").write_text("u\nv\n")
     with open(tmp_path / "inputs") as inputs:
         xargs = start(argv, env, str(tmp_path), stdin=inputs)
     try:
-        q.wait_for(lambda: len(_jobs(q, env, "--name", "xa", "--state", "running")) == 2, timeout=60,
-                   what="both jobs running")
+        q.wait_for(
+            lambda: len(_jobs(q, env, "--name", "xa", "--state", "running")) == 2, timeout=60, what="both jobs running"
+        )
         ctrl_c(xargs)
         out = xargs.communicate(timeout=60)[0]
     finally:

@@ -34,7 +34,7 @@ def kernel_view(pid: int) -> tuple[int, int, int]:
     """(niceness, oom_score_adj, ioprio) of a live process, from the kernel."""
     with open(f"/proc/{pid}/stat") as fh:
         stat = fh.read()
-    nice = int(stat[stat.rindex(")") + 2:].split()[16])  # field 19
+    nice = int(stat[stat.rindex(")") + 2 :].split()[16])  # field 19
     with open(f"/proc/{pid}/oom_score_adj") as fh:
         oom = int(fh.read())
     return nice, oom, ioprio_get(pid)
@@ -62,8 +62,11 @@ def test_every_job_runs_at_the_defaults_read_back_from_the_kernel(q):
     assert info["manners"] == {"nice": 10, "io_class": "best-effort", "oom_score_adj": 500}
     assert "manners   every job: nice 10, I/O best-effort 7, oom_score_adj 500" in q.run("info").stdout
     shown = json.loads(q.run("config", "show", "--json").stdout)["values"]
-    assert [shown[f"politeness.{k}"]["value"] for k in ("nice", "io_class", "oom_score_adj")] == [10, "best-effort",
-                                                                                                   500]
+    assert [shown[f"politeness.{k}"]["value"] for k in ("nice", "io_class", "oom_score_adj")] == [
+        10,
+        "best-effort",
+        500,
+    ]
     assert qex_test_own_values_unchanged()
 
 
@@ -83,7 +86,7 @@ def test_options_a_job_file_and_the_config_override_each_value(q):
 
     path = os.path.join(q.root, "job.toml")
     with open(path, "w") as fh:
-        fh.write(f"command = {json.dumps(gated(q, 'filegate'))}\nnice = 15\nio_class = \"idle\"\noom_score_adj = 900\n")
+        fh.write(f'command = {json.dumps(gated(q, "filegate"))}\nnice = 15\nio_class = "idle"\noom_score_adj = 900\n')
     job_id = q.submit("--job", path)
     rec = q.wait_state(job_id, "running")
     assert kernel_view(rec["pid"]) == (15, 900, IDLE)
@@ -99,10 +102,19 @@ def test_options_a_job_file_and_the_config_override_each_value(q):
 def test_nice_is_absolute_under_a_niced_caller_from_the_first_instruction(q):
     probe = ["sh", "-c", "cut -d' ' -f19 /proc/self/stat"]  # (no parenthesis in sh's name: field 19 is nice)
     lowers = _has_cap(23)  # CAP_SYS_NICE: root may lower a niceness; anyone else gets the caller's
-    for caller, option, expected in ((5, ["--nice", "7"], "7"), (5, [], "10"),
-                                     (15, ["--nice", "12"], "12" if lowers else "15")):
-        done = subprocess.run(["nice", "-n", str(caller), *QEX, "run", *option, "--", *probe], env=q.env,
-                              capture_output=True, text=True, timeout=60, cwd=q.root)
+    for caller, option, expected in (
+        (5, ["--nice", "7"], "7"),
+        (5, [], "10"),
+        (15, ["--nice", "12"], "12" if lowers else "15"),
+    ):
+        done = subprocess.run(
+            ["nice", "-n", str(caller), *QEX, "run", *option, "--", *probe],
+            env=q.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=q.root,
+        )
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == expected, (caller, option, done.stdout, done.stderr)
         if caller == 15 and not lowers:
@@ -122,9 +134,29 @@ def test_a_user_without_privilege_is_told_what_the_job_gets_instead(q):
         pytest.skip("setpriv (util-linux) is not installed")
     out = os.path.join(q.root, "seen")
     probe = ["sh", "-c", f"cut -d' ' -f19 /proc/self/stat > {out}; cat /proc/self/oom_score_adj >> {out}"]
-    done = subprocess.run(["setpriv", "--bounding-set", "-sys_nice,-sys_resource", "nice", "-n", "12", *QEX,
-                           "run", "--nice", "4", "--oom-score-adj", "-100", "--", *probe],
-                          env=q.env, capture_output=True, text=True, timeout=60, cwd=q.root)
+    done = subprocess.run(
+        [
+            "setpriv",
+            "--bounding-set",
+            "-sys_nice,-sys_resource",
+            "nice",
+            "-n",
+            "12",
+            *QEX,
+            "run",
+            "--nice",
+            "4",
+            "--oom-score-adj",
+            "-100",
+            "--",
+            *probe,
+        ],
+        env=q.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=q.root,
+    )
     assert done.returncode == 0, done.stderr
     assert "niceness 4 is below 12" in done.stderr and "the job runs at 12" in done.stderr, done.stderr
     assert "oom_score_adj -100 is below what this user may set" in done.stderr, done.stderr

@@ -50,6 +50,7 @@ while True:
 
 # ---- a limited memory cgroup for a test ------------------------------------------
 
+
 @pytest.fixture
 def memcg():
     """make(limit) -> the path of a new v1 memory cgroup, inside this test's own,
@@ -59,8 +60,10 @@ def memcg():
     def make(limit: int) -> str:
         where = cgroup.here()
         if where is None or where[0] != "v1":
-            pytest.skip("skipped: this process has no cgroup-v1 memory controller, so no real OOM kill "
-                        "can be arranged here (CI runs these as root with /sys/fs/cgroup/memory)")
+            pytest.skip(
+                "skipped: this process has no cgroup-v1 memory controller, so no real OOM kill "
+                "can be arranged here (CI runs these as root with /sys/fs/cgroup/memory)"
+            )
         path = os.path.join(where[1], f"qextest-{os.getpid()}-{len(made)}")
         try:
             os.mkdir(path)
@@ -69,8 +72,10 @@ def memcg():
         made.append(path)
         memsw = os.path.exists(os.path.join(path, "memory.memsw.limit_in_bytes"))
         if not memsw and _swap_total() > 0:
-            pytest.skip("skipped: this machine swaps and cannot limit swap per cgroup (no memory.memsw), "
-                        "so a 150MB limit would swap instead of killing")
+            pytest.skip(
+                "skipped: this machine swaps and cannot limit swap per cgroup (no memory.memsw), "
+                "so a 150MB limit would swap instead of killing"
+            )
         for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
             if os.path.exists(os.path.join(path, name)):
                 with open(os.path.join(path, name), "w") as fh:
@@ -128,9 +133,14 @@ def _remove_tree(path: str) -> None:
 def inside(q, cg: str, *args, env=None, timeout=60) -> subprocess.CompletedProcess:
     """Run `qex ARGS` from a shell that first moves itself into the cgroup ``cg``."""
     script = 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"'
-    return subprocess.run(["sh", "-c", script, "sh", cg, PY, "-m", "qex", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=q.root,
-                          env={**q.env, **(env or {})})
+    return subprocess.run(
+        ["sh", "-c", script, "sh", cg, PY, "-m", "qex", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=q.root,
+        env={**q.env, **(env or {})},
+    )
 
 
 def write(q, name: str, text: str) -> str:
@@ -145,6 +155,7 @@ def vmstat_oom_kills() -> int:
 
 
 # ---- answer an OOM ------------------------------------------------------------------
+
 
 def test_an_oom_kill_is_retried_with_double_the_claim_and_completes(q, memcg):
     cg = memcg(150 * MiB)
@@ -217,8 +228,9 @@ def test_the_retry_claim_is_capped_at_the_budget_and_a_claim_at_the_budget_is_no
 def test_without_a_cgroup_the_machine_counter_is_the_evidence_and_the_record_says_so(q, memcg):
     cg = memcg(150 * MiB)
     job = write(q, "job.py", ALWAYS_GREEDY)
-    proc = inside(q, cg, "submit", "--wait", "--oom-retries", "0", "--mem", "100MB", "--", PY, job,
-                  env={"QEX_CGROUP": "off"})
+    proc = inside(
+        q, cg, "submit", "--wait", "--oom-retries", "0", "--mem", "100MB", "--", PY, job, env={"QEX_CGROUP": "off"}
+    )
     assert proc.returncode == 99, proc.stderr
     rec = json.loads(proc.stdout)
     assert rec["state"] == "oom" and rec["oom_evidence"] == "machine-counter"
@@ -298,6 +310,7 @@ def test_an_oom_that_another_process_of_the_cgroup_caused_is_retried_at_the_same
 
 # ---- a kill always wins -------------------------------------------------------------
 
+
 def test_a_job_that_qex_kill_stops_is_killed_even_after_an_oom_kill_in_its_cgroup(q, memcg):
     cg = memcg(150 * MiB)
     job = write(q, "stubborn.py", STUBBORN)
@@ -336,6 +349,7 @@ def test_a_job_that_qex_kill_stops_is_killed_while_the_machine_oom_counter_rises
 
 # ---- cgroups never outlive their job --------------------------------------------------
 
+
 def test_a_lost_supervisor_s_job_cgroup_is_removed_by_the_next_pass(q, memcg):
     cg = memcg(1024 * MiB)
     job = write(q, "stubborn.py", STUBBORN)
@@ -357,8 +371,10 @@ def test_clean_removes_a_cgroup_that_a_leftover_process_kept(q, memcg):
     cg = memcg(1024 * MiB)
     pidfile = os.path.join(q.root, "leftover.pid")
     # the job leaves a process behind (its own session, output closed) and exits 0
-    script = (f"import subprocess; p = subprocess.Popen(['sleep', '60'], start_new_session=True, "
-              f"stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); open({pidfile!r}, 'w').write(str(p.pid))")
+    script = (
+        f"import subprocess; p = subprocess.Popen(['sleep', '60'], start_new_session=True, "
+        f"stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); open({pidfile!r}, 'w').write(str(p.pid))"
+    )
     proc = inside(q, cg, "submit", "--wait", "--", PY, "-c", script)
     assert proc.returncode == 0, proc.stderr
     job_id = json.loads(proc.stdout)["id"]
@@ -373,6 +389,7 @@ def test_clean_removes_a_cgroup_that_a_leftover_process_kept(q, memcg):
 
 
 # ---- the learner ---------------------------------------------------------------------
+
 
 def test_the_second_run_gets_a_learned_claim_and_mem_always_wins(q):
     job = ["--", PY, "-c", "data = b'x' * (80 << 20)"]
@@ -410,6 +427,7 @@ def test_a_corrupted_learner_store_does_not_break_submission(q):
     assert "learner store cannot be used" in proc.stderr
     rec = json.loads(proc.stdout)
     assert rec["claim_source"]["mem"] == "default" and rec["claims"]["mem"] > 0
+
     # the damaged file was moved aside, not destroyed, and the store starts again: the
     # supervisor teaches after the job's final record (which ends --wait), so the new
     # store is awaited (it moves the old one aside, then writes the new one)

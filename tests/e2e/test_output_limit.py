@@ -10,15 +10,19 @@ import time
 import pytest
 
 LIMIT_64KB = '[logs]\nmax_bytes = "64KB"\n[defaults]\nmem = "10MB"\n'
-MARKER = re.compile(rb"\n?\[qex\] ---- (\d+) bytes \([^)]*\) and (\d+) line\(s\) of stdout are not in this file: "
-                    rb"they passed \[logs\] max_bytes = 64KB \(raise it in [^)]*; 0 keeps everything\)"
-                    rb"(; the text below starts in the middle of a line)? ----\n")
+MARKER = re.compile(
+    rb"\n?\[qex\] ---- (\d+) bytes \([^)]*\) and (\d+) line\(s\) of stdout are not in this file: "
+    rb"they passed \[logs\] max_bytes = 64KB \(raise it in [^)]*; 0 keeps everything\)"
+    rb"(; the text below starts in the middle of a line)? ----\n"
+)
 
-WRITER = ("import sys\n"
-          "n = int(sys.argv[1])\n"
-          "out = sys.stdout.buffer\n"
-          "for i in range(n):\n"
-          "    out.write(b'line %08d of the output of this job\\n' % i)\n")
+WRITER = (
+    "import sys\n"
+    "n = int(sys.argv[1])\n"
+    "out = sys.stdout.buffer\n"
+    "for i in range(n):\n"
+    "    out.write(b'line %08d of the output of this job\\n' % i)\n"
+)
 LINE = 38  # bytes per line written by WRITER
 
 
@@ -39,15 +43,15 @@ def test_a_job_writing_5mb_under_a_64kb_limit_keeps_head_and_tail_and_counts_exa
     assert rec["state"] == "completed" and rec["exit_code"] == 0  # never fails because of the limit
     body, whole = log(q, job), stream_of(n)
     m = MARKER.match(body, 16384)  # the head is the first quarter of the limit
-    assert m, body[16384 - 100:16384 + 400]
-    head, tail = body[:m.start()], body[m.end():]
+    assert m, body[16384 - 100 : 16384 + 400]
+    head, tail = body[: m.start()], body[m.end() :]
     assert whole.startswith(head) and m.group(0).startswith(b"\n") == (not head.endswith(b"\n"))
     assert whole.endswith(tail) and tail.endswith(b"line %08d of the output of this job\n" % (n - 1))
     assert body.startswith(b"line 00000000 of the output")
     assert len(body) <= 64 * 1024 + len(m.group(0))
     dropped = rec["logs_dropped"]
     assert dropped["stdout_bytes"] == int(m.group(1)) == len(whole) - len(head) - len(tail)
-    assert dropped["stdout_lines"] == int(m.group(2)) == whole[len(head):len(whole) - len(tail)].count(b"\n")
+    assert dropped["stdout_lines"] == int(m.group(2)) == whole[len(head) : len(whole) - len(tail)].count(b"\n")
     assert dropped["stderr_bytes"] == 0 and dropped["incomplete"] is False
     shown = q.run("status", job).stdout
     assert f"{dropped['stdout_bytes']} bytes, {dropped['stdout_lines']} lines) of stdout left out" in shown
@@ -73,14 +77,16 @@ def _peak_rss_of_supervisor(q, megabytes, limit_config):
     """Run a job that writes ``megabytes`` and then waits; read its supervisor's VmHWM."""
     q.write_config(limit_config)
     written, gate = q.gate(f"written-{megabytes}"), q.gate(f"go-{megabytes}")
-    script = ("import os, sys, time\n"
-              "chunk = b'y' * 1023 + b'\\n'\n"
-              f"for _ in range({megabytes} * 1024):\n"
-              "    sys.stdout.buffer.write(chunk)\n"
-              "sys.stdout.flush()\n"
-              f"open({written!r}, 'w').close()\n"
-              f"while not os.path.exists({gate!r}):\n"
-              "    time.sleep(0.02)\n")
+    script = (
+        "import os, sys, time\n"
+        "chunk = b'y' * 1023 + b'\\n'\n"
+        f"for _ in range({megabytes} * 1024):\n"
+        "    sys.stdout.buffer.write(chunk)\n"
+        "sys.stdout.flush()\n"
+        f"open({written!r}, 'w').close()\n"
+        f"while not os.path.exists({gate!r}):\n"
+        "    time.sleep(0.02)\n"
+    )
     job = q.submit("--", sys.executable, "-c", script)
     q.wait_for(lambda: os.path.exists(written), timeout=60, what="the job to write its output")
     rec = q.wait_state(job, "running")
@@ -89,7 +95,9 @@ def _peak_rss_of_supervisor(q, megabytes, limit_config):
     sizes = []
 
     def settled():
-        sizes.append((os.path.getsize(path), open(path + ".cut", "rb").read() if os.path.exists(path + ".cut") else b""))
+        sizes.append(
+            (os.path.getsize(path), open(path + ".cut", "rb").read() if os.path.exists(path + ".cut") else b"")
+        )
         return len(sizes) > 3 and sizes[-1] == sizes[-2] == sizes[-3]
 
     q.wait_for(settled, timeout=20, what="the supervisor to drain the pipe", interval=0.05)
@@ -107,8 +115,10 @@ def test_the_peak_memory_of_the_supervisor_does_not_grow_with_the_output(q):
     # Not even with a large limit: the tail is kept on disk, not in a buffer.
     big_limit, rec2 = _peak_rss_of_supervisor(q, 48, '[logs]\nmax_bytes = "32MB"\n[defaults]\nmem = "10MB"\n')
     assert rec2["logs_dropped"]["stdout_bytes"] > 0
-    print(f"supervisor VmHWM: 1MB out {small >> 10}KB, 64MB out {large >> 10}KB, "
-          f"48MB out at a 32MB limit {big_limit >> 10}KB")
+    print(
+        f"supervisor VmHWM: 1MB out {small >> 10}KB, 64MB out {large >> 10}KB, "
+        f"48MB out at a 32MB limit {big_limit >> 10}KB"
+    )
     assert large - small < 4 * 1024 * 1024
     assert big_limit - small < 4 * 1024 * 1024
 
@@ -116,14 +126,16 @@ def test_the_peak_memory_of_the_supervisor_does_not_grow_with_the_output(q):
 def test_logs_follow_keeps_reading_across_the_cut(q):
     q.write_config(LIMIT_64KB)
     bursts, per_burst = 6, 20 * 1024 // LINE  # each burst fits in the free half of the window
-    script = ("import os, sys, time\n"
-              f"per, root = {per_burst}, {q.root!r}\n"
-              f"for k in range({bursts}):\n"
-              "    for i in range(k * per, (k + 1) * per):\n"
-              "        sys.stdout.write('line %08d of the output of this job\\n' % i)\n"
-              "    sys.stdout.flush()\n"
-              "    while not os.path.exists(os.path.join(root, 'gate-%d' % k)):\n"
-              "        time.sleep(0.01)\n")
+    script = (
+        "import os, sys, time\n"
+        f"per, root = {per_burst}, {q.root!r}\n"
+        f"for k in range({bursts}):\n"
+        "    for i in range(k * per, (k + 1) * per):\n"
+        "        sys.stdout.write('line %08d of the output of this job\\n' % i)\n"
+        "    sys.stdout.flush()\n"
+        "    while not os.path.exists(os.path.join(root, 'gate-%d' % k)):\n"
+        "        time.sleep(0.01)\n"
+    )
     job = q.submit("--", sys.executable, "-c", script)
     q.wait_state(job, "running")
     follower = q.popen("logs", job, "--follow", "--stdout")
@@ -148,8 +160,8 @@ def test_logs_follow_keeps_reading_across_the_cut(q):
             follower.kill()
         reader.join(timeout=10)
     assert follower.returncode == 0
-    assert MARKER.search(log(q, job))                    # the file was cut ...
-    assert bytes(got) == stream_of(bursts * per_burst)   # ... and the follower read every line, in order
+    assert MARKER.search(log(q, job))  # the file was cut ...
+    assert bytes(got) == stream_of(bursts * per_burst)  # ... and the follower read every line, in order
 
 
 def test_a_grandchild_holding_the_output_open_still_gives_a_record_in_bounded_time(q):

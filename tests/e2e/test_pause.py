@@ -92,8 +92,9 @@ def test_pause_lock_drain_returns_when_the_lock_is_yours(qq):
 def test_pause_queue_drain_waits_until_nothing_runs_while_running_jobs_and_retries_go_on(qq):
     flag = os.path.join(qq.root, "attempt1")
     gate = qq.gate("a")
-    script = (f"if [ -e '{flag}' ]; then exit 0; fi; touch '{flag}'; "
-              f"while [ ! -e '{gate}' ]; do sleep 0.02; done; exit 1")
+    script = (
+        f"if [ -e '{flag}' ]; then exit 0; fi; touch '{flag}'; while [ ! -e '{gate}' ]; do sleep 0.02; done; exit 1"
+    )
     job = qq.submit("--retries", "1", "--", "sh", "-c", script)
     qq.wait_state(job, "running")
     proc = qq.popen("pause", "queue", "--drain")
@@ -197,9 +198,15 @@ def test_in_a_state_dir_of_another_user_a_queue_pause_is_refused_but_a_lock_paus
             os.chmod(os.path.join(d, f), 0o666)
 
     def as_nobody(*args):
-        return subprocess.run([sys.executable, "-m", "qex", *args], env={**qq.env, "HOME": str(tmp_path)},
-                              cwd=qq.root, capture_output=True, text=True, timeout=30,
-                              preexec_fn=lambda: (os.setgid(nobody.pw_gid), os.setuid(nobody.pw_uid)))
+        return subprocess.run(
+            [sys.executable, "-m", "qex", *args],
+            env={**qq.env, "HOME": str(tmp_path)},
+            cwd=qq.root,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            preexec_fn=lambda: (os.setgid(nobody.pw_gid), os.setuid(nobody.pw_uid)),
+        )
 
     try:
         probe = as_nobody("version")

@@ -14,8 +14,10 @@ import pytest
 from e2e_helpers import alive, fd_targets
 from multiuser_helpers import World, gated, open_gate, processes_of, wait_for
 
-CONFIG = ('[budget]\ncpu = 2\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
-          '[[pool]]\nname = "gpu"\ndevices = ["8GB", "8GB"]\nenv = "CUDA_VISIBLE_DEVICES"\n')
+CONFIG = (
+    '[budget]\ncpu = 2\nmem = "8GB"\n[defaults]\nmem = "100MB"\n'
+    '[[pool]]\nname = "gpu"\ndevices = ["8GB", "8GB"]\nenv = "CUDA_VISIBLE_DEVICES"\n'
+)
 PEER_WORDS = "this job cannot fit while another user holds capacity"
 
 
@@ -66,8 +68,9 @@ def test_a_job_whose_supervisor_was_killed_counts_for_the_other_users_while_it_r
     # What holds it: the job's process (its inherited descriptor), and bob's record still names it.
     lock = os.path.join(world.peers, rec["peer_lock"])
     assert lock in fd_targets(rec["pid"]), fd_targets(rec["pid"])
-    assert os.path.exists(lock) and any(n.endswith(".json") and n.startswith(f"u{world.users.uid(bob.name)}-")
-                                        for n in os.listdir(world.peers))
+    assert os.path.exists(lock) and any(
+        n.endswith(".json") and n.startswith(f"u{world.users.uid(bob.name)}-") for n in os.listdir(world.peers)
+    )
 
     open_gate(world.gate("b"))  # bob's job ends; nothing of his queue is left to record it
     wait_for(lambda: not alive(rec["pid"]), 10, "bob's job to end")

@@ -100,13 +100,19 @@ def test_a_planted_symlink_is_never_followed_and_a_fifo_never_hangs_a_command(wo
     os.chown(victim, users.uid(a.name), -1)
     name = peer_dir.key_for(users.uid(a.name), a.state) + ".json"
     b.run("help", check=0)  # B plants, as B: a symlink at A's record name, another one, and FIFOs
-    plant = ("import os,sys; d=sys.argv[1]; os.symlink(sys.argv[2], os.path.join(d, sys.argv[3])); "
-             "os.symlink(sys.argv[2], os.path.join(d, 'trap.json')); os.mkfifo(os.path.join(d, 'fifo.json')); "
-             "os.mkfifo(os.path.join(d, 'fifo.lock'))")
+    plant = (
+        "import os,sys; d=sys.argv[1]; os.symlink(sys.argv[2], os.path.join(d, sys.argv[3])); "
+        "os.symlink(sys.argv[2], os.path.join(d, 'trap.json')); os.mkfifo(os.path.join(d, 'fifo.json')); "
+        "os.mkfifo(os.path.join(d, 'fifo.lock'))"
+    )
     import subprocess
 
-    subprocess.run(users.wrap(b.name, [users.python, "-c", plant, world.peers, victim, name]), check=True,
-                   env=users.env({}), cwd=world.dir)
+    subprocess.run(
+        users.wrap(b.name, [users.python, "-c", plant, world.peers, victim, name]),
+        check=True,
+        env=users.env({}),
+        cwd=world.dir,
+    )
 
     job = a.submit("--cpu", "1.5", "--", *gated(world.gate("a")))
     a.wait_state(job, "running")

@@ -31,12 +31,20 @@ TWO_GPUS = GPU_POOLS.replace('["24GB", "24GB", "24GB", "24GB"]', '["24GB", "24GB
 def test_a_machine_with_no_gpu_schedules_a_gpu_claim_from_the_configuration(q):
     q.write_config(GPU_POOLS)
     out = os.path.join(q.root, "env.txt")
-    job = q.submit("--gpu", "1", "--vram", "20GB", "--", "sh", "-c",
-                   f'echo "$CUDA_VISIBLE_DEVICES|$QEX_GPU_DEVICES|$QEX_GPU_VRAM" > {out}')
+    job = q.submit(
+        "--gpu",
+        "1",
+        "--vram",
+        "20GB",
+        "--",
+        "sh",
+        "-c",
+        f'echo "$CUDA_VISIBLE_DEVICES|$QEX_GPU_DEVICES|$QEX_GPU_VRAM" > {out}',
+    )
     rec = q.wait_state(job, "completed")
-    assert open(out).read().strip() == f"0|0|{20 * 1024 ** 3}"
-    assert rec["assigned"] == [{"pool": "gpu", "devices": [0], "size": 20 * 1024 ** 3}]
-    assert rec["claims"]["pools"] == {"gpu": {"count": 1, "size": 20 * 1024 ** 3}}
+    assert open(out).read().strip() == f"0|0|{20 * 1024**3}"
+    assert rec["assigned"] == [{"pool": "gpu", "devices": [0], "size": 20 * 1024**3}]
+    assert rec["claims"]["pools"] == {"gpu": {"count": 1, "size": 20 * 1024**3}}
     shown = q.run("status", job).stdout
     assert "devices  gpu 0" in shown
 
@@ -44,8 +52,9 @@ def test_a_machine_with_no_gpu_schedules_a_gpu_claim_from_the_configuration(q):
 def test_the_shell_value_of_the_device_variable_is_replaced_not_refused(q):
     q.write_config(GPU_POOLS)
     out = os.path.join(q.root, "env.txt")
-    job = q.submit("--gpu", "2", "--", "sh", "-c", f'echo "$CUDA_VISIBLE_DEVICES" > {out}',
-                   env={"CUDA_VISIBLE_DEVICES": "7"})
+    job = q.submit(
+        "--gpu", "2", "--", "sh", "-c", f'echo "$CUDA_VISIBLE_DEVICES" > {out}', env={"CUDA_VISIBLE_DEVICES": "7"}
+    )
     q.wait_state(job, "completed")
     assert open(out).read().strip() == "0,1"
 
@@ -203,18 +212,20 @@ def test_a_job_file_gives_the_same_claims_as_the_options(q):
     q.write_config(GPU_POOLS)
     job_file = os.path.join(q.root, "job.toml")
     with open(job_file, "w") as fh:
-        fh.write('command = ["true"]\n[resources]\ngpu = 2\nvram = "8GB"\nlocks = ["data"]\n'
-                 '[resources.claims]\nnet = 1\n')
+        fh.write(
+            'command = ["true"]\n[resources]\ngpu = 2\nvram = "8GB"\nlocks = ["data"]\n[resources.claims]\nnet = 1\n'
+        )
     from_file = q.wait_state(q.submit("--job", job_file), "completed")
-    from_flags = q.wait_state(q.submit("--gpu", "2", "--vram", "8GB", "--lock", "data", "--claim", "net=1",
-                                       "--", "true"), "completed")
+    from_flags = q.wait_state(
+        q.submit("--gpu", "2", "--vram", "8GB", "--lock", "data", "--claim", "net=1", "--", "true"), "completed"
+    )
     assert from_file["claims"] == from_flags["claims"]
 
 
 def test_defaults_vram_applies_to_a_gpu_claim_without_vram(q):
     q.write_config(GPU_POOLS.replace('mem = "10MB"', 'mem = "10MB"\nvram = "4GB"'))
     rec = q.wait_state(q.submit("--gpu", "1", "--", "true"), "completed")
-    assert rec["claims"]["pools"]["gpu"] == {"count": 1, "size": 4 * 1024 ** 3}
+    assert rec["claims"]["pools"]["gpu"] == {"count": 1, "size": 4 * 1024**3}
 
 
 def test_a_job_that_fails_to_start_still_frees_its_devices(q):
@@ -226,8 +237,8 @@ def test_a_job_that_fails_to_start_still_frees_its_devices(q):
     cmd, gate = gated(q, "blocker"), q.gate("blocker")
     blocker = q.submit("--gpu", "1", "--", *cmd)
     q.wait_state(blocker, "running")
-    doomed = q.submit("--gpu", "1", "--", script)   # valid at submission...
-    os.unlink(script)                                # ...gone when it would start
+    doomed = q.submit("--gpu", "1", "--", script)  # valid at submission...
+    os.unlink(script)  # ...gone when it would start
     release(gate)
     rec = q.wait_state(doomed, "failed")
     assert "cannot start" in rec["error"]
@@ -261,7 +272,7 @@ def test_info_reports_the_pools_and_their_devices(q):
     q.wait_state(job, "running")
     info = json.loads(q.run("info", "--json", check=0).stdout)
     pools = {p["name"]: p for p in info["pools"]}
-    assert pools["gpu"]["devices"][0] == {"index": 0, "capacity": 24 * 1024 ** 3, "free": 4 * 1024 ** 3}
+    assert pools["gpu"]["devices"][0] == {"index": 0, "capacity": 24 * 1024**3, "free": 4 * 1024**3}
     assert pools["gpu"]["holders"][0]["id"] == job
     assert pools["net"]["free"] == 1 and pools["net"]["total"] == 2
     text = q.run("info", check=0).stdout

@@ -43,7 +43,7 @@ def test_the_kernels_own_pressure_is_read_and_the_key_refused_where_there_is_non
         pytest.skip(f"{machine.PSI_MEMORY} is absent: this kernel gives no memory pressure")
     now = machine.memory_pressure(machine.PSI_MEMORY)
     assert 0.0 <= now <= 100.0
-    q.write_config('[system]\nmax_pressure = 99.9\n')  # (far above what this machine has: nothing waits)
+    q.write_config("[system]\nmax_pressure = 99.9\n")  # (far above what this machine has: nothing waits)
     assert q.run("run", "--", "true").returncode == 0
     shown = json.loads(q.run("config", "show", "--json").stdout)["values"]["system.max_pressure"]
     assert shown["value"] == 99.9

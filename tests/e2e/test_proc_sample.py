@@ -14,8 +14,18 @@ TREE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 def _tree(q, name: str, env: dict) -> dict:
     ready = os.path.join(q.root, name)
     os.mkdir(ready)
-    proc = q.run("submit", "--wait", "--mem", "400MB", "--", sys.executable, TREE, ready,
-                 env={"TREE_HOLD": "0.6", **env}, timeout=120)  # (held for three samples)
+    proc = q.run(
+        "submit",
+        "--wait",
+        "--mem",
+        "400MB",
+        "--",
+        sys.executable,
+        TREE,
+        ready,
+        env={"TREE_HOLD": "0.6", **env},
+        timeout=120,
+    )  # (held for three samples)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     return json.loads(proc.stdout)
 

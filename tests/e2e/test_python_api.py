@@ -34,8 +34,15 @@ def script(q, name: str, body: str) -> str:
 
 
 def python(q, path: str, *args, timeout=60) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, path, *map(str, args)], capture_output=True, text=True, env=env_of(q),
-                          cwd=q.root, timeout=timeout, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, path, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env_of(q),
+        cwd=q.root,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
     return proc
 
@@ -54,7 +61,10 @@ def test_a_shell_job_from_python_is_seen_by_the_command_line_and_attached_from_a
     q.write_config(CONFIG)
     env_of(q)
     gate = q.gate("attach")
-    path = script(q, "jobs.py", f"""
+    path = script(
+        q,
+        "jobs.py",
+        f"""
         import json, qex
         j = qex.submit(["sh", "-c", "echo out; exit 3"], name="py-shell", cpu=1, tags=["t1"])
         print("shell", json.dumps([j.id, j.wait(), j.state, j.logs()]))
@@ -71,7 +81,8 @@ def test_a_shell_job_from_python_is_seen_by_the_command_line_and_attached_from_a
         other = qex.Queue(state_dir="{q.root}/other", config="{q.config}")
         o = other.submit(["true"], name="elsewhere")
         print("other", json.dumps([o.id, o.wait()]))
-    """)
+    """,
+    )
     got = lines(python(q, path))
     shell_id, code, state, out = got["shell"]
     assert (code, state, out) == (3, "failed", "out\n")
@@ -86,15 +97,25 @@ def test_a_shell_job_from_python_is_seen_by_the_command_line_and_attached_from_a
     there = q.run("status", "--json", other_id, env={"QEX_STATE_DIR": os.path.join(q.root, "other")}, check=0)
     assert json.loads(there.stdout)[0]["name"] == "elsewhere"
 
-    attach = script(q, "attach.py", """
+    attach = script(
+        q,
+        "attach.py",
+        """
         import json, sys, qex
         j = qex.Job(sys.argv[1][:8])
         print(j.state, flush=True)
         code = j.wait()
         print(json.dumps([j.id, code, j.state, j.logs(), j.record["name"]]), flush=True)
-    """)
-    second = subprocess.Popen([sys.executable, attach, got["gated"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              env=env_of(q), cwd=q.root, stdin=subprocess.DEVNULL)
+    """,
+    )
+    second = subprocess.Popen(
+        [sys.executable, attach, got["gated"]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env_of(q),
+        cwd=q.root,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         assert (read_line(second, 30) or "").strip() in ("running", "starting")  # it waits: the job waits on the gate
         release(gate)
@@ -107,7 +128,10 @@ def test_a_shell_job_from_python_is_seen_by_the_command_line_and_attached_from_a
 def test_executor_calls_return_raise_travel_and_map_as_one_group(q):
     q.write_config(CONFIG)
     env_of(q)
-    path = script(q, "calls.py", """
+    path = script(
+        q,
+        "calls.py",
+        """
         import json, qex
 
         def square(x):
@@ -137,7 +161,8 @@ def test_executor_calls_return_raise_travel_and_map_as_one_group(q):
                 ex.submit(square, b"x" * 100_000)
             except qex.QexError as exc:
                 print("too_big", json.dumps([str(exc), exc.code]))
-    """)
+    """,
+    )
     got = lines(python(q, path))
     assert got["square"][0] == 49
     assert got["raised"][0] == "bad word w"  # its own type and message; the remote traceback as a note
@@ -169,7 +194,10 @@ def test_calls_keep_the_budget_cancel_and_kill(q):
     result() stops the wait only."""
     q.write_config(CONFIG)
     env_of(q)
-    path = script(q, "budget.py", """
+    path = script(
+        q,
+        "budget.py",
+        """
         import json, os, sys, time, qex
         root = sys.argv[1]
 
@@ -216,9 +244,17 @@ def test_calls_keep_the_budget_cancel_and_kill(q):
             w.result()
         except KeyboardInterrupt:
             print("interrupted", json.dumps(w.job.state), flush=True)
-    """)
-    proc = subprocess.Popen([sys.executable, path, q.root], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env_of(q), cwd=q.root, stdin=subprocess.DEVNULL, text=True)
+    """,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, path, q.root],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env_of(q),
+        cwd=q.root,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         got = {}
         while "waiting" not in got:
@@ -250,8 +286,10 @@ def test_calls_keep_the_budget_cancel_and_kill(q):
 
 
 def test_import_qex_loads_none_of_the_api():
-    code = ("import sys, qex; loaded = sorted(m for m in sys.modules if m.startswith('qex.') or m == 'cloudpickle'); "
-            "print(loaded); qex.Executor; print('qex.api.executor' in sys.modules, 'cloudpickle' in sys.modules)")
+    code = (
+        "import sys, qex; loaded = sorted(m for m in sys.modules if m.startswith('qex.') or m == 'cloudpickle'); "
+        "print(loaded); qex.Executor; print('qex.api.executor' in sys.modules, 'cloudpickle' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
     assert proc.stdout.splitlines() == ["[]", "True False"]  # (cloudpickle: at the first call)
 
@@ -262,7 +300,10 @@ def test_no_supervisor_or_waker_is_a_fork_of_the_calling_program_and_a_call_reru
     the program maps the marker (a fork would: its maps are the program's)."""
     q.write_config(CONFIG)
     env_of(q)["QEX_WATCH_GRACE"] = "60"  # (a supervisor keeps the image it was forked with meanwhile)
-    path = script(q, "nofork.py", """
+    path = script(
+        q,
+        "nofork.py",
+        """
         import json, mmap, os, sys, threading, time, qex
         root, MARK = sys.argv[1], "qex-test-caller-marker"
         fd = os.memfd_create(MARK)
@@ -310,7 +351,8 @@ def test_no_supervisor_or_waker_is_a_fork_of_the_calling_program_and_a_call_reru
             open(os.path.join(root, "gate-" + t), "w").close()
         print("call", json.dumps([f.job.id, f.result() == sups[0]]), flush=True)
         print("shell", json.dumps(j.wait()), flush=True)
-    """)
+    """,
+    )
     got = lines(python(q, path, q.root))
     assert got["supervisors"] == [True, True] and got["lock"] is True  # both alive while it looked
     assert got["marked"] == []
@@ -324,4 +366,3 @@ def test_no_supervisor_or_waker_is_a_fork_of_the_calling_program_and_a_call_reru
     assert result["ok"] and isinstance(pickle.loads(result["value"]), int)  # (its supervisor's pid)
     with open(os.path.join(q.state, "jobs", again, "stdout.log")) as fh:
         assert fh.read() == "ran m\n"
-

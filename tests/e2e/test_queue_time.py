@@ -48,10 +48,9 @@ def test_a_2s_limit_behind_a_blocker_expires_on_time_with_no_command_and_its_dep
     open_gate(qq, "a")
 
 
-@pytest.mark.parametrize("cause, words", [
-    ("capacity", "give it a smaller claim"),
-    ("dependency", "covers the whole pipeline"),
-])
+@pytest.mark.parametrize(
+    "cause, words", [("capacity", "give it a smaller claim"), ("dependency", "covers the whole pipeline")]
+)
 def test_the_remedy_fits_the_cause(q, cause, words):
     q.write_config('[budget]\ncpu = 1\nmem = "8GB"\n[defaults]\nmem = "10MB"\n')
     blocker = q.submit("--cpu", "1", "--", *gated(q, "a"))

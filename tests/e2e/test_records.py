@@ -45,7 +45,7 @@ def test_records_of_every_state_validate_against_the_status_schema(q):
     q.wait_state(blocker, "running")
     queued = q.submit("--priority", "-5", "--", "true")
     cancelled = q.submit("--", "true")
-    needs = q.submit("--needs", blocker, "--", "true")                # skipped: blocker fails
+    needs = q.submit("--needs", blocker, "--", "true")  # skipped: blocker fails
     expired = q.submit("--max-queue-time", "0.3", "--", "true")
     assert q.run("cancel", cancelled).returncode == 0
     seen = {}
@@ -59,12 +59,12 @@ def test_records_of_every_state_validate_against_the_status_schema(q):
 
     q.write_config(CONFIG)
     made = [
-        q.run("submit", "--wait", "--", "sh", "-c", "echo x; exit 0"),                   # completed
-        q.run("submit", "--wait", "--", "sh", "-c", "exit 200"),                        # failed, 97
-        q.run("submit", "--wait", "--", "sh", "-c", "kill -SEGV $$"),                   # failed, signal
-        q.run("submit", "--wait", "--timeout", "0.3", "--", "sleep", "30"),             # timeout
-        _forced(q),                                                                     # forced (oversized)
-        q.run("submit", "--wait", "--retries", "1", "--", "false"),                     # two attempts
+        q.run("submit", "--wait", "--", "sh", "-c", "echo x; exit 0"),  # completed
+        q.run("submit", "--wait", "--", "sh", "-c", "exit 200"),  # failed, 97
+        q.run("submit", "--wait", "--", "sh", "-c", "kill -SEGV $$"),  # failed, signal
+        q.run("submit", "--wait", "--timeout", "0.3", "--", "sleep", "30"),  # timeout
+        _forced(q),  # forced (oversized)
+        q.run("submit", "--wait", "--retries", "1", "--", "false"),  # two attempts
     ]
     assert [p.returncode for p in made] == [0, 97, 98, 125, 0, 1], [p.stderr for p in made]
     killme = q.submit("--", *gated(q, "never"))
@@ -82,15 +82,18 @@ def test_records_of_every_state_validate_against_the_status_schema(q):
         assert_valid(v, json.loads(shown.stdout)[0], f"{rec['state']} record from status --json")
     for rec in json.loads(q.run("list", "--json").stdout):
         assert_valid(v, rec, f"{rec['state']} record from list --json")
-    assert {"queued", "running", "completed", "failed", "killed", "timeout",
-            "cancelled", "skipped", "expired"} <= set(seen), sorted(seen)
+    assert {"queued", "running", "completed", "failed", "killed", "timeout", "cancelled", "skipped", "expired"} <= set(
+        seen
+    ), sorted(seen)
     assert any(r.get("forced") for r in q.records())
     assert any(len(r["attempts"]) == 2 for r in q.records())
 
 
-CONTRACT_FIELDS = ("id name state exit_code signal command cwd owner group tags priority claims claim_source "
-                   "assigned submitted_at started_at ended_at pid attempts usage error blocked_reason "
-                   "dedupe_key needs after logs_dropped forced").split()
+CONTRACT_FIELDS = (
+    "id name state exit_code signal command cwd owner group tags priority claims claim_source "
+    "assigned submitted_at started_at ended_at pid attempts usage error blocked_reason "
+    "dedupe_key needs after logs_dropped forced"
+).split()
 
 
 def test_every_record_carries_every_field_the_contract_says_a_reader_can_rely_on(q):
@@ -114,9 +117,16 @@ def test_every_record_carries_every_field_the_contract_says_a_reader_can_rely_on
 def test_the_job_schema_validates_a_job_file_that_qex_accepts(q):
     q.write_config(CONFIG)
     v = validator(q, "job")
-    sample = {"name": "sample-job", "command": ["sh", "-c", "echo $GREETING"],
-              "resources": {"cpu": 1, "mem": "100MB"}, "env": {"GREETING": "hello"},
-              "tags": ["x", "y"], "timeout": "30s", "retries": 1, "priority": 2}
+    sample = {
+        "name": "sample-job",
+        "command": ["sh", "-c", "echo $GREETING"],
+        "resources": {"cpu": 1, "mem": "100MB"},
+        "env": {"GREETING": "hello"},
+        "tags": ["x", "y"],
+        "timeout": "30s",
+        "retries": 1,
+        "priority": 2,
+    }
     assert_valid(v, sample, "sample job file")
     assert not v.is_valid({**sample, "bogus": 1})
     assert not v.is_valid({"name": "no-command"})
@@ -128,7 +138,7 @@ def test_the_job_schema_validates_a_job_file_that_qex_accepts(q):
     assert proc.returncode == 0, proc.stderr
     rec = json.loads(proc.stdout)
     assert (rec["name"], rec["tags"], rec["priority"]) == ("sample-job", ["x", "y"], 2)
-    assert rec["claims"]["mem"] == 100 * 1024 ** 2
+    assert rec["claims"]["mem"] == 100 * 1024**2
     with open(os.path.join(q.state, "jobs", rec["id"], "stdout.log")) as fh:
         assert fh.read() == "hello\n"
     with open(path, "w") as fh:
@@ -143,9 +153,24 @@ def test_a_record_with_an_unknown_field_and_missing_optional_fields_still_loads(
     other = json.loads(q.run("submit", "--wait", "--", "true", check=0).stdout)["id"]
     rec = q.record(job)
     # as an older qex would have written it: these fields missing (a reader fills the defaults)
-    dropped = [k for k in ("tags", "usage", "logs_dropped", "claim_source", "dedupe_key", "forced",
-                           "after", "needs", "group", "blocked_reason", "attempts", "signal")
-               if k in rec]
+    dropped = [
+        k
+        for k in (
+            "tags",
+            "usage",
+            "logs_dropped",
+            "claim_source",
+            "dedupe_key",
+            "forced",
+            "after",
+            "needs",
+            "group",
+            "blocked_reason",
+            "attempts",
+            "signal",
+        )
+        if k in rec
+    ]
     assert len(dropped) >= 6
     for key in dropped:
         del rec[key]
@@ -210,10 +235,10 @@ def test_config_show_lists_budget_cpu_with_its_source(q):
 BAD_CONFIGS = {
     "fifo": (None, None),
     "directory": (None, None),
-    "unknown-key": ('[budget]\ncpu = 2\nfrobnicate = 1\n', "frobnicate"),
-    "unknown-table": ('[budget]\ncpu = 2\n[nonsense]\nx = 1\n', "nonsense"),
+    "unknown-key": ("[budget]\ncpu = 2\nfrobnicate = 1\n", "frobnicate"),
+    "unknown-table": ("[budget]\ncpu = 2\n[nonsense]\nx = 1\n", "nonsense"),
     "bad-value": ('[budget]\ncpu = "lots"\n', "cpu"),
-    "not-toml": ('[budget\ncpu = = 2\n', None),
+    "not-toml": ("[budget\ncpu = = 2\n", None),
 }
 
 

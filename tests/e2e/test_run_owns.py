@@ -29,13 +29,17 @@ def run_queued_behind(q, blocker_gate: str):
     ran = os.path.join(q.root, "run-job-ran")
     runner = q.popen("run", "--", "touch", ran)
     wait_until_waiting(q, runner)
-    job = q.wait_for(lambda: next((r["id"] for r in q.records() if r["id"] != blocker), None),
-                     timeout=10, what="the run's job to be queued")
+    job = q.wait_for(
+        lambda: next((r["id"] for r in q.records() if r["id"] != blocker), None),
+        timeout=10,
+        what="the run's job to be queued",
+    )
     assert q.record(job)["state"] == "queued"
     return blocker, runner, job, ran
 
 
 # -- point 1: qex run owns its job -----------------------------------------------------------
+
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=NAMES)
 def test_a_signal_to_run_while_its_job_waits_cancels_it_and_gives_125(small, sig):
@@ -89,11 +93,13 @@ def test_sighup_to_run_while_its_job_runs_kills_it_and_gives_125(q):
 def test_run_started_ignoring_sighup_as_nohup_does_lets_its_job_run_on(q):
     """A guard (today's behaviour, kept): `nohup qex run` survives the hang-up."""
     q.write_config(TWO)
-    runner = q.popen("run", "--", *gated(q, "a", "echo done"),
-                     preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    runner = q.popen(
+        "run", "--", *gated(q, "a", "echo done"), preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    )
     wait_until_waiting(q, runner)
-    job = q.wait_for(lambda: next((r for r in q.records() if r["state"] == "running"), None), timeout=10,
-                     what="the run's job to run")
+    job = q.wait_for(
+        lambda: next((r for r in q.records() if r["state"] == "running"), None), timeout=10, what="the run's job to run"
+    )
     runner.send_signal(signal.SIGHUP)
     open_gate(q, "a")
     out, err = runner.communicate(timeout=15)
@@ -106,9 +112,11 @@ def test_sighup_stops_only_the_wait_of_submit_wait_submit_follow_and_status_foll
     q.write_config(TWO)
     job = q.submit("--", *gated(q, "a", "echo finished"))
     q.wait_state(job, "running")
-    waiters = [q.popen("submit", "--wait", "--", *gated(q, "a")),
-               q.popen("submit", "--follow", "--", *gated(q, "a")),
-               q.popen("status", "--follow", job)]
+    waiters = [
+        q.popen("submit", "--wait", "--", *gated(q, "a")),
+        q.popen("submit", "--follow", "--", *gated(q, "a")),
+        q.popen("status", "--follow", job),
+    ]
     for waiter in waiters:
         wait_until_waiting(q, waiter)
         waiter.send_signal(signal.SIGHUP)
@@ -145,6 +153,7 @@ def test_help_exit_codes_says_what_a_signal_does_to_run_and_to_the_waits(q):
 
 
 # -- point 10: kill stops a job in any active state ----------------------------------------------
+
 
 def test_kill_of_a_running_and_a_queued_job_cancels_the_queued_one_in_the_same_pass(small):
     running = small.submit("--", *gated(small, "a"))
@@ -191,6 +200,7 @@ def escaped_pid(q, path: str) -> int:
         except OSError:
             return None
         return int(text) if text.isdigit() else None
+
     return q.wait_for(read, timeout=10, what="the setsid grandchild to write its pid")
 
 
@@ -243,8 +253,7 @@ def test_what_a_job_that_ended_by_itself_left_behind_keeps_running(q):
     kill of a later job of the same supervisor."""
     q.write_config(SMALL)
     pid_file = os.path.join(q.root, "left.pid")
-    first = q.submit("--", "sh", "-c", f"( {ESCAPE.format(pid=pid_file)} & ); exit 0",
-                     env=cgroup_env("no-cgroup"))
+    first = q.submit("--", "sh", "-c", f"( {ESCAPE.format(pid=pid_file)} & ); exit 0", env=cgroup_env("no-cgroup"))
     second = q.submit("--", *gated(q, "never"), env=cgroup_env("no-cgroup"))
     left = escaped_pid(q, pid_file)
     try:

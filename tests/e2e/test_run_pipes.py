@@ -37,8 +37,7 @@ def payload(path: str, size: int, seed: int = 0) -> bytes:
 def shell(q, script: str, timeout: float = 60, stdin=subprocess.DEVNULL) -> subprocess.CompletedProcess:
     """``sh -c script`` with $QEX the qex command line and this queue's environment."""
     env = {**q.env, "QEX": " ".join(QEX)}
-    return subprocess.run(["sh", "-c", script], stdin=stdin, capture_output=True, timeout=timeout, env=env,
-                          cwd=q.root)
+    return subprocess.run(["sh", "-c", script], stdin=stdin, capture_output=True, timeout=timeout, env=env, cwd=q.root)
 
 
 def job_of(stderr: bytes) -> str:
@@ -48,15 +47,19 @@ def job_of(stderr: bytes) -> str:
 
 # -- point 1: every byte, whatever the log keeps --------------------------------------------------------
 
+
 def test_run_delivers_every_byte_of_stdout_and_stderr_at_three_times_the_log_cap(capped):
     q = capped
     src = os.path.join(q.root, "out.bin")
     data = payload(src, 3 * CAP + 12345)
     err_src = os.path.join(q.root, "err.bin")
     payload(err_src, 3 * CAP + 777, seed=3)
-    proc = shell(q, f'$QEX run -- sh -c "cat {src}; cat {err_src} >&2" > got.out 2> got.err; echo $? > rc; '
-                    f"cmp {src} got.out && echo same-out; tail -c {3 * CAP + 777} got.err | cmp {err_src} - "
-                    "&& echo same-err")
+    proc = shell(
+        q,
+        f'$QEX run -- sh -c "cat {src}; cat {err_src} >&2" > got.out 2> got.err; echo $? > rc; '
+        f"cmp {src} got.out && echo same-out; tail -c {3 * CAP + 777} got.err | cmp {err_src} - "
+        "&& echo same-err",
+    )
     assert open(os.path.join(q.root, "rc")).read().strip() == "0", proc
     assert b"same-out" in proc.stdout and b"same-err" in proc.stdout, (proc.stdout, proc.stderr)
     with open(os.path.join(q.root, "got.out"), "rb") as fh:
@@ -74,8 +77,11 @@ def test_a_slow_reader_holds_the_job_back_and_still_gets_every_byte_across_the_w
     q = capped
     src = os.path.join(q.root, "big.bin")
     payload(src, 4 * 1024 * 1024 + 3)
-    proc = shell(q, f"$QEX run --quiet -- sh -c 'cat {src}; sleep 0.7; echo tail' | (sleep 1.5; cat) > got; "
-                    f"(cat {src}; echo tail) | cmp - got && echo same")
+    proc = shell(
+        q,
+        f"$QEX run --quiet -- sh -c 'cat {src}; sleep 0.7; echo tail' | (sleep 1.5; cat) > got; "
+        f"(cat {src}; echo tail) | cmp - got && echo same",
+    )
     assert proc.stdout.strip() == b"same", proc
 
 
@@ -92,17 +98,25 @@ def test_logs_follow_that_came_late_says_what_it_missed_on_stderr_never_in_the_d
     src = os.path.join(q.root, "l.bin")
     data = payload(src, 6 * CAP)
     job = q.submit("--", *gated(q, "late", before=f"cat {src}; "))
-    q.wait_for(lambda: os.path.exists(os.path.join(q.state, "jobs", job, "stdout.log.cut")), timeout=20,
-               what="the log to be cut")
-    follower = subprocess.Popen(QEX + ["logs", job, "--follow", "--stdout"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=q.env, cwd=q.root)
+    q.wait_for(
+        lambda: os.path.exists(os.path.join(q.state, "jobs", job, "stdout.log.cut")),
+        timeout=20,
+        what="the log to be cut",
+    )
+    follower = subprocess.Popen(
+        QEX + ["logs", job, "--follow", "--stdout"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=q.env,
+        cwd=q.root,
+    )
     time.sleep(0.5)
     open_gate(q, "late")
     out, err = follower.communicate(timeout=30)
     assert follower.returncode == 1, err
     assert MARK not in out
     assert b"are not shown" in err and b"[logs] max_bytes" in err
-    assert data.startswith(out[:CAP // 4]) and data.endswith(out[CAP // 4:])  # the head, then the window
+    assert data.startswith(out[: CAP // 4]) and data.endswith(out[CAP // 4 :])  # the head, then the window
 
 
 def test_run_whose_reader_goes_away_stops_its_job_as_a_pipe_stops_its_writer(q):
@@ -116,20 +130,23 @@ def test_run_whose_reader_goes_away_stops_its_job_as_a_pipe_stops_its_writer(q):
 
 # -- point 2: standard input -----------------------------------------------------------------------------
 
+
 def test_run_forwards_its_stdin_byte_for_byte_and_the_job_sees_its_end(q):
     data = bytes(range(256)) * 4096 + b"no newline at the end \x00\xff"
     with open(os.path.join(q.root, "in.bin"), "wb") as fh:
         fh.write(data)
-    proc = shell(q, r"printf 'a\000b\377c' | $QEX run --quiet -- cat | od -An -c; "
-                    "$QEX run --quiet -- cat < in.bin | cmp - in.bin && echo same")
+    proc = shell(
+        q,
+        r"printf 'a\000b\377c' | $QEX run --quiet -- cat | od -An -c; "
+        "$QEX run --quiet -- cat < in.bin | cmp - in.bin && echo same",
+    )
     assert proc.stdout.split() == [b"a", b"\\0", b"b", b"377", b"c", b"same"], proc
     proc = shell(q, "echo data | $QEX run --quiet -- sh -c 'cat; echo eof-seen'")
     assert proc.stdout == b"data\neof-seen\n", proc
 
 
 def test_run_stops_reading_when_the_job_closes_its_stdin_or_ends(q):
-    proc = shell(q, "yes | $QEX run --quiet -- head -c 6; echo; yes | $QEX run --quiet -- true; echo rc=$?",
-                 timeout=60)
+    proc = shell(q, "yes | $QEX run --quiet -- head -c 6; echo; yes | $QEX run --quiet -- true; echo rc=$?", timeout=60)
     assert proc.stdout == b"y\ny\ny\n\nrc=0\n", proc
 
 
@@ -154,8 +171,15 @@ def test_stdin_copies_at_most_64mib_and_refuses_more_with_a_sentence(q):
     with open(big, "wb") as fh:
         fh.truncate(64 * 1024 * 1024 + 1)
     with open(big, "rb") as fh:
-        proc = subprocess.run(QEX + ["submit", "--stdin", "-", "--", "cat"], stdin=fh, capture_output=True,
-                              text=True, env=q.env, cwd=q.root, timeout=60)
+        proc = subprocess.run(
+            QEX + ["submit", "--stdin", "-", "--", "cat"],
+            stdin=fh,
+            capture_output=True,
+            text=True,
+            env=q.env,
+            cwd=q.root,
+            timeout=60,
+        )
     assert proc.returncode == 121 and "larger than 64MiB" in proc.stderr and "--stdin FILE" in proc.stderr
     assert q.records() == []
     proc = q.run("submit", "--stdin", "no-such-file", "--", "cat")

@@ -51,8 +51,12 @@ def test_a_group_writable_config_is_refused_and_nothing_runs(q):
     gid = lab_gid()
     os.chown(q.config, -1, gid)
     os.chmod(q.config, 0o664)
-    assert_refused_everywhere(q, marker, f"{q.config} is writable by the group {grp.getgrgid(gid).gr_name} "
-                              "(mode 0664)", f"chmod g-w {q.config}")
+    assert_refused_everywhere(
+        q,
+        marker,
+        f"{q.config} is writable by the group {grp.getgrgid(gid).gr_name} (mode 0664)",
+        f"chmod g-w {q.config}",
+    )
     os.chmod(q.config, 0o644)  # the remedy the sentence gives
     job = q.submit("--", "true")
     q.wait_state(job, "completed")
@@ -67,8 +71,9 @@ def test_a_config_in_a_directory_the_group_can_write_is_refused(q):
     os.chown(shared, -1, lab_gid())
     os.chmod(shared, 0o775)
     q.env["QEX_CONFIG"] = config
-    assert_refused_everywhere(q, marker, f"{config} is in {shared}, which is writable by the group",
-                              "and not sticky", f"chmod g-w {shared}")
+    assert_refused_everywhere(
+        q, marker, f"{config} is in {shared}, which is writable by the group", "and not sticky", f"chmod g-w {shared}"
+    )
 
 
 @pytest.mark.skipif(not ROOT, reason="giving a file to another user needs root")

@@ -28,7 +28,9 @@ def test_init_makes_a_setgid_group_directory_and_refuses_what_it_must(lab, users
     w, one, two = lab
     root = one.state
     assert mode(root) == 0o3770 and os.stat(root).st_gid == users.gid()  # setgid, sticky, group-writable
-    assert mode(os.path.join(root, "lock")) == 0o640 and os.stat(os.path.join(root, "lock")).st_uid == users.uid(one.name)
+    assert mode(os.path.join(root, "lock")) == 0o640 and os.stat(os.path.join(root, "lock")).st_uid == users.uid(
+        one.name
+    )
     job = one.submit("--env", "SECRET=s3cret", "--", "true")
     one.wait_state(job, "completed")
     mine = os.path.join(root, f"member-{users.uid(one.name)}")  # one's own state directory in it
@@ -54,16 +56,22 @@ def test_init_makes_a_setgid_group_directory_and_refuses_what_it_must(lab, users
 
 def test_another_user_cannot_kill_cancel_clean_or_read_the_secrets_of_my_jobs(lab):
     w, one, two = lab
-    running = one.submit("--cpu", "1.5", "--env", "SECRET=s3cret", "--tag", "lab", "--",
-                         *gated(w.gate("r"), then="echo out-s3cret"))
+    running = one.submit(
+        "--cpu", "1.5", "--env", "SECRET=s3cret", "--tag", "lab", "--", *gated(w.gate("r"), then="echo out-s3cret")
+    )
     one.wait_state(running, "running")
     queued = one.submit("--cpu", "0.5", "--tag", "lab", "--", "true")
     done = one.submit("--cpu", "0.05", "--", "sh", "-c", "echo out-s3cret")
     assert one.record(queued)["state"] == "queued"
     before = {j: one.record(j)["state"] for j in (running, queued)}
 
-    for args in (("kill", running), ("cancel", queued), ("status", running, "--show-env"),
-                 ("logs", running), ("status", done, "--json", "--show-env")):
+    for args in (
+        ("kill", running),
+        ("cancel", queued),
+        ("status", running, "--show-env"),
+        ("logs", running),
+        ("status", done, "--json", "--show-env"),
+    ):
         r = two.run(*args)
         assert r.returncode == 1, (args, r.returncode, r.stdout, r.stderr)
         assert f"belongs to {one.user}" in r.stderr and "only its owner (or root)" in r.stderr, (args, r.stderr)
@@ -104,8 +112,11 @@ def test_the_two_users_jobs_share_one_budget_exactly(lab):
         jobs.append((one, one.submit("--cpu", "0.5", "--", *gated(w.gate(f"1-{i}")))))
         jobs.append((two, two.submit("--cpu", "0.5", "--", *gated(w.gate(f"2-{i}")))))
     wait_for(lambda: held_cpu(one.state) == 1.5, 10, "the budget to be full")
-    owners = {json.load(open(os.path.join(job_dir(one.state, j), "status.json")))["owner"]
-              for _, j in jobs if one.record(j)["state"] in ("starting", "running")}
+    owners = {
+        json.load(open(os.path.join(job_dir(one.state, j), "status.json")))["owner"]
+        for _, j in jobs
+        if one.record(j)["state"] in ("starting", "running")
+    }
     assert owners == {one.user, two.user}  # both users' jobs run at once, in one budget
     for i in range(3):
         open_gate(w.gate(f"1-{i}"))
@@ -128,9 +139,14 @@ def test_a_member_cannot_put_anything_into_another_members_job_directory(lab):
     victim = one.submit("--cpu", "0.5", "--", "touch", ok)
     target = os.path.join(job_dir(one.state, victim), "spec.json")
     planted = json.dumps({"id": victim, "command": ["touch", bad], "cwd": w.dir, "env": {}})
-    swap = ("import os,sys; t=sys.argv[1]; open(t+'.x','w').write(sys.argv[2]); os.rename(t+'.x', t)")
-    tried = subprocess.run(w.users.wrap(two.name, [w.users.python, "-c", swap, target, planted]),
-                           env=w.users.env({}), cwd=w.dir, capture_output=True, text=True)
+    swap = "import os,sys; t=sys.argv[1]; open(t+'.x','w').write(sys.argv[2]); os.rename(t+'.x', t)"
+    tried = subprocess.run(
+        w.users.wrap(two.name, [w.users.python, "-c", swap, target, planted]),
+        env=w.users.env({}),
+        cwd=w.dir,
+        capture_output=True,
+        text=True,
+    )
     assert tried.returncode != 0 and "Permission denied" in tried.stderr  # the directory is one's alone
     assert os.stat(target).st_uid == w.users.uid(one.name)
 

@@ -13,9 +13,10 @@ from e2e_helpers import gate_command, release
 from wfm_helpers import PROFILE, ctrl_c, qex_on_path, start
 
 _MISSING = [m for m in ("snakemake", "snakemake_executor_plugin_cluster_generic") if find_spec(m) is None]
-pytestmark = [pytest.mark.workflow,
-              pytest.mark.skipif(bool(_MISSING), reason=f"not installed: {', '.join(_MISSING)} "
-                                                        "(pip install -e '.[workflow]')")]
+pytestmark = [
+    pytest.mark.workflow,
+    pytest.mark.skipif(bool(_MISSING), reason=f"not installed: {', '.join(_MISSING)} (pip install -e '.[workflow]')"),
+]
 
 FAN_IN = """\
 SAMPLES = ["a", "b", "c", "d"]
@@ -48,8 +49,19 @@ rule bad:
 
 def _snakemake(snakefile: str) -> list[str]:
     # The test's status checks every second (the profile's 5 s is for a shared machine); the rest is the profile's.
-    return [sys.executable, "-m", "snakemake", "-s", snakefile, "--profile", PROFILE,
-            "--seconds-between-status-checks", "1", "--latency-wait", "5"]
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        snakefile,
+        "--profile",
+        PROFILE,
+        "--seconds-between-status-checks",
+        "1",
+        "--latency-wait",
+        "5",
+    ]
 
 
 def _log(workdir) -> str:
@@ -67,8 +79,9 @@ def _jobs(q, env, *args):
 def test_fan_in_workflow_runs_every_rule_as_a_qex_job(q, tmp_path):
     env = qex_on_path(q)
     (tmp_path / "Snakefile").write_text(FAN_IN)
-    proc = subprocess.run(_snakemake("Snakefile"), env=env, cwd=str(tmp_path), capture_output=True, text=True,
-                          timeout=400)
+    proc = subprocess.run(
+        _snakemake("Snakefile"), env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=400
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "merged.txt").read_text() == "a\nb\nc\nd\n"
     jobs = _jobs(q, env, "--tag", "snakemake")
@@ -82,8 +95,9 @@ def test_fan_in_workflow_runs_every_rule_as_a_qex_job(q, tmp_path):
 def test_failing_rule_fails_the_workflow_and_status_word_says_failed(q, tmp_path):
     env = qex_on_path(q)
     (tmp_path / "Snakefile").write_text(FAILS)
-    proc = subprocess.run(_snakemake("Snakefile"), env=env, cwd=str(tmp_path), capture_output=True, text=True,
-                          timeout=400)
+    proc = subprocess.run(
+        _snakemake("Snakefile"), env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=400
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode != 0, log
     [job] = _jobs(q, env, "--tag", "snakemake")
@@ -101,11 +115,15 @@ def test_ctrl_c_of_snakemake_kills_its_queued_and_running_jobs(q, tmp_path):
     (tmp_path / "Snakefile").write_text(
         'rule all:\n    input: expand("h/{s}.txt", s=["a", "b"])\n\n'
         'rule hang:\n    output: "h/{s}.txt"\n    resources: mem_mb=64\n'
-        f'    shell: "{wait}; touch {{output}}"\n')
+        f'    shell: "{wait}; touch {{output}}"\n'
+    )
     smk = start(_snakemake("Snakefile"), env, str(tmp_path))
     try:
-        q.wait_for(lambda: len(_jobs(q, env, "--tag", "snakemake", "--state", "running")) >= 1, timeout=120,
-                   what="a rule running as a qex job")
+        q.wait_for(
+            lambda: len(_jobs(q, env, "--tag", "snakemake", "--state", "running")) >= 1,
+            timeout=120,
+            what="a rule running as a qex job",
+        )
         # Snakemake holds both ids (its log says so as it goes): a Ctrl-C in the middle of a
         # `qex submit` would leave a job Snakemake never heard of, as it would from a terminal.
         q.wait_for(lambda: _log(tmp_path).count("with external jobid") == 2, timeout=60, what="both submitted")

@@ -33,10 +33,21 @@ def test_an_inheritable_fd_of_the_submitter_never_reaches_the_job(q):
     fd = os.open(os.path.join(q.root, "leak"), os.O_WRONLY | os.O_CREAT, 0o600)
     os.set_inheritable(fd, True)  # the submitting script passes it on to qex
     try:
-        probe = ["sh", "-c", f'ls /proc/$$/fd; [ -e /proc/$$/fd/{fd} ] && echo LEAKED; '
-                             f'echo "lock $(readlink /proc/$$/fd/{LOCK_FD})"; exit 0']
-        first = subprocess.run([PY, "-m", "qex", "submit", "--wait", "--", *probe], pass_fds=(fd,),
-                               capture_output=True, text=True, timeout=60, env=q.env, cwd=q.root)
+        probe = [
+            "sh",
+            "-c",
+            f"ls /proc/$$/fd; [ -e /proc/$$/fd/{fd} ] && echo LEAKED; "
+            f'echo "lock $(readlink /proc/$$/fd/{LOCK_FD})"; exit 0',
+        ]
+        first = subprocess.run(
+            [PY, "-m", "qex", "submit", "--wait", "--", *probe],
+            pass_fds=(fd,),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=q.env,
+            cwd=q.root,
+        )
     finally:
         os.close(fd)
     assert first.returncode == 0, first.stderr
@@ -73,16 +84,21 @@ def test_the_peer_lock_is_held_by_the_supervisor_and_the_job_alone(q):
 def test_a_second_job_of_the_same_supervisor_gets_no_inherited_fd_either(q):
     # The first job's supervisor starts the second itself (its next job, no fork).
     q.write_config('[budget]\ncpu = 1\n[defaults]\nmem = "10MB"\n')
-    probe = ('for f in /proc/$$/fd/*; do n=${f##*/}; [ "$n" -gt 3 ] && [ "$n" != %d ] && echo "extra $n"; '
-             'done; exit 0' % LOCK_FD)  # (its peer lock, handed on with the job: the same file)
-    code = ("import os, subprocess, sys\n"
-            "fd = os.open(os.devnull, os.O_RDONLY); os.dup2(fd, 9)\n"
-            "p = [sys.executable, '-m', 'qex', 'submit', '--', 'sh', '-c', sys.argv[1]]\n"
-            "ids = [subprocess.run(p, pass_fds=(9,), capture_output=True, text=True).stdout.strip() "
-            "for _ in range(2)]\n"
-            "print(' '.join(ids))\n")
-    ids = subprocess.run([PY, "-c", code, probe], capture_output=True, text=True, timeout=60, env=q.env,
-                         cwd=q.root, check=True).stdout.split()
+    probe = (
+        'for f in /proc/$$/fd/*; do n=${f##*/}; [ "$n" -gt 3 ] && [ "$n" != %d ] && echo "extra $n"; '
+        "done; exit 0" % LOCK_FD
+    )  # (its peer lock, handed on with the job: the same file)
+    code = (
+        "import os, subprocess, sys\n"
+        "fd = os.open(os.devnull, os.O_RDONLY); os.dup2(fd, 9)\n"
+        "p = [sys.executable, '-m', 'qex', 'submit', '--', 'sh', '-c', sys.argv[1]]\n"
+        "ids = [subprocess.run(p, pass_fds=(9,), capture_output=True, text=True).stdout.strip() "
+        "for _ in range(2)]\n"
+        "print(' '.join(ids))\n"
+    )
+    ids = subprocess.run(
+        [PY, "-c", code, probe], capture_output=True, text=True, timeout=60, env=q.env, cwd=q.root, check=True
+    ).stdout.split()
     for job in ids:
         assert q.wait_state(job, "completed")["exit_code"] == 0
         assert q.run("logs", job, "--stdout").stdout == ""
@@ -101,13 +117,12 @@ def test_the_job_has_its_own_group_an_empty_mask_and_the_signals_it_had_before(q
     # SIGXFSZ at its default for the spawn.
     with open("/proc/self/status") as fh:
         mine = int(next(line for line in fh if line.startswith("SigIgn:")).split()[1], 16) & 0x7FFFFFFF
-    reset = sum(1 << (s - 1) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGUSR1,
-                                       signal.SIGXFSZ))
+    reset = sum(1 << (s - 1) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGUSR1, signal.SIGXFSZ))
     assert ignored == (mine & ~reset) | (1 << (signal.SIGHUP - 1)), fields["SigIgn"]
     assert int(fields["SigBlk"], 16) == 0
     rec = q.wait_state(q.submit("--", "cat", "/proc/self/stat"), "completed")
     stat = q.run("logs", rec["id"], "--stdout").stdout
-    pid, pgrp = int(stat.split()[0]), int(stat[stat.rindex(")") + 2:].split()[2])
+    pid, pgrp = int(stat.split()[0]), int(stat[stat.rindex(")") + 2 :].split()[2])
     assert pid == pgrp == rec["pid"]
 
 
@@ -119,7 +134,7 @@ def test_sigpipe_ends_a_job_as_it_would_in_a_shell(q):
 def test_a_nice_job_runs_at_its_niceness_from_its_first_instruction(q):
     rec = q.wait_state(q.submit("--nice", "7", "--", "cat", "/proc/self/stat"), "completed")
     stat = q.run("logs", rec["id"], "--stdout").stdout
-    assert int(stat[stat.rindex(")") + 2:].split()[16]) == 7  # field 19: nice
+    assert int(stat[stat.rindex(")") + 2 :].split()[16]) == 7  # field 19: nice
     probe, _ = cgroup.create("0193f7a2-0000-7000-8000-00000000a1ce", 1)
     if probe is not None:
         probe.remove()
@@ -239,8 +254,9 @@ def test_a_starting_supervisor_leaves_the_signal_module_alone(q):
     job's first instruction. The submission and the supervisor use the C module
     ``_signal``; only a job that a signal ended has its signal's name looked up."""
     env = {**q.env, "PYTHONPROFILEIMPORTTIME": "1"}
-    sub = subprocess.run([PY, "-m", "qex", "submit", "--", "true"], capture_output=True, text=True,
-                         timeout=60, env=env, cwd=q.root)
+    sub = subprocess.run(
+        [PY, "-m", "qex", "submit", "--", "true"], capture_output=True, text=True, timeout=60, env=env, cwd=q.root
+    )
     assert sub.returncode == 0, sub.stderr
     job = sub.stdout.strip()
     assert q.wait_state(job, "completed")["exit_code"] == 0
@@ -257,7 +273,7 @@ def test_a_starting_supervisor_leaves_the_signal_module_alone(q):
 def _session(pid: int) -> int:
     with open(f"/proc/{pid}/stat", "rb") as fh:
         raw = fh.read()
-    return int(raw[raw.rindex(b")") + 2:].split()[3])
+    return int(raw[raw.rindex(b")") + 2 :].split()[3])
 
 
 def test_a_submission_that_leaves_at_once_forks_its_supervisor_once(q):
@@ -278,8 +294,7 @@ def test_a_submission_that_waits_is_never_its_supervisors_parent(q):
     would be its child and leave a zombie there; it is double-forked instead."""
     waiting = q.popen("submit", "--wait", "--", *gated(q, "go"))
     try:
-        rec = q.wait_for(lambda: next((r for r in q.records() if r["state"] == "running"), None),
-                         what="the job to run")
+        rec = q.wait_for(lambda: next((r for r in q.records() if r["state"] == "running"), None), what="the job to run")
         sup = rec["supervisor_pid"]
         assert proc_stat(sup)[1] != waiting.pid
         assert _session(sup) != sup  # the first child of the double fork led the session, and is gone

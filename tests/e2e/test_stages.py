@@ -79,6 +79,7 @@ needs = ["first"]
 
 # -- the must-show pipeline ----------------------------------------------------------------------
 
+
 def test_a_pipeline_whose_second_stage_fails_skips_the_third_naming_the_second(qq):
     group, proc = pipeline(qq, three_stages(qq))
     assert qq.run("wait", group).returncode == 3  # the second's own code
@@ -120,7 +121,9 @@ def test_a_skipped_chain_names_the_first_failed_job_not_the_one_before_it(qq):
 
 
 def test_after_runs_a_cleanup_stage_after_a_failure(qq):
-    group, _ = pipeline(qq, """
+    group, _ = pipeline(
+        qq,
+        """
 [[jobs]]
 name = "cleanup"
 command = ["sh", "-c", "echo cleaned"]
@@ -132,7 +135,8 @@ command = ["sh", "-c", "exit 7"]
 name = "report"
 command = ["true"]
 needs = ["work"]
-""")
+""",
+    )
     assert qq.run("wait", group).returncode == 7
     stages = by_name(qq, group)
     assert stages["work"]["state"] == "failed"
@@ -159,6 +163,7 @@ def test_kill_of_a_group_ends_the_running_stage_and_takes_out_the_waiting_ones(q
                 return fh.read().split(") ")[1][0] in "ZX"
         except OSError:
             return True
+
     qq.wait_for(gone, timeout=10, what="the stage's process to be gone")
     again = qq.run("kill", group)  # every stage has ended: nothing to do, and no fault
     assert again.returncode == 0, again.stderr
@@ -229,14 +234,18 @@ def test_list_group_shows_the_members_in_order_by_id_prefix_or_name(qq):
 
 
 def test_needs_a_group_waits_for_every_member(qq):
-    group, _ = pipeline(qq, """
+    group, _ = pipeline(
+        qq,
+        """
 [[jobs]]
 name = "a"
 command = %s
 [[jobs]]
 name = "b"
 command = %s
-""" % (toml_list(gated(qq, "a")), toml_list(gated(qq, "b"))))
+"""
+        % (toml_list(gated(qq, "a")), toml_list(gated(qq, "b"))),
+    )
     after = qq.submit("--needs", group, "--", "true")
     assert qq.record(after)["needs"] == [r["id"] for r in members(qq, group)]
     open_gate(qq, "a")
@@ -257,10 +266,25 @@ def test_id_file_holds_the_group_then_every_stage(qq):
 
 @pytest.mark.parametrize("fmt", ["yaml", "json"])
 def test_a_pipeline_in_yaml_or_json_with_claims(qq, fmt):
-    doc = {"jobs": [{"name": "x", "command": ["true"], "resources": {"cpu": 1, "mem": "64MB"},
-                     "tags": ["t1"], "timeout": "1h", "env": {"K": "v"}},
-                    {"name": "y", "command": ["sh", "-c", "test \"$K\" = w"], "needs": ["x"],
-                     "env": {"K": "w"}, "max_queue_time": "1h"}]}
+    doc = {
+        "jobs": [
+            {
+                "name": "x",
+                "command": ["true"],
+                "resources": {"cpu": 1, "mem": "64MB"},
+                "tags": ["t1"],
+                "timeout": "1h",
+                "env": {"K": "v"},
+            },
+            {
+                "name": "y",
+                "command": ["sh", "-c", 'test "$K" = w'],
+                "needs": ["x"],
+                "env": {"K": "w"},
+                "max_queue_time": "1h",
+            },
+        ]
+    }
     if fmt == "yaml":
         import yaml
 
@@ -275,20 +299,28 @@ def test_a_pipeline_in_yaml_or_json_with_claims(qq, fmt):
     assert x["group_name"] == "stages"  # the file's stem
 
 
-@pytest.mark.parametrize("text, words", [
-    ('[[jobs]]\nname = "a"\ncommand = ["true"]\nneeds = ["b"]\n'
-     '[[jobs]]\nname = "b"\ncommand = ["true"]\nneeds = ["c"]\n'
-     '[[jobs]]\nname = "c"\ncommand = ["true"]\nafter = ["a"]\n', "circle"),
-    ('[[jobs]]\nname = "a"\ncommand = ["true"]\nneeds = ["nope"]\n', "nope"),
-    ('[[jobs]]\nname = "a"\ncommand = ["true"]\n[[jobs]]\nname = "a"\ncommand = ["true"]\n', "jobs[0] and jobs[1]"),
-    ('[[jobs]]\ncommand = ["true"]\n', "no name"),
-    ('[[jobs]]\nname = "a"\ncommand = ["true"]\ngpu_count = 1\n', "gpu_count"),
-    ('[[jobs]]\nname = "a"\ncommand = ["true"]\n[jobs.resources]\ncpu = "lots"\n', "--cpu"),
-    ('[[jobs]]\nname = "ok"\ncommand = ["true"]\n[[jobs]]\nname = "a"\ncommand = ["./no-such-program"]\n',
-     "no-such-program"),
-    ('[[jobs]]\nname = "a b"\ncommand = ["true"]\n', "not a valid name"),
-    ('jobs = []\n', "no jobs"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (
+            '[[jobs]]\nname = "a"\ncommand = ["true"]\nneeds = ["b"]\n'
+            '[[jobs]]\nname = "b"\ncommand = ["true"]\nneeds = ["c"]\n'
+            '[[jobs]]\nname = "c"\ncommand = ["true"]\nafter = ["a"]\n',
+            "circle",
+        ),
+        ('[[jobs]]\nname = "a"\ncommand = ["true"]\nneeds = ["nope"]\n', "nope"),
+        ('[[jobs]]\nname = "a"\ncommand = ["true"]\n[[jobs]]\nname = "a"\ncommand = ["true"]\n', "jobs[0] and jobs[1]"),
+        ('[[jobs]]\ncommand = ["true"]\n', "no name"),
+        ('[[jobs]]\nname = "a"\ncommand = ["true"]\ngpu_count = 1\n', "gpu_count"),
+        ('[[jobs]]\nname = "a"\ncommand = ["true"]\n[jobs.resources]\ncpu = "lots"\n', "--cpu"),
+        (
+            '[[jobs]]\nname = "ok"\ncommand = ["true"]\n[[jobs]]\nname = "a"\ncommand = ["./no-such-program"]\n',
+            "no-such-program",
+        ),
+        ('[[jobs]]\nname = "a b"\ncommand = ["true"]\n', "not a valid name"),
+        ("jobs = []\n", "no jobs"),
+    ],
+)
 def test_a_bad_pipeline_submits_nothing(qq, text, words):
     proc = qq.run("pipeline", write(qq, "bad.toml", text))
     assert proc.returncode == 121, (proc.stdout, proc.stderr)
@@ -309,6 +341,7 @@ def test_schema_pipeline_requires_a_name_and_a_command_for_every_stage(qq):
 
 
 # -- dependencies on the command line ---------------------------------------------------------------
+
 
 def test_a_name_of_an_ended_job_names_the_newest_ended_one_for_needs(qq):
     """--needs takes an ID (CONTRACT.md): a name whose job has ended, however fast, still
@@ -377,7 +410,7 @@ def test_a_failed_dependency_is_seen_while_the_queue_is_blocked(q):
     doomed = q.submit("--cpu", "1", "--", *gated(q, "doom", "exit 9"))
     q.wait_state(holder, "running")
     q.wait_state(doomed, "running")
-    front = q.submit("--cpu", "2", "--", "true")   # cannot fit while the holder runs: the queue is blocked
+    front = q.submit("--cpu", "2", "--", "true")  # cannot fit while the holder runs: the queue is blocked
     dependent = q.submit("--cpu", "1", "--needs", doomed, "--", "true")
     assert q.record(dependent)["state"] == "queued"
     open_gate(q, "doom")
@@ -404,6 +437,7 @@ def test_a_failed_dependency_is_seen_while_the_queue_is_paused(qq):
 
 # -- 127 means no such job, and nothing else --------------------------------------------------------
 
+
 def test_127_only_for_no_such_job_or_group(qq):
     for verb in ("wait", "status", "kill", "cancel", "clean", "logs", "rerun"):
         proc = qq.run(verb, "feedface-0000-4000-8000-000000000000")
@@ -416,12 +450,14 @@ def test_127_only_for_no_such_job_or_group(qq):
 
 # -- rerun --------------------------------------------------------------------------------------------
 
+
 def test_rerun_submits_the_same_spec_under_a_new_id_without_the_dedupe_key(qq):
     workdir = os.path.join(qq.root, "work")
     os.mkdir(workdir)
     job = write(qq, "job.toml", 'command = ["sh", "-c", "echo $SEED $(pwd)"]\ndedupe_key = "k1"\n')
-    old = json.loads(qq.run("submit", "--wait", "--job", job, "--cwd", workdir, "--env", "SEED=7", "--tag", "t",
-                            check=0).stdout)["id"]
+    old = json.loads(
+        qq.run("submit", "--wait", "--job", job, "--cwd", workdir, "--env", "SEED=7", "--tag", "t", check=0).stdout
+    )["id"]
     assert qq.record(old)["dedupe_key"] == "k1"
     proc = qq.run("rerun", old[:8], env={"SEED": "changed"})
     assert proc.returncode == 0, proc.stderr

@@ -57,9 +57,11 @@ def test_status_word_of_a_group_is_success_only_when_every_member_completed(q, t
     good, mixed = tmp_path / "good.txt", tmp_path / "mixed.txt"
     good.write_text("0\n0\n")
     mixed.write_text("0\n3\n")
-    ok = q.run("submit", "--each-line", str(good), "--cpu", "0.25", "--mem", "16MB", "--", "sh", "-c", "exit {}",
-               check=0).stdout.strip()
-    bad = q.run("submit", "--each-line", str(mixed), "--cpu", "0.25", "--mem", "16MB", "--", "sh", "-c", "exit {}",
-                check=0).stdout.strip()
+    ok = q.run(
+        "submit", "--each-line", str(good), "--cpu", "0.25", "--mem", "16MB", "--", "sh", "-c", "exit {}", check=0
+    ).stdout.strip()
+    bad = q.run(
+        "submit", "--each-line", str(mixed), "--cpu", "0.25", "--mem", "16MB", "--", "sh", "-c", "exit {}", check=0
+    ).stdout.strip()
     q.run("wait", "--quiet", ok, bad)
     assert _word(q, ok) == "success\n" and _word(q, bad) == "failed\n"

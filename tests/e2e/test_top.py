@@ -21,6 +21,7 @@ def pane(q):
         p = Pane(q.root, name)
         panes.append(p)
         return p
+
     yield make
     for p in panes:
         p.close()
@@ -50,8 +51,10 @@ def test_top_shows_the_queue_changes_by_itself_k_kills_and_q_gives_the_terminal_
     p.keys("y")
     assert q.wait_state(running, "killed")["state"] == "killed"
     q.wait_state(queued, "completed")  # (what the kill freed went on)
-    p.wait_screen(lambda s: any(line.startswith(running[:8]) and "killed" in line for line in s.splitlines()),
-                  what="the killed job among the ended")
+    p.wait_screen(
+        lambda s: any(line.startswith(running[:8]) and "killed" in line for line in s.splitlines()),
+        what="the killed job among the ended",
+    )
     p.keys("q")
     assert p.exit_code() == 0
     assert restored(p.stty()), p.stty()
@@ -73,8 +76,11 @@ def test_top_gives_the_terminal_back_however_it_is_ended(q, pane, how):
         assert p.exit_code() == 128 + signal.SIGTERM
     else:  # the terminal closes: tmux hangs up its pane
         p.tm("kill-pane", "-t", p.name)
-        q.wait_for(lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), timeout=10,
-                   what="qex top to leave when its terminal is gone")
+        q.wait_for(
+            lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid),
+            timeout=10,
+            what="qex top to leave when its terminal is gone",
+        )
         return
     assert restored(p.stty()), p.stty()
     assert p.display("#{alternate_on} #{cursor_flag}") == "0 1"

@@ -53,6 +53,7 @@ def reserve_of(total: int) -> int:
 
 # -- 4. a claim no idle machine could hold is refused -------------------------------------------
 
+
 @pytest.mark.parametrize("oversized", ["run-when-idle", "queue", "reject"])
 def test_memory_above_the_machine_less_the_reserve_is_refused_whatever_oversized_says(q, oversized):
     q.write_config(f'[budget]\nmem = "1000GB"\n[queue]\noversized = "{oversized}"\n')  # above any test machine
@@ -97,10 +98,13 @@ def test_a_crontab_typo_with_a_dedupe_key_is_refused_and_queues_nothing(qq):
 
 # -- 5. the reserve on a small machine -------------------------------------------------------
 
+
 def _meminfo(total_kb: int, available_kb: int) -> str:
-    return (f"MemTotal:       {total_kb} kB\nMemFree:        {available_kb} kB\n"
-            f"MemAvailable:   {available_kb} kB\nBuffers:        0 kB\nCached:         0 kB\n"
-            "SwapTotal:      0 kB\nSwapFree:       0 kB\n")
+    return (
+        f"MemTotal:       {total_kb} kB\nMemFree:        {available_kb} kB\n"
+        f"MemAvailable:   {available_kb} kB\nBuffers:        0 kB\nCached:         0 kB\n"
+        "SwapTotal:      0 kB\nSwapFree:       0 kB\n"
+    )
 
 
 @pytest.fixture
@@ -120,15 +124,24 @@ def small_machine(q):
             fh.truncate()
 
     set_available(1800 * 1024)
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {fake} /proc/meminfo && head -1 /proc/meminfo"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount --bind {fake} /proc/meminfo && head -1 /proc/meminfo"],
+        capture_output=True,
+        text=True,
+    )
     if probe.returncode != 0 or str(total_kb) not in probe.stdout:
         pytest.skip(f"skipped: cannot bind a file over /proc/meminfo here ({probe.stderr.strip()})")
 
     def run(*args, check=None):
         script = 'mount --bind "$1" /proc/meminfo && shift && exec "$@"'
-        proc = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", fake, *q_cmd(), *map(str, args)],
-                              capture_output=True, text=True, timeout=60, env=q.env, cwd=q.root)
+        proc = subprocess.run(
+            ["unshare", "-m", "sh", "-c", script, "sh", fake, *q_cmd(), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=q.env,
+            cwd=q.root,
+        )
         if check is not None:
             assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
         return proc
@@ -203,8 +216,9 @@ def test_clean_keeps_an_after_dependency_and_a_group_member_while_its_group_work
     with open(lines, "w") as fh:
         fh.write("fail\nwait\n")
     script = f"if [ \"$1\" = fail ]; then exit 3; fi; while [ ! -e '{qq.gate('g')}' ]; do sleep 0.02; done"
-    group = qq.run("submit", "--each-line", lines, "--cpu", "0.5", "--", "sh", "-c", script, "sh", "{}",
-                   check=0).stdout.strip()
+    group = qq.run(
+        "submit", "--each-line", lines, "--cpu", "0.5", "--", "sh", "-c", script, "sh", "{}", check=0
+    ).stdout.strip()
     members = json.loads(qq.run("status", group, "--json", check=0).stdout)
     failed, working = members[0]["id"], members[1]["id"]
     qq.wait_state(failed, "failed")
@@ -228,11 +242,21 @@ def test_clean_keeps_an_after_dependency_and_a_group_member_while_its_group_work
 
 # -- 7. logs: --grep with --follow, one stream on stdout ---------------------------------------
 
+
 def test_logs_follow_filters_with_grep(qq):
-    job = qq.submit("--", *gated(qq, "a", before="echo a-keep; echo b-drop; echo e-keep >&2; ",
-                                   then="echo c-keep; echo d-drop; printf f-keep"))
-    qq.wait_for(lambda: b"b-drop" in open(os.path.join(qq.state, "jobs", job, "stdout.log"), "rb").read(),
-                what="the first lines")
+    job = qq.submit(
+        "--",
+        *gated(
+            qq,
+            "a",
+            before="echo a-keep; echo b-drop; echo e-keep >&2; ",
+            then="echo c-keep; echo d-drop; printf f-keep",
+        ),
+    )
+    qq.wait_for(
+        lambda: b"b-drop" in open(os.path.join(qq.state, "jobs", job, "stdout.log"), "rb").read(),
+        what="the first lines",
+    )
     follower = qq.popen("logs", job, "--follow", "--grep", "keep")
     try:
         open_gate(qq, "a")
@@ -261,6 +285,7 @@ def test_logs_of_one_stream_go_to_stdout_and_both_by_default(qq):
 
 # -- 8. whole numbers for the thread counts ------------------------------------------------------
 
+
 @pytest.mark.parametrize(("cpu", "whole"), [("2", "2"), ("1.5", "1"), ("0.5", "1"), ("0.25", "1")])
 def test_qex_cpu_and_the_thread_counts_are_whole_numbers(qq, cpu, whole):
     show = "echo $QEX_CPU $OMP_NUM_THREADS $GOMAXPROCS $MKL_NUM_THREADS"
@@ -282,10 +307,13 @@ def test_make_j_qex_cpu_works(qq):
 
 # -- 29.5. a stuck job that a dedupe key keeps handing back says so ------------------------------
 
+
 def test_a_dedupe_key_held_by_a_stuck_job_says_so_but_not_while_its_user_runs_a_job(q):
     cores = machine.cores()
-    q.write_config('[budget]\ncpu = "0.5"\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'
-                   '[queue]\noversized = "queue"\n[system]\nstuck_after = "1s"\n')
+    q.write_config(
+        '[budget]\ncpu = "0.5"\nmem = "4GB"\n[defaults]\nmem = "100MB"\n'
+        '[queue]\noversized = "queue"\n[system]\nstuck_after = "1s"\n'
+    )
     running = q.submit("--cpu", "0.5", "--", *gated(q, "a"))
     q.wait_state(running, "running")
     stuck = q.submit("--dedupe-key", "nightly", "--cpu", str(cores), "--", "true")  # above the budget: waits

@@ -30,8 +30,9 @@ def is_watcher(pid: int) -> bool:
 def uss(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/smaps_rollup") as fh:
-            return sum(int(line.split()[1]) * 1024 for line in fh
-                       if line.startswith(("Private_Clean:", "Private_Dirty:")))
+            return sum(
+                int(line.split()[1]) * 1024 for line in fh if line.startswith(("Private_Clean:", "Private_Dirty:"))
+            )
     except FileNotFoundError:
         return None
 
@@ -79,7 +80,8 @@ def test_a_long_job_is_watched_by_a_small_process_and_its_end_recorded_as_before
     files = {t for t in kept if t.startswith("/")}
     assert os.path.join(job_dir, "alive.lock") in files, targets
     assert files <= {os.path.join(job_dir, n) for n in ("alive.lock", "stdout.log", "stderr.log")} | {
-        t for t in files if t.startswith(q.peers)}, f"an fd the watcher should not hold: {targets}"
+        t for t in files if t.startswith(q.peers)
+    }, f"an fd the watcher should not hold: {targets}"
     assert all(t.startswith(("/", "pipe:", "anon_inode:[pidfd]")) for t in kept), targets
     size = uss(sup)
     if size is None:
@@ -144,16 +146,18 @@ def test_a_timeout_of_weeks_is_kept_and_the_job_ends_normally(q):
     assert final["state"] == "completed" and log(q, job, "stdout.log") == b"done\n", final
 
 
-WRITER = ("import os, sys, time\n"
-          "out = sys.stdout.buffer\n"
-          "def write(first, n):\n"
-          "    for i in range(first, first + n):\n"
-          "        out.write(b'line %08d of the output of this job\\n' % i)\n"
-          "    out.flush()\n"
-          "write(0, int(sys.argv[1]))\n"
-          "while not os.path.exists(sys.argv[3]):\n"
-          "    time.sleep(0.02)\n"
-          "write(int(sys.argv[1]), int(sys.argv[2]))\n")
+WRITER = (
+    "import os, sys, time\n"
+    "out = sys.stdout.buffer\n"
+    "def write(first, n):\n"
+    "    for i in range(first, first + n):\n"
+    "        out.write(b'line %08d of the output of this job\\n' % i)\n"
+    "    out.flush()\n"
+    "write(0, int(sys.argv[1]))\n"
+    "while not os.path.exists(sys.argv[3]):\n"
+    "    time.sleep(0.02)\n"
+    "write(int(sys.argv[1]), int(sys.argv[2]))\n"
+)
 
 
 @pytest.mark.parametrize("before", [100, 20000])  # cut after the exec only / before it too
@@ -175,7 +179,7 @@ def test_the_output_limit_and_its_marker_come_out_right_through_the_exec(q, befo
     assert marker.lstrip(b"\n").startswith(b"[qex] ---- %d bytes (" % dropped["stdout_bytes"]), marker
     assert f"and {dropped['stdout_lines']} line(s) of stdout are not in this file".encode() in marker
     assert dropped["stdout_bytes"] == len(whole) - len(head) - len(tail)
-    assert dropped["stdout_lines"] == whole[len(head):len(whole) - len(tail)].count(b"\n")
+    assert dropped["stdout_lines"] == whole[len(head) : len(whole) - len(tail)].count(b"\n")
     assert not os.path.exists(os.path.join(q.state, "jobs", job, ".stdout.log.final"))
 
 

@@ -56,16 +56,22 @@ class Pane:
         # script, which traps it (its child gets the default action back), goes on)
         lines = ["#!/bin/sh", "unset COLUMNS LINES", "trap : INT"]
         for key, value in env.items():
-            if key.isidentifier() and key not in ("COLUMNS", "LINES") and (key != "TERM" or value != os.environ.get("TERM")):
+            if (
+                key.isidentifier()
+                and key not in ("COLUMNS", "LINES")
+                and (key != "TERM" or value != os.environ.get("TERM"))
+            ):
                 lines.append(f"export {key}={shlex.quote(value)}")
         go, done = self.path("go"), self.path("done")
-        lines += [f"while [ ! -e {shlex.quote(go)} ]; do sleep 0.02; done",
-                  f"sh -c 'echo $$ > {shlex.quote(self.path('pid'))}; exec \"$0\" \"$@\"' "
-                  + " ".join(shlex.quote(a) for a in argv),
-                  f"echo $? > {shlex.quote(self.path('exit.tmp'))}",
-                  f"stty -a > {shlex.quote(self.path('stty'))} 2>&1",
-                  f"mv {shlex.quote(self.path('exit.tmp'))} {shlex.quote(self.path('exit'))}",
-                  f"while [ ! -e {shlex.quote(done)} ]; do sleep 0.05; done"]
+        lines += [
+            f"while [ ! -e {shlex.quote(go)} ]; do sleep 0.02; done",
+            f'sh -c \'echo $$ > {shlex.quote(self.path("pid"))}; exec "$0" "$@"\' '
+            + " ".join(shlex.quote(a) for a in argv),
+            f"echo $? > {shlex.quote(self.path('exit.tmp'))}",
+            f"stty -a > {shlex.quote(self.path('stty'))} 2>&1",
+            f"mv {shlex.quote(self.path('exit.tmp'))} {shlex.quote(self.path('exit'))}",
+            f"while [ ! -e {shlex.quote(done)} ]; do sleep 0.05; done",
+        ]
         script = self.path("run.sh")
         with open(script, "w") as fh:
             fh.write("\n".join(lines) + "\n")
@@ -123,8 +129,10 @@ class Pane:
             except FileNotFoundError:
                 pass
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s waiting for {path}; the screen:\n"
-                                     + (self.screen() if self.started else ""))
+                raise AssertionError(
+                    f"timed out after {timeout}s waiting for {path}; the screen:\n"
+                    + (self.screen() if self.started else "")
+                )
             time.sleep(0.02)
 
     def close(self) -> None:

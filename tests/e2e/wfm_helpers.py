@@ -26,9 +26,17 @@ def start(argv, env, cwd, **kw) -> subprocess.Popen:
     """Start ``argv`` in its own process group with SIGINT at its default, as a
     terminal's foreground job is (a shell's background job would ignore it)."""
     kw.setdefault("stdin", subprocess.DEVNULL)
-    return subprocess.Popen(argv, env=env, cwd=cwd, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
+    return subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        **kw,
+    )
 
 
 def ctrl_c(proc: subprocess.Popen) -> None:

@@ -37,8 +37,9 @@ def _why_not() -> str | None:
         return f"nvidia-smi -L did not answer ({exc})"
     if listed.returncode != 0 or "GPU 0" not in listed.stdout:
         return f"nvidia-smi -L found no GPU (exit {listed.returncode}: {listed.stderr.strip()[:120]})"
-    probe = subprocess.run([PY, "-c", "import torch; print(torch.cuda.is_available())"],
-                           capture_output=True, text=True, timeout=120)
+    probe = subprocess.run(
+        [PY, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True, text=True, timeout=120
+    )
     if probe.stdout.strip() != "True":
         return f"{PY} has no PyTorch with CUDA (set QEX_TEST_TORCH_PYTHON to one that has)"
     return None
@@ -51,8 +52,13 @@ if WHY_NOT:
 
 def smi_apps() -> dict[int, int]:
     """pid -> MiB used on any device, as nvidia-smi shows it now."""
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, timeout=30, check=True).stdout
+    out = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
     used: dict[int, int] = {}
     for line in out.splitlines():
         pid, _, mib = (part.strip() for part in line.partition(","))
@@ -63,8 +69,13 @@ def smi_apps() -> dict[int, int]:
 
 def device_sizes() -> list[int]:
     """Each device's total memory, in bytes, in the driver's order."""
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, timeout=30, check=True).stdout
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
     return [int(line.strip()) * MiB for line in out.splitlines() if line.strip()]
 
 
@@ -74,8 +85,7 @@ def box(q):
     q.env.pop("QEX_GPU_READER", None)
     detected = q.run("config", "detect", timeout=120)
     assert detected.returncode == 0, detected.stderr
-    q.write_config('[defaults]\nmem = "1GB"\n[gpu]\nsample_every = "1s"\nobserve_every = "1s"\n'
-                   + detected.stdout)
+    q.write_config('[defaults]\nmem = "1GB"\n[gpu]\nsample_every = "1s"\nobserve_every = "1s"\n' + detected.stdout)
     q.env["QEX_WAKER_INTERVAL"] = "0.5"
     return q
 
@@ -84,8 +94,10 @@ def torch_job(q, code: str, gate: str | None = None) -> list[str]:
     """A PyTorch job: ``code`` runs, then (with a gate) it writes ``<gate>.ready`` and waits for the gate."""
     wait = ""
     if gate:
-        wait = (f"open({q.gate(gate) + '.ready'!r}, 'w').close()\n"
-                f"import os, time\nwhile not os.path.exists({q.gate(gate)!r}): time.sleep(0.05)\n")
+        wait = (
+            f"open({q.gate(gate) + '.ready'!r}, 'w').close()\n"
+            f"import os, time\nwhile not os.path.exists({q.gate(gate)!r}): time.sleep(0.05)\n"
+        )
     return [PY, "-c", "import torch\n" + code + "\n" + wait]
 
 
@@ -101,10 +113,15 @@ def test_a_jobs_recorded_vram_peak_is_within_5_percent_of_what_nvidia_smi_showed
     pid = q.record(job)["pid"]
     shown = 0
     for _ in range(3):  # what nvidia-smi shows of the job's process while it holds
-        shown = max(shown, q.wait_for(lambda: smi_apps().get(pid) or None, timeout=30,
-                                      what="nvidia-smi to list the job's process"))
-    q.wait_for(lambda: (json.loads(q.run("status", job, "--json").stdout)[0]["usage"].get("vram_peak") or 0)
-               >= 8 * GiB, timeout=30, what="a sample of the 8 GiB")
+        shown = max(
+            shown,
+            q.wait_for(lambda: smi_apps().get(pid) or None, timeout=30, what="nvidia-smi to list the job's process"),
+        )
+    q.wait_for(
+        lambda: (json.loads(q.run("status", job, "--json").stdout)[0]["usage"].get("vram_peak") or 0) >= 8 * GiB,
+        timeout=30,
+        what="a sample of the 8 GiB",
+    )
     open(q.gate("held"), "w").close()
     rec = q.wait_state(job, "completed", timeout=120)
     peak = rec["usage"]["vram_peak"]
@@ -129,8 +146,10 @@ def test_a_process_outside_qex_holding_70_percent_makes_half_a_device_wait_then_
     try:
         for index, size in enumerate(sizes):  # every device 70% held, so half of one fits nowhere
             flag = os.path.join(q.root, f"outside-{index}")
-            code = (f"import torch, os, signal\nx = torch.empty({int(size * 0.7)}, dtype=torch.uint8, "
-                    f"device='cuda:{index}'); torch.cuda.synchronize()\nopen({flag!r}, 'w').close()\nsignal.pause()")
+            code = (
+                f"import torch, os, signal\nx = torch.empty({int(size * 0.7)}, dtype=torch.uint8, "
+                f"device='cuda:{index}'); torch.cuda.synchronize()\nopen({flag!r}, 'w').close()\nsignal.pause()"
+            )
             holders.append(subprocess.Popen([PY, "-c", code], env=env))
             q.wait_for(lambda: os.path.exists(flag), timeout=120, what=f"the outsider on device {index}")
         job = q.submit("--vram", f"{min(sizes) // 2 // MiB}MiB", "--", "true")
@@ -151,9 +170,11 @@ def test_two_gpu_jobs_that_fit_together_share_one_device_and_both_see_it(box):
     seen = [os.path.join(q.root, f"seen-{n}") for n in (0, 1)]
     jobs = []
     for n in (0, 1):
-        code = (f"import json, os\nopen({seen[n]!r}, 'w').write(json.dumps([os.environ.get('CUDA_VISIBLE_DEVICES'), "
-                "torch.cuda.device_count(), str(torch.cuda.get_device_properties(0).uuid)]))\n"
-                "x = torch.ones(2**28, device='cuda'); torch.cuda.synchronize()")
+        code = (
+            f"import json, os\nopen({seen[n]!r}, 'w').write(json.dumps([os.environ.get('CUDA_VISIBLE_DEVICES'), "
+            "torch.cuda.device_count(), str(torch.cuda.get_device_properties(0).uuid)]))\n"
+            "x = torch.ones(2**28, device='cuda'); torch.cuda.synchronize()"
+        )
         jobs.append(q.submit("--gpu", "1", "--vram", f"{size // 4 // MiB}MiB", "--", *torch_job(q, code, f"both-{n}")))
     q.wait_for(lambda: all(ready(q, f"both-{n}") for n in (0, 1)), timeout=120, what="both jobs at once")
     records = [q.record(j) for j in jobs]

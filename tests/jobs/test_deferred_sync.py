@@ -105,8 +105,9 @@ def test_a_supervisor_spawns_its_job_only_once_its_start_is_settled(tmp_path, mo
     assert order == ["settle", "spawn"]
 
 
-def test_settle_makes_the_fsyncs_and_only_a_fork_or_the_spawn_frees_the_replaced_files(tmp_path, monkeypatch,
-                                                                                       deferring):
+def test_settle_makes_the_fsyncs_and_only_a_fork_or_the_spawn_frees_the_replaced_files(
+    tmp_path, monkeypatch, deferring
+):
     """Freeing a replaced file can wait for a discard of its blocks: a spawn need not."""
     ctx = view(tmp_path)
     (job,) = add_jobs(ctx)
@@ -205,7 +206,8 @@ def test_the_syncer_thread_blocks_every_signal_so_a_kill_reaches_the_main_thread
 
 
 def test_a_deferred_append_has_its_write_started_at_the_release_and_its_fsync_made_by_settle(
-        tmp_path, monkeypatch, deferring):
+    tmp_path, monkeypatch, deferring
+):
     ctx = view(tmp_path)
     (job,) = add_jobs(ctx)
     started, synced, real = [], [], os.fsync
@@ -227,8 +229,7 @@ def test_a_deferred_append_has_its_write_started_at_the_release_and_its_fsync_ma
     assert synced == [ctx.store.journal_path], "the fsync still makes it durable"
 
 
-def test_the_write_start_is_looked_up_once_at_the_first_release_that_defers_an_append(
-        tmp_path, monkeypatch, deferring):
+def test_the_write_start_is_looked_up_once_at_the_first_release_that_defers_an_append(tmp_path, monkeypatch, deferring):
     ctx = view(tmp_path)
     (job,) = add_jobs(ctx)
     looked, real = [], syncs.libc_call
@@ -261,8 +262,7 @@ def test_the_write_start_is_the_c_librarys_and_without_it_the_fsync_does_all(tmp
     assert len(synced) == 1
 
 
-def test_a_bulk_submission_flushes_its_directories_beside_its_pass_and_before_its_first_event(
-        tmp_path, monkeypatch):
+def test_a_bulk_submission_flushes_its_directories_beside_its_pass_and_before_its_first_event(tmp_path, monkeypatch):
     """A fan-out's one syncfs runs in the syncer thread while its pass takes the lock and
     admits; the commit waits for it before the journal names any of its jobs."""
     from qex.jobs.submit import submit_many
@@ -283,7 +283,7 @@ def test_a_bulk_submission_flushes_its_directories_beside_its_pass_and_before_it
     assert len(ids) == 4
     kinds = [o[0] for o in order]
     assert kinds.index("syncfs") < kinds.index("append"), order
-    (_, path, who), = [o for o in order if o[0] == "syncfs"]
+    ((_, path, who),) = [o for o in order if o[0] == "syncfs"]
     assert path == ctx.store.jobs and who != threading.get_ident(), "the syncer's thread flushed the jobs"
 
 

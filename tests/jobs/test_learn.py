@@ -90,8 +90,21 @@ def test_a_damaged_store_warns_and_is_moved_aside_by_the_next_lesson(tmp_path, c
 
 def test_odd_shapes_inside_a_valid_store_give_no_claim_and_no_crash(tmp_path):
     key = learn.key_of(CMD)
-    store = {"commands": {key: {"s": [["peak", "12GB"], ["peak", True], ["peak", -5], "x", ["peak"],
-                                      {"kind": "peak", "bytes": 9}, ["later-kind", 9]]}}}
+    store = {
+        "commands": {
+            key: {
+                "s": [
+                    ["peak", "12GB"],
+                    ["peak", True],
+                    ["peak", -5],
+                    "x",
+                    ["peak"],
+                    {"kind": "peak", "bytes": 9},
+                    ["later-kind", 9],
+                ]
+            }
+        }
+    }
     (tmp_path / learn.FILE).write_text(json.dumps(store))
     assert learn.claim_for(str(tmp_path), CMD, None, 0.2) == (None, None)
     teach(tmp_path, "peak", 100 * MiB)
@@ -120,9 +133,11 @@ def test_reading_the_store_stays_cheap_for_the_submit_path(tmp_path):
     import sys
 
     teach(tmp_path, "peak", 100 * MiB)
-    code = ("import sys; from qex.jobs import learn; "
-            f"found, _ = learn.claim_for({str(tmp_path)!r}, ['python', 'train.py', '--epochs', '3'], None, 0.2); "
-            "assert found, found; "
-            "print(sorted(m for m in ('_hashlib', 'hashlib', 'cattrs', 'attrs', 'tomlkit') if m in sys.modules))")
+    code = (
+        "import sys; from qex.jobs import learn; "
+        f"found, _ = learn.claim_for({str(tmp_path)!r}, ['python', 'train.py', '--epochs', '3'], None, 0.2); "
+        "assert found, found; "
+        "print(sorted(m for m in ('_hashlib', 'hashlib', 'cattrs', 'attrs', 'tomlkit') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

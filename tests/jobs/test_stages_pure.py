@@ -65,8 +65,9 @@ def test_the_order_puts_every_stage_after_what_it_names(data):
     names = [f"s{i}" for i in range(n)]
     order = data.draw(st.permutations(names))
     # an acyclic graph: each stage may need only stages earlier in a hidden order
-    deps = {name: data.draw(st.lists(st.sampled_from(order[:i]), unique=True)) if i else []
-            for i, name in enumerate(order)}
+    deps = {
+        name: data.draw(st.lists(st.sampled_from(order[:i]), unique=True)) if i else [] for i, name in enumerate(order)
+    }
     shuffled = dict(sorted(deps.items()))
     plan = pipeline.check(stages(shuffled), "p.toml")
     placed = [s.name for s in plan.stages]
@@ -96,13 +97,30 @@ def test_a_fan_out_line_built_like_the_first_is_what_build_would_make_of_it(tmp_
 
     store = Store(str(tmp_path / "state"))
     store.ensure()
-    ctx = Context(store=store, config=Config.default(str(tmp_path / "none.toml")), uid=os.getuid(),
-                  user="tester", cores=8, mem_total=16 << 30)
+    ctx = Context(
+        store=store,
+        config=Config.default(str(tmp_path / "none.toml")),
+        uid=os.getuid(),
+        user="tester",
+        cores=8,
+        mem_total=16 << 30,
+    )
     script = tmp_path / "run.sh"
     script.write_text("#!/bin/sh\n")
     script.chmod(0o755)
-    base = Request(command=["echo", "{}"], cpu="2", mem="1GB", tags=["t"], timeout="1h", retries=2,
-                   env=["K=V"], group="g-1", group_name="g", template=["echo", "{}"], origin="each-line")
+    base = Request(
+        command=["echo", "{}"],
+        cpu="2",
+        mem="1GB",
+        tags=["t"],
+        timeout="1h",
+        retries=2,
+        env=["K=V"],
+        group="g-1",
+        group_name="g",
+        template=["echo", "{}"],
+        origin="each-line",
+    )
     first = build(ctx, base.evolve(command=["echo", "a"], name="echo-1-a"))
     found = set()
     for command, name in ((["echo", "b c"], "echo-2-b_c"), ([str(script), "x"], "run.sh-3-x"), (["true"], "true-4")):

@@ -26,7 +26,9 @@ HYBRID_MOUNTS = """\
 
 def test_v1_memory_wins_over_a_v2_hierarchy_that_lacks_the_controller():
     assert cgroup.locate(HYBRID_CGROUP, HYBRID_MOUNTS) == (
-        "v1", "/sys/fs/cgroup/memory/process_api/6422d486afee97efd12feebad7dc28ff")
+        "v1",
+        "/sys/fs/cgroup/memory/process_api/6422d486afee97efd12feebad7dc28ff",
+    )
 
 
 def test_a_container_mount_rooted_at_its_own_cgroup():
@@ -44,7 +46,9 @@ def test_pure_v2_with_an_escaped_mount_point():
     proc = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/run-1.scope\n"
     mounts = r"60 1 0:26 / /sys/fs/cgroup\040x rw - cgroup2 cgroup2 rw,nsdelegate" + "\n"
     assert cgroup.locate(proc, mounts) == (
-        "v2", "/sys/fs/cgroup x/user.slice/user-1000.slice/user@1000.service/app.slice/run-1.scope")
+        "v2",
+        "/sys/fs/cgroup x/user.slice/user-1000.slice/user@1000.service/app.slice/run-1.scope",
+    )
 
 
 def test_no_memory_cgroup_at_all():
@@ -73,13 +77,21 @@ def test_the_pid_file_names_the_jobs_cgroup_on_either_line(tmp_path, monkeypatch
     job = "0193f7a2-1c2d-7e3f-8a9b-0c1d2e3f4a5b"
     monkeypatch.setattr(cgroup, "mount_points", lambda: ["/sys/fs/cgroup/memory"])
     path = f"/sys/fs/cgroup/memory/a b/qex-{job}-2"
-    for line in (f"- 4242 777{cgroup.note(cgroup.JobCgroup('v1', path))}\n",  # the intent, before the spawn
-                 f"4343 888 v1 {path}\n", f"4343 0 v1 {path}\n"):  # the job's line (0: no start time)
+    for line in (
+        f"- 4242 777{cgroup.note(cgroup.JobCgroup('v1', path))}\n",  # the intent, before the spawn
+        f"4343 888 v1 {path}\n",
+        f"4343 0 v1 {path}\n",
+    ):  # the job's line (0: no start time)
         (tmp_path / "pid").write_text(line)
         cg = cgroup.recorded(str(tmp_path), job)
         assert cg is not None and (cg.kind, cg.path) == ("v1", path), line
-    for line in ("4343 888\n", "- 4242 777\n", f"4343 888 v1 /elsewhere/qex-{job}-2\n",
-                 f"4343 888 v3 {path}\n", "4343 888 v1 /sys/fs/cgroup/memory/qex-another-1\n"):
+    for line in (
+        "4343 888\n",
+        "- 4242 777\n",
+        f"4343 888 v1 /elsewhere/qex-{job}-2\n",
+        f"4343 888 v3 {path}\n",
+        "4343 888 v1 /sys/fs/cgroup/memory/qex-another-1\n",
+    ):
         (tmp_path / "pid").write_text(line)
         assert cgroup.recorded(str(tmp_path), job) is None, line
     (tmp_path / "cgroup").write_text(f"v2 /sys/fs/cgroup/memory/qex-{job}-1\n")  # an older supervisor's note
@@ -150,8 +162,13 @@ def test_join_moves_the_caller_in_its_child_is_born_inside_and_leave_brings_it_h
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "QEX_CGROUP"}
-    out = subprocess.run([sys.executable, "-c", JOIN_SPAWN_LEAVE, "0193f7a2-0000-7000-8000-00000000000j"],
-                         capture_output=True, text=True, timeout=60, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", JOIN_SPAWN_LEAVE, "0193f7a2-0000-7000-8000-00000000000j"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     if "skip" in got:

@@ -10,18 +10,7 @@ from collections import Counter
 
 from hypothesis import strategies as st
 
-from qex.admit import (
-    FINAL_STATES,
-    Claim,
-    Dep,
-    DeviceUse,
-    Pause,
-    PeerHold,
-    PoolSpec,
-    Queued,
-    Running,
-    Snapshot,
-)
+from qex.admit import FINAL_STATES, Claim, Dep, DeviceUse, Pause, PeerHold, PoolSpec, Queued, Running, Snapshot
 from qex.admit.model import evolve
 
 GB = 1 << 30
@@ -218,9 +207,12 @@ def expected_holder(snap: Snapshot, ref: Ref, job: Queued) -> str:
         blocked = [c for c in job.claims if not ref.claim_ok(c)]
         return "lock" if any(_own_holds(ref, alone, c.name) for c in blocked) else "peer"
     if alone.fits_but_whole(job):
-        only_devices = (ref.cpu + job.cpu <= snap.cpu_budget and ref.mem + job.mem <= snap.mem_budget
-                        and ref.avail_ok(job.mem)
-                        and all(ref.kind(c.name) == "indexed" for c in job.claims if not ref.claim_ok(c, True, ref.is_whole)))
+        only_devices = (
+            ref.cpu + job.cpu <= snap.cpu_budget
+            and ref.mem + job.mem <= snap.mem_budget
+            and ref.avail_ok(job.mem)
+            and all(ref.kind(c.name) == "indexed" for c in job.claims if not ref.claim_ok(c, True, ref.is_whole))
+        )
         return "device" if only_devices else "own"
     return "outside" if alone.fits_but_whole(job, avail=False) else "peer"
 
@@ -265,7 +257,9 @@ class Walk:
         if expired(snap, job):
             return
         exhausted = self.allowance is not None and self.passed >= self.allowance
-        eligible = not queue_paused(snap, job) and deps_ready(snap, job) and not person(snap, job) and not never(self.ref, job)
+        eligible = (
+            not queue_paused(snap, job) and deps_ready(snap, job) and not person(snap, job) and not never(self.ref, job)
+        )
         if job.id in self.starts:
             assert eligible and not exhausted, ("started when it may not", self.front, job)
             self.started(job, self.starts[job.id])
@@ -296,7 +290,8 @@ class Walk:
         elif eligible:
             assert w.holder == expected_holder(snap, ref, job), (w, job)
         capacity = w.holder in CAPACITY_HOLDERS and (
-            oversized(snap, job) or not ref.fits_but_whole(job) or w.holder == "outside")
+            oversized(snap, job) or not ref.fits_but_whole(job) or w.holder == "outside"
+        )
         if self.front is None and eligible and capacity:
             self.front = job
             ref.front, ref.front_holder = job, w.holder
@@ -328,7 +323,12 @@ def pools(draw):
     if draw(st.booleans()):
         out.append(PoolSpec("net", total=draw(st.integers(1, 4))))
     if draw(st.booleans()):
-        out.append(PoolSpec("gpu", devices=tuple(draw(st.lists(st.sampled_from([8 * GB, 16 * GB, 24 * GB]), min_size=1, max_size=4)))))
+        out.append(
+            PoolSpec(
+                "gpu",
+                devices=tuple(draw(st.lists(st.sampled_from([8 * GB, 16 * GB, 24 * GB]), min_size=1, max_size=4))),
+            )
+        )
     if draw(st.booleans()):
         out.append(PoolSpec("tpu", devices=(16 * GB,)))
     return tuple(out)
@@ -411,23 +411,31 @@ def snapshots(draw, max_queued=10, max_peers=2, max_running=3, avail="maybe", ov
         ref.add_own(f"run{k}", cpu, mem, cl, uses)
         running.append(Running(f"run{k}", cpu, mem, cl, uses))
     dep_ids = ["d1", "d2", "d3", "d4"]
-    deps = tuple(Dep(d, draw(st.sampled_from(STATES)), draw(st.sampled_from([None, "d1", "root"]))) for d in dep_ids[:3])
+    deps = tuple(
+        Dep(d, draw(st.sampled_from(STATES)), draw(st.sampled_from([None, "d1", "root"]))) for d in dep_ids[:3]
+    )
     queued = []
     for k in range(draw(st.integers(1, max_queued))):
-        queued.append(Queued(
-            id=f"q{k:02d}",
-            seq=k,
-            priority=draw(st.integers(0, 2)),
-            cpu=draw(sizes(cpu_budget, over)),
-            mem=draw(sizes(mem_budget, over)),
-            claims=draw(claims(specs)),
-            needs=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=2, unique=True))) if draw(st.integers(0, 5)) == 0 else (),
-            after=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=1))) if draw(st.integers(0, 6)) == 0 else (),
-            deadline=draw(st.sampled_from([None] * 6 + [NOW - 1, NOW, NOW + 50, NOW + 10])),
-            passed_by=draw(st.sampled_from([0, 0, 0, 1, 2, 3])),
-            name=draw(st.sampled_from(["", "", "train"])),
-            retry=draw(st.integers(0, 7)) == 0,
-        ))
+        queued.append(
+            Queued(
+                id=f"q{k:02d}",
+                seq=k,
+                priority=draw(st.integers(0, 2)),
+                cpu=draw(sizes(cpu_budget, over)),
+                mem=draw(sizes(mem_budget, over)),
+                claims=draw(claims(specs)),
+                needs=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=2, unique=True)))
+                if draw(st.integers(0, 5)) == 0
+                else (),
+                after=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=1)))
+                if draw(st.integers(0, 6)) == 0
+                else (),
+                deadline=draw(st.sampled_from([None] * 6 + [NOW - 1, NOW, NOW + 50, NOW + 10])),
+                passed_by=draw(st.sampled_from([0, 0, 0, 1, 2, 3])),
+                name=draw(st.sampled_from(["", "", "train"])),
+                retry=draw(st.integers(0, 7)) == 0,
+            )
+        )
     pause = Pause(
         queue=draw(st.integers(0, 19)) == 0,
         locks=(draw(st.sampled_from([("L1", "maintenance"), ("gpu", "")])),) if draw(st.integers(0, 5)) == 0 else (),

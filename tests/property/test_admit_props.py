@@ -33,13 +33,20 @@ def test_oversized_jobs_run_alone_only_when_idle(snap):
 @given(snapshots(), st.randoms(use_true_random=False))
 def test_the_same_input_in_another_order_gives_the_same_plan(snap, rng):
     """(c) deterministic whatever the order of the input tuples."""
+
     def shuffled(items):
         items = list(items)
         rng.shuffle(items)
         return tuple(items)
 
-    other = evolve(snap, queued=shuffled(snap.queued), running=shuffled(snap.running),
-                   peers=shuffled(snap.peers), deps=shuffled(snap.deps), pools=shuffled(snap.pools))
+    other = evolve(
+        snap,
+        queued=shuffled(snap.queued),
+        running=shuffled(snap.running),
+        peers=shuffled(snap.peers),
+        deps=shuffled(snap.deps),
+        pools=shuffled(snap.pools),
+    )
     assert admit(other) == admit(snap)
 
 
@@ -51,14 +58,16 @@ def test_an_own_blocked_front_is_passed_at_most_the_allowance(snap):
     waits = {w.id: w for w in plan.wait}
     starts = {s.id for s in plan.start}
     ordered = order(snap)
-    fronts = [i for i, j in enumerate(ordered) if j.id in waits and waits[j.id].holder in ("own", "device", "peer", "outside")]
+    fronts = [
+        i for i, j in enumerate(ordered) if j.id in waits and waits[j.id].holder in ("own", "device", "peer", "outside")
+    ]
     held_for = [w for w in plan.wait if w.holder == "front"]
     if held_for:
         front_id = held_for[0].front
         pos = next(i for i, j in enumerate(ordered) if j.id == front_id)
         assert pos in fronts
         front = ordered[pos]
-        behind = sum(1 for j in ordered[pos + 1:] if j.id in starts)
+        behind = sum(1 for j in ordered[pos + 1 :] if j.id in starts)
         assert behind == max(0, snap.max_bypass - front.passed_by)
         assert all(w.front == front_id for w in held_for)
 
@@ -71,8 +80,12 @@ def _gpu(n, s):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from([8, 16, 24]), min_size=1, max_size=5), st.lists(DEVICE_CLAIM, max_size=4),
-       st.lists(DEVICE_CLAIM, max_size=8), st.data())
+@given(
+    st.lists(st.sampled_from([8, 16, 24]), min_size=1, max_size=5),
+    st.lists(DEVICE_CLAIM, max_size=4),
+    st.lists(DEVICE_CLAIM, max_size=8),
+    st.data(),
+)
 def test_devices_are_never_summed_and_never_overfilled(caps, held, wants, data):
     """(b) on an indexed pool: assignments sorted, distinct, within capacity,
     with devices already held by this queue and by peers."""

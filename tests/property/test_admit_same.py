@@ -13,19 +13,7 @@ from admit_ref import snapshots as ref_snapshots
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qex.admit import (
-    FINAL_STATES,
-    Claim,
-    Dep,
-    DeviceUse,
-    Pause,
-    PeerHold,
-    PoolSpec,
-    Queued,
-    Running,
-    Snapshot,
-    admit,
-)
+from qex.admit import FINAL_STATES, Claim, Dep, DeviceUse, Pause, PeerHold, PoolSpec, Queued, Running, Snapshot, admit
 
 GB = 1 << 30
 NOW = 1000.0
@@ -97,34 +85,51 @@ def snapshots(draw, max_queued=40):
     peers = []
     for k in range(draw(st.integers(0, 3))):
         units = tuple((draw(st.sampled_from(NAMES)), draw(st.integers(0, 2))) for _ in range(draw(st.integers(0, 2))))
-        peers.append(PeerHold(f"user{draw(st.integers(0, 2))}", draw(st.sampled_from([0, 500, cpu_budget // 2])),
-                              draw(st.sampled_from([0, GB, mem_budget // 2])), units, uses(draw, specs)))
+        peers.append(
+            PeerHold(
+                f"user{draw(st.integers(0, 2))}",
+                draw(st.sampled_from([0, 500, cpu_budget // 2])),
+                draw(st.sampled_from([0, GB, mem_budget // 2])),
+                units,
+                uses(draw, specs),
+            )
+        )
     dep_ids = ["d1", "d2", "d3", "d4", "q003", "q010"]
-    deps = tuple(Dep(d, draw(st.sampled_from(STATES)), draw(st.sampled_from([None, None, "d1", "root", "d9"])))
-                 for d in dep_ids[:4] if draw(st.integers(0, 4)) > 0)
+    deps = tuple(
+        Dep(d, draw(st.sampled_from(STATES)), draw(st.sampled_from([None, None, "d1", "root", "d9"])))
+        for d in dep_ids[:4]
+        if draw(st.integers(0, 4)) > 0
+    )
     deps += tuple(Dep(r, draw(st.sampled_from(STATES))) for r in ("root", "d9") if draw(st.booleans()))
     queued = []
     for k in range(draw(st.integers(1, max_queued))):
         cpu, mem, claims = draw(st.sampled_from(kinds))
         few = draw(st.integers(0, 9)) == 0
-        queued.append(Queued(
-            id=f"q{k:03d}" if draw(st.integers(0, 60)) else f"q{max(k - 1, 0):03d}",  # rarely an id twice
-            seq=k if draw(st.integers(0, 20)) else 0,
-            priority=draw(st.sampled_from([0, 0, 0, 1, 2, -1])),
-            cpu=cpu,
-            mem=mem,
-            claims=claims,
-            needs=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=2, unique=True))) if few else (),
-            after=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=2))) if draw(st.integers(0, 9)) == 0 else (),
-            deadline=draw(st.sampled_from([None] * 6 + [NOW - 1, NOW, NOW + 50, NOW + 10])),
-            passed_by=draw(st.sampled_from([0, 0, 0, 1, 2, 3])),
-            name=draw(st.sampled_from(["", "", "train", "a-very-long-job-name"])),
-            retry=draw(st.integers(0, 7)) == 0,
-        ))
-    locks = tuple((draw(st.sampled_from(NAMES)), draw(st.sampled_from(["", "maintenance", "disk swap"])))
-                  for _ in range(draw(st.sampled_from([0, 0, 0, 1, 2]))))
-    pause = Pause(queue=draw(st.integers(0, 9)) == 0, queue_reason=draw(st.sampled_from(["", "paused by bob: move"])),
-                  locks=locks)
+        queued.append(
+            Queued(
+                id=f"q{k:03d}" if draw(st.integers(0, 60)) else f"q{max(k - 1, 0):03d}",  # rarely an id twice
+                seq=k if draw(st.integers(0, 20)) else 0,
+                priority=draw(st.sampled_from([0, 0, 0, 1, 2, -1])),
+                cpu=cpu,
+                mem=mem,
+                claims=claims,
+                needs=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=2, unique=True))) if few else (),
+                after=tuple(draw(st.lists(st.sampled_from(dep_ids), max_size=2)))
+                if draw(st.integers(0, 9)) == 0
+                else (),
+                deadline=draw(st.sampled_from([None] * 6 + [NOW - 1, NOW, NOW + 50, NOW + 10])),
+                passed_by=draw(st.sampled_from([0, 0, 0, 1, 2, 3])),
+                name=draw(st.sampled_from(["", "", "train", "a-very-long-job-name"])),
+                retry=draw(st.integers(0, 7)) == 0,
+            )
+        )
+    locks = tuple(
+        (draw(st.sampled_from(NAMES)), draw(st.sampled_from(["", "maintenance", "disk swap"])))
+        for _ in range(draw(st.sampled_from([0, 0, 0, 1, 2])))
+    )
+    pause = Pause(
+        queue=draw(st.integers(0, 9)) == 0, queue_reason=draw(st.sampled_from(["", "paused by bob: move"])), locks=locks
+    )
     avail = draw(st.sampled_from([None, None, -GB, 0, mem_budget // 4, mem_budget, 4 * mem_budget]))
     return Snapshot(
         now=NOW,
@@ -164,8 +169,10 @@ def test_the_same_plan_for_a_long_queue_of_one_shape():
     """The drain's case at size: two running jobs fill the budget, many wait."""
     running = (Running("r1", 1000, 64 << 20), Running("r2", 1000, 64 << 20))
     for n, bypass, passed in ((1000, 2, 0), (300, 0, 0), (300, 3, 1)):
-        queued = tuple(Queued(f"{i:06x}", i, cpu=1000, mem=64 << 20, name="true", passed_by=passed if i == 0 else 0)
-                       for i in range(n))
+        queued = tuple(
+            Queued(f"{i:06x}", i, cpu=1000, mem=64 << 20, name="true", passed_by=passed if i == 0 else 0)
+            for i in range(n)
+        )
         for held in (running, running[:1], ()):
             snap = Snapshot(NOW, 2000, 8 * GB, 4 * GB, "run-when-idle", bypass, (), held, (), queued)
             assert_same(snap)

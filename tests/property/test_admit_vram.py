@@ -92,8 +92,11 @@ def vram_snapshots(draw):
         use = hold(size, count)
         if use is None:
             continue
-        used = [DeviceUse("gpu", (d,), draw(st.sampled_from([GB, 8 * GB, 20 * GB, 30 * GB, 70 * GB])))
-                for d in use.devices if draw(st.booleans())]
+        used = [
+            DeviceUse("gpu", (d,), draw(st.sampled_from([GB, 8 * GB, 20 * GB, 30 * GB, 70 * GB])))
+            for d in use.devices
+            if draw(st.booleans())
+        ]
         if draw(st.integers(0, 4)) == 0:  # a device it was not given (the fence bypassed)
             used.append(DeviceUse("gpu", (draw(st.integers(0, len(caps) - 1)),), 2 * GB))
         running.append(Running(f"run{k}", 500, GB, (Claim("gpu", count, size),), (use,), tuple(used)))
@@ -108,11 +111,32 @@ def vram_snapshots(draw):
         claims = (Claim("gpu", draw(st.integers(1, 3)), draw(sizes)),)
         if draw(st.integers(0, 3)) == 0:
             claims += (Claim("net", 1),)
-        queued.append(Queued(f"q{k}", k, draw(st.integers(0, 1)), draw(st.sampled_from([500, 1000, 4000])), GB,
-                             claims, name=f"job{k}", passed_by=draw(st.integers(0, 2))))
+        queued.append(
+            Queued(
+                f"q{k}",
+                k,
+                draw(st.integers(0, 1)),
+                draw(st.sampled_from([500, 1000, 4000])),
+                GB,
+                claims,
+                name=f"job{k}",
+                passed_by=draw(st.integers(0, 2)),
+            )
+        )
     cpu = draw(st.sampled_from([2000, 8000, 64000]))
-    return Snapshot(1000.0, cpu, 64 * GB, draw(st.sampled_from([None, 64 * GB])), "run-when-idle",
-                    draw(st.integers(0, 2)), pools, tuple(running), tuple(peers), tuple(queued), seen=tuple(seen))
+    return Snapshot(
+        1000.0,
+        cpu,
+        64 * GB,
+        draw(st.sampled_from([None, 64 * GB])),
+        "run-when-idle",
+        draw(st.integers(0, 2)),
+        pools,
+        tuple(running),
+        tuple(peers),
+        tuple(queued),
+        seen=tuple(seen),
+    )
 
 
 def is_whole(caps: dict, c) -> bool:
@@ -121,8 +145,11 @@ def is_whole(caps: dict, c) -> bool:
 
 def fits_devices(caps: dict, load: dict, c) -> bool:
     devs = caps[c.name]
-    ok = [i for i in range(len(devs)) if (load[(c.name, i)] == 0 and devs[i] > 0 if c.size is None
-                                          else devs[i] - load[(c.name, i)] >= max(c.size, 1))]
+    ok = [
+        i
+        for i in range(len(devs))
+        if (load[(c.name, i)] == 0 and devs[i] > 0 if c.size is None else devs[i] - load[(c.name, i)] >= max(c.size, 1))
+    ]
     return len(ok) >= c.count
 
 
@@ -160,8 +187,11 @@ def test_a_job_that_waits_for_vram_outside_qex_fits_beside_the_peers_alone_and_i
         claimed = [c for c in job.claims if c.name in caps and c.count > 0]
         assert claimed and all(fits_devices(caps, peers_only, c) for c in claimed), (job, w)
         assert not all(fits_devices(caps, beside_peers, c) for c in claimed), (job, w)
-        named = [f"{pool} {d} has {format_size(n)} in use outside qex" for (pool, d), n in outside.items()
-                 if n > 0 and any(c.name == pool for c in claimed)]
+        named = [
+            f"{pool} {d} has {format_size(n)} in use outside qex"
+            for (pool, d), n in outside.items()
+            if n > 0 and any(c.name == pool for c in claimed)
+        ]
         assert named and all(n in w.reason for n in named), (w.reason, named)
 
 
@@ -170,8 +200,11 @@ def test_a_job_that_waits_for_vram_outside_qex_fits_beside_the_peers_alone_and_i
 def test_what_changes_nothing_changes_nothing(snap, data):
     caps = caps_of(snap)
     plain = evolve(snap, seen=(), running=tuple(evolve(r, used=()) for r in snap.running))
-    noise = [Seen("gpu", 0, 0, OUTSIDE_USE, "pid 7 (idle) of bob"), Seen("void", 0, 40 * GB, OUTSIDE_USE, "x"),
-             Seen("gpu", 99, 40 * GB, PEER_USE, "bob")]
+    noise = [
+        Seen("gpu", 0, 0, OUTSIDE_USE, "pid 7 (idle) of bob"),
+        Seen("void", 0, 40 * GB, OUTSIDE_USE, "x"),
+        Seen("gpu", 99, 40 * GB, PEER_USE, "bob"),
+    ]
     within = []
     for r in snap.running:
         given = per_device(caps, r.assigned)

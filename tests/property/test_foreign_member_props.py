@@ -23,26 +23,66 @@ OTHER = 65534  # the other member: nobody
 FAKE = "0badc0de-0000-4000-8000-000000000001"
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2 ** 70), max_value=2 ** 70)
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=8)
+    max_leaves=8,
+)
 
 
 def entry() -> dict:
-    return {"seq": 1, "state": "queued", "owner": "nobody", "uid": OTHER, "name": "fake", "priority": 0,
-            "cpu": 1000, "mem": 1 << 20, "pools": {}, "assigned": [], "needs": [], "after": [], "deadline": None,
-            "passed_by": 0, "reason": None, "holder": None, "submitted_at": 1.0, "attempt": 1}
+    return {
+        "seq": 1,
+        "state": "queued",
+        "owner": "nobody",
+        "uid": OTHER,
+        "name": "fake",
+        "priority": 0,
+        "cpu": 1000,
+        "mem": 1 << 20,
+        "pools": {},
+        "assigned": [],
+        "needs": [],
+        "after": [],
+        "deadline": None,
+        "passed_by": 0,
+        "reason": None,
+        "holder": None,
+        "submitted_at": 1.0,
+        "attempt": 1,
+    }
 
 
 def record() -> dict:
-    return {"id": FAKE, "seq": 1, "state": "queued", "name": "fake", "command": ["true"], "cwd": "/",
-            "owner": "nobody", "uid": OTHER, "submitted_at": 1.0, "claims": {"cpu": 1.0, "mem": 1 << 20, "pools": {}}}
+    return {
+        "id": FAKE,
+        "seq": 1,
+        "state": "queued",
+        "name": "fake",
+        "command": ["true"],
+        "cwd": "/",
+        "owner": "nobody",
+        "uid": OTHER,
+        "submitted_at": 1.0,
+        "claims": {"cpu": 1.0, "mem": 1 << 20, "pools": {}},
+    }
 
 
 def a_pause() -> dict:
-    return {"format": 1, "kind": "lock", "name": "data", "id": "1", "reason": "r", "user": "nobody",
-            "uid": OTHER, "since": 1.0, "until": None}
+    return {
+        "format": 1,
+        "kind": "lock",
+        "name": "data",
+        "id": "1",
+        "reason": "r",
+        "user": "nobody",
+        "uid": OTHER,
+        "since": 1.0,
+        "until": None,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -51,15 +91,20 @@ def world():
         pytest.skip("the other member's files must belong to another user: needs root")
     base = tempfile.mkdtemp(prefix="qex-foreign-")
     root = os.path.join(base, "lab")
-    env = {**os.environ, "QEX_STATE_DIR": root, "QEX_CONFIG": os.path.join(base, "qex.toml"),
-           "QEX_PEER_DIR": os.path.join(base, "peers")}
+    env = {
+        **os.environ,
+        "QEX_STATE_DIR": root,
+        "QEX_CONFIG": os.path.join(base, "qex.toml"),
+        "QEX_PEER_DIR": os.path.join(base, "peers"),
+    }
     with open(env["QEX_CONFIG"], "w") as fh:
         fh.write('[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "64MB"\n')
     qex = [sys.executable, "-m", "qex"]
     for args in (("init", "--shared", root), ("pause", "lock", "x")):
         subprocess.run(qex + list(args), env=env, check=True, capture_output=True)
-    mine = subprocess.run(qex + ["submit", "--lock", "x", "--", "true"], env=env, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    mine = subprocess.run(
+        qex + ["submit", "--lock", "x", "--", "true"], env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
     other = os.path.join(root, f"member-{OTHER}")
     for d in (other, os.path.join(other, "jobs"), os.path.join(other, "jobs", FAKE), os.path.join(other, "pause")):
         os.mkdir(d, 0o750)
@@ -103,11 +148,12 @@ def poisoned(base: dict, key: str, value) -> dict:
     return out
 
 
-NASTY = st.sampled_from([float("inf"), float("-inf"), float("nan"), 1e308, -6000, -1, 2 ** 64, "1", True, None])
+NASTY = st.sampled_from([float("inf"), float("-inf"), float("nan"), 1e308, -6000, -1, 2**64, "1", True, None])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                    HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(which=st.sampled_from(["index", "record", "pause"]), key=st.data(), value=json_values)
 def test_whatever_another_member_writes_in_their_files_is_read_without_a_traceback(world, which, key, value):
     from qex.base.errors import QexError
@@ -132,9 +178,13 @@ def test_whatever_another_member_writes_in_their_files_is_read_without_a_traceba
     put(os.path.join(other, "pause", "lock-data.json"), pse)
 
     engine.run_pass(ctx)
-    for read in (lambda: list_row(ctx.store.read_live(FAKE), time.time()), lambda: resolve(ctx.store, "nobody/fake"),
-                 lambda: resolve(ctx.store, FAKE[:8]), lambda: info.render(info.gather(ctx)),
-                 lambda: pause.current(ctx, time.time())):
+    for read in (
+        lambda: list_row(ctx.store.read_live(FAKE), time.time()),
+        lambda: resolve(ctx.store, "nobody/fake"),
+        lambda: resolve(ctx.store, FAKE[:8]),
+        lambda: info.render(info.gather(ctx)),
+        lambda: pause.current(ctx, time.time()),
+    ):
         try:
             read()
         except QexError as exc:

@@ -43,12 +43,19 @@ def queues(draw):
             running.append(Running(f"run{k}", cpu, mem))
             used_cpu, used_mem = used_cpu + cpu, used_mem + mem
     queued = tuple(
-        Queued(f"q{k:02d}", k, draw(st.integers(0, 1)), draw(st.integers(1, 8)) * cpu_budget // 8,
-               draw(st.integers(0, 8)) * mem_budget // 8)
-        for k in range(draw(st.integers(1, 12))))
+        Queued(
+            f"q{k:02d}",
+            k,
+            draw(st.integers(0, 1)),
+            draw(st.integers(1, 8)) * cpu_budget // 8,
+            draw(st.integers(0, 8)) * mem_budget // 8,
+        )
+        for k in range(draw(st.integers(1, 12)))
+    )
     avail = draw(st.sampled_from([None, None, mem_budget, mem_budget // 2]))
-    snap = Snapshot(0.0, cpu_budget, mem_budget, avail, "queue", draw(st.integers(0, 3)), (),
-                    tuple(running), tuple(peers), queued)
+    snap = Snapshot(
+        0.0, cpu_budget, mem_budget, avail, "queue", draw(st.integers(0, 3)), (), tuple(running), tuple(peers), queued
+    )
     ends = draw(st.lists(st.lists(st.booleans(), min_size=20, max_size=20), min_size=12, max_size=12))
     return snap, ends
 
@@ -83,7 +90,7 @@ def test_over_many_passes_peer_fronts_never_park_and_own_fronts_are_passed_at_mo
             assert (PEER_WORDS if w.holder == "peer" else OUTSIDE_WORDS) in w.reason, w
             assert "another user" in plan.health or "outside qex" in plan.health, plan.health
         if front is not None and w.holder in OWN:
-            later = sum(1 for j in ordered[ordered.index(front.id) + 1:] if j in started)
+            later = sum(1 for j in ordered[ordered.index(front.id) + 1 :] if j in started)
             passed_while_front[front.id] = passed_while_front.get(front.id, 0) + later
             assert passed_while_front[front.id] <= snap.max_bypass, (front, passed_while_front, snap.max_bypass)
             assert all(x.front == front.id for x in held_for)

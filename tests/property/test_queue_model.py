@@ -30,7 +30,9 @@ class QueueModel(RuleBasedStateMachine):
         low = 2 if strict else 1
         self.pools = (
             PoolSpec("net", total=data.draw(st.integers(low, 4))),
-            PoolSpec("gpu", devices=tuple(data.draw(st.lists(st.sampled_from([8 * GB, 24 * GB]), min_size=low, max_size=4)))),
+            PoolSpec(
+                "gpu", devices=tuple(data.draw(st.lists(st.sampled_from([8 * GB, 24 * GB]), min_size=low, max_size=4)))
+            ),
         )
         self.names = ["net", "gpu"] if strict else ["net", "gpu", "L1"]
         self.queued, self.running, self.forced = {}, {}, set()
@@ -80,8 +82,14 @@ class QueueModel(RuleBasedStateMachine):
         cpu = self.cpu_budget + 500 if over else data.draw(st.integers(1, 8)) * self.cpu_budget // 8
         mem = data.draw(st.integers(0, 8)) * self.mem_budget // 8
         names = data.draw(st.lists(st.sampled_from(self.names), unique=True, max_size=2))
-        job = Queued(f"j{self.seq:03d}", self.seq, data.draw(st.integers(0, 2)), cpu, mem,
-                     tuple(self._claim(data, n) for n in names))
+        job = Queued(
+            f"j{self.seq:03d}",
+            self.seq,
+            data.draw(st.integers(0, 2)),
+            cpu,
+            mem,
+            tuple(self._claim(data, n) for n in names),
+        )
         self.seq += 1
         self.queued[job.id] = job
         if self.tracked is not None and order_key(job) < order_key(self.queued[self.tracked]):

@@ -31,26 +31,66 @@ from qex.users import peer_record
 
 GB = 1 << 30
 
-NUMBERS = [1e308, -1e308, float("nan"), float("inf"), -2, -1, 0, 2 ** 62, 2 ** 64, 10 ** 30, 0.5, "1", True]
-scalars = (st.none() | st.booleans() | st.integers(-(2 ** 80), 2 ** 80) | st.floats() | st.text(max_size=6)
-           | st.sampled_from(NUMBERS))
-json_values = st.one_of(st.sampled_from(NUMBERS), st.recursive(  # (half of them a number out of its bounds)
-    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=6))
+NUMBERS = [1e308, -1e308, float("nan"), float("inf"), -2, -1, 0, 2**62, 2**64, 10**30, 0.5, "1", True]
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**80), 2**80)
+    | st.floats()
+    | st.text(max_size=6)
+    | st.sampled_from(NUMBERS)
+)
+json_values = st.one_of(
+    st.sampled_from(NUMBERS),
+    st.recursive(  # (half of them a number out of its bounds)
+        scalars,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+        max_leaves=6,
+    ),
+)
 
 RECORD_FIELDS = sorted(check.STATUS_NUMBERS) + [
-    "claims.cpu", "claims.mem", "claims.cpu", "claims.mem", "claims.pools", "claims.pools.x.count", "usage.max_rss",
-    "usage.cpu_secs", "logs_dropped.stdout_bytes", "attempts", "state", "command", "assigned", "needs"]
+    "claims.cpu",
+    "claims.mem",
+    "claims.cpu",
+    "claims.mem",
+    "claims.pools",
+    "claims.pools.x.count",
+    "usage.max_rss",
+    "usage.cpu_secs",
+    "logs_dropped.stdout_bytes",
+    "attempts",
+    "state",
+    "command",
+    "assigned",
+    "needs",
+]
 ENTRY_FIELDS = sorted(check.ENTRY_NUMBERS) + ["cpu", "mem", "pools", "assigned", "state", "needs", "group"]
-INDEX_FIELDS = ["seq", "offset", "next_job", "synced", "journal_ino", "saved_at", "format", "stream", "jobs",
-                "damaged"]
+INDEX_FIELDS = ["seq", "offset", "next_job", "synced", "journal_ino", "saved_at", "format", "stream", "jobs", "damaged"]
 EVENT_FIELDS = ["seq", "commit", "event", "job", "job.claims", "job.submitted_at", "job.seq", "job.pid"]
 PAUSE_FIELDS = ["id", "reason", "user", "uid", "pid", "ppid", "since", "until", "ended_at"]
-PEER_FIELDS = ["jobs.cpu", "jobs.mem", "jobs.pools", "jobs.devices", "jobs.lock", "format", "jobs", "kind",
-               "state_dir", "boot_id"]
+PEER_FIELDS = [
+    "jobs.cpu",
+    "jobs.mem",
+    "jobs.pools",
+    "jobs.devices",
+    "jobs.lock",
+    "format",
+    "jobs",
+    "kind",
+    "state_dir",
+    "boot_id",
+]
 LEARN_FIELDS = ["s", "s.value", "s.kind", "at", "commands"]
-TARGETS = {"record": RECORD_FIELDS, "entry": ENTRY_FIELDS, "index": INDEX_FIELDS, "journal": EVENT_FIELDS,
-           "pause": PAUSE_FIELDS, "peer": PEER_FIELDS, "learn": LEARN_FIELDS}
+TARGETS = {
+    "record": RECORD_FIELDS,
+    "entry": ENTRY_FIELDS,
+    "index": INDEX_FIELDS,
+    "journal": EVENT_FIELDS,
+    "pause": PAUSE_FIELDS,
+    "peer": PEER_FIELDS,
+    "learn": LEARN_FIELDS,
+}
 
 
 def put(data: dict, path: str, value) -> None:
@@ -79,8 +119,9 @@ def queue(root: str) -> tuple[Context, list[str]]:
     store = Store(os.path.join(root, "state"))
     store.ensure()
     config = Config.default(os.path.join(root, "none.toml"))
-    config = Config(**{**{f: getattr(config, f) for f in config.field_names()},
-                       "peers_dir": os.path.join(root, "peers")})
+    config = Config(
+        **{**{f: getattr(config, f) for f in config.field_names()}, "peers_dir": os.path.join(root, "peers")}
+    )
     ctx = Context(store=store, config=config, uid=os.getuid(), user="tester", cores=8, mem_total=16 * GB)
     built = [build(ctx, Request(command=["true", str(i)], mem="10MB")) for i in range(3)]
     for b in built:
@@ -92,9 +133,20 @@ def queue(root: str) -> tuple[Context, list[str]]:
             txn.idx.next_job += 1
         txn.commit(True)
     os.makedirs(os.path.join(store.root, "pause"))
-    write(os.path.join(store.root, "pause", "queue.json"),
-          {"format": 1, "kind": "queue", "id": "p1", "user": "tester", "uid": os.getuid(), "pid": 1, "ppid": 0,
-           "since": 1.7e9, "until": None})
+    write(
+        os.path.join(store.root, "pause", "queue.json"),
+        {
+            "format": 1,
+            "kind": "queue",
+            "id": "p1",
+            "user": "tester",
+            "uid": os.getuid(),
+            "pid": 1,
+            "ppid": 0,
+            "since": 1.7e9,
+            "until": None,
+        },
+    )
     return ctx, [b.record["id"] for b in built]
 
 
@@ -125,8 +177,17 @@ def poison(ctx: Context, ids: list[str], target: str, field: str, value) -> None
         write(os.path.join(root, "pause", ".ended-p0.json"), {"id": "p0", "since": value, "ended_at": value})
     elif target == "peer":
         job = {"cpu": 1.0, "mem": GB, "pools": {}, "devices": [], "lock": "peerjob.lock"}
-        rec = {"format": 1, "kind": peer_record.KIND, "user": "other", "uid": os.getuid(), "state_dir": "/other",
-               "state_id": "1:2", "boot_id": machine.boot_id(), "host": "h", "jobs": [job]}
+        rec = {
+            "format": 1,
+            "kind": peer_record.KIND,
+            "user": "other",
+            "uid": os.getuid(),
+            "state_dir": "/other",
+            "state_id": "1:2",
+            "boot_id": machine.boot_id(),
+            "host": "h",
+            "jobs": [job],
+        }
         if field.startswith("jobs."):
             put(job, field[5:], value)
         else:
@@ -168,8 +229,9 @@ def read_everything(ctx: Context, ids: list[str]) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(sorted(TARGETS)).flatmap(lambda t: st.tuples(st.just(t), st.sampled_from(TARGETS[t]))),
-       json_values)
+@given(
+    st.sampled_from(sorted(TARGETS)).flatmap(lambda t: st.tuples(st.just(t), st.sampled_from(TARGETS[t]))), json_values
+)
 def test_any_value_anywhere_is_read_or_refused_and_touches_no_other_job(where, value):
     target, field = where
     root = tempfile.mkdtemp(prefix="qex-numbers-")

@@ -8,9 +8,15 @@ SESSION = "/sys/fs/cgroup/user.slice/user-1001.slice/" + "x" * 150 + "/session-3
 
 
 def test_no_cgroup_says_why_in_whole_words_and_the_remedy():
-    mem = {"per_job_cgroup": False, "kind": "v2", "oom_evidence": "machine-counter", "peak_from": "proc-sample",
-           "sample_period": 0.2, "remedy": scope.remedy(False),
-           "why_not": f"cgroup v2: {SESSION} does not delegate the memory controller to its children"}
+    mem = {
+        "per_job_cgroup": False,
+        "kind": "v2",
+        "oom_evidence": "machine-counter",
+        "peak_from": "proc-sample",
+        "sample_period": 0.2,
+        "remedy": scope.remedy(False),
+        "why_not": f"cgroup v2: {SESSION} does not delegate the memory controller to its children",
+    }
     first, second = _memory_lines(mem)
     assert SESSION in first and first.endswith("OOM evidence from the machine's oom_kill counter"), first
     assert "sampled from /proc every 0.2s" in first

@@ -24,8 +24,9 @@ def make_ctx(root, uid=None) -> Context:
     store = Store(str(root))
     store.ensure()
     config = Config.default(os.path.join(str(root), "none.toml"))
-    return Context(store=store, config=config, uid=os.getuid() if uid is None else uid,
-                          user="tester", cores=8, mem_total=16 * GB)
+    return Context(
+        store=store, config=config, uid=os.getuid() if uid is None else uid, user="tester", cores=8, mem_total=16 * GB
+    )
 
 
 def queued_job(ctx, submitted_at: float, **kw) -> str:
@@ -126,8 +127,9 @@ def test_the_recent_keys_file_is_bounded_and_keeps_the_newest(tmp_path, monkeypa
     monkeypatch.setattr(dedupe, "MAX_RECENT", 3)
     store = make_ctx(tmp_path).store
     for i in range(5):
-        dedupe.remember_locked(store, {"id": f"j{i}", "uid": 7, "state": "completed", "dedupe_key": f"k{i}",
-                                       "ended_at": 1000.0 + i})
+        dedupe.remember_locked(
+            store, {"id": f"j{i}", "uid": 7, "state": "completed", "dedupe_key": f"k{i}", "ended_at": 1000.0 + i}
+        )
     dedupe.remember_locked(store, {"id": "x", "uid": 7, "state": "failed", "dedupe_key": "k9", "ended_at": 2000.0})
     keys = json.load(open(os.path.join(store.root, dedupe.RECENT)))["keys"]
     assert keys == {"7:k2": ["j2", 1002.0], "7:k3": ["j3", 1003.0], "7:k4": ["j4", 1004.0]}

@@ -31,8 +31,21 @@ def _index(ctx, jobs: dict) -> None:
 
 def _entry(**fields) -> dict:
     """A whole index entry (a reader sees only those: ``check.usable_jobs``)."""
-    return {"seq": 1, "owner": "me", "name": "j", "priority": 0, "cpu": 1000, "mem": 0, "pools": {},
-            "assigned": [], "needs": [], "after": [], "passed_by": 0, "submitted_at": 1.0, **fields}
+    return {
+        "seq": 1,
+        "owner": "me",
+        "name": "j",
+        "priority": 0,
+        "cpu": 1000,
+        "mem": 0,
+        "pools": {},
+        "assigned": [],
+        "needs": [],
+        "after": [],
+        "passed_by": 0,
+        "submitted_at": 1.0,
+        **fields,
+    }
 
 
 def _queued(holder, uid=UID, deadline=None):

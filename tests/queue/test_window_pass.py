@@ -55,6 +55,7 @@ def two_cores(tmp_path, monkeypatch):
 
 def run(ctx, end=None, save_index=LAZY) -> list[str]:
     """One pass (ending job ``end`` in it, as a supervisor's does); the ids it starts."""
+
     def mutate(txn):
         if end is not None:
             txn.update(end, state="completed", ended_at=1.0, exit_code=0)

@@ -21,8 +21,9 @@ def why_not() -> str:
     """The reason this machine cannot run the cluster, or ''."""
     if os.geteuid() != 0:
         return "the Slurm tests start munged, slurmctld and slurmd as root; this is not root"
-    missing = [name for name in DAEMONS if shutil.which(name) is None
-               and not os.path.exists(os.path.join("/usr/sbin", name))]
+    missing = [
+        name for name in DAEMONS if shutil.which(name) is None and not os.path.exists(os.path.join("/usr/sbin", name))
+    ]
     if missing:
         return "Slurm or munge is not installed (apt-get install -y slurm-wlm munge): no " + ", ".join(missing)
     return ""
@@ -93,10 +94,10 @@ SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={state}
 SlurmdSpoolDir={spool}
-SlurmctldPidFile={os.path.join(self.root, 'slurmctld.pid')}
-SlurmdPidFile={os.path.join(self.root, 'slurmd.pid')}
-SlurmctldLogFile={os.path.join(log, 'slurmctld.log')}
-SlurmdLogFile={os.path.join(log, 'slurmd.log')}
+SlurmctldPidFile={os.path.join(self.root, "slurmctld.pid")}
+SlurmdPidFile={os.path.join(self.root, "slurmd.pid")}
+SlurmctldLogFile={os.path.join(log, "slurmctld.log")}
+SlurmdLogFile={os.path.join(log, "slurmd.log")}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -126,16 +127,36 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
         key = os.path.join(mdir, "munge.key")
         subprocess.run([_exe("mungekey"), "-c", "-f", "-k", key], check=True, capture_output=True)
         os.chmod(key, 0o400)
-        argv = [_exe("munged"), "-F", "--force", "-S", self.munge_socket, "--key-file", key,
-                "--pid-file", os.path.join(mdir, "munged.pid"), "--log-file", os.path.join(mdir, "munged.log"),
-                "--seed-file", os.path.join(mdir, "munged.seed"), "--num-threads", "2"]
+        argv = [
+            _exe("munged"),
+            "-F",
+            "--force",
+            "-S",
+            self.munge_socket,
+            "--key-file",
+            key,
+            "--pid-file",
+            os.path.join(mdir, "munged.pid"),
+            "--log-file",
+            os.path.join(mdir, "munged.log"),
+            "--seed-file",
+            os.path.join(mdir, "munged.seed"),
+            "--num-threads",
+            "2",
+        ]
         self._spawn("munged", argv)
         self._until(lambda: os.path.exists(self.munge_socket), "munged's socket", "munged")
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         out = open(os.path.join(self.root, name + ".out"), "wb")
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **self.env}, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
+            start_new_session=True,
+        )
         out.close()
         self.procs[name] = proc
         self.pids[name] = proc.pid
@@ -160,8 +181,9 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
         return " | ".join(texts)
 
     def client(self, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **self.env})
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env}
+        )
 
     def _node_idle(self) -> bool:
         proc = self.client("sinfo", "-h", "-o", "%t")

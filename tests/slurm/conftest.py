@@ -43,7 +43,10 @@ def sq(q, cluster):
     q.write_config('[backend]\nkind = "slurm"\n')
     q.cluster = cluster
     yield q
-    ids = [r["slurm_job_id"] for r in q.records() if r.get("slurm_job_id") and r["state"] in ("queued", "running",
-                                                                                             "starting")]
+    ids = [
+        r["slurm_job_id"]
+        for r in q.records()
+        if r.get("slurm_job_id") and r["state"] in ("queued", "running", "starting")
+    ]
     if ids:
         cluster.client("scancel", *ids)

@@ -34,19 +34,32 @@ def until_running(q, job_id: str) -> dict:
 
 
 def test_a_job_runs_on_slurm_with_its_claims_its_exit_code_and_its_output(sq):
-    job = sq.submit("--cpu", "1.5", "--mem", "300M", "--gpu", "2", "--timeout", "90s", "--name", "core-job",
-                    "--tag", "t1", "--", *gated(sq, "core", "echo out-line; echo err-line >&2; "
-                                                        "echo gpus=$CUDA_VISIBLE_DEVICES; exit 7"))
+    job = sq.submit(
+        "--cpu",
+        "1.5",
+        "--mem",
+        "300M",
+        "--gpu",
+        "2",
+        "--timeout",
+        "90s",
+        "--name",
+        "core-job",
+        "--tag",
+        "t1",
+        "--",
+        *gated(sq, "core", "echo out-line; echo err-line >&2; echo gpus=$CUDA_VISIBLE_DEVICES; exit 7"),
+    )
     rec = until_running(sq, job)
     slurm_id = rec["slurm_job_id"]
     assert slurm_id and slurm_id.isdigit(), rec
     shown = scontrol(sq, slurm_id)
     assert "JobName=core-job" in shown
-    assert re.search(r"\bNumCPUs=2\b", shown), shown           # --cpu 1.5 -> --cpus-per-task=2 (rounded up)
-    assert "mem=300M" in shown, shown                           # --mem -> --mem
+    assert re.search(r"\bNumCPUs=2\b", shown), shown  # --cpu 1.5 -> --cpus-per-task=2 (rounded up)
+    assert "mem=300M" in shown, shown  # --mem -> --mem
     assert "gres:gpu:2" in shown or "gres/gpu=2" in shown, shown  # --gpu 2 -> --gres=gpu:2
-    assert "TimeLimit=00:02:00" in shown, shown                 # --timeout 90s -> --time=2 (minutes, up)
-    assert f"Comment=qex:{job} tags:t1" in shown, shown         # tags -> --comment
+    assert "TimeLimit=00:02:00" in shown, shown  # --timeout 90s -> --time=2 (minutes, up)
+    assert f"Comment=qex:{job} tags:t1" in shown, shown  # tags -> --comment
     assert "JobState=RUNNING" in shown
     assert f"job {slurm_id} (scontrol" in sq.run("status", job, check=0).stdout
     release(sq, "core")
@@ -68,6 +81,7 @@ def test_the_record_is_written_after_scontrol_forgot_the_job(sq):
 
     def forgotten():
         return sq.cluster.client("scontrol", "show", "job", slurm_id).returncode != 0
+
     sq.wait_for(forgotten, timeout=60, what="scontrol to forget the job (MinJobAge)", interval=0.5)
     status = sq.run("status", "--json", job, check=0)
     assert json.loads(status.stdout)[0]["state"] == "completed"
@@ -86,6 +100,7 @@ def test_kill_cancels_the_slurm_job_and_records_killed(sq):
     def slurm_ended():
         out = sq.cluster.client("squeue", "-h", "-j", slurm_id, "-o", "%T").stdout.strip()
         return out in ("", "COMPLETED", "FAILED", "CANCELLED")
+
     sq.wait_for(slurm_ended, timeout=60, what="the Slurm job to end", interval=0.2)
 
 
@@ -105,10 +120,12 @@ def test_kill_of_a_job_slurm_holds_cancels_it_there(sq):
 def test_a_pipeline_with_a_failing_first_stage(sq):
     path = os.path.join(sq.root, "pipe.toml")
     with open(path, "w") as fh:
-        fh.write('name = "p"\n'
-                 '[[jobs]]\nname = "first"\ncommand = ["sh", "-c", "exit 5"]\n'
-                 '[[jobs]]\nname = "needy"\ncommand = ["sh", "-c", "echo never"]\nneeds = ["first"]\n'
-                 '[[jobs]]\nname = "later"\ncommand = ["sh", "-c", "echo cleaned"]\nafter = ["first"]\n')
+        fh.write(
+            'name = "p"\n'
+            '[[jobs]]\nname = "first"\ncommand = ["sh", "-c", "exit 5"]\n'
+            '[[jobs]]\nname = "needy"\ncommand = ["sh", "-c", "echo never"]\nneeds = ["first"]\n'
+            '[[jobs]]\nname = "later"\ncommand = ["sh", "-c", "echo cleaned"]\nafter = ["first"]\n'
+        )
     proc = sq.run("pipeline", path, check=0)
     group = proc.stdout.strip().splitlines()[-1].split()[0]
     wait = sq.run("wait", group, timeout=180)
@@ -147,9 +164,11 @@ def test_export_of_a_two_stage_pipeline_runs_under_bash_alone(sq, tmp_path):
     out_dir.mkdir()
     path = os.path.join(sq.root, "two.toml")
     with open(path, "w") as fh:
-        fh.write(f'[[jobs]]\nname = "make"\ncommand = ["sh", "-c", "echo made > {out_dir}/a"]\n'
-                 f'[[jobs]]\nname = "use"\ncommand = ["sh", "-c", "cat {out_dir}/a > {out_dir}/b"]\n'
-                 'needs = ["make"]\n')
+        fh.write(
+            f'[[jobs]]\nname = "make"\ncommand = ["sh", "-c", "echo made > {out_dir}/a"]\n'
+            f'[[jobs]]\nname = "use"\ncommand = ["sh", "-c", "cat {out_dir}/a > {out_dir}/b"]\n'
+            'needs = ["make"]\n'
+        )
     script = sq.run("export", "slurm", path, check=0).stdout
     assert "-m qex" not in script and "slurmstep" not in script and "QEX_" not in script  # nothing of qex
     env = {"PATH": os.environ["PATH"], **sq.cluster.env}
@@ -160,8 +179,12 @@ def test_export_of_a_two_stage_pipeline_runs_under_bash_alone(sq, tmp_path):
     assert '"--dependency=afterok:$j0"' in script
     second = scontrol(sq, ids[1])
     assert re.search(rf"Dependency=afterok:{ids[0]}\b", second) or "Dependency=(null)" in second, second
-    sq.wait_for(lambda: (out_dir / "b").exists() and (out_dir / "b").read_text() == "made\n", timeout=90,
-                what="the second stage's file", interval=0.2)
+    sq.wait_for(
+        lambda: (out_dir / "b").exists() and (out_dir / "b").read_text() == "made\n",
+        timeout=90,
+        what="the second stage's file",
+        interval=0.2,
+    )
 
 
 def test_export_of_a_fan_out_is_one_array(sq, tmp_path):
@@ -174,8 +197,12 @@ def test_export_of_a_fan_out_is_one_array(sq, tmp_path):
     env = {"PATH": os.environ["PATH"], **sq.cluster.env}
     proc = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip().isdigit(), (proc.stdout, proc.stderr)
-    sq.wait_for(lambda: (tmp_path / "out-1").exists() and (tmp_path / "out-1").read_text() == "two words\n",
-                timeout=90, what="the array's second task", interval=0.2)
+    sq.wait_for(
+        lambda: (tmp_path / "out-1").exists() and (tmp_path / "out-1").read_text() == "two words\n",
+        timeout=90,
+        what="the array's second task",
+        interval=0.2,
+    )
     assert (tmp_path / "out-0").read_text() == "one\n"
 
 

@@ -121,11 +121,14 @@ def test_cwd_is_chdir(held, tmp_path):
     assert f"WorkDir={tmp_path}" in text, text
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--retries", "2"], "--retries"),
-    (["--oom-retries", "1"], "--oom-retries"),
-    (["--dedupe-key", "k", "--dedupe-window", "1h"], "--dedupe-window"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--retries", "2"], "--retries"),
+        (["--oom-retries", "1"], "--oom-retries"),
+        (["--dedupe-key", "k", "--dedupe-window", "1h"], "--dedupe-window"),
+    ],
+)
 def test_what_has_no_translation_is_refused(held, argv, words):
     refused(held, *argv, words=words)
 
@@ -135,8 +138,9 @@ def test_stdin_from_the_terminal_is_refused(held):
     assert proc.returncode == 121 and "--stdin -" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("defaults, words", [("retries = 1", "[defaults] retries"),
-                                             ('max_queue_time = "1h"', "[defaults] max_queue_time")])
+@pytest.mark.parametrize(
+    "defaults, words", [("retries = 1", "[defaults] retries"), ('max_queue_time = "1h"', "[defaults] max_queue_time")]
+)
 def test_a_default_without_translation_is_refused_naming_the_key(held, defaults, words):
     held.write_config(HELD + f"[defaults]\n{defaults}\n")
     refused(held, words=words)
@@ -144,10 +148,28 @@ def test_a_default_without_translation_is_refused_naming_the_key(held, defaults,
 
 def test_env_and_env_capture_reach_the_job_on_its_node(sq, tmp_path):
     env = {"QEX_TEST_CAPTURED": "yes"}
-    job = sq.submit("--env", "K=v,w", "--cwd", str(tmp_path), "--", "sh", "-c",
-                    'echo "K=$K captured=$QEX_TEST_CAPTURED pwd=$(pwd) slurm=$SLURM_JOB_ID"', env=env)
-    none = sq.submit("--env-capture", "none", "--env", "PATH=/usr/bin:/bin", "--", "sh", "-c",
-                     'echo "captured=$QEX_TEST_CAPTURED"', env=env)
+    job = sq.submit(
+        "--env",
+        "K=v,w",
+        "--cwd",
+        str(tmp_path),
+        "--",
+        "sh",
+        "-c",
+        'echo "K=$K captured=$QEX_TEST_CAPTURED pwd=$(pwd) slurm=$SLURM_JOB_ID"',
+        env=env,
+    )
+    none = sq.submit(
+        "--env-capture",
+        "none",
+        "--env",
+        "PATH=/usr/bin:/bin",
+        "--",
+        "sh",
+        "-c",
+        'echo "captured=$QEX_TEST_CAPTURED"',
+        env=env,
+    )
     assert sq.run("wait", job, none, timeout=120).returncode == 0
     line = sq.run("logs", job, check=0).stdout.strip()
     assert line == f"K=v,w captured=yes pwd={tmp_path} slurm={sq.record(job)['slurm_job_id']}", line

@@ -11,8 +11,14 @@ from qex.store.events import Reader
 
 def line(seq: int, stream: str = "s1") -> bytes:
     job = {"id": f"j{seq}", "name": "x", "state": "queued"}
-    return (json.dumps({"event": "job", "id": f"j{seq}", "job": job, "seq": seq, "stream": stream,
-                        "time": 1.0}, sort_keys=True, separators=(",", ":")) + "\n").encode()
+    return (
+        json.dumps(
+            {"event": "job", "id": f"j{seq}", "job": job, "seq": seq, "stream": stream, "time": 1.0},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        + "\n"
+    ).encode()
 
 
 def append(path: str, *seqs: int) -> None:

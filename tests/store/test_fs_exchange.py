@@ -98,4 +98,3 @@ def _delayed(path) -> bool | None:
         return None
     flags = struct.unpack_from("=L", out, 32 + 40)[0]  # fe_flags of the first extent
     return bool(flags & 0x4)  # FIEMAP_EXTENT_DELALLOC
-

@@ -13,8 +13,16 @@ def lines(events) -> bytes:
 
 def batch(first: int, n: int, ids=None) -> list[dict]:
     ids = ids or [f"job-{first + i}" for i in range(n)]
-    return [{"event": "job", "seq": first + i, "commit": first + n - 1, "id": ids[i],
-             "job": {"id": ids[i], "seq": first + i, "state": "queued"}} for i in range(n)]
+    return [
+        {
+            "event": "job",
+            "seq": first + i,
+            "commit": first + n - 1,
+            "id": ids[i],
+            "job": {"id": ids[i], "seq": first + i, "state": "queued"},
+        }
+        for i in range(n)
+    ]
 
 
 def test_only_whole_appends_are_read(tmp_path):
@@ -70,15 +78,26 @@ def test_a_commit_encodes_each_record_once_as_the_plain_encoder_would(tmp_path):
 
     store = Store(str(tmp_path / "state"))
     store.ensure()
-    full = {**status_defaults(), "id": "job-a", "seq": 1, "state": "queued", "name": "a\u00e9", "owner": "me",
-            "uid": 0, "command": ["echo", "\u2603"], "cwd": "/", "submitted_at": 1.5}
+    full = {
+        **status_defaults(),
+        "id": "job-a",
+        "seq": 1,
+        "state": "queued",
+        "name": "a\u00e9",
+        "owner": "me",
+        "uid": 0,
+        "command": ["echo", "\u2603"],
+        "cwd": "/",
+        "submitted_at": 1.5,
+    }
     bare = {"id": "job-b", "seq": 2, "state": "queued", "command": ["true"], "cwd": "/", "owner": "me", "uid": 0}
     for rec in (full, bare):
         os.mkdir(store.job_dir(rec["id"]))
     with store.lock():
         idx = store.load_index_locked()
-        events = store.commit_locked(idx, [(full, None, "state"), (bare, None, "state"),
-                                           ({**full, "state": "starting"}, "queued", "state")])
+        events = store.commit_locked(
+            idx, [(full, None, "state"), (bare, None, "state"), ({**full, "state": "starting"}, "queued", "state")]
+        )
     with open(store.journal_path, "rb") as fh:
         assert fh.read() == b"".join(journal.encode(e) for e in events)
     other = tmp_path / "plain.json"
@@ -92,11 +111,29 @@ def test_an_event_line_with_its_record_encoded_apart_is_the_plain_line():
     from hypothesis import given
     from hypothesis import strategies as st
 
-    values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
-                          max_leaves=8)
-    keys = st.sampled_from(["change", "commit", "event", "id", "name", "previous", "seq", "state", "stream",
-                            "time", "jo", "joba", "a", "z"])
+    values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+        max_leaves=8,
+    )
+    keys = st.sampled_from(
+        [
+            "change",
+            "commit",
+            "event",
+            "id",
+            "name",
+            "previous",
+            "seq",
+            "state",
+            "stream",
+            "time",
+            "jo",
+            "joba",
+            "a",
+            "z",
+        ]
+    )
 
     @given(st.dictionaries(keys, values, max_size=12), st.dictionaries(st.text(), values, max_size=4))
     def check(event, job):

@@ -37,16 +37,39 @@ def test_a_newer_record_with_unknown_fields_and_an_older_one_missing_fields_both
 
 
 text = st.text(max_size=20)
-maybe_int = st.none() | st.integers(min_value=0, max_value=2 ** 40)
-claims = st.builds(Claims, cpu=st.integers(1, 64000).map(lambda m: m / 1000), mem=st.integers(0, 2 ** 40),
-                   pools=st.dictionaries(st.from_regex(r"[a-z]{1,6}", fullmatch=True),
-                                         st.builds(PoolClaim, count=st.integers(1, 8), size=maybe_int), max_size=3))
-attempt = st.builds(Attempt, number=st.integers(1, 5), state=st.sampled_from(FINAL), claims=claims,
-                    exit_code=st.none() | st.integers(0, 255), usage=st.builds(Usage, max_rss=maybe_int))
-status = st.builds(Status, id=text, seq=st.integers(0, 10 ** 9), state=st.sampled_from(FINAL),
-                   command=st.lists(text, min_size=1, max_size=4).map(tuple), cwd=text, owner=text,
-                   uid=st.integers(0, 65535), claims=claims, attempts=st.lists(attempt, max_size=3).map(tuple),
-                   tags=st.lists(text, max_size=3).map(tuple), error=st.none() | text)
+maybe_int = st.none() | st.integers(min_value=0, max_value=2**40)
+claims = st.builds(
+    Claims,
+    cpu=st.integers(1, 64000).map(lambda m: m / 1000),
+    mem=st.integers(0, 2**40),
+    pools=st.dictionaries(
+        st.from_regex(r"[a-z]{1,6}", fullmatch=True),
+        st.builds(PoolClaim, count=st.integers(1, 8), size=maybe_int),
+        max_size=3,
+    ),
+)
+attempt = st.builds(
+    Attempt,
+    number=st.integers(1, 5),
+    state=st.sampled_from(FINAL),
+    claims=claims,
+    exit_code=st.none() | st.integers(0, 255),
+    usage=st.builds(Usage, max_rss=maybe_int),
+)
+status = st.builds(
+    Status,
+    id=text,
+    seq=st.integers(0, 10**9),
+    state=st.sampled_from(FINAL),
+    command=st.lists(text, min_size=1, max_size=4).map(tuple),
+    cwd=text,
+    owner=text,
+    uid=st.integers(0, 65535),
+    claims=claims,
+    attempts=st.lists(attempt, max_size=3).map(tuple),
+    tags=st.lists(text, max_size=3).map(tuple),
+    error=st.none() | text,
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -67,8 +90,9 @@ def test_the_read_check_knows_every_field_of_the_record_and_takes_its_default():
     fields = {f.name for f in attrs.fields(Status)}
     assert set(check.STATUS_FIELDS) == fields
     defaults = json.loads(json.dumps(status_defaults()))
-    check.status({**defaults, "id": "x", "seq": 1, "state": "queued", "command": ["true"], "cwd": "/",
-                  "owner": "me", "uid": 0})
+    check.status(
+        {**defaults, "id": "x", "seq": 1, "state": "queued", "command": ["true"], "cwd": "/", "owner": "me", "uid": 0}
+    )
 
 
 def test_the_read_check_refuses_a_damaged_field_it_once_let_through():
@@ -76,7 +100,12 @@ def test_the_read_check_refuses_a_damaged_field_it_once_let_through():
 
     from qex.store import check
 
-    for field, bad in (("supervisor_lost", "yes"), ("template", "echo {}"), ("queue_pauses", 3),
-                       ("rerun_of", 7), ("peer_lock", [])):
+    for field, bad in (
+        ("supervisor_lost", "yes"),
+        ("template", "echo {}"),
+        ("queue_pauses", 3),
+        ("rerun_of", 7),
+        ("peer_lock", []),
+    ):
         with pytest.raises(check.Damaged, match=field):
             check.status({"id": "x", field: bad})

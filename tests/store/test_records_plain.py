@@ -20,7 +20,9 @@ def defaults_from_the_classes() -> dict:
         if f.default is attrs.NOTHING:
             continue
         value = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default
-        out[f.name] = attrs.asdict(value) if attrs.has(type(value)) else (list(value) if isinstance(value, tuple) else value)
+        out[f.name] = (
+            attrs.asdict(value) if attrs.has(type(value)) else (list(value) if isinstance(value, tuple) else value)
+        )
     return out
 
 
@@ -38,8 +40,15 @@ def test_status_defaults_are_fresh_each_time():
 
 def test_the_spec_of_a_submission_is_what_spec_declares():
     assert records.NewSpec.field_names() == tuple(f.name for f in attrs.fields(records.Spec))
-    kw = dict(id="j", command=("python", "train.py"), cwd="/w", env={"A": "1"}, nice=5, hints=True,
-              request={"tags": ["a"], "claims": ["net=1"]})
+    kw = dict(
+        id="j",
+        command=("python", "train.py"),
+        cwd="/w",
+        env={"A": "1"},
+        nice=5,
+        hints=True,
+        request={"tags": ["a"], "claims": ["net=1"]},
+    )
     new, declared = records.NewSpec(**kw), records.Spec(**kw)
     as_json = lambda d: json.dumps(d, sort_keys=True)  # noqa: E731 (spec.json is written as JSON)
     assert as_json(new.as_json()) == as_json(attrs.asdict(declared)) == as_json(records.spec_json(declared))
@@ -94,6 +103,7 @@ def test_frozen_plain_records():
 
 def test_a_field_without_default_after_one_with_is_refused():
     with pytest.raises(TypeError):
+
         class Bad(Plain):  # noqa: F841
             a: int = 0
             b: int

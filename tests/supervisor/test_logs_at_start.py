@@ -40,4 +40,3 @@ def test_the_logs_exist_before_the_job_is_recorded_running(tmp_path, monkeypatch
         run._close_and_end(launch)
     assert proc is None and current["_abandon"]
     assert seen == [set(LOGS)]
-

@@ -26,8 +26,10 @@ from qex.users import peer_dir as pdir  # (peer_dir is a fixture here)
 
 GB = 1 << 30
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
-POOLS = (PoolDef(name="net", count=4), PoolDef(name="gpu", count=None, devices=(24 * GB, 24 * GB, 24 * GB),
-                                               size_label="vram", env="CUDA_VISIBLE_DEVICES"))
+POOLS = (
+    PoolDef(name="net", count=4),
+    PoolDef(name="gpu", count=None, devices=(24 * GB, 24 * GB, 24 * GB), size_label="vram", env="CUDA_VISIBLE_DEVICES"),
+)
 
 
 @pytest.fixture
@@ -40,13 +42,26 @@ def peer_dir(tmp_path, monkeypatch):
 def make_ctx(tmp_path, name: str) -> Context:
     store = Store(str(tmp_path / name))
     store.ensure()
-    return Context(store=store, config=Config(path=str(tmp_path / "absent.toml"), pools=POOLS),
-                   uid=os.getuid(), user="tester", cores=8, mem_total=64 * GB)
+    return Context(
+        store=store,
+        config=Config(path=str(tmp_path / "absent.toml"), pools=POOLS),
+        uid=os.getuid(),
+        user="tester",
+        cores=8,
+        mem_total=64 * GB,
+    )
 
 
 def entry(cpu=1000, mem=GB, pools=None, assigned=(), lock=None, uid=None, state="running"):
-    return {"state": state, "uid": os.getuid() if uid is None else uid, "cpu": cpu, "mem": mem,
-            "pools": pools or {}, "assigned": [list(a) for a in assigned], "peer_lock": lock}
+    return {
+        "state": state,
+        "uid": os.getuid() if uid is None else uid,
+        "cpu": cpu,
+        "mem": mem,
+        "pools": pools or {},
+        "assigned": [list(a) for a in assigned],
+        "peer_lock": lock,
+    }
 
 
 def publish(ctx, jobs: dict) -> str | None:
@@ -105,7 +120,8 @@ def test_a_published_record_counts_for_another_queue_while_its_job_lock_is_held(
     scan = peer_scan.scan(b)
     assert scan.peers == ()
     assert reasons(scan)[pdir.key(a) + ".json"] == (
-        f"stale: no lock of its jobs is held (the qex processes of {me} that held them are gone)")
+        f"stale: no lock of its jobs is held (the qex processes of {me} that held them are gone)"
+    )
 
 
 def test_publishing_writes_only_on_change_and_removes_the_record_when_nothing_is_held(tmp_path, peer_dir):
@@ -141,7 +157,13 @@ def test_the_format_1_record_on_disk_loads_forever_and_counts(tmp_path, peer_dir
     fds = [hold_named(peer_dir, j["lock"]) for j in json.loads(data)["jobs"]]
     [p] = peer_scan.scan(b).peers
     assert (p.cpu, p.mem, p.units, p.assigned, p.jobs, p.state_dir) == (
-        3500, 5 * GB, (("net", 1),), (("gpu", (1,), None),), 2, "/home/alice/.local/state/qex")
+        3500,
+        5 * GB,
+        (("net", 1),),
+        (("gpu", (1,), None),),
+        2,
+        "/home/alice/.local/state/qex",
+    )
     for fd in fds:
         os.close(fd)
 
@@ -162,8 +184,9 @@ def test_a_record_of_a_newer_format_parses_and_its_cores_and_memory_count(tmp_pa
 def test_a_record_of_an_older_shape_with_only_cpu_mem_and_lock_counts(tmp_path, peer_dir):
     b = make_ctx(tmp_path, "b")
     os.makedirs(peer_dir)
-    write(os.path.join(peer_dir, "old.json"),
-          b'{"kind":"qex-peer","jobs":[{"cpu":1,"mem":1048576,"lock":"old.1.lock"}]}')
+    write(
+        os.path.join(peer_dir, "old.json"), b'{"kind":"qex-peer","jobs":[{"cpu":1,"mem":1048576,"lock":"old.1.lock"}]}'
+    )
     fd = hold_named(peer_dir, "old.1.lock")
     [p] = peer_scan.scan(b).peers
     assert (p.cpu, p.mem, p.units, p.assigned, p.state_dir) == (1000, 1 << 20, (), (), "")
@@ -202,7 +225,10 @@ def test_hostile_entries_are_ignored_with_a_reason_and_never_hang(tmp_path, peer
     write(os.path.join(peer_dir, "bool.json"), b'{"kind":"qex-peer","jobs":[{"cpu":true,"mem":0,"lock":"ok.lock"}]}')
     write(os.path.join(peer_dir, "escape.json"), b'{"kind":"qex-peer","jobs":[{"cpu":1,"mem":0,"lock":"../x.lock"}]}')
     write(os.path.join(peer_dir, "pipelock.json"), b'{"kind":"qex-peer","jobs":[{"cpu":1,"mem":0,"lock":"fifo.lock"}]}')
-    write(os.path.join(peer_dir, "dev.json"), b'{"kind":"qex-peer","jobs":[{"cpu":1,"mem":0,"devices":[{"pool":"gpu","devices":[-1]}],"lock":"ok.lock"}]}')
+    write(
+        os.path.join(peer_dir, "dev.json"),
+        b'{"kind":"qex-peer","jobs":[{"cpu":1,"mem":0,"devices":[{"pool":"gpu","devices":[-1]}],"lock":"ok.lock"}]}',
+    )
     fd = hold_named(peer_dir, "ok.lock")
     scan = scan_with_deadline(b)
     why = reasons(scan)
@@ -272,8 +298,17 @@ def test_a_symlink_planted_at_this_queues_record_name_is_never_followed(tmp_path
 
 # ---- records hold what was published, exactly ------------------------------------------
 
-JOBS = st.lists(st.tuples(st.integers(0, 64000), st.integers(0, 1 << 40), st.integers(0, 3),
-                          st.sets(st.integers(0, 2), max_size=2), st.booleans()), min_size=1, max_size=6)
+JOBS = st.lists(
+    st.tuples(
+        st.integers(0, 64000),
+        st.integers(0, 1 << 40),
+        st.integers(0, 3),
+        st.sets(st.integers(0, 2), max_size=2),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=6,
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -288,8 +323,9 @@ def test_what_a_record_says_is_what_the_reader_counts(tmp_path_factory, jobs):
         entries, fds, want = {}, [], [0, 0, 0, []]
         for i, (cpu, mem, net, devs, alive) in enumerate(jobs):
             assigned = [("gpu", sorted(devs), None)] if devs else []
-            fd, e = start_job(a, f"job{i}-xxxx", cpu=cpu, mem=mem, pools={"net": [net, None]} if net else {},
-                              assigned=assigned)
+            fd, e = start_job(
+                a, f"job{i}-xxxx", cpu=cpu, mem=mem, pools={"net": [net, None]} if net else {}, assigned=assigned
+            )
             entries[f"job{i}-xxxx"] = e
             if alive:
                 fds.append(fd)
@@ -323,8 +359,9 @@ def test_a_pass_waits_for_another_queues_admission_and_then_sees_its_record(tmp_
 
     a, b = make_ctx(tmp_path, "a"), make_ctx(tmp_path, "b")
     for ctx in (a, b):
-        ctx.config = Config(path=str(tmp_path / "absent.toml"), budget_cpu=4000, budget_mem=8 * GB,
-                            default_mem=1 << 20, reserve_mem=0)
+        ctx.config = Config(
+            path=str(tmp_path / "absent.toml"), budget_cpu=4000, budget_mem=8 * GB, default_mem=1 << 20, reserve_mem=0
+        )
     built = [build(b, Request(command=["true"], cpu="3"))]
     box = {}
     with peer_admission.admission(a, True) as held:
@@ -350,8 +387,7 @@ def test_a_hostile_holder_of_the_admission_lock_slows_a_pass_down_but_never_stop
             assert second.fd is None
 
 
-def test_a_scan_that_found_nothing_is_not_made_again_while_the_directory_is_unchanged(tmp_path, peer_dir,
-                                                                                       monkeypatch):
+def test_a_scan_that_found_nothing_is_not_made_again_while_the_directory_is_unchanged(tmp_path, peer_dir, monkeypatch):
     a, b = make_ctx(tmp_path, "a"), make_ctx(tmp_path, "b")
     a_fd, a_job = start_job(a, "aaaaaaaa-1")
     publish(a, {"aaaaaaaa-1": a_job})  # only a's own record and lock: nothing for a to count

@@ -15,8 +15,9 @@ from qex.users import shared
 def ctx_for(root: str, uid: int) -> Context:
     store = Store(root)
     store.ensure()
-    return Context(store=store, config=Config(path="/nonexistent/qex.toml"), uid=uid, user="u", cores=4,
-                   mem_total=1 << 34)
+    return Context(
+        store=store, config=Config(path="/nonexistent/qex.toml"), uid=uid, user="u", cores=4, mem_total=1 << 34
+    )
 
 
 def test_init_makes_a_shared_directory_that_the_store_recognises(tmp_path):
@@ -57,8 +58,9 @@ def test_a_squatted_member_name_is_passed_by_and_never_used(tmp_path):
     ctx = ctx_for(root, os.getuid())
     assert ctx.store.root != squat and os.path.basename(ctx.store.root).startswith(f"member-{os.getuid()}-")
     assert ctx_for(root, os.getuid()).store.root == ctx.store.root  # and found again, the same
-    assert any("is named as a member's directory but is not theirs" in w
-               for w in shared.init_shared(root, None)["warnings"])
+    assert any(
+        "is named as a member's directory but is not theirs" in w for w in shared.init_shared(root, None)["warnings"]
+    )
 
 
 def test_a_first_format_shared_directory_is_refused_until_its_owner_upgrades_it(tmp_path):

@@ -46,8 +46,10 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 PROJECT = HERE.parent.parent
 KINDS = ("systemd-user", "systemd-root", "root")
-MODULES = ("netfs fscache 9pnet 9p virtio_ring virtio 9pnet_virtio virtio_pci_modern_dev "
-           "virtio_pci_legacy_dev virtio_pci overlay").split()
+MODULES = (
+    "netfs fscache 9pnet 9p virtio_ring virtio 9pnet_virtio virtio_pci_modern_dev "
+    "virtio_pci_legacy_dev virtio_pci overlay"
+).split()
 ACCEL = os.environ.get("QEX_VM_ACCEL", "-accel tcg,thread=multi -cpu max").split()
 
 
@@ -80,13 +82,17 @@ def skip_reason() -> str | None:
         return "the VM tests need Linux"
     if os.geteuid() != 0:
         return "the VM tests run as root (the guest reads the host's / over 9p with its owners)"
-    missing = [name for name, found in (
-        ("qemu-system-x86_64 (apt-get install qemu-system-x86)", shutil.which("qemu-system-x86_64")),
-        ("busybox (apt-get install busybox-static)", _busybox()),
-        ("cpio (apt-get install cpio)", shutil.which("cpio")),
-        ("modinfo (apt-get install kmod)", shutil.which("modinfo") or os.path.exists("/sbin/modinfo")),
-        ("a kernel in /boot with its modules (apt-get install linux-image-amd64)", kernel_version()),
-    ) if not found]
+    missing = [
+        name
+        for name, found in (
+            ("qemu-system-x86_64 (apt-get install qemu-system-x86)", shutil.which("qemu-system-x86_64")),
+            ("busybox (apt-get install busybox-static)", _busybox()),
+            ("cpio (apt-get install cpio)", shutil.which("cpio")),
+            ("modinfo (apt-get install kmod)", shutil.which("modinfo") or os.path.exists("/sbin/modinfo")),
+            ("a kernel in /boot with its modules (apt-get install linux-image-amd64)", kernel_version()),
+        )
+        if not found
+    ]
     if missing:
         return "no " + ", no ".join(missing)
     return None
@@ -148,7 +154,9 @@ def _initrd(kind: str, k: str) -> str:
             (root / d).mkdir()
         shutil.copy(_busybox(), root / "bin/busybox")
         for m in MODULES:
-            src = subprocess.run(["modinfo", "-k", k, "-n", m], capture_output=True, text=True, check=True).stdout.strip()
+            src = subprocess.run(
+                ["modinfo", "-k", k, "-n", m], capture_output=True, text=True, check=True
+            ).stdout.strip()
             shutil.copy(src, root / f"mods/{m}.ko")
         (root / "mods/order").write_text(" ".join(MODULES) + "\n")
         shutil.copy(HERE / f"init-{flavour}.sh", root / "init")
@@ -156,8 +164,13 @@ def _initrd(kind: str, k: str) -> str:
         if flavour == "systemd":
             _guest_tree(root / "guest")
         listing = subprocess.run(["find", "."], cwd=root, capture_output=True, check=True).stdout
-        archive = subprocess.run(["cpio", "-o", "-H", "newc", "--quiet", "-R", "0:0"], cwd=root, input=listing,
-                                 capture_output=True, check=True).stdout
+        archive = subprocess.run(
+            ["cpio", "-o", "-H", "newc", "--quiet", "-R", "0:0"],
+            cwd=root,
+            input=listing,
+            capture_output=True,
+            check=True,
+        ).stdout
     import gzip
 
     tmp = out.with_suffix(f".{os.getpid()}")
@@ -215,14 +228,28 @@ def hidden_under_tmp() -> list[str]:
 
 
 def _header(kind: str) -> str:
-    env = {"QEX_VM_PYTHON": sys.executable, "QEX_VM_PROJECT": str(PROJECT), "QEX_VM_KIND": kind,
-           "PYTHONPATH": str(PROJECT), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {
+        "QEX_VM_PYTHON": sys.executable,
+        "QEX_VM_PROJECT": str(PROJECT),
+        "QEX_VM_KIND": kind,
+        "PYTHONPATH": str(PROJECT),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
 
 
-def run_vm(script: pathlib.Path, *, kind: str = "systemd-user", mb: int = 2048, pre_root: pathlib.Path | None = None,
-           timeout: float = 300, linger: bool = False, journal: bool = False, workdir: pathlib.Path | None = None,
-           cpus: int = 2) -> VmResult:
+def run_vm(
+    script: pathlib.Path,
+    *,
+    kind: str = "systemd-user",
+    mb: int = 2048,
+    pre_root: pathlib.Path | None = None,
+    timeout: float = 300,
+    linger: bool = False,
+    journal: bool = False,
+    workdir: pathlib.Path | None = None,
+    cpus: int = 2,
+) -> VmResult:
     """Boot a guest of ``kind``, run ``script`` (with ``sh``) in it, power off; see the module doc.
 
     ``linger``: ``loginctl enable-linger`` for qexuser at boot; ``journal``: the guest's
@@ -253,10 +280,28 @@ def run_vm(script: pathlib.Path, *, kind: str = "systemd-user", mb: int = 2048, 
         append += f" systemd.show_status=auto systemd.wants=qexvm-after-boot@{unit}.service qexvm.cache=loose"
         append += " qexvm.linger=1" if linger else ""
         append += " qexvm.journal=1" if journal else ""
-    argv = ["qemu-system-x86_64", *ACCEL, "-smp", str(cpus), "-m", str(mb), "-nographic", "-no-reboot",
-            "-nic", "none", "-kernel", _vmlinux(k), "-initrd", _initrd(kind, k), "-append", append,
-            "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
-            "-virtfs", f"local,path={out},mount_tag=out,security_model=none"]
+    argv = [
+        "qemu-system-x86_64",
+        *ACCEL,
+        "-smp",
+        str(cpus),
+        "-m",
+        str(mb),
+        "-nographic",
+        "-no-reboot",
+        "-nic",
+        "none",
+        "-kernel",
+        _vmlinux(k),
+        "-initrd",
+        _initrd(kind, k),
+        "-append",
+        append,
+        "-virtfs",
+        "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+        "-virtfs",
+        f"local,path={out},mount_tag=out,security_model=none",
+    ]
     mounts = []
     for i, folder in enumerate(hidden_under_tmp()):
         argv += ["-virtfs", f"local,path={folder},mount_tag=hosttmp{i},security_model=none,readonly=on,multidevs=remap"]

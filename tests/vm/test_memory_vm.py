@@ -29,8 +29,14 @@ MB = 1 << 20
 def _boot(tmp_path: pathlib.Path, kind: str, args: str) -> dict:
     script = tmp_path / "run.sh"
     script.write_text(f'export MEMORY_ARGS="{args}"\n. "$QEX_VM_PROJECT/tests/vm/scenarios/memory.sh"\n')
-    res = run_vm(script, kind=kind, mb=2048, pre_root=HERE / "scenarios" / "limit-slices.sh", timeout=480,
-                 workdir=tmp_path / "vm")
+    res = run_vm(
+        script,
+        kind=kind,
+        mb=2048,
+        pre_root=HERE / "scenarios" / "limit-slices.sh",
+        timeout=480,
+        workdir=tmp_path / "vm",
+    )
     try:
         found = json.loads((res.out / "memory.json").read_text())
     except (OSError, ValueError):
@@ -94,7 +100,11 @@ def _record_cost(found: dict) -> None:
     folder = PROJECT / "bench" / "results"
     folder.mkdir(parents=True, exist_ok=True)
     name = time.strftime("%Y%m%dT%H%M%S") + "-vm-scope-cost.json"
-    data = {"what": "submit-to-first-instruction in a systemd 252 guest (TCG), session user, "
-                    "with the job's systemd scope vs without (QEX_CGROUP=off); medians of alternating runs",
-            "cost": found["cost"], "guest_seconds": found["_seconds"], "host_load": os.getloadavg()}
+    data = {
+        "what": "submit-to-first-instruction in a systemd 252 guest (TCG), session user, "
+        "with the job's systemd scope vs without (QEX_CGROUP=off); medians of alternating runs",
+        "cost": found["cost"],
+        "guest_seconds": found["_seconds"],
+        "host_load": os.getloadavg(),
+    }
     (folder / name).write_text(json.dumps(data, indent=1))

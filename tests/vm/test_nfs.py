@@ -23,8 +23,11 @@ LIMIT = 2.0  # seconds: the issue's bound for a follower to see the other client
 
 
 def nfs_missing() -> str | None:
-    tools = [t for t in ("rpc.nfsd", "rpc.mountd", "exportfs", "mount.nfs4")
-             if not (shutil.which(t) or os.path.exists(f"/usr/sbin/{t}") or os.path.exists(f"/sbin/{t}"))]
+    tools = [
+        t
+        for t in ("rpc.nfsd", "rpc.mountd", "exportfs", "mount.nfs4")
+        if not (shutil.which(t) or os.path.exists(f"/usr/sbin/{t}") or os.path.exists(f"/sbin/{t}"))
+    ]
     if tools:
         return f"no {', '.join(tools)} (apt-get install nfs-kernel-server)"
     k = kernel_version()

@@ -45,18 +45,7 @@ from __future__ import annotations
 from attrs import evolve, frozen
 
 from qex.admit import words  # the live words: only the algorithm is the reference
-from qex.admit.model import (
-    FINAL_STATES,
-    Dep,
-    DeviceUse,
-    Expire,
-    Plan,
-    Queued,
-    Skip,
-    Snapshot,
-    Start,
-    Wait,
-)
+from qex.admit.model import FINAL_STATES, Dep, DeviceUse, Expire, Plan, Queued, Skip, Snapshot, Start, Wait
 
 from .resources import (
     AVAIL,
@@ -276,8 +265,10 @@ def _peer_verdict(ctx: Context, job: Queued, reason: str, dims) -> Verdict:
 
 def _outside_verdict(ctx: Context, job: Queued, extra: str = "") -> Verdict:
     available = ctx.m.mem_available or 0
-    note = (f"waits for memory outside qex: {words.label(job)} needs {words.size(job.mem)}, "
-            f"{words.size(max(available, 0))} available")
+    note = (
+        f"waits for memory outside qex: {words.label(job)} needs {words.size(job.mem)}, "
+        f"{words.size(max(available, 0))} available"
+    )
     return Verdict(OUTSIDE, words.outside_wait(job, available) + extra, parks=OUTSIDE, note=note)
 
 

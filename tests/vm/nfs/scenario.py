@@ -24,9 +24,15 @@ GATE = "/run/gate"
 
 
 def env(side: str) -> dict:
-    return {**os.environ, "QEX_STATE_DIR": f"/run/{side}/state", "QEX_CONFIG": CONFIG,
-            "QEX_PEER_DIR": f"/run/peers-{side}", "XDG_CACHE_HOME": f"/run/cache-{side}", "HOME": "/run",
-            "QEX_LOCK_TIMEOUT": "120"}
+    return {
+        **os.environ,
+        "QEX_STATE_DIR": f"/run/{side}/state",
+        "QEX_CONFIG": CONFIG,
+        "QEX_PEER_DIR": f"/run/peers-{side}",
+        "XDG_CACHE_HOME": f"/run/cache-{side}",
+        "HOME": "/run",
+        "QEX_LOCK_TIMEOUT": "120",
+    }
 
 
 T0 = time.time()
@@ -38,8 +44,9 @@ def say(what: str) -> None:
 
 def qex(side: str, *args: str) -> subprocess.CompletedProcess:
     start = time.time()
-    done = subprocess.run([PY, "-m", "qex", *args], env=env(side), capture_output=True, text=True, cwd="/run",
-                          timeout=240)
+    done = subprocess.run(
+        [PY, "-m", "qex", *args], env=env(side), capture_output=True, text=True, cwd="/run", timeout=240
+    )
     say(f"qex {' '.join(args[:2])} through {side}: {done.returncode} in {time.time() - start:.2f} s")
     return done
 
@@ -48,8 +55,14 @@ class Lines:
     """A follower's stdout, each line with the time it arrived; ``ended``: when it closed (exit)."""
 
     def __init__(self, side: str, *args: str):
-        self.proc = subprocess.Popen([PY, "-m", "qex", *args], env=env(side), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, cwd="/run")
+        self.proc = subprocess.Popen(
+            [PY, "-m", "qex", *args],
+            env=env(side),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/run",
+        )
         self.lines: list = []
         self.ended = None
         threading.Thread(target=self._read, daemon=True).start()
@@ -88,6 +101,7 @@ def event_of(job_id: str, state: str):
         except ValueError:
             return False
         return e.get("event") == "job" and e.get("id") == job_id and e.get("state") == state
+
     return match
 
 
@@ -109,8 +123,9 @@ def followers(out: dict) -> None:
     running = ev.until(event_of(job_id, "running"))
     say(f"the job runs; A's logs --follow saw it at {_at(started)}, A's events at {_at(running)}")
     if started is None or running is None:
-        out["errors"].append(f"A's followers never saw the job run (logs: {started} {logs.why()}, "
-                             f"events: {running} {ev.why()})")
+        out["errors"].append(
+            f"A's followers never saw the job run (logs: {started} {logs.why()}, events: {running} {ev.why()})"
+        )
     out["wait_alive_at_gate"] = wait.proc.poll() is None
     open(GATE, "w").close()
     say("gate open")
@@ -151,10 +166,33 @@ def one_budget(out: dict) -> None:
     for side, first in (("a", 0), ("b", 6)):
         with open(f"/run/lines-{side}", "w") as fh:
             fh.write("".join(f"{side}{i}\n" for i in range(first, first + 6)))
-        procs.append(subprocess.Popen([PY, "-m", "qex", "submit", "--each-line", f"/run/lines-{side}", "--cpu", "1",
-                                       "--mem", "10MB", "--", "sh", "-c", script, "job", "{}"],
-                                      env=env(side), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      cwd="/run"))
+        procs.append(
+            subprocess.Popen(
+                [
+                    PY,
+                    "-m",
+                    "qex",
+                    "submit",
+                    "--each-line",
+                    f"/run/lines-{side}",
+                    "--cpu",
+                    "1",
+                    "--mem",
+                    "10MB",
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                    "job",
+                    "{}",
+                ],
+                env=env(side),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd="/run",
+            )
+        )
     say("two fan-outs submitted")
     for (side, _), p in zip((("a", 0), ("b", 6)), procs):
         _, stderr = p.communicate(timeout=240)

@@ -31,25 +31,38 @@ if os.environ["QEX_ATTEMPT"] == "1":
     data = b"x" * (1500 << 20)  # more than the slice holds: the kernel kills it on the way
 print("attempt", os.environ["QEX_ATTEMPT"], "stayed small")
 """
-STAMP = "read -r up rest < /proc/uptime; echo $up > \"$0\""
+STAMP = 'read -r up rest < /proc/uptime; echo $up > "$0"'
 result: dict = {"uid": os.getuid(), "kind": os.environ.get("QEX_VM_KIND")}
 
 
 def env(**more) -> dict:
-    e = {**os.environ, "QEX_STATE_DIR": f"{WORK}/state", "QEX_CONFIG": f"{WORK}/qex.toml",
-         "QEX_PEER_DIR": f"{WORK}/peers", **more}
+    e = {
+        **os.environ,
+        "QEX_STATE_DIR": f"{WORK}/state",
+        "QEX_CONFIG": f"{WORK}/qex.toml",
+        "QEX_PEER_DIR": f"{WORK}/peers",
+        **more,
+    }
     return {k: v for k, v in e.items() if v is not None}
 
 
 def qex(*args, timeout=300, **more) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "qex", *args], capture_output=True, text=True, timeout=timeout,
-                          env=env(**more), stdin=subprocess.DEVNULL, cwd=WORK)
+    return subprocess.run(
+        [PY, "-m", "qex", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env(**more),
+        stdin=subprocess.DEVNULL,
+        cwd=WORK,
+    )
 
 
 def leftovers() -> dict:
     user = ["--user"] if os.getuid() else []
-    units = subprocess.run(["systemctl", *user, "list-units", "--all", "--plain", "--no-legend", "qex-*"],
-                           capture_output=True, text=True).stdout.split()
+    units = subprocess.run(
+        ["systemctl", *user, "list-units", "--all", "--plain", "--no-legend", "qex-*"], capture_output=True, text=True
+    ).stdout.split()
     dirs = [d for d in glob.glob("/sys/fs/cgroup/**/qex-*", recursive=True) if os.path.isdir(d)]
     return {"units": [u for u in units if u.startswith("qex-")], "cgroups": dirs}
 
@@ -70,8 +83,7 @@ def tree(name: str, **more) -> dict:
     out = {"rc": proc.returncode, "stderr": proc.stderr[-2000:]}
     if proc.returncode == 0:
         rec = json.loads(proc.stdout)
-        out.update(usage=rec["usage"], state=rec["state"],
-                   log=qex("logs", rec["id"], "--stdout").stdout[-2000:])
+        out.update(usage=rec["usage"], state=rec["state"], log=qex("logs", rec["id"], "--stdout").stdout[-2000:])
     out["left_at_once"] = leftovers()
     out["left"] = settled_leftovers()
     return out
@@ -146,8 +158,12 @@ def grow() -> dict:
     out = {"rc": proc.returncode, "stderr": proc.stderr[-2000:]}
     if proc.stdout.strip().startswith("{"):
         rec = json.loads(proc.stdout)
-        out.update(state=rec["state"], attempts=rec["attempts"], claims=rec["claims"],
-                   log=qex("logs", rec["id"], "--stdout").stdout[-500:])
+        out.update(
+            state=rec["state"],
+            attempts=rec["attempts"],
+            claims=rec["claims"],
+            log=qex("logs", rec["id"], "--stdout").stdout[-500:],
+        )
     out["left"] = settled_leftovers()
     return out
 
