@@ -181,9 +181,7 @@ def _status_class(frozen, field, Claims, Assigned, Usage, LogsDropped, Attempt) 
         rerun_of: str | None = None  # qex rerun: the id of the job this one repeats; null otherwise
         peer_lock: str | None = None  # its liveness file in the peer directory (several users); null when none
         vram_over: str | None = None  # its VRAM above what it was given on a device, in words; null: not above
-        slurm_job_id: str | None = (
-            None  # the Slurm backend: its Slurm job id ("123", an array task "123_4"); null: local
-        )
+        slurm_job_id: str | None = None  # the Slurm backend: its job id ("123", an array task "123_4"); null: local
         nice: int | None = None  # the niceness it runs at ([politeness] nice, --nice); null: an older qex's
         io_class: str | None = None  # its I/O class: best-effort (level 7), idle, none (inherited); null: as nice
         oom_score_adj: int | None = None  # its oom_score_adj ([politeness], --oom-score-adj); null: inherited
