@@ -1,10 +1,8 @@
 """JSON Schemas of everything qex reads or prints as JSON: ``qex schema KIND``.
 
 The records' schemas (status, event, job, pipeline) are derived from the attrs
-classes themselves, so that the schema and the records can never disagree;
-each property's ``description`` is the comment on its field's line in that
-declaration (continued on the comment-only lines right below it), read from
-the source: written once. The schemas of what the commands print (``OUTPUTS``)
+classes themselves (``qex.cli.schema_records``), so that the schema and the
+records can never disagree. The schemas of what the commands print (``OUTPUTS``)
 are declared here, each property with its description. Every property of
 every schema has one, and every ``--json`` output validates against its
 schema: tests/e2e/test_json.py.
@@ -13,6 +11,7 @@ schema: tests/e2e/test_json.py.
 from __future__ import annotations
 
 from qex.base.version import VERSION
+from qex.cli.schema_records import nullable_enum, object_schema, status_schema
 
 # kind -> what it describes (qex schema's choices and help)
 KINDS = {
@@ -70,120 +69,6 @@ NO_JSON = {
     "export": "it prints a bash script (the Slurm job ids are that script's output)",
 }
 
-_PRIMITIVES = {
-    str: {"type": "string"},
-    int: {"type": "integer"},
-    float: {"type": "number"},
-    bool: {"type": "boolean"},
-    type(None): {"type": "null"},
-}
-
-# The words of blocked_holder (qex/admit/admit.py decides them; "owner": qex/store/members.py).
-HOLDERS = {
-    "own": "your own running jobs hold what it needs",
-    "peer": "another user's jobs hold what it needs",
-    "outside": "memory is used outside qex (or the reserve keeps it)",
-    "oversized": "it claims more than the budget will ever give: it cannot start as it is",
-    "lock": "a job holds a lock (or pool unit) it claims",
-    "person": "a person holds a lock it claims (qex pause lock NAME)",
-    "pause": "the queue is paused (qex pause queue)",
-    "dependency": "a job it --needs or runs --after has not ended yet",
-    "front": "a job ahead of it in the queue is waiting for room first",
-    "device": "no GPU device (or share of one) it claims is free",
-    "pressure": "the machine's memory pressure is above [system] max_pressure: no job starts",
-    "owner": "another member's job whose owner runs no qex now: nothing will start it",
-    "slurm": "the Slurm backend: Slurm holds it (its reason is Slurm's: qex help slurm)",
-}
-PEAK_FROM = ("cgroup", "proc-sample", "rusage")
-OOM_EVIDENCE = ("cgroup", "machine-counter")
-
-
-def _nullable_enum(values) -> dict:
-    return {"anyOf": [{"enum": list(values)}, {"type": "null"}]}
-
-
-# ---- from the attrs declarations ------------------------------------------------------
-
-
-def _of(tp, closed: bool) -> dict:
-    import types
-    import typing
-
-    import attrs
-
-    if tp in _PRIMITIVES:
-        return dict(_PRIMITIVES[tp])
-    if tp is dict:
-        return {"type": "object"}
-    if tp is list:
-        return {"type": "array"}
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return {"anyOf": [_of(a, closed) for a in args]}
-    if origin in (tuple, list):
-        item = args[0] if args else typing.Any
-        return {"type": "array", "items": _of(item, closed) if item is not typing.Any else {}}
-    if origin is dict:
-        return {"type": "object", "additionalProperties": _of(args[1], closed)}
-    if attrs.has(tp):
-        return _object(tp, closed)
-    return {}
-
-
-def _object(cls, closed: bool, all_required: bool = False) -> dict:
-    import typing
-
-    import attrs
-
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    props, required = {}, []
-    for f in attrs.fields(cls):
-        props[f.name] = {"description": docs.get(f.name, ""), **_of(hints[f.name], closed)}
-        if all_required or f.default is attrs.NOTHING:
-            required.append(f.name)
-    out = {"type": "object", "properties": props, "additionalProperties": not closed}
-    if cls.__doc__:
-        out["description"] = " ".join(cls.__doc__.split())
-    if required:
-        out["required"] = required
-    return out
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """The comment of each field of ``cls`` in its source, by field name."""
-    import ast
-    import sys
-
-    module = sys.modules[cls.__module__]
-    try:
-        with open(module.__file__, encoding="utf-8") as fh:
-            source = fh.read()
-    except (OSError, TypeError):
-        return {}
-    lines = source.split("\n")
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
-            break
-    else:
-        return {}
-    docs = {}
-    for st in node.body:
-        if not (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)):
-            continue
-        line = lines[st.end_lineno - 1]
-        if "#" not in line:
-            continue
-        words = [line.split("#", 1)[1].strip()]
-        at = st.end_lineno
-        while at < len(lines) and lines[at].strip().startswith("#"):
-            words.append(lines[at].strip()[1:].strip())
-            at += 1
-        docs[st.target.id] = " ".join(w for w in words if w)
-    return docs
-
-
 # ---- declared here: what the commands print ------------------------------------------
 
 
@@ -213,7 +98,7 @@ def _arr(s: dict) -> dict:
 
 
 def _records(title: str) -> dict:
-    return {"type": "array", "items": _status(all_required=True), "description": title}
+    return {"type": "array", "items": status_schema(all_required=True), "description": title}
 
 
 def _stopped(done: str) -> dict:
@@ -466,56 +351,30 @@ def _lines_out(kind: str) -> tuple[dict, str]:
     raise ValueError(kind)
 
 
-def _status(all_required: bool) -> dict:
-    """A job record's schema: its fields, their enums (state, blocked_holder, oom_evidence, peak_from)."""
-    from qex.base.states import STATES
-    from qex.store.records import Status
-
-    body = _object(Status, closed=False, all_required=all_required)
-    props = body["properties"]
-    props["state"]["enum"] = list(STATES)
-    props["blocked_holder"] = {
-        "description": props["blocked_holder"]["description"]
-        + ": "
-        + "; ".join(f"{k}: {v}" for k, v in HOLDERS.items()),
-        **_nullable_enum(HOLDERS),
-    }
-    props["oom_evidence"] = {"description": props["oom_evidence"]["description"], **_nullable_enum(OOM_EVIDENCE)}
-    usage = props["usage"]
-    usage["properties"]["peak_from"] = {
-        "description": usage["properties"]["peak_from"]["description"],
-        **_nullable_enum(PEAK_FROM),
-    }
-    attempt = props["attempts"]["items"]["properties"]
-    attempt["oom_evidence"] = {"description": attempt["oom_evidence"]["description"], **_nullable_enum(OOM_EVIDENCE)}
-    attempt["usage"]["properties"]["peak_from"] = usage["properties"]["peak_from"]
-    return body
-
-
 def schema_body(kind: str) -> tuple[dict, str]:
     if kind == "status":
-        return _status(all_required=True), "qex job record (status.json)"  # qex writes every field
+        return status_schema(all_required=True), "qex job record (status.json)"  # qex writes every field
     if kind == "event":
         from qex.base.states import STATES
         from qex.store.events import CHANGES, Event
         from qex.store.events import KINDS as EVENTS
 
-        body = _object(Event, closed=False)
+        body = object_schema(Event, closed=False)
         p = body["properties"]
         p["event"] = {"description": p["event"]["description"], "enum": list(EVENTS)}
         for name in ("state", "previous"):
-            p[name] = {"description": p[name]["description"], **_nullable_enum(STATES)}
-        p["change"] = {"description": p["change"]["description"], **_nullable_enum(list(CHANGES))}
-        p["job"] = {"description": p["job"]["description"], "anyOf": [_status(all_required=False), _NULL]}
+            p[name] = {"description": p[name]["description"], **nullable_enum(STATES)}
+        p["change"] = {"description": p["change"]["description"], **nullable_enum(list(CHANGES))}
+        p["job"] = {"description": p["job"]["description"], "anyOf": [status_schema(all_required=False), _NULL]}
         return body, "qex event (one line of qex events --json)"
     if kind == "job":
         from qex.jobs.jobfile import JobFile
 
-        return _object(JobFile, closed=True), "qex job file"
+        return object_schema(JobFile, closed=True), "qex job file"
     if kind == "pipeline":
         from qex.jobs.pipeline import PipelineFile
 
-        body = _object(PipelineFile, closed=True)
+        body = object_schema(PipelineFile, closed=True)
         jobs = body["properties"]["jobs"]
         jobs["minItems"] = 1
         jobs["items"]["required"] = ["command", "name"]  # a stage is a job-file table with a name

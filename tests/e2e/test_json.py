@@ -68,7 +68,8 @@ def _properties(schema, path="$"):
 
 
 def test_every_property_of_every_schema_has_a_description(q):
-    from qex.cli.schema import HOLDERS, KINDS
+    from qex.cli.schema import KINDS
+    from qex.cli.schema_records import HOLDERS
 
     missing = []
     for kind in KINDS:
