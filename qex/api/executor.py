@@ -249,7 +249,7 @@ def _submit_group(ctx, claims: dict, name: str, packed: list[bytes]) -> tuple[st
     from qex.base import units
     from qex.base.ids import new_id
     from qex.jobs import groups
-    from qex.jobs.request import request_from_args
+    from qex.jobs.options import request_from_args
     from qex.jobs.submit import build, build_like
     from qex.supervisor import become
 

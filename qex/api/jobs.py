@@ -213,7 +213,7 @@ def submit_built(
 ) -> list[str]:
     """``qex submit``'s path below the command line: request, build, dedupe, write, pass.
     ``prepare(job_dir)``: what else each job's directory holds before a pass can start it."""
-    from qex.jobs.request import request_from_args
+    from qex.jobs.options import request_from_args
     from qex.jobs.submit import build, submit_many
     from qex.supervisor import become
 

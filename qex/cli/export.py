@@ -44,7 +44,8 @@ def _job_file(ctx, args: Namespace) -> list:
 
     from qex.base.errors import SpecError
     from qex.jobs import fanout, jobfile
-    from qex.jobs.submit import Request, build
+    from qex.jobs.request import Request
+    from qex.jobs.submit import build
 
     job = jobfile.load(args.file)
     if job.needs or job.after:

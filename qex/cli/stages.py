@@ -86,7 +86,7 @@ def cmd_rerun(args: Namespace) -> int:
 def cmd_each_line(args: Namespace) -> int:
     """qex submit --each-line: validate every line, then queue every job in one lock hold."""
     from qex.jobs import fanout, groups
-    from qex.jobs.request import request_from_args
+    from qex.jobs.options import request_from_args
 
     ctx = context()
     group_id, name, lines, built = fanout.prepare(ctx, args, request_from_args)

@@ -18,7 +18,7 @@ def _submit_one(args, ctx: Context, leaving: bool = False, follow: bool = False,
     """Submit the job of the command line. ``follow``: this process streams its output
     (the pipes are made before the commit); ``forward``: and gives it our stdin (qex run).
     Returns (id, PassResult, the dedupe hit or None, the pipes' ends or None)."""
-    from qex.jobs.request import request_from_args
+    from qex.jobs.options import request_from_args
     from qex.jobs.submit import build, submit_many
     from qex.supervisor import become
 

@@ -17,7 +17,7 @@ from qex.base.errors import SpecError
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
-    from qex.jobs.submit import Request
+    from qex.jobs.request import Request
     from qex.queue.context import PassResult
     from qex.store.records import NewSpec
 
@@ -29,7 +29,7 @@ def request_of(ctx: Context, job_id: str) -> tuple[Request, NewSpec]:
     import os
 
     from qex.control.actions import check_owner
-    from qex.jobs.submit import Request
+    from qex.jobs.request import Request
     from qex.store import layout
 
     rec = ctx.store.read_status_dict(job_id)

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from qex.config.context import Context
-    from qex.jobs.submit import Built, Request
+    from qex.jobs.request import Request
+    from qex.jobs.submit import Built
 
 MAX_INPUT = 64 << 20
 DEFAULT_MAX_JOBS = 1000

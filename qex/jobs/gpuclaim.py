@@ -1,5 +1,5 @@
 """The claim of ``--gpu N`` and ``--vram SIZE|guess`` on the pool ``gpu``: how many
-devices and how much on each (``qex.jobs.submit.pool_claims`` asks here)."""
+devices and how much on each (``qex.jobs.claims.pool_claims`` asks here)."""
 
 from __future__ import annotations
 

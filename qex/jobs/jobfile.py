@@ -8,7 +8,7 @@ from qex.base.errors import SpecError
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
-    from qex.jobs.submit import Request
+    from qex.jobs.request import Request
 
 
 @frozen

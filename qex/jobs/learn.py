@@ -298,7 +298,7 @@ def vram_guess(
     sources: dict,
     warnings: list,
 ) -> int | None:
-    """``--vram guess`` (``qex.jobs.submit.pool_claims``): the largest VRAM peak the
+    """``--vram guess`` (``qex.jobs.claims.pool_claims``): the largest VRAM peak the
     learner knows of this command on one device, with its margin (at most the largest
     device); else ``[defaults] vram`` (unset: whole devices). ``sources["vram"]``
     says which; a store that cannot be used adds a warning."""

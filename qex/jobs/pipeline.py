@@ -136,7 +136,8 @@ def _cycle(by_name, waiting, done) -> str:
 
 def build_all(ctx: "Context", plan: Plan, path: str, group_id: str) -> "list[Built]":
     """Every stage as qex submit would build it (all checked); needs/after become ids."""
-    from qex.jobs.submit import Request, build
+    from qex.jobs.request import Request
+    from qex.jobs.submit import build
 
     built, ids = [], {}
     for st in plan.stages:

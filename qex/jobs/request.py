@@ -1,80 +1,43 @@
-"""A submission's Request from the options given: ``qex submit``'s parsed command line
-(``qex.cli.submit``) and ``qex.submit``'s keywords (``qex.api``) alike.
-
-``options`` has the attributes of the parsed command line (argparse's ``dest`` of
-each option of ``qex submit``: ``argv``, ``cpu``, ``claim``, ``tag``, ``needs`` ...);
-the values are then checked by ``qex.jobs.submit.build``, once, for both callers.
-"""
+"""A job as asked for, in the user's words (``Request``): what ``qex submit``'s options
+(``qex.jobs.options``), a job file (``qex.jobs.jobfile``), a pipeline stage or
+``qex.submit``'s keywords say, before ``qex.jobs.submit.build`` checks it."""
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # (typing itself is not imported: start-up)
-if TYPE_CHECKING:
-    from argparse import Namespace
-    from types import SimpleNamespace
-
-    from qex.config.context import Context
-    from qex.jobs.submit import Request
-
-# (field of Request, option's attribute): the options copied as they are given
-SCALARS = (
-    ("cpu", "cpu"),
-    ("mem", "mem"),
-    ("gpu", "gpu"),
-    ("vram", "vram"),
-    ("name", "name"),
-    ("priority", "priority"),
-    ("timeout", "timeout"),
-    ("max_queue_time", "max_queue_time"),
-    ("retries", "retries"),
-    ("oom_retries", "oom_retries"),
-    ("cwd", "cwd"),
-    ("nice", "nice"),
-    ("io_class", "io_class"),
-    ("oom_score_adj", "oom_score_adj"),
-    ("env_capture", "env_capture"),
-    ("dedupe_key", "dedupe_key"),
-    ("dedupe_window", "dedupe_window"),
-    ("stdin", "stdin"),
-)
+from qex.base.plain import Factory, Plain
 
 
-def command_after_dashes(argv: list[str]) -> list[str]:
-    return argv[1:] if argv[:1] == ["--"] else argv
+class Request(Plain):
+    """One job as asked for, in the user's words (already split into values)."""
 
-
-def request_from_args(args: Namespace | SimpleNamespace, ctx: Context) -> Request:
-    """A Request from the options, on top of a job file when ``job`` is given."""
-    from qex.jobs.submit import Request
-
-    req = Request(command=command_after_dashes(args.argv))
-    if getattr(args, "job", None):
-        _apply_job_file(req, args.job)
-    for field_name, option in SCALARS:
-        value = getattr(args, option, None)
-        if value is not None:
-            setattr(req, field_name, value)
-    if command_after_dashes(args.argv):
-        req.command = command_after_dashes(args.argv)
-    req.claims += args.claim
-    req.locks += args.lock
-    req.tags += args.tag
-    req.env += args.env
-    req.needs += _split_ids(args.needs)
-    req.after += _split_ids(args.after)
-    if req.needs or req.after:
-        from qex.jobs.resolve import resolve_dependencies
-
-        req.needs = resolve_dependencies(ctx, req.needs, "--needs")
-        req.after = resolve_dependencies(ctx, req.after, "--after")
-    return req
-
-
-def _split_ids(values: list[str]) -> list[str]:
-    return [w for v in values for w in v.split(",") if w.strip()]
-
-
-def _apply_job_file(req, path: str) -> None:
-    from qex.jobs import jobfile
-
-    jobfile.apply_to(req, jobfile.load(path), path)
+    command: list[str]
+    cpu: str | None = None
+    mem: str | None = None
+    gpu: int | None = None
+    vram: str | None = None
+    claims: list[str] = Factory(list)  # "NAME=N" or "NAME=N:SIZE"
+    locks: list[str] = Factory(list)
+    name: str | None = None
+    tags: list[str] = Factory(list)
+    priority: int = 0
+    timeout: str | None = None
+    max_queue_time: str | None = None
+    retries: int | None = None
+    oom_retries: int | None = None
+    needs: list[str] = Factory(list)
+    after: list[str] = Factory(list)
+    dedupe_key: str | None = None
+    dedupe_window: str | None = None  # asks: also a job with the key that succeeded within T
+    env: list[str] = Factory(list)  # "K=V"
+    env_capture: str = "all"
+    cwd: str | None = None
+    nice: int | None = None
+    io_class: str | None = None
+    oom_score_adj: int | None = None
+    group: str | None = None
+    group_name: str | None = None
+    job_env: dict[str, str] = Factory(dict)  # from a job file
+    origin: str = "submit"  # option names in messages
+    template: list[str] | None = None  # a fan-out's command with {} (the learner's key)
+    rerun_of: str | None = None  # qex rerun: the job it repeats
+    stdin: str | None = None  # --stdin FILE|- (qex.supervisor.pipes.give_input)

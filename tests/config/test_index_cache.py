@@ -10,7 +10,8 @@ import pytest
 
 from qex.config.context import Context
 from qex.config.model import Config
-from qex.jobs.submit import Request, build
+from qex.jobs.request import Request
+from qex.jobs.submit import build
 from qex.queue.txn import Txn
 from qex.store import index, replay, state
 from qex.store.state import LAZY, Store

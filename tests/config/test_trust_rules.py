@@ -18,7 +18,8 @@ from qex.admit import Queued, Snapshot, admit
 from qex.base.errors import SpecError
 from qex.config.context import Context
 from qex.config.model import Config
-from qex.jobs.submit import Request, resolve_claims
+from qex.jobs.claims import resolve_claims
+from qex.jobs.request import Request
 from qex.store.needed import still_needed
 from qex.store.state import Store
 from qex.supervisor import memory

@@ -145,8 +145,9 @@ def _damage_bytes(draw, data: bytes) -> bytes:
 @given(doc=job_documents(), ext=st.sampled_from((".json", ".yaml", ".toml")), data=st.data())
 def test_any_job_file_is_a_job_or_a_clear_refusal(tmp_path, doc, ext, data):
     from qex.base.errors import QexError
-    from qex.jobs.request import _apply_job_file
-    from qex.jobs.submit import Request, build
+    from qex.jobs.options import _apply_job_file
+    from qex.jobs.request import Request
+    from qex.jobs.submit import build
 
     raw = _serialize(doc, ext)
     assume(raw is not None)

@@ -17,7 +17,8 @@ SUBMIT_MANY = """
 import sys
 from qex.cli.common import context
 from qex.queue import engine
-from qex.jobs.submit import Request, build, submit_many
+from qex.jobs.request import Request
+from qex.jobs.submit import build, submit_many
 ctx = context()
 n, batch = int(sys.argv[1]), int(sys.argv[2])
 for start in range(0, n, batch):

@@ -166,7 +166,8 @@ def _record_appends(monkeypatch, order: list) -> threading.Event:
 def test_a_submission_makes_its_spec_durable_beside_its_pass_and_before_its_first_event(tmp_path, monkeypatch):
     """The spec's and the job directory's fsyncs run in the syncer thread while the
     pass admits; the commit settles them before the journal names the job."""
-    from qex.jobs.submit import Request, build, submit_many
+    from qex.jobs.request import Request
+    from qex.jobs.submit import build, submit_many
 
     ctx = view(tmp_path)
     order, real_fsync = [], os.fsync
@@ -289,7 +290,8 @@ def test_a_bulk_submission_flushes_its_directories_beside_its_pass_and_before_it
 
 def _fan_out(ctx, n: int) -> list:
     """The built jobs of an n-line fan-out of `true`."""
-    from qex.jobs.submit import Request, build, build_like
+    from qex.jobs.request import Request
+    from qex.jobs.submit import build, build_like
 
     first = build(ctx, Request(command=["true", "0"], mem="10MB"))
     return [first] + [build_like(first, ["true", str(i)], f"true-{i}") for i in range(1, n)]

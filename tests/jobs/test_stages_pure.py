@@ -92,7 +92,8 @@ def test_a_fan_out_line_built_like_the_first_is_what_build_would_make_of_it(tmp_
 
     from qex.config.context import Context
     from qex.config.model import Config
-    from qex.jobs.submit import Request, build, build_like
+    from qex.jobs.request import Request
+    from qex.jobs.submit import build, build_like
     from qex.store.state import Store
 
     store = Store(str(tmp_path / "state"))

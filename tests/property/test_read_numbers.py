@@ -23,7 +23,8 @@ from qex.base.errors import QexError
 from qex.config.context import Context
 from qex.config.model import Config
 from qex.jobs import learn
-from qex.jobs.submit import Request, build
+from qex.jobs.request import Request
+from qex.jobs.submit import build
 from qex.queue.txn import Txn
 from qex.store import check
 from qex.store.state import Store

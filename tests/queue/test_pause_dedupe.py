@@ -12,7 +12,8 @@ from qex.base.errors import PermissionRefused
 from qex.config.context import Context
 from qex.config.model import Config
 from qex.jobs import dedupe
-from qex.jobs.submit import Request, build, submit_many
+from qex.jobs.request import Request
+from qex.jobs.submit import build, submit_many
 from qex.queue import engine, pause, waker
 from qex.queue.txn import Txn
 from qex.store.state import Store

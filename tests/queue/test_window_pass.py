@@ -9,7 +9,8 @@ import pytest
 from test_index_cache import view
 
 from qex import admit as A
-from qex.jobs.submit import Request, build
+from qex.jobs.request import Request
+from qex.jobs.submit import build
 from qex.queue import engine
 from qex.queue.txn import Txn
 from qex.store.state import LAZY

@@ -355,7 +355,8 @@ def test_what_a_record_says_is_what_the_reader_counts(tmp_path_factory, jobs):
 def test_a_pass_waits_for_another_queues_admission_and_then_sees_its_record(tmp_path, peer_dir):
     """A's pass holds the admission lock between reading the peers and
     publishing; B's pass, meanwhile, waits, then counts A's new job."""
-    from qex.jobs.submit import Request, build, submit_many
+    from qex.jobs.request import Request
+    from qex.jobs.submit import build, submit_many
 
     a, b = make_ctx(tmp_path, "a"), make_ctx(tmp_path, "b")
     for ctx in (a, b):
