@@ -199,9 +199,9 @@ def wait_inside(pid: int, unit: str, timeout: float = INSIDE_WAIT) -> str | None
 
 
 def _mounted(path: str) -> str | None:
-    from qex.linux import cgroup
+    from qex.linux import cgroup_where
 
-    for point in cgroup.mount_points():
+    for point in cgroup_where.mount_points():
         candidate = os.path.normpath(point + path)
         if os.path.isdir(candidate):
             return candidate

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from qex.linux import cgroup
+from qex.linux import cgroup, cgroup_where
 
 # This CI machine: cgroup v1 memory controller, the process in a nested cgroup,
 # a cgroup2 hierarchy mounted beside it with no memory controller (hybrid).
@@ -25,7 +25,7 @@ HYBRID_MOUNTS = """\
 
 
 def test_v1_memory_wins_over_a_v2_hierarchy_that_lacks_the_controller():
-    assert cgroup.locate(HYBRID_CGROUP, HYBRID_MOUNTS) == (
+    assert cgroup_where.locate(HYBRID_CGROUP, HYBRID_MOUNTS) == (
         "v1",
         "/sys/fs/cgroup/memory/process_api/6422d486afee97efd12feebad7dc28ff",
     )
@@ -36,24 +36,24 @@ def test_a_container_mount_rooted_at_its_own_cgroup():
     # and the mount's root is that same path.
     proc = "5:memory,foo:/docker/abc\n"
     mounts = "50 40 0:40 /docker/abc /sys/fs/cgroup/memory ro,nosuid - cgroup cgroup rw,memory,foo\n"
-    assert cgroup.locate(proc, mounts) == ("v1", "/sys/fs/cgroup/memory")
-    assert cgroup.locate("5:memory:/docker/abc/sub\n", mounts) == ("v1", "/sys/fs/cgroup/memory/sub")
+    assert cgroup_where.locate(proc, mounts) == ("v1", "/sys/fs/cgroup/memory")
+    assert cgroup_where.locate("5:memory:/docker/abc/sub\n", mounts) == ("v1", "/sys/fs/cgroup/memory/sub")
     # a path outside what is mounted cannot be reached: no cgroup rather than a wrong one
-    assert cgroup.locate("5:memory:/elsewhere\n", mounts) is None
+    assert cgroup_where.locate("5:memory:/elsewhere\n", mounts) is None
 
 
 def test_pure_v2_with_an_escaped_mount_point():
     proc = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/run-1.scope\n"
     mounts = r"60 1 0:26 / /sys/fs/cgroup\040x rw - cgroup2 cgroup2 rw,nsdelegate" + "\n"
-    assert cgroup.locate(proc, mounts) == (
+    assert cgroup_where.locate(proc, mounts) == (
         "v2",
         "/sys/fs/cgroup x/user.slice/user-1000.slice/user@1000.service/app.slice/run-1.scope",
     )
 
 
 def test_no_memory_cgroup_at_all():
-    assert cgroup.locate("3:cpu:/\n", "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n") is None
-    assert cgroup.locate("", "") is None
+    assert cgroup_where.locate("3:cpu:/\n", "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n") is None
+    assert cgroup_where.locate("", "") is None
 
 
 def test_names_carry_the_job_and_the_attempt():
