@@ -15,7 +15,7 @@ class Launch:
 
     def __init__(self, job_id: str, alive_fd: int, peer_fd: int = -1, peer_lock: str | None = None):
         self.job_id, self.alive_fd, self.peer_fd, self.peer_lock = job_id, alive_fd, peer_fd, peer_lock
-        self.fresh = False  # admitted by a pass just before (qex.supervisor.run._start reads it without the lock)
+        self.fresh = False  # admitted by a pass just before (qex.supervisor.starting.start reads it without the lock)
         self.follows = False  # admitted by the pass of the supervisor whose job just ended, which starts it
         self.attempt = 1  # the attempt the pass starts
         self.spec = self.meter = None  # read and made before the commit's byte (qex.supervisor.run.prepare_early)

@@ -66,7 +66,7 @@ def launch_all(
                 if not leaving and os.fork() != 0:
                     os._exit(0)
                 detach_stdio(ctx.store.path(launch.job_id, layout.SUPERVISOR_LOG))
-                launch.fresh = True  # admitted by the pass just before this fork (qex.supervisor.run._start)
+                launch.fresh = True  # admitted by the pass just before this fork (qex.supervisor.starting.start)
                 return launch
             except BaseException:
                 os._exit(70)

@@ -62,6 +62,22 @@ def classify(
         "oom_evidence": oom_evidence,
         "vram_over": vram_over,
     }
+    _judge(outcome, rec, wait_status, stop_reason, interrupt)
+    problems = [f"{name} log stopped: {s.failed}" for name, s in (("stdout", out), ("stderr", err)) if s.failed]
+    if incomplete:
+        problems.append(
+            "a process the job left behind still held its output open; "
+            f"qex stopped reading {DRAIN_AFTER_EXIT:g}s after the job exited"
+        )
+    if problems:
+        outcome["error"] = "; ".join(filter(None, [outcome["error"], *problems]))
+    return {**rec, "_outcome": outcome}
+
+
+def _judge(outcome: dict, rec: dict, wait_status: int, stop_reason: str | None, interrupt: object) -> None:
+    """Set in ``outcome`` the job's exit code or signal, its state, and the words of a
+    stop by qex (a kill, a SIGTERM, the timeout). A stop by qex wins over OOM
+    evidence, OOM evidence over the exit code."""
     if os.WIFEXITED(wait_status):
         outcome["exit_code"] = os.WEXITSTATUS(wait_status)
     elif os.WIFSIGNALED(wait_status):
@@ -80,21 +96,12 @@ def classify(
         from qex.base.units import format_duration
 
         outcome["error"] = f"stopped after its --timeout of {format_duration(rec['timeout'])}"
-    elif oom_evidence is not None:
+    elif outcome["oom_evidence"] is not None:
         outcome["state"] = "oom"
     elif outcome["exit_code"] == 0:
         outcome["state"] = "completed"
     else:
         outcome["state"] = "failed"
-    problems = [f"{name} log stopped: {s.failed}" for name, s in (("stdout", out), ("stderr", err)) if s.failed]
-    if incomplete:
-        problems.append(
-            "a process the job left behind still held its output open; "
-            f"qex stopped reading {DRAIN_AFTER_EXIT:g}s after the job exited"
-        )
-    if problems:
-        outcome["error"] = "; ".join(filter(None, [outcome["error"], *problems]))
-    return {**rec, "_outcome": outcome}
 
 
 def record_end(
@@ -120,32 +127,24 @@ def record_end(
     failed_before = sum(1 for a in current.get("attempts") or () if a.get("state") == "failed")
     if oom_retry is not None:
         # Like a --retries retry, and it keeps no capacity: it waits in the queue for the bigger claim to fit.
-        launch.alive_fd = let_go() or -1
-        txn.update(
-            launch.job_id,
-            state="queued",
-            attempt=attempt + 1,
-            attempts=attempts,
-            assigned=[],
-            pid=None,
-            forced=False,
-            started_at=None,
+        _requeue(
+            txn,
+            launch,
+            let_go,
+            attempt,
+            attempts,
             **oom_retry,
             **{k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "oom_evidence", "vram_over")},
         )
     elif (
         outcome["state"] == "failed" and failed_before < current.get("retries", 0) and not current.get("kill_requested")
     ):  # a job someone is killing is not retried
-        launch.alive_fd = let_go() or -1
-        txn.update(
-            launch.job_id,
-            state="queued",
-            attempt=attempt + 1,
-            attempts=attempts,
-            assigned=[],
-            pid=None,
-            forced=False,
-            started_at=None,
+        _requeue(
+            txn,
+            launch,
+            let_go,
+            attempt,
+            attempts,
             **{k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "vram_over")},
             blocked_reason=f"queued for retry {failed_before + 1} of {current.get('retries')} "
             f"after attempt {attempt} failed",
@@ -161,6 +160,24 @@ def record_end(
             from qex.jobs import dedupe
 
             dedupe.remember_locked(ctx.store, final)
+
+
+def _requeue(txn: Txn, launch: Launch, let_go: Callable[[], None], attempt: int, attempts: list, **fields) -> None:
+    """Queue the job's next attempt (a retry): it lets go of the job's liveness lock
+    first, so that this same pass can start it again, and keeps no capacity (no
+    devices assigned, no pid, no start); ``fields``: what the record keeps or adds."""
+    launch.alive_fd = let_go() or -1
+    txn.update(
+        launch.job_id,
+        state="queued",
+        attempt=attempt + 1,
+        attempts=attempts,
+        assigned=[],
+        pid=None,
+        forced=False,
+        started_at=None,
+        **fields,
+    )
 
 
 def _attempt(number: int, current: dict, outcome: dict) -> dict:

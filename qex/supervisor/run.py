@@ -13,7 +13,6 @@ import _signal as signal  # the C module: signal.py builds enums, ~2 ms of a sta
 import os
 import time
 
-from qex.base.errors import StoreError
 from qex.base.states import HOLDING
 from qex.linux import manners, pidfile, title, tree
 from qex.linux.proc import KILL_GRACE, child_subreaper, detach_stdio, forked_children, look_up_prctl, signal_group
@@ -21,10 +20,9 @@ from qex.linux.rss import TreePeak
 from qex.queue import engine, reconcile
 from qex.queue.context import Launch
 from qex.queue.launch import after_pass
-from qex.queue.txn import Txn
 from qex.store import fs, layout, lock
 from qex.store.state import LAZY
-from qex.supervisor import ending, spawn
+from qex.supervisor import ending, spawn, starting
 from qex.supervisor.ending import DRAIN_AFTER_EXIT
 from qex.supervisor.memory import Meter
 from qex.supervisor.pipes import grow, open_output
@@ -34,9 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from qex.config.context import Context
-    from qex.store.state import Store
 
-RUNNING_AFTER = 0.02  # the longest a spawned job waits for its 'running' record while the lock is busy
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:
     from qex.base import faults
@@ -155,119 +151,12 @@ def supervise(ctx: Context, launch: Launch) -> Launch | None:
     interrupt = Interrupt()
     meter = meter if meter is not None else Meter()
     child_subreaper(True)  # what the job orphans is this process's to stop (qex.linux.tree); off in _finish
-    proc, rec = _start(ctx, launch, spec, meter, interrupt)
+    proc, rec = starting.start(ctx, launch, spec, meter, interrupt)
     if proc is None:
         meter.discard()
         return _finish(ctx, launch, rec, interrupt)
     outcome = _watch(ctx, proc, rec, interrupt, meter, launch)
     return _finish(ctx, launch, outcome, interrupt)
-
-
-def _start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, interrupt: "Interrupt | None" = None):
-    """Spawn the job; return (process, its record with pid and start time), or
-    (None, the outcome of a start that failed).
-
-    The spawn is outside the state lock (the spawn and the cgroup moves around it
-    take time the other supervisors would wait for). Before it, the record is
-    read to check that the job is still to start and not to be killed: without
-    the lock for a job a pass admitted just before (``launch.fresh``: the record
-    that pass wrote, and a kill since), under it otherwise. 'running'
-    is recorded right after it, waiting for the state lock if another process
-    holds it (a submission's early supervisor gets its byte while the submission
-    still saves the index): a script that sees its job's first output finds the
-    job running. When this supervisor's own pass at the end of its previous job
-    admitted this one (``launch.follows``: a drain, where the other supervisors'
-    passes wait for the lock), the record waits, at most ``RUNNING_AFTER``, and a
-    job that ends by then gets 'running' and its end in one commit (``_finish``):
-    such a drain takes the lock once per job, not twice (taken at once whenever
-    it happened to be free, in one job in five, it cost the other supervisor
-    1.5 ms of waiting each time). A `qex kill` asked meanwhile is answered when 'running' is
-    recorded. A supervisor that dies before that leaves a 'starting' job with a
-    pid file (its intent line is written before the spawn, see ``_spawn``): the
-    next pass stops it and records it lost, never starts it twice.
-    """
-    store = ctx.store
-    meter = meter or Meter()
-    rec = None
-    if launch.fresh:  # the record as the pass that admitted it left it (and a kill since): no lock
-        launch.fresh = False
-        try:
-            rec = store.cached_record(launch.job_id) or store.read_status_dict(launch.job_id)
-        except Exception:
-            rec = None
-        if rec is not None and rec.get("state") != "starting":
-            rec = None  # not as expected: look again under the lock
-    if rec is None:
-        with store.lock():
-            txn = Txn(store, store.load_index_locked(save_replayed=False))
-            rec = txn.record(launch.job_id)
-            txn.commit()
-        if rec["state"] != "starting":
-            return None, {**rec, "_abandon": True}
-    if rec.get("kill_requested"):
-        return None, {
-            **rec,
-            "_outcome": {
-                "state": "killed",
-                "error": "stopped by qex kill before it started",
-                "started_at": None,
-                "ended_at": time.time(),
-            },
-        }
-    now = time.time()
-    proc, failure = spawn.spawn(ctx, launch, spec, rec, meter)
-    if proc is None:
-        return None, {**rec, "_outcome": {**failure, "started_at": now}}
-    rec = {**rec, "pid": proc.pid, "supervisor_pid": os.getpid(), "started_at": now, "_unrecorded": True}
-    if launch.follows:
-        return proc, rec  # a drain: 'running' waits for RUNNING_AFTER, or rides on the end (see above)
-    spawn.pid_line_now(proc)
-    make_logs(store, launch.job_id)  # (after the spawn: never on the way to the job's first instruction)
-    current = _record_running(ctx, launch, rec, interrupt)
-    if current.get("_abandon"):
-        signal_group(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return None, current
-    return proc, current
-
-
-def make_logs(store: Store, job_id: str) -> None:
-    """The job's stdout.log and stderr.log, empty, before its record says 'running' (a
-    script that sees it running opens them); a job's logs are made when it starts, not
-    when it is queued. The watch's ``Sink`` opens them again, and says what went wrong
-    (a link or a FIFO planted there) in the record: here it is left to it."""
-    for name in (layout.STDOUT, layout.STDERR):
-        try:
-            os.close(fs.open_regular(store.path(job_id, name), os.O_WRONLY | os.O_CREAT))
-        except OSError:
-            pass
-
-
-def _record_running(ctx: Context, launch: Launch, rec: dict, interrupt: "Interrupt | None" = None) -> dict:
-    """Record the spawned job 'running' (see ``_start``). Returns the record; one
-    with ``_abandon`` if the job is no longer this process's to run (the caller
-    stops it)."""
-    store = ctx.store
-    with store.lock():
-        txn = Txn(store, store.load_index_locked(save_replayed=False))
-        current = txn.record(launch.job_id)
-        if current["state"] != "starting":  # not this process's to run any more: never leave it running
-            return {**current, "_abandon": True}
-        current = txn.update(
-            launch.job_id,
-            state="running",
-            pid=rec["pid"],
-            supervisor_pid=rec["supervisor_pid"],
-            started_at=rec["started_at"],
-        )
-        if current.get("kill_requested") and interrupt is not None:
-            interrupt.requested = "kill"  # asked while it was being spawned: the watch stops it at once
-        txn.commit(save_index=LAZY)  # the journal has it; a pass soon saves the index
-    try:
-        fs.settle()  # no spawn follows to make it durable (fs.defer_syncs): now, while the job runs
-    except StoreError:
-        pass  # (kept: the next settle, before this process spawns, forks or leaves, raises it again)
-    return current
 
 
 def _watch(
@@ -277,25 +166,13 @@ def _watch(
     still runs after ``watch.GRACE`` is watched by a minimal process this one execs into
     (``qex.supervisor.handoff``: it comes back as ``resume``)."""
     from qex.supervisor import watch
-    from qex.supervisor.logs import Sink  # after the spawn: not on the way to the job's first instruction
 
-    store = ctx.store
-    limit, setting = _log_limit(ctx.config)
-    sinks = {
-        proc.stdout.fileno(): Sink(store.path(rec["id"], layout.STDOUT), limit, "stdout", setting),
-        proc.stderr.fileno(): Sink(store.path(rec["id"], layout.STDERR), limit, "stderr", setting),
-    }
-    for (pipe, sink), name in zip(sinks.items(), (layout.STDOUT_PIPE, layout.STDERR_PIPE)):
-        path = store.path(rec["id"], name)  # the FIFO of its qex run, if one follows it (qex.supervisor.pipes)
-        fd = open_output(path)
-        if fd >= 0:
-            sink.attach(fd, path)
-            grow(pipe)
+    sinks = _sinks(ctx, proc, rec)
     started = rec.get("started_at") or time.time()
     timeout_at = started + rec["timeout"] if rec.get("timeout") else None
     sampler, peak = _sampler(ctx, rec, started), TreePeak.start(started) if not (meter and meter.cg) else None
     handoff_at = time.time() + watch.GRACE if launch is not None else None
-    mark_at = started + RUNNING_AFTER if rec.get("_unrecorded") and launch is not None else None
+    mark_at = started + starting.RUNNING_AFTER if rec.get("_unrecorded") and launch is not None else None
     pipes, abandon = sinks, None
     while True:
         pause_at = min(t for t in (handoff_at, mark_at) if t is not None) if (handoff_at or mark_at) else None
@@ -306,41 +183,15 @@ def _watch(
             break
         mark_at, pipes = None, end.open_pipes  # the job runs on: record it running, then watch on
         spawn.pid_line_now(proc)
-        current = _record_running(ctx, launch, rec, interrupt)
+        current = starting.record_running(ctx, launch, rec, interrupt)
         if current.get("_abandon"):
             signal_group(proc.pid, signal.SIGKILL)
             handoff_at, abandon = None, current
         else:
             rec = current
     if end.handoff:
-        _teach(ctx)  # (the watcher is another program: what it would lose)
-
-        spawn.pid_line_now(proc)
-        watch.become_watcher(
-            ctx,
-            launch,
-            proc.pid,
-            rec,
-            interrupt,
-            meter,
-            sinks,
-            end.open_pipes,
-            timeout_at,
-            KILL_GRACE,
-            DRAIN_AFTER_EXIT,
-            sampler,
-            peak,
-        )
-        end = watch.loop(
-            proc.pid, sinks, end.open_pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, None, sampler, peak
-        )
-    proc.returncode = end.wait_status
-    if sampler is not None:
-        sampler.stop()
-    for sink in sinks.values():
-        sink.close()
-    proc.stdout.close()
-    proc.stderr.close()
+        end = _hand_off(ctx, launch, proc, rec, interrupt, meter, sinks, end.open_pipes, timeout_at, sampler, peak)
+    _close_watch(proc, end, sampler, sinks)
     if abandon is not None:
         if meter is not None:
             meter.discard()
@@ -357,6 +208,67 @@ def _watch(
         sampler.result() if sampler is not None else None,
         peak.result() if peak else None,
     )
+
+
+def _sinks(ctx: Context, proc, rec: dict) -> dict:
+    """The job's stdout and stderr sinks (``logs.Sink``) by the fd of its pipe, each
+    attached to the FIFO of the ``qex run`` that follows the job, if one does."""
+    from qex.supervisor.logs import Sink  # after the spawn: not on the way to the job's first instruction
+
+    store = ctx.store
+    limit, setting = _log_limit(ctx.config)
+    sinks = {
+        proc.stdout.fileno(): Sink(store.path(rec["id"], layout.STDOUT), limit, "stdout", setting),
+        proc.stderr.fileno(): Sink(store.path(rec["id"], layout.STDERR), limit, "stderr", setting),
+    }
+    for (pipe, sink), name in zip(sinks.items(), (layout.STDOUT_PIPE, layout.STDERR_PIPE)):
+        path = store.path(rec["id"], name)  # the FIFO of its qex run, if one follows it (qex.supervisor.pipes)
+        fd = open_output(path)
+        if fd >= 0:
+            sink.attach(fd, path)
+            grow(pipe)
+    return sinks
+
+
+def _hand_off(
+    ctx: Context, launch: Launch, proc, rec: dict, interrupt: Interrupt, meter, sinks, pipes, timeout_at, sampler, peak
+):
+    """The job runs on past ``watch.GRACE``: exec into the minimal watcher, which never
+    comes back here (``resume``). If the exec failed, watch on in this process and
+    return the end ``watch.loop`` saw."""
+    from qex.supervisor import watch
+
+    _teach(ctx)  # (the watcher is another program: what it would lose)
+
+    spawn.pid_line_now(proc)
+    watch.become_watcher(
+        ctx,
+        launch,
+        proc.pid,
+        rec,
+        interrupt,
+        meter,
+        sinks,
+        pipes,
+        timeout_at,
+        KILL_GRACE,
+        DRAIN_AFTER_EXIT,
+        sampler,
+        peak,
+    )
+    return watch.loop(proc.pid, sinks, pipes, interrupt, timeout_at, KILL_GRACE, DRAIN_AFTER_EXIT, None, sampler, peak)
+
+
+def _close_watch(proc, end, sampler, sinks: dict) -> None:
+    """The watch is over: the job's wait status on ``proc``, the sampler stopped, the
+    logs and the job's pipes closed."""
+    proc.returncode = end.wait_status
+    if sampler is not None:
+        sampler.stop()
+    for sink in sinks.values():
+        sink.close()
+    proc.stdout.close()
+    proc.stderr.close()
 
 
 def _sampler(ctx: Context, rec: dict, started: float):
@@ -445,7 +357,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
         _prune(ctx)
     _close_and_end(launch, ctx)
     if own_next is not None:
-        own_next.fresh = True  # admitted by this process's pass a moment ago (see _start)
+        own_next.fresh = True  # admitted by this process's pass a moment ago (see starting.start)
         own_next.follows = True
         detach_stdio(ctx.store.path(own_next.job_id, layout.SUPERVISOR_LOG))
     return own_next

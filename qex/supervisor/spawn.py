@@ -218,7 +218,7 @@ def write_pid_line(proc: Child) -> None:
     """The job's ``<pid> <start time> [cgroup]`` over the intent line, once (``spawn``).
 
     A job born in its cgroup, which the intent line names, gets it only when it is
-    recorded running (``_record_running``, before the watcher's exec): until then a
+    recorded running (``starting.record_running``, before the watcher's exec): until then a
     pass that finds its supervisor lost stops what is in the cgroup, which is all
     of the job. A drain's job that ends within ``RUNNING_AFTER`` never needs it:
     reading the start time of a process that has just been spawned (and the write)

@@ -7,7 +7,7 @@ from test_index_cache import add_jobs, view
 
 from qex.queue import engine
 from qex.store.state import LAZY
-from qex.supervisor import run
+from qex.supervisor import run, starting
 from qex.supervisor.memory import Meter
 
 LOGS = ("stdout.log", "stderr.log")
@@ -27,13 +27,13 @@ def test_the_logs_exist_before_the_job_is_recorded_running(tmp_path, monkeypatch
 
     def record_running(ctx_, launch_, rec, interrupt=None):
         seen.append(logs_of(ctx, job))
-        return {**rec, "_abandon": True}  # (_start stops the job: this test needs no watch)
+        return {**rec, "_abandon": True}  # (start stops the job: this test needs no watch)
 
-    monkeypatch.setattr(run, "_record_running", record_running)
+    monkeypatch.setattr(starting, "record_running", record_running)
     monkeypatch.chdir(ctx.store.job_dir(job))
     meter, interrupt = Meter(), run.Interrupt()
     try:
-        proc, current = run._start(ctx, launch, ctx.store.read_spec(job), meter, interrupt)
+        proc, current = starting.start(ctx, launch, ctx.store.read_spec(job), meter, interrupt)
     finally:
         interrupt.close()
         meter.discard()
