@@ -302,3 +302,20 @@ if __name__ == "__main__":  # python tests/test_layers.py: the graph between the
         print(f"{a:>10} -> {b:<10} {n}")
     for path in sorted(QEX.rglob("*.py")):
         print(f"{len(path.read_text().splitlines()):6d}  {os.path.relpath(path, QEX.parent)}")
+
+
+def test_every_public_function_says_the_types_of_its_arguments_and_result():
+    """Type hints on every function whose name has no leading underscore (methods and
+    nested functions too; ``self`` and ``cls`` excepted): a reader knows what goes in."""
+    untyped = []
+    for path in QEX.rglob("*.py"):
+        rel = str(path.relative_to(QEX))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name.startswith("_"):
+                continue
+            a = node.args
+            args = [x for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
+            args += [x for x in (a.vararg, a.kwarg) if x is not None]
+            if node.returns is None or any(x.annotation is None for x in args):
+                untyped.append(f"{rel}:{node.lineno}:{node.name}")
+    assert untyped == []

@@ -71,7 +71,7 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--id-file", metavar="FILE", help="write the id here (fsynced before any wait)")
 
 
-def add_manners(g) -> None:
+def add_manners(g: argparse._ArgumentGroup) -> None:
     """How the job behaves on a shared box: niceness, I/O class, oom_score_adj (``[politeness]``)."""
     g.add_argument(
         "--nice",
@@ -95,7 +95,7 @@ def add_manners(g) -> None:
 
 
 def _int(option):
-    def parse(text):
+    def parse(text: str) -> int:
         from qex.base.errors import SpecError
 
         try:
@@ -110,7 +110,7 @@ def _int(option):
 def _state_list(known, noun: str = "state"):
     """``--state running,queued``: each word one of ``known``; a list, appended (``cmd_list`` joins them)."""
 
-    def parse(text):
+    def parse(text: str) -> list[str]:
         from qex.base.errors import UsageError
 
         words = [w.strip() for w in text.split(",") if w.strip()]

@@ -33,14 +33,14 @@ PEAK_FROM = ("cgroup", "proc-sample", "rusage")
 OOM_EVIDENCE = ("cgroup", "machine-counter")
 
 
-def nullable_enum(values) -> dict:
+def nullable_enum(values: tuple | list | dict) -> dict:
     return {"anyOf": [{"enum": list(values)}, {"type": "null"}]}
 
 
 # ---- from the attrs declarations ------------------------------------------------------
 
 
-def of_type(tp, closed: bool) -> dict:
+def of_type(tp: object, closed: bool) -> dict:
     import types
     import typing
 

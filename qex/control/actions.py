@@ -17,6 +17,7 @@ from qex.store.lock import is_held
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
+    from qex.queue.txn import Txn
 
 
 def check_owner(ctx: Context, rec_or_entry: dict, verb: str, changes: bool = True) -> None:
@@ -121,7 +122,7 @@ def stop_jobs(ctx: Context, job_ids: list[str], verb: str, wait: bool = True, wh
 
     slurm_ids: dict[str, str] = {}  # job id -> its Slurm job id (the Slurm backend: scancel stops it)
 
-    def mark(txn):
+    def mark(txn: Txn) -> dict:
         answer = {}
         for job_id in job_ids:
             entry = _owned_active(ctx, txn, job_id, verb, answer)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from qex.config.context import Context
     from qex.jobs.submit import Built
     from qex.queue.context import PassResult
+    from qex.queue.txn import Txn
     from qex.store.state import Store
 
 
@@ -68,7 +69,7 @@ def submit(
     """
     from qex.jobs.submit import submit_many
 
-    def write_group(txn, jobs):
+    def write_group(txn: Txn, jobs: list) -> None:
         # Durable before its jobs' events: the journal does not hold it (records are repaired from it).
         write_locked(ctx, group_id, name, [b.spec.id for b in jobs], kind, sync=True)
         return None  # go on: submit_many queues the jobs in this same hold

@@ -283,7 +283,7 @@ def submit_many(
 
     slurm = slurmjobs.on_slurm(ctx)
 
-    def add(txn):
+    def add(txn: Txn) -> list[str]:
         txn.settle_first = True  # (the flush of the job directories, or one job's fsyncs: durable first)
         if on_locked is not None:
             answer = on_locked(txn, built)

@@ -25,6 +25,7 @@ from qex.store.index import on_slurm
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
+    from qex.queue.txn import Txn
 
 ENDED_AS = {"CANCELLED": "cancelled", "DEADLINE": "expired"}  # else failed
 
@@ -63,7 +64,7 @@ def skip_needing(ctx: Context, job_id: str) -> None:
     in Slurm (one scancel), as a local pass skips them; nobody has to be waiting."""
     from qex.slurm import clients
 
-    def skip(txn) -> list[str]:
+    def skip(txn: Txn) -> list[str]:
         now, failed, cancelled = time.time(), {job_id}, []
         root, how = _first_failed(txn, [job_id])
         changed = True

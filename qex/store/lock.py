@@ -357,7 +357,7 @@ def _flock_within(fd: int, seconds: float) -> bool:
         return _try(fd)
     armed = [True]  # the handler raises only while the flock may still be waiting
 
-    def on_alarm(signum, frame):
+    def on_alarm(signum: int, frame: object) -> None:
         if armed[0]:
             armed[0] = False
             raise _Alarm

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from qex.config.context import Context
+    from qex.queue.txn import Txn
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:
@@ -66,7 +67,7 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
     """The supervisor itself failed: say so in the record rather than leave it to reconcile."""
     child_subreaper(False)  # (before the pass forks anything)
 
-    def fail(txn):
+    def fail(txn: Txn) -> object:
         rec = txn.record(launch.job_id)
         if rec["state"] in HOLDING:
             pid = rec.get("pid") or (pidfile.launched(ctx.store.path(launch.job_id, layout.PID)) or (None,))[0]
@@ -332,7 +333,7 @@ def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> La
     if _CRASH:
         faults.hit("supervisor.before_final")
 
-    def record_end(txn):
+    def record_end(txn: Txn) -> object:
         ending.record_end(ctx, txn, launch, rec, outcome, lessons, lambda: _close_and_end(launch, ctx))
 
     lessons: list = []

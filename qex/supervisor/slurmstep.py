@@ -31,12 +31,13 @@ from qex.store.lock import hold
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
+    from qex.queue.txn import Txn
 
 
 def take(ctx: Context, job_id: str) -> tuple[Launch | None, str]:
     """Start the job as a pass starts one it admits; (its Launch, "") or (None, why not)."""
 
-    def start(txn):
+    def start(txn: Txn) -> object:
         entry = txn.idx.jobs.get(job_id)
         if entry is None or not on_slurm(entry):
             return None, "it is not a queued Slurm job of this state directory (cancelled, or ended)"

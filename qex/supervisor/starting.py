@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 RUNNING_AFTER = 0.02  # the longest a spawned job waits for its 'running' record while the lock is busy
 
 
-def start(ctx: Context, launch: Launch, spec, meter: Meter | None = None, interrupt: object | None = None):
+def start(
+    ctx: Context, launch: Launch, spec: object, meter: Meter | None = None, interrupt: object | None = None
+) -> tuple[object, dict]:
     """Spawn the job; return (process, its record with pid and start time), or
     (None, the outcome of a start that failed).
 
