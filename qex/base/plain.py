@@ -120,22 +120,23 @@ class Plain:
         tuples lists (the JSON shape, as ``attrs.asdict`` gives)."""
         if shallow:
             return {n: getattr(self, n) for n in self._fields}
-        return {n: _plain(getattr(self, n)) for n in self._fields}
+        return {n: json_value(getattr(self, n)) for n in self._fields}
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-def _plain(value):
+def json_value(value: object) -> object:
+    """``value`` as JSON values: a record a dict, a tuple a list, at any depth."""
     kind = type(value)
     if kind in _SCALARS:  # (most values: a fan-out turns a thousand environments into dicts)
         return value
     if kind is dict:
-        return {k: v if type(v) in _SCALARS else _plain(v) for k, v in value.items()}
+        return {k: v if type(v) in _SCALARS else json_value(v) for k, v in value.items()}
     if isinstance(value, Plain):
         return value.asdict()
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [json_value(v) for v in value]
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: json_value(v) for k, v in value.items()}
     return value

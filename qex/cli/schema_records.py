@@ -37,14 +37,12 @@ def nullable_enum(values: tuple | list | dict) -> dict:
     return {"anyOf": [{"enum": list(values)}, {"type": "null"}]}
 
 
-# ---- from the attrs declarations ------------------------------------------------------
+# ---- from the declarations: Plain records (qex.base.plain) and attrs classes (the files users write) ----
 
 
 def of_type(tp: object, closed: bool) -> dict:
     import types
     import typing
-
-    import attrs
 
     if tp in _PRIMITIVES:
         return dict(_PRIMITIVES[tp])
@@ -61,23 +59,40 @@ def of_type(tp: object, closed: bool) -> dict:
         return {"type": "array", "items": of_type(item, closed) if item is not typing.Any else {}}
     if origin is dict:
         return {"type": "object", "additionalProperties": of_type(args[1], closed)}
-    if attrs.has(tp):
+    if _is_record(tp):
         return object_schema(tp, closed)
     return {}
 
 
-def object_schema(cls, closed: bool, all_required: bool = False) -> dict:
-    import typing
-
+def _is_record(tp: object) -> bool:
     import attrs
+
+    from qex.base.plain import Plain
+
+    return isinstance(tp, type) and (issubclass(tp, Plain) or attrs.has(tp))
+
+
+def _fields(cls: type) -> list[tuple[str, bool]]:
+    """(name, whether it has a default) of each field of a record class, in order."""
+    from qex.base.plain import Plain
+
+    if issubclass(cls, Plain):
+        return [(name, name in cls._defaults) for name in cls.field_names()]
+    import attrs
+
+    return [(f.name, f.default is not attrs.NOTHING) for f in attrs.fields(cls)]
+
+
+def object_schema(cls: type, closed: bool, all_required: bool = False) -> dict:
+    import typing
 
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     props, required = {}, []
-    for f in attrs.fields(cls):
-        props[f.name] = {"description": docs.get(f.name, ""), **of_type(hints[f.name], closed)}
-        if all_required or f.default is attrs.NOTHING:
-            required.append(f.name)
+    for name, has_default in _fields(cls):
+        props[name] = {"description": docs.get(name, ""), **of_type(hints[name], closed)}
+        if all_required or not has_default:
+            required.append(name)
     out = {"type": "object", "properties": props, "additionalProperties": not closed}
     if cls.__doc__:
         out["description"] = " ".join(cls.__doc__.split())

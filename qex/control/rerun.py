@@ -19,12 +19,12 @@ if TYPE_CHECKING:
     from qex.config.context import Context
     from qex.jobs.request import Request
     from qex.queue.context import PassResult
-    from qex.store.records import NewSpec
+    from qex.store.records import Spec
 
 DROPPED = ("dedupe_key", "dedupe_window", "group", "group_name", "rerun_of")
 
 
-def request_of(ctx: Context, job_id: str) -> tuple[Request, NewSpec]:
+def request_of(ctx: Context, job_id: str) -> tuple[Request, Spec]:
     """The Request that repeats job ``job_id``."""
     import os
 

@@ -16,7 +16,7 @@ from qex.base.errors import SpecError
 from qex.base.plain import Factory, Plain
 from qex.jobs.request import Request
 from qex.store import layout
-from qex.store.records import FORMAT, NewSpec
+from qex.store.records import FORMAT, Spec
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ")
 
 
 class Built(Plain):
-    spec: NewSpec
+    spec: Spec
     record: dict
     warnings: list[str] = Factory(list)
 
@@ -63,7 +63,7 @@ def build(ctx: Context, req: Request, now: float | None = None, found: set | Non
 
     nice, io_class, oom, said = polite.resolve(ctx, req.nice, req.io_class, req.oom_score_adj)
     warnings += said
-    spec = NewSpec(
+    spec = Spec(
         id=job_id,
         command=tuple(req.command),
         cwd=cwd,
@@ -161,7 +161,7 @@ def build_like(first: Built, command: list[str], name: str, found: set | None = 
     _check_program(command[0], base.cwd, base.env, found)
     name = units.check_name(name, "--name")
     job_id = new_id()
-    spec = NewSpec(
+    spec = Spec(
         id=job_id,
         command=tuple(command),
         cwd=base.cwd,

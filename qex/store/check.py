@@ -15,81 +15,19 @@ missing fields are left to the readers' defaults.
 
 from qex.base import numbers as N
 from qex.base.states import ACTIVE, STATES
+from qex.store.records import Attempt, Spec, Status, field_types
 
 NUM = (int, float)
 _OPT_NUM = (int, float, type(None))
 _OPT_STR = (str, type(None))
 _OPT_INT = (int, type(None))
 
-# status.json: field -> accepted types (bool is refused where a number is meant). One entry per
-# field of qex.store.records.Status: tests/store/test_record_formats.py holds the two to each other.
-STATUS_FIELDS = {
-    "id": str,
-    "seq": int,
-    "state": str,
-    "name": str,
-    "command": list,
-    "cwd": str,
-    "owner": str,
-    "uid": int,
-    "format": int,
-    "group": _OPT_STR,
-    "group_name": _OPT_STR,
-    "tags": list,
-    "priority": int,
-    "claims": dict,
-    "claim_source": dict,
-    "assigned": list,
-    "forced": bool,
-    "submitted_at": NUM,
-    "started_at": _OPT_NUM,
-    "ended_at": _OPT_NUM,
-    "pid": _OPT_INT,
-    "supervisor_pid": _OPT_INT,
-    "exit_code": _OPT_INT,
-    "signal": _OPT_STR,
-    "attempt": int,
-    "attempts": list,
-    "usage": dict,
-    "error": _OPT_STR,
-    "blocked_reason": _OPT_STR,
-    "blocked_holder": _OPT_STR,
-    "blocked_since": _OPT_NUM,
-    "passed_by": int,
-    "dedupe_key": _OPT_STR,
-    "needs": list,
-    "after": list,
-    "skipped_root": _OPT_STR,
-    "logs_dropped": dict,
-    "timeout": _OPT_NUM,
-    "retries": int,
-    "oom_retries": int,
-    "max_queue_time": _OPT_NUM,
-    "queue_pause_secs": NUM,
-    "kill_requested": bool,
-    "oom_evidence": _OPT_STR,
-    "queue_pauses": list,
-    "supervisor_lost": bool,
-    "template": (list, type(None)),
-    "rerun_of": _OPT_STR,
-    "peer_lock": _OPT_STR,
-    "vram_over": _OPT_STR,
-    "slurm_job_id": _OPT_STR,
-    "nice": _OPT_INT,
-    "io_class": _OPT_STR,
-    "oom_score_adj": _OPT_INT,
-}
-ATTEMPT_FIELDS = {
-    "number": int,
-    "state": str,
-    "claims": (dict, type(None)),
-    "started_at": _OPT_NUM,
-    "ended_at": _OPT_NUM,
-    "exit_code": _OPT_INT,
-    "signal": _OPT_STR,
-    "usage": (dict, type(None)),
-    "error": _OPT_STR,
-}
+# status.json's, an attempt's and spec.json's fields -> the types each accepts: from the classes
+# that declare them (qex.store.records.field_types), never typed again. (An attempt's claims and
+# usage may be null: tolerated, as qex always did.)
+STATUS_FIELDS = field_types(Status)
+ATTEMPT_FIELDS = {**field_types(Attempt), "claims": (dict, type(None)), "usage": (dict, type(None))}
+SPEC_FIELDS = field_types(Spec)
 ENTRY_FIELDS = {
     "seq": int,
     "state": str,
@@ -324,20 +262,6 @@ def _plain_entry(entry) -> bool:
         and not entry["needs"]
         and not entry["after"]
     )
-
-
-SPEC_FIELDS = {
-    "id": str,
-    "command": list,
-    "cwd": str,
-    "env": dict,
-    "format": int,
-    "nice": _OPT_INT,
-    "io_class": _OPT_STR,
-    "oom_score_adj": _OPT_INT,
-    "hints": bool,
-    "request": dict,
-}
 
 
 def spec(data: object) -> None:

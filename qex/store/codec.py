@@ -1,7 +1,9 @@
-"""The two converters: tolerant for what qex wrote, strict for what people write.
+"""The strict converter, for the files people write (job files, pipeline files): an
+unknown key is an error, and ``describe`` says where in the file. (The records qex
+writes are ``Plain`` records read from their dicts: ``qex.store.records.load``.)
 
 Built lazily on first use: importing cattrs costs ~15 ms, paid only by the
-commands that read or write a record.
+commands that read such a file.
 """
 
 from __future__ import annotations
@@ -10,21 +12,7 @@ import functools
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
-    from typing import TypeVar
-
     from cattrs import Converter
-
-    R = TypeVar("R")  # the record class load makes
-
-
-@functools.cache
-def tolerant() -> Converter:
-    """For records qex wrote: unknown keys ignored, missing ones defaulted."""
-    import cattrs
-
-    conv = cattrs.Converter(forbid_extra_keys=False)
-    _tuple_hooks(conv)
-    return conv
 
 
 @functools.cache
@@ -46,15 +34,6 @@ def _tuple_hooks(conv) -> None:
     conv.register_unstructure_hook(tuple, list)
     # Fields a person may write as a number or a string ("2", 2, "2GB").
     configure_union_passthrough(typing.Union[str, int, float, bool, None, list, dict], conv)
-
-
-def load(cls: type[R], data: dict) -> R:
-    """A record of ``cls`` from a dict that qex wrote (any format version)."""
-    return tolerant().structure(data, cls)
-
-
-def dump(obj: object) -> dict:
-    return tolerant().unstructure(obj)
 
 
 def describe(exc: Exception, where: str) -> str:

@@ -27,8 +27,7 @@ import json
 import os
 import time
 
-from attrs import frozen
-
+from qex.base.plain import Plain
 from qex.base.states import STATES
 from qex.store import layout
 from qex.store.records import Status
@@ -39,8 +38,7 @@ POLL = 0.1  # without inotify
 RECHECK = 0.25  # with inotify: look anyway this often, the file opened again (another NFS client's writes)
 
 
-@frozen
-class Event:
+class Event(Plain, frozen=True):
     """One line of ``qex events --json``. Read ``event`` first and ignore a
     kind you do not know: a later qex may add one."""
 

@@ -29,7 +29,7 @@ from qex.store.replay import Replay
 
 TYPE_CHECKING = False  # (typing itself is not imported: qex submit's start-up)
 if TYPE_CHECKING:
-    from qex.store.records import NewSpec, Spec, Status
+    from qex.store.records import Spec
 
 
 class Store(Replay, Commit):
@@ -230,25 +230,11 @@ class Store(Replay, Commit):
                 idx.seq = event["seq"]
         return idx.jobs
 
-    def read_status(self, job_id: str) -> Status:
-        from qex.store import codec
-        from qex.store.records import Status
-
-        data = self.read_status_dict(job_id)
-        try:
-            return codec.load(Status, data)
-        except Exception as exc:  # cattrs raises several kinds; all mean "damaged"
-            raise BrokenRecord(
-                f"the record {self.path(job_id, layout.STATUS)} is damaged "
-                f"({codec.describe(exc, layout.STATUS)}); qex clean {job_id} removes it"
-            ) from None
-
-    def read_spec(self, job_id: str, must_own: bool = False) -> NewSpec:
-        """The job's spec (a ``records.NewSpec``: the fields of ``Spec``, read without
-        cattrs, which a supervisor would import before every first job); ``must_own``:
+    def read_spec(self, job_id: str, must_own: bool = False) -> Spec:
+        """The job's spec (a ``records.Spec``: its known fields, checked); ``must_own``:
         only a spec.json of this process's user (a supervisor never runs a spec
         another user could have put there)."""
-        from qex.store.records import NewSpec
+        from qex.store.records import Spec
 
         path = self.path(job_id, layout.SPEC)
         try:
@@ -260,8 +246,8 @@ class Store(Replay, Commit):
                 raise ValueError(f"it is the spec of job {str(data['id'])[:40]!r}")
         except Exception as exc:
             raise BrokenRecord(f"the job spec {path} cannot be read ({_why(exc)})") from None
-        known = {k: data[k] for k in NewSpec.field_names() if k in data}
-        return NewSpec(**{**known, "command": tuple(data["command"])})
+        known = {k: data[k] for k in Spec.field_names() if k in data}
+        return Spec(**{**known, "command": tuple(data["command"])})
 
     def job_ids(self) -> list[str]:
         """Every job directory, oldest first (ids sort in submission order)."""
@@ -293,14 +279,12 @@ class Store(Replay, Commit):
         the spec's and the directory's fsyncs go to this process's syncer thread
         (``fs.sync_in_background``), and the caller settles them before the job's
         first event (``Txn.settle_first``)."""
-        from qex.store.records import spec_json
-
         final = self.job_dir(spec.id)
         tmp = os.path.join(self.jobs, layout.new_job_dir(spec.id))
         fd = -1
         try:
             os.mkdir(tmp, 0o700)
-            data = fs.json_bytes(spec_json(spec))
+            data = fs.json_bytes(spec.as_json())
             fd = os.open(
                 os.path.join(tmp, layout.SPEC),
                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,

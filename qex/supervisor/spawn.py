@@ -20,7 +20,7 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
     from qex.config.model import Config
-    from qex.store.records import NewSpec
+    from qex.store.records import Spec
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:
@@ -59,7 +59,7 @@ THREAD_VARS = (
 )
 
 
-def job_env(spec: NewSpec, rec: dict, config: Config) -> dict:
+def job_env(spec: Spec, rec: dict, config: Config) -> dict:
     env = dict(spec.env)
     pools = {p.name: p for p in config.pools}
     assigned = {a["pool"]: a["devices"] for a in rec.get("assigned") or ()}
@@ -92,7 +92,7 @@ def _env_name(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name).upper()
 
 
-def spawn(ctx: Context, launch: Launch, spec: NewSpec, rec: dict, meter: Meter) -> tuple[Child | None, dict | None]:
+def spawn(ctx: Context, launch: Launch, spec: Spec, rec: dict, meter: Meter) -> tuple[Child | None, dict | None]:
     """Spawn a 'starting' job in its process group (and memory cgroup) and write its pid
     file. Returns (process, None), or (None, the outcome of a start that failed).
 
@@ -184,7 +184,7 @@ def _child(path: str, env: dict, lock: int, input_path: str, argv: tuple) -> Chi
             os.close(stdin)  # (the job's now)
 
 
-def manners_of(spec: NewSpec, config: Config) -> tuple[int, str | None, int]:
+def manners_of(spec: Spec, config: Config) -> tuple[int, str | None, int]:
     """The niceness, I/O class and oom_score_adj the job runs with: its spec's (the
     submission resolved them), else the config's (a spec an older qex wrote)."""
     io_class = getattr(spec, "io_class", None) or config.io_class

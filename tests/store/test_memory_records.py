@@ -3,15 +3,14 @@
 import json
 import os
 
-from qex.store import codec
-from qex.store.records import Status
+from qex.store import records
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 
 
 def load(name):
     with open(os.path.join(DATA, name)) as fh:
-        return codec.load(Status, json.load(fh))
+        return records.load(records.Status, json.load(fh))
 
 
 def test_an_oom_record_keeps_its_evidence_and_its_message():

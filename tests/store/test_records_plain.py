@@ -1,12 +1,11 @@
-"""The plain forms of the submit path agree with the one declaration of the
-records (the attrs classes of qex.store.records), and the small plain records
-(qex.base.plain) behave as the attrs classes they replaced."""
+"""The records qex writes are Plain records (qex.base.plain), declared once in
+qex.store.records: the defaults merged under every record, and spec.json, are what
+the classes declare; and Plain records behave as the attrs classes they replaced."""
 
 import json
 import random
 from fractions import Fraction
 
-import attrs
 import pytest
 
 from qex.base.plain import Factory, Plain
@@ -14,32 +13,26 @@ from qex.config.keys import Percent
 from qex.store import records
 
 
-def defaults_from_the_classes() -> dict:
-    out = {}
-    for f in attrs.fields(records.Status):
-        if f.default is attrs.NOTHING:
-            continue
-        value = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default
-        out[f.name] = (
-            attrs.asdict(value) if attrs.has(type(value)) else (list(value) if isinstance(value, tuple) else value)
-        )
-    return out
-
-
-def test_status_defaults_are_what_status_declares():
-    assert records.status_defaults() == defaults_from_the_classes()
-    assert list(records.status_defaults()) == list(defaults_from_the_classes())
+def test_status_defaults_are_every_optional_field_of_status_with_its_default_as_json():
+    defaults = records.status_defaults()
+    optional = [
+        n for n in records.Status.field_names() if n not in ("id", "seq", "state", "command", "cwd", "owner", "uid")
+    ]
+    assert list(defaults) == optional
+    assert defaults["claims"] == {"cpu": 1.0, "mem": 0, "pools": {}} and defaults["tags"] == []
+    assert defaults["logs_dropped"]["incomplete"] is False and defaults["oom_retries"] == 1
+    assert defaults["usage"] == dict.fromkeys(records.Usage.field_names())
 
 
 def test_status_defaults_are_fresh_each_time():
     a = records.status_defaults()
     a["tags"].append("x")
     a["claims"]["pools"]["gpu"] = {}
-    assert records.status_defaults() == defaults_from_the_classes()
+    b = records.status_defaults()
+    assert b["tags"] == [] and b["claims"]["pools"] == {}
 
 
-def test_the_spec_of_a_submission_is_what_spec_declares():
-    assert records.NewSpec.field_names() == tuple(f.name for f in attrs.fields(records.Spec))
+def test_the_spec_of_a_submission_is_written_as_its_fields_and_reads_back_the_same():
     kw = dict(
         id="j",
         command=("python", "train.py"),
@@ -49,22 +42,37 @@ def test_the_spec_of_a_submission_is_what_spec_declares():
         hints=True,
         request={"tags": ["a"], "claims": ["net=1"]},
     )
-    new, declared = records.NewSpec(**kw), records.Spec(**kw)
-    as_json = lambda d: json.dumps(d, sort_keys=True)  # noqa: E731 (spec.json is written as JSON)
-    assert as_json(new.as_json()) == as_json(attrs.asdict(declared)) == as_json(records.spec_json(declared))
-    assert records.spec_json(new) == new.as_json()
-    bare = dict(id="j", command=("true",), cwd="/", env={})
-    assert as_json(records.NewSpec(**bare).as_json()) == as_json(attrs.asdict(records.Spec(**bare)))
-    # and spec.json reads back as the Spec it is
-    from qex.store import codec
+    spec = records.Spec(**kw)
+    written = json.loads(json.dumps(spec.as_json()))
+    assert written == {
+        **kw,
+        "command": ["python", "train.py"],
+        "format": records.FORMAT,
+        "io_class": None,
+        "oom_score_adj": None,
+    }
+    assert records.load(records.Spec, written) == spec
 
-    assert codec.load(records.Spec, json.loads(json.dumps(new.as_json()))) == declared
 
-
-def test_the_record_classes_are_module_attributes():
-    assert records.Status.__qualname__ == "Status" and records.Status.__module__ == "qex.store.records"
-    with pytest.raises(AttributeError):
-        records.NoSuchThing  # noqa: B018
+def test_a_record_from_a_dict_has_its_nested_records_and_ignores_what_it_does_not_know():
+    rec = records.load(
+        records.Status,
+        {
+            "id": "x",
+            "seq": 1,
+            "state": "completed",
+            "command": ["true"],
+            "cwd": "/",
+            "owner": "me",
+            "uid": 0,
+            "claims": {"cpu": 0.5, "mem": 8, "pools": {"gpu": {"count": 1, "size": 4}}, "gizmo": 3},
+            "attempts": [{"number": 1, "state": "completed", "usage": {"max_rss": 5}}],
+            "future": 1,
+        },
+    )
+    assert rec.claims.pools["gpu"] == records.PoolClaim(1, 4) and rec.claims.millicores == 500
+    assert rec.attempts[0].usage.max_rss == 5 and rec.attempts[0].claims == records.Claims()
+    assert rec.command == ("true",) and rec.final and rec.priority == 0
 
 
 class Job(Plain):

@@ -1,4 +1,4 @@
-"""Reading a job's spec.json: the fields of records.Spec, checked, without cattrs."""
+"""Reading a job's spec.json: the fields of records.Spec, checked."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from qex.base.errors import BrokenRecord
-from qex.store.records import NewSpec
+from qex.store.records import Spec
 from qex.store.state import Store
 
 
@@ -20,7 +20,7 @@ def _store(tmp_path) -> Store:
 
 def test_a_spec_written_at_submission_reads_back_whole(tmp_path):
     store = _store(tmp_path)
-    spec = NewSpec(
+    spec = Spec(
         id="j1", command=("sh", "-c", "echo hi"), cwd="/tmp", env={"A": "1"}, nice=5, hints=True, request={"cpu": "2"}
     )
     store.create_job_dir(spec)
@@ -39,7 +39,7 @@ def test_a_spec_written_at_submission_reads_back_whole(tmp_path):
 )
 def test_a_damaged_spec_is_a_sentence_naming_the_file(tmp_path, damage, words):
     store = _store(tmp_path)
-    store.create_job_dir(NewSpec(id="j1", command=("true",), cwd="/tmp", env={}))
+    store.create_job_dir(Spec(id="j1", command=("true",), cwd="/tmp", env={}))
     path = store.path("j1", "spec.json")
     with open(path) as fh:
         data = json.load(fh)
@@ -52,7 +52,7 @@ def test_a_damaged_spec_is_a_sentence_naming_the_file(tmp_path, damage, words):
 
 def test_a_spec_without_its_command_is_refused(tmp_path):
     store = _store(tmp_path)
-    store.create_job_dir(NewSpec(id="j1", command=("true",), cwd="/tmp", env={}))
+    store.create_job_dir(Spec(id="j1", command=("true",), cwd="/tmp", env={}))
     path = store.path("j1", "spec.json")
     with open(path, "w") as fh:
         json.dump({"id": "j1", "cwd": "/tmp", "env": {}}, fh)
@@ -62,7 +62,7 @@ def test_a_spec_without_its_command_is_refused(tmp_path):
 
 def test_reading_a_spec_imports_neither_cattrs_nor_attrs(tmp_path):
     store = _store(tmp_path)
-    store.create_job_dir(NewSpec(id="j1", command=("true",), cwd="/tmp", env={}))
+    store.create_job_dir(Spec(id="j1", command=("true",), cwd="/tmp", env={}))
     code = (
         "import sys; from qex.store.state import Store; "
         f"Store({store.root!r}).read_spec('j1', must_own=True); "
