@@ -21,7 +21,7 @@ def gather(ctx: Context) -> dict:
     import time
 
     from qex.base import machine
-    from qex.users import peer_publish, peer_scan, shared
+    from qex.users import peer_scan, shared
 
     with ctx.store.lock():
         idx = ctx.store.load_index_locked()
@@ -33,63 +33,12 @@ def gather(ctx: Context) -> dict:
     mem = machine.meminfo()
     return {
         "machine": {"cores": ctx.cores, "mem_total": ctx.mem_total, "mem_available": mem.get("MemAvailable")},
-        "budget": {
-            "cpu": cpu_budget / 1000,
-            "mem": mem_budget,
-            "cpu_above_machine": cpu_budget > ctx.cores * 1000,
-            "mem_above_machine": mem_budget > ctx.mem_total,
-            "reserve_mem": ctx.reserve(),
-            "mode": ctx.config.mode,
-        },
+        "budget": _budget(ctx, cpu_budget, mem_budget),
         "defaults": _defaults(ctx, cpu_budget, mem_budget),
-        "held": {
-            "cpu": sum(e["cpu"] for _, e in running) / 1000,
-            "mem": sum(e["mem"] for _, e in running),
-            "jobs": [
-                {
-                    "id": j,
-                    "name": e["name"],
-                    "owner": e["owner"],
-                    "cpu": e["cpu"] / 1000,
-                    "mem": e["mem"],
-                    "assigned": e["assigned"],
-                }
-                for j, e in sorted(running, key=lambda x: x[1]["seq"])
-            ],
-        },
+        "held": _held(running),
         "pools": [pool_use(p, running, snap) for p in ctx.config.pools],
-        "peers": [
-            {
-                "owner": p.owner,
-                "cpu": p.cpu / 1000,
-                "mem": p.mem,
-                "units": dict(p.units),
-                "assigned": [[a.pool, list(a.devices), a.size] for a in p.assigned],
-            }
-            for p in snap.peers
-        ],
-        "peer_dir": {
-            "path": scan.dir,
-            "problem": scan.problem,
-            "note": scan.note,
-            "publish_problem": peer_publish.publish_check(ctx),
-            "records": [
-                {
-                    "file": p.file,
-                    "owner": p.owner,
-                    "state_dir": p.state_dir,
-                    "format": p.format,
-                    "cpu": p.cpu / 1000,
-                    "mem": p.mem,
-                    "units": dict(p.units),
-                    "assigned": [[u[0], list(u[1]), u[2]] for u in p.assigned],
-                    "jobs": p.jobs,
-                    "stale_jobs": p.stale_jobs,
-                }
-                for p in scan.peers
-            ],
-            "ignored": [{"file": i.file, "reason": i.reason} for i in scan.ignored],
-        },
+        "peers": [_peer(p) for p in snap.peers],
+        "peer_dir": _peer_dir(ctx, scan),
         "memory": _memory(),
         "queue": {
             "running": len(running),
@@ -109,6 +58,76 @@ def gather(ctx: Context) -> dict:
         },
         "pressure": _pressure(ctx),
         "damaged": damaged(ctx, idx),
+    }
+
+
+def _budget(ctx: Context, cpu_budget: int, mem_budget: int) -> dict:
+    """The budget (cores, bytes), whether the config sets it above the machine, the reserve and the mode."""
+    return {
+        "cpu": cpu_budget / 1000,
+        "mem": mem_budget,
+        "cpu_above_machine": cpu_budget > ctx.cores * 1000,
+        "mem_above_machine": mem_budget > ctx.mem_total,
+        "reserve_mem": ctx.reserve(),
+        "mode": ctx.config.mode,
+    }
+
+
+def _held(running: list[tuple[str, dict]]) -> dict:
+    """What this queue's holding jobs (``running``: (id, entry)) hold in all, and each of them in start order."""
+    return {
+        "cpu": sum(e["cpu"] for _, e in running) / 1000,
+        "mem": sum(e["mem"] for _, e in running),
+        "jobs": [
+            {
+                "id": j,
+                "name": e["name"],
+                "owner": e["owner"],
+                "cpu": e["cpu"] / 1000,
+                "mem": e["mem"],
+                "assigned": e["assigned"],
+            }
+            for j, e in sorted(running, key=lambda x: x[1]["seq"])
+        ],
+    }
+
+
+def _peer(p) -> dict:
+    """One other queue as the snapshot counts it (``snap.peers``): what it claims and the devices it holds."""
+    return {
+        "owner": p.owner,
+        "cpu": p.cpu / 1000,
+        "mem": p.mem,
+        "units": dict(p.units),
+        "assigned": [[a.pool, list(a.devices), a.size] for a in p.assigned],
+    }
+
+
+def _peer_dir(ctx: Context, scan) -> dict:
+    """The peer directory as ``scan`` read it: its problems, what each record holds, the files ignored and why."""
+    from qex.users import peer_publish
+
+    return {
+        "path": scan.dir,
+        "problem": scan.problem,
+        "note": scan.note,
+        "publish_problem": peer_publish.publish_check(ctx),
+        "records": [
+            {
+                "file": p.file,
+                "owner": p.owner,
+                "state_dir": p.state_dir,
+                "format": p.format,
+                "cpu": p.cpu / 1000,
+                "mem": p.mem,
+                "units": dict(p.units),
+                "assigned": [[u[0], list(u[1]), u[2]] for u in p.assigned],
+                "jobs": p.jobs,
+                "stale_jobs": p.stale_jobs,
+            }
+            for p in scan.peers
+        ],
+        "ignored": [{"file": i.file, "reason": i.reason} for i in scan.ignored],
     }
 
 
@@ -325,19 +344,7 @@ def render(info: dict) -> str:
             f"          {j['id'][:8]} {safe_text(j['name'], 30)}: {format_cores(round(j['cpu'] * 1000))} cores, "
             f"{format_size(j['mem'])}"
         )
-    for p in info["pools"]:
-        if p["kind"] == "plain":
-            lines.append(f"pool      {safe_text(p['name'])}: {p['free']} of {p['total']} free")
-        else:
-            devs = ", ".join(
-                f"{d['index']}: {format_size(d['free'])} of {format_size(d['capacity'])} free" for d in p["devices"]
-            )
-            lines.append(f"pool      {safe_text(p['name'])} ({p['env']}): {devs}")
-        for holder in p["holders"]:
-            lines.append(
-                f"          held by {holder['id'][:8]} {safe_text(holder['name'], 30)}"
-                + (f" on {','.join(map(str, holder['devices']))}" if holder["devices"] else f" ({holder['count']})")
-            )
+    lines.extend(_pool_lines(info["pools"]))
     lines.extend(_peer_lines(info))
     if info.get("hooks"):
         lines.append(_hook_line(info["hooks"]))
@@ -366,6 +373,25 @@ def render(info: dict) -> str:
 
     lines += [f"damaged   {plain(d['problem'] or d['file'], 600)}" for d in info.get("damaged") or ()]
     return "\n".join(lines)
+
+
+def _pool_lines(pools: list[dict]) -> list[str]:
+    """Each pool (what is free of it, per device where it has devices), then the jobs that hold it."""
+    lines = []
+    for p in pools:
+        if p["kind"] == "plain":
+            lines.append(f"pool      {safe_text(p['name'])}: {p['free']} of {p['total']} free")
+        else:
+            devs = ", ".join(
+                f"{d['index']}: {format_size(d['free'])} of {format_size(d['capacity'])} free" for d in p["devices"]
+            )
+            lines.append(f"pool      {safe_text(p['name'])} ({p['env']}): {devs}")
+        for holder in p["holders"]:
+            lines.append(
+                f"          held by {holder['id'][:8]} {safe_text(holder['name'], 30)}"
+                + (f" on {','.join(map(str, holder['devices']))}" if holder["devices"] else f" ({holder['count']})")
+            )
+    return lines
 
 
 def _manner_lines(info: dict) -> list[str]:
