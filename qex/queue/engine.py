@@ -165,7 +165,6 @@ def snapshot(
     from qex.users import peer_scan
 
     cpu_budget, mem_budget = ctx.budget()
-    running, queued, dep_ids = [], [], set()
     memo = views.QUEUED_MEMO
     if len(memo) > 2 * len(txn.idx.jobs) + 256:
         memo.clear()  # jobs long gone
@@ -173,22 +172,12 @@ def snapshot(
         queued, holding = part
         jobs = txn.idx.jobs
         running = [views.running_of(job_id, jobs[job_id]) for job_id in holding]
+        dep_ids = set()
         for q in queued:
             if q.needs or q.after:
                 dep_ids.update(q.needs, q.after)
     else:
-        for job_id, e in txn.idx.jobs.items():
-            state = e["state"]
-            if on_slurm(e):
-                continue  # a Slurm job: its cluster admits it, and what it holds is the cluster's
-            if state == "queued":
-                known = memo.get(job_id)  # (``views.queued_of`` inlined: this loop runs for every job)
-                q = known[1] if known is not None and known[0] is e else views.queued_of(job_id, e)
-                queued.append(q)
-                if q.needs or q.after:
-                    dep_ids.update(q.needs, q.after)
-            elif state in HOLDING:
-                running.append(views.running_of(job_id, e))
+        running, queued, dep_ids = _whole_index(txn.idx.jobs)
     if part is None and ctx.store.shared_root is not None:
         queued = _one_order(ctx, txn, queued, _foreign(ctx) if foreign is None else foreign)
     seen = ()
@@ -221,6 +210,26 @@ def snapshot(
         seen=seen,
         pressure=_pressure(ctx) if queued else None,
     )
+
+
+def _whole_index(jobs: dict) -> tuple[list, list[Queued], set[str]]:
+    """What a pass on the whole index decides on: (the jobs that hold, the queued jobs, the
+    ids those depend on), leaving out the Slurm jobs (``jobs``: the index's, by id)."""
+    running, queued, dep_ids = [], [], set()
+    memo = views.QUEUED_MEMO
+    for job_id, e in jobs.items():
+        state = e["state"]
+        if on_slurm(e):
+            continue  # a Slurm job: its cluster admits it, and what it holds is the cluster's
+        if state == "queued":
+            known = memo.get(job_id)  # (``views.queued_of`` inlined: this loop runs for every job)
+            q = known[1] if known is not None and known[0] is e else views.queued_of(job_id, e)
+            queued.append(q)
+            if q.needs or q.after:
+                dep_ids.update(q.needs, q.after)
+        elif state in HOLDING:
+            running.append(views.running_of(job_id, e))
+    return running, queued, dep_ids
 
 
 def _pressure(ctx: Context) -> tuple[float, float] | None:
