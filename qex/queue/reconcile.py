@@ -51,14 +51,7 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         # job may have run: it is never started again.
         spawning = intent is not None or (launched is None and os.path.lexists(pid_path))
         if launched is None and entry["state"] == "starting" and not spawning:
-            release_cgroup(ctx, job_id)
-            txn.update(
-                job_id,
-                state="queued",
-                assigned=[],
-                forced=False,
-                blocked_reason="requeued: the qex process that was starting it died before it ran",
-            )
+            _requeue(ctx, txn, job_id)
             continue
         stopped = "the job's processes were stopped"
         if spawning and not _has_cgroup(ctx, job_id):  # no pid, no cgroup: nothing to stop it by
@@ -70,19 +63,37 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
             f"its supervisor (pid {rec.get('supervisor_pid') or intent or '?'}) was lost; "
             f"{stopped} and the result is unknown"
         )
-        attempts = list(rec.get("attempts") or []) + [
-            {
-                "number": attempt,
-                "state": "failed",
-                "claims": rec.get("claims"),
-                "started_at": rec.get("started_at"),
-                "ended_at": now,
-                "error": error,
-            }
-        ]
+        attempts = _with_failed_attempt(rec, attempt, error, now)
         txn.update(job_id, state="failed", ended_at=now, error=error, attempts=attempts, supervisor_lost=True)
     if lost:
         _sweep_cgroups(ctx, txn)
+
+
+def _requeue(ctx: Context, txn: Txn, job_id: str) -> None:
+    """Queue again a job whose starting qex died before it ran (no pid file: it never ran),
+    once what its memory cgroup holds is stopped and the cgroup removed."""
+    release_cgroup(ctx, job_id)
+    txn.update(
+        job_id,
+        state="queued",
+        assigned=[],
+        forced=False,
+        blocked_reason="requeued: the qex process that was starting it died before it ran",
+    )
+
+
+def _with_failed_attempt(rec: dict, attempt: int, error: str, now: float) -> list[dict]:
+    """The record's attempts, then attempt number ``attempt``, failed at ``now`` with ``error``."""
+    return list(rec.get("attempts") or []) + [
+        {
+            "number": attempt,
+            "state": "failed",
+            "claims": rec.get("claims"),
+            "started_at": rec.get("started_at"),
+            "ended_at": now,
+            "error": error,
+        }
+    ]
 
 
 def release_cgroup(ctx: Context, job_id: str) -> None:
