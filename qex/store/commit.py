@@ -129,14 +129,7 @@ class Commit:
         self._append_locked(idx, events, data, changes, sync=bool(save_index))
         if _CRASH:
             faults.hit("commit.after_journal")
-        for rec in last.values():  # each record once, in its last form; none fsynced (see above)
-            data, written = statuses[rec["id"]]
-            if self._write_status_locked(rec, data=data) and written["state"] in ACTIVE:
-                idx.records[rec["id"]] = written
-            else:
-                idx.records.pop(rec["id"], None)
-            if _CRASH:
-                faults.hit("commit.after_status")
+        self._write_statuses_locked(idx, last, statuses)
         for rec, _previous, _change in changes:
             self.index_put(idx, rec)
         history.note_final_locked(self, changes)  # the jobs it made final, for qex list (history.py)
@@ -154,6 +147,21 @@ class Commit:
             faults.hit("commit.after_index")
         self._keep(idx)
         return events
+
+    def _write_statuses_locked(
+        self, idx: Index, last: dict[str, dict], statuses: dict[str, tuple[bytes, dict]]
+    ) -> None:
+        """Write the status.json of each job of a commit once, in its last form (``last``,
+        encoded in ``statuses`` by ``_encoded``), and keep in ``idx.records`` those that
+        stay active. None is fsynced (``commit_locked`` says why)."""
+        for rec in last.values():
+            data, written = statuses[rec["id"]]
+            if self._write_status_locked(rec, data=data) and written["state"] in ACTIVE:
+                idx.records[rec["id"]] = written
+            else:
+                idx.records.pop(rec["id"], None)
+            if _CRASH:
+                faults.hit("commit.after_status")
 
     def _append_locked(
         self, idx: Index, events: list[dict], data: bytes, changes: list[tuple[dict, str | None, str]], sync: bool
