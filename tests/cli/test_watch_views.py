@@ -31,7 +31,7 @@ def test_elapsed_counts_what_the_state_says():
     assert listing.elapsed(rec("running"), NOW) is None
 
 
-def test_clock_and_iso_times():
+def test_a_time_shows_as_a_clock_or_a_date_when_long_ago_and_iso_with_its_offset():
     assert listing.clock_text(None, NOW) == "-"
     assert listing.clock_text(NOW - 5, NOW) == time.strftime("%H:%M:%S", time.localtime(NOW - 5))
     assert listing.clock_text(NOW - 400 * 86400, NOW).count("-") == 2  # another year: the date
