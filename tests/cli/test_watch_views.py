@@ -86,7 +86,7 @@ class FakeTTY(io.StringIO):
         ({}, False, False),
     ],
 )
-def test_colour_and_a_live_line_only_where_wanted(monkeypatch, env, colour, live):
+def test_colour_and_a_live_line_need_a_capable_terminal_and_no_color_turns_colour_off(monkeypatch, env, colour, live):
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.delenv("TERM", raising=False)
     for k, v in env.items():

@@ -31,7 +31,7 @@ def test_v1_memory_wins_over_a_v2_hierarchy_that_lacks_the_controller():
     )
 
 
-def test_a_container_mount_rooted_at_its_own_cgroup():
+def test_a_container_mount_rooted_at_its_own_cgroup_is_located_and_a_path_outside_is_not():
     # docker without a cgroup namespace: /proc/self/cgroup names the host path,
     # and the mount's root is that same path.
     proc = "5:memory,foo:/docker/abc\n"
