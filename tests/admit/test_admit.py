@@ -300,7 +300,7 @@ def test_a_lock_does_not_park_the_queue():
     assert not plan.passed
 
 
-def test_peers_never_hold_locks():
+def test_a_peer_holding_units_of_a_locks_name_does_not_hold_the_lock():
     plan = admit(snap([job("j1", claims=(Claim("target", 1),))], peers=[PeerHold("alice", units=(("target", 1),))]))
     assert started(plan) == ["j1"]
 

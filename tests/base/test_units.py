@@ -136,7 +136,7 @@ def test_cpu_reads_cores_to_a_thousandth_and_the_words_guess_half_full_max_in_an
 
 
 @pytest.mark.parametrize("text", ["0", "0.0", "0.0001", "1.2345", "-1", "", "x", "1e2", "nan", "all", "1 core"])
-def test_a_cpu_of_zero_under_a_thousandth_or_not_a_number_is_refused_listing_the_words(text):
+def test_a_cpu_that_is_not_a_positive_number_of_thousandths_is_refused_listing_the_words(text):
     with pytest.raises(SpecError) as e:
         parse_cpu(text, "--cpu")
     assert str(e.value).startswith("--cpu: ")

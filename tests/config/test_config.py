@@ -181,7 +181,7 @@ def test_path_through_a_file_is_refused(tmp_path):
     refused(os.path.join(blocker, "qex.toml"), "not a directory")
 
 
-def test_a_config_of_2mib_is_refused_as_too_large(tmp_path):
+def test_a_config_over_2mib_is_refused_as_too_large(tmp_path):
     refused(write(tmp_path, "# " + "x" * (2 * MiB) + "\n"), "too large")
 
 
