@@ -71,14 +71,14 @@ def gpu(count, size_=None):
 @pytest.mark.parametrize(
     "milli,text", [(1000, "1 core"), (1500, "1.5 cores"), (250, "0.25 cores"), (8000, "8 cores"), (0, "0 cores")]
 )
-def test_cores_words(milli, text):
+def test_millicores_are_worded_as_cores_singular_for_one(milli, text):
     assert cores(milli) == text
 
 
 @pytest.mark.parametrize(
     "n,text", [(512 * MB, "512MB"), (GB + GB // 2, "1.5GB"), (24 * GB, "24GB"), (100, "100B"), (2048, "2KB")]
 )
-def test_size_words(n, text):
+def test_bytes_are_worded_in_their_largest_unit(n, text):
     assert size(n) == text
 
 
@@ -92,7 +92,7 @@ def test_priority_first_then_submission_order():
     assert waits(plan)["j3"].holder == "own"
 
 
-def test_same_plan_whatever_the_input_order():
+def test_the_plan_is_the_same_whatever_the_input_order():
     q = [job(f"j{i}", cpu=1500, mem=GB, claims=gpu(1, 10 * GB), priority=i % 3) for i in range(1, 9)]
     running = [Running(f"r{i}", 500, GB, assigned=(DeviceUse("gpu", (i,), 6 * GB),)) for i in range(2)]
     peers = [PeerHold("alice", 1000, GB), PeerHold("bob", 0, 0, assigned=(DeviceUse("gpu", (3,), None),))]
@@ -175,7 +175,7 @@ def test_expiry_for_a_lock_says_cover_the_holders_run():
     assert plan.expire[0].cause == "lock" and "holder's run" in plan.expire[0].reason
 
 
-def test_expiry_for_a_paused_lock():
+def test_a_job_waiting_on_a_paused_lock_expires_with_the_cause_pause():
     s = snap([job("j1", claims=(Claim("target", 1),), deadline=10.0)], pause=Pause(locks=(("target", "maintenance"),)))
     assert admit(s).expire[0].cause == "pause"
 
@@ -185,7 +185,7 @@ def test_an_expired_job_never_starts_even_if_it_fits():
     assert not plan.start and plan.expire[0].id == "j1"
 
 
-def test_no_expiry_while_the_queue_is_paused():
+def test_a_job_past_its_deadline_does_not_expire_while_the_queue_is_paused():
     plan = admit(snap([job("j1", deadline=10.0)], pause=Pause(queue=True, queue_reason="paused by alice: maintenance")))
     assert not plan.expire
     assert waits(plan)["j1"].reason == "paused by alice: maintenance"
@@ -230,7 +230,7 @@ def test_a_paused_queue_starts_nothing():
 # ---- cpu, memory, outside memory --------------------------------------------------
 
 
-def test_cpu_and_memory_budget():
+def test_jobs_start_until_the_cpu_or_memory_budget_is_full_and_the_next_names_its_holders():
     q = [job("j1", cpu=3000, mem=8 * GB), job("j2", cpu=3000, mem=8 * GB), job("j3", cpu=1000, mem=GB)]
     plan = admit(snap(q, [Running("r1", 1000, 0)]))
     assert started(plan) == ["j1", "j2"]
@@ -300,7 +300,7 @@ def test_a_lock_does_not_park_the_queue():
     assert not plan.passed
 
 
-def test_peers_never_hold_locks():
+def test_a_peer_holding_units_of_a_locks_name_does_not_hold_the_lock():
     plan = admit(snap([job("j1", claims=(Claim("target", 1),))], peers=[PeerHold("alice", units=(("target", 1),))]))
     assert started(plan) == ["j1"]
 
@@ -540,7 +540,7 @@ def test_oversized_under_queue_waits_and_does_not_park(policy):
 # ---- health ------------------------------------------------------------------------------------
 
 
-def test_health_lines():
+def test_health_says_idle_running_n_or_what_the_front_job_waits_for():
     assert admit(snap()).health == "idle"
     assert admit(snap([job("j1")])).health == "running 1"
     assert admit(snap([], [Running("r1", 1000, 0)])).health == "running 1"

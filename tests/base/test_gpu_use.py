@@ -41,7 +41,7 @@ def test_an_answer_qex_cannot_read_is_no_reading(bad):
     assert gpu_use.parse_apps(bad) is None
 
 
-def test_the_indices_query():
+def test_the_indices_answer_maps_each_uuid_to_its_index_or_is_no_reading():
     assert gpu_use.parse_indices(f"0, {U0}\n1, {U1}\n") == {U0: 0, U1: 1}
     assert gpu_use.parse_indices("zero, GPU-x\n") is None
 

@@ -147,7 +147,7 @@ def test_the_parsers_read_nvidia_smi_as_its_manual_shows_it():
     assert [(m.profile, m.memory) for m in listed[G0]] == [("1g.5gb", 5 * GiB)]
 
 
-def test_amd_smi_and_rocm_smi_json_of_several_releases():
+def test_the_amd_smi_and_rocm_smi_parsers_read_the_json_of_several_releases():
     new = json.dumps(
         [
             {

@@ -133,7 +133,7 @@ NUMBER_FIELDS = [
 ]
 
 
-def test_a_whole_record_passes():
+def test_a_complete_record_within_every_bound_passes_the_read_check():
     check.status(record())
 
 
@@ -151,7 +151,7 @@ def test_a_record_with_a_number_out_of_its_bounds_is_damaged_and_the_field_is_na
     "field,value",
     [("pid", 0), ("exit_code", 256), ("uid", 2**32), ("assigned.0.devices", [N.DEVICE + 1]), ("ended_at", 4e10)],
 )
-def test_each_bound_is_the_machine_s(field, value):
+def test_a_number_outside_what_the_machine_allows_is_damaged(field, value):
     with pytest.raises(check.Damaged):
         check.status(record(**{field: value}))
 

@@ -63,7 +63,7 @@ def test_parse_size_refuses_with_option_value_and_forms(text):
     assert e.value.exit_code == 121
 
 
-def test_parse_size_message_shape():
+def test_a_bad_size_is_refused_with_one_exact_sentence_naming_option_value_and_forms():
     with pytest.raises(SpecError) as e:
         parse_size("lots", "--mem")
     assert str(e.value) == (
@@ -103,12 +103,12 @@ def test_parse_size_refuses_absurd_sizes():
         ("3d4h", 3 * 86400.0 + 4 * 3600.0),
     ],
 )
-def test_parse_duration(text, expected):
+def test_a_duration_reads_bare_seconds_or_ms_s_m_h_d_units_alone_or_combined(text, expected):
     assert parse_duration(text, "--timeout") == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("text", ["", "x", "-1", "-5s", "1w", "nan", "inf", "1e3", "1h30", "s", "5 m s", "9" * 400])
-def test_parse_duration_refuses(text):
+def test_a_bad_duration_is_refused_naming_the_option_and_an_example(text):
     with pytest.raises(SpecError) as e:
         parse_duration(text, "--timeout")
     assert str(e.value).startswith("--timeout: ")
@@ -131,19 +131,19 @@ def test_parse_duration_refuses(text):
         ("max", "max"),
     ],
 )
-def test_parse_cpu(text, expected):
+def test_cpu_reads_cores_to_a_thousandth_and_the_words_guess_half_full_max_in_any_case(text, expected):
     assert parse_cpu(text, "--cpu") == expected
 
 
 @pytest.mark.parametrize("text", ["0", "0.0", "0.0001", "1.2345", "-1", "", "x", "1e2", "nan", "all", "1 core"])
-def test_parse_cpu_refuses(text):
+def test_a_cpu_that_is_not_a_positive_number_of_thousandths_is_refused_listing_the_words(text):
     with pytest.raises(SpecError) as e:
         parse_cpu(text, "--cpu")
     assert str(e.value).startswith("--cpu: ")
     assert "guess, half, full, max" in str(e.value)
 
 
-def test_parse_cpu_message_shape():
+def test_a_bad_cpu_is_refused_with_one_exact_sentence_naming_option_value_and_forms():
     with pytest.raises(SpecError) as e:
         parse_cpu("0", "--cpu")
     assert str(e.value) == (
@@ -151,7 +151,7 @@ def test_parse_cpu_message_shape():
     )
 
 
-def test_parse_mem():
+def test_mem_reads_a_size_or_guess_and_refuses_zero_negative_or_other_words():
     assert parse_mem("2GB", "--mem") == 2 * GiB
     assert parse_mem("Guess", "--mem") == "guess"
     for bad in ("0", "0MB", "-1G", "lots", ""):
@@ -176,12 +176,12 @@ def test_parse_mem():
         (5000 * TiB, "5000TB"),
     ],
 )
-def test_format_size(n, text):
+def test_a_size_is_shown_in_its_largest_unit_up_to_tb_with_at_most_one_decimal(n, text):
     assert format_size(n) == text
 
 
 @pytest.mark.parametrize("m, text", [(1000, "1"), (1500, "1.5"), (250, "0.25"), (1, "0.001"), (12000, "12")])
-def test_format_cores(m, text):
+def test_millicores_are_shown_as_cores_without_trailing_zeros(m, text):
     assert format_cores(m) == text
 
 
@@ -200,11 +200,11 @@ def test_format_cores(m, text):
         (59.7, "1m"),
     ],
 )
-def test_format_duration(secs, text):
+def test_a_duration_is_shown_in_at_most_two_units_dropping_a_zero_one(secs, text):
     assert format_duration(secs) == text
 
 
-def test_safe_text():
+def test_safe_text_replaces_control_and_non_ascii_characters_and_cuts_long_text():
     assert safe_text("train.py --lr=0.1 a/b@c+d,e:f") == "train.py --lr=0.1 a/b@c+d,e:f"
     assert safe_text("a\x1b[31mb\u202ec\n") == "a??31mb?c?"
     assert safe_text("é") == "?"
@@ -213,7 +213,7 @@ def test_safe_text():
     assert safe_text("abcdef", limit=4) == "abc…"
 
 
-def test_safe_name():
+def test_safe_name_makes_any_text_a_short_job_name_or_the_word_job():
     assert safe_name("train.py") == "train.py"
     assert safe_name("--foo bar!!/x") == "foo-bar-x"
     assert safe_name("!!!") == "job"
@@ -222,7 +222,7 @@ def test_safe_name():
     assert len(safe_name("a" * 500)) == 128
 
 
-def test_check_name():
+def test_a_name_of_up_to_128_plain_characters_is_kept_and_any_other_is_refused():
     assert check_name("a.b-c_1", "--name") == "a.b-c_1"
     assert check_name("x" * 128, "--name") == "x" * 128
     for bad in ("", "-x", "a b", "a/b", "x" * 129, "é", "a\nb"):
@@ -240,7 +240,7 @@ _SPELLINGS = {1: ["", "B", "b"], KiB: ["K", "KB", "KiB", "k", "kb"], MiB: ["M", 
 
 @settings(max_examples=200, deadline=None, database=None)
 @given(st.integers(min_value=0, max_value=2**40), st.sampled_from(sorted(_SPELLINGS)), st.data())
-def test_parse_size_of_an_integer_with_a_unit(n, scale, data):
+def test_an_integer_with_any_unit_spelling_reads_as_that_many_units(n, scale, data):
     unit = data.draw(st.sampled_from(_SPELLINGS[scale]))
     space = data.draw(st.sampled_from(["", " "]))
     if n * scale <= numbers.BYTES:  # (the largest size qex reads back)
@@ -249,7 +249,7 @@ def test_parse_size_of_an_integer_with_a_unit(n, scale, data):
 
 @settings(max_examples=200, deadline=None, database=None)
 @given(st.integers(min_value=0, max_value=2**62))
-def test_format_size_reads_back_close(n):
+def test_a_shown_size_reads_back_within_5_percent(n):
     text = format_size(n)
     back = parse_size(text, "x")
     assert abs(back - n) <= max(n * 0.05, 1)  # one decimal place: within 5%
@@ -267,12 +267,12 @@ def test_garbage_parses_or_raises_spec_error(text):
 
 @settings(max_examples=200, deadline=None, database=None)
 @given(st.integers(min_value=1, max_value=10**7))
-def test_format_cores_reads_back(m):
+def test_shown_cores_read_back_as_the_same_millicores(m):
     assert parse_cpu(format_cores(m), "--cpu") == m
 
 
 @settings(max_examples=200, deadline=None, database=None)
 @given(st.integers(min_value=0, max_value=10**8))
-def test_format_duration_reads_back_close(secs):
+def test_a_shown_duration_reads_back_within_5_percent(secs):
     back = parse_duration(format_duration(secs), "--timeout")
     assert abs(back - secs) <= max(secs * 0.05, 1)

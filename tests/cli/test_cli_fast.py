@@ -48,14 +48,14 @@ def test_the_fast_path_means_what_the_parser_means_or_stays_out(argv):
     assert vars(fast) == by_the_parser(argv)
 
 
-def test_the_defaults_are_the_parsers():
+def test_the_fast_paths_submit_defaults_are_the_parsers_defaults():
     assert {**fastpath.SUBMIT_DEFAULTS, "argv": ["x"]} == by_the_parser(["submit", "x"]), (
         "an option of qex submit changed: update qex/cli/fastpath.py SUBMIT_DEFAULTS"
     )
     assert fastpath.RUNS == parser.COMMANDS["submit"][1]
 
 
-def test_each_call_gets_its_own_lists():
+def test_each_fast_path_submission_gets_its_own_tag_list():
     a, b = fastpath.plain_submit(["submit", "x"]), fastpath.plain_submit(["submit", "y"])
     a.tag.append("t")
     assert b.tag == [] and fastpath.SUBMIT_DEFAULTS["tag"] == []
@@ -113,7 +113,7 @@ def test_a_bad_submit_line_gives_121_by_either_path(q):
         ([], False),
     ],
 )
-def test_the_commands_of_the_exit_code_table(argv, table):
+def test_job_commands_exit_121_on_bad_input_others_2_or_1_and_all_127_for_no_such_job(argv, table):
     from qex.base.errors import AmbiguousId, ConfigError, NoSuchJob, SpecError, UsageError
     from qex.cli import error_exit_code, reports_a_job
 

@@ -31,7 +31,7 @@ def test_elapsed_counts_what_the_state_says():
     assert listing.elapsed(rec("running"), NOW) is None
 
 
-def test_clock_and_iso_times():
+def test_a_time_shows_as_a_clock_or_a_date_when_long_ago_and_iso_with_its_offset():
     assert listing.clock_text(None, NOW) == "-"
     assert listing.clock_text(NOW - 5, NOW) == time.strftime("%H:%M:%S", time.localtime(NOW - 5))
     assert listing.clock_text(NOW - 400 * 86400, NOW).count("-") == 2  # another year: the date
@@ -86,7 +86,7 @@ class FakeTTY(io.StringIO):
         ({}, False, False),
     ],
 )
-def test_colour_and_a_live_line_only_where_wanted(monkeypatch, env, colour, live):
+def test_colour_and_a_live_line_need_a_capable_terminal_and_no_color_turns_colour_off(monkeypatch, env, colour, live):
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.delenv("TERM", raising=False)
     for k, v in env.items():

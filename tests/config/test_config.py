@@ -64,7 +64,7 @@ def refused(path: str, *fragments: str) -> str:
 # -- where it is ---------------------------------------------------------------
 
 
-def test_config_path(tmp_path):
+def test_the_config_path_is_qex_config_else_xdg_config_home_else_home_dot_config(tmp_path):
     assert config_path({"QEX_CONFIG": "/etc/x.toml", "XDG_CONFIG_HOME": "/xdg"}) == "/etc/x.toml"
     assert config_path({"XDG_CONFIG_HOME": "/xdg"}) == "/xdg/qex.toml"
     assert config_path({}) == os.path.join(os.path.expanduser("~"), ".config", "qex.toml")
@@ -108,7 +108,7 @@ def test_empty_file_gives_the_defaults_but_exists(tmp_path):
     assert config.exists and config.budget_cpu == Percent(75)
 
 
-def test_resolve_budget():
+def test_a_budget_resolves_to_millicores_and_bytes_from_a_percent_or_an_amount():
     config = Config.default("/x")
     assert config.resolve_budget(8, 16 * GiB) == (6000, 12 * GiB)
     assert config.resolve_budget(3, 1000) == (2250, 750)
@@ -116,7 +116,7 @@ def test_resolve_budget():
     assert Config(path="/x", budget_cpu=64000, budget_mem=GiB).resolve_budget(2, 4 * GiB) == (64000, GiB)
 
 
-def test_default_claims_resolve():
+def test_default_claims_are_one_core_and_2gb_and_half_or_max_are_shares_of_the_budget():
     config = Config.default("/x")
     assert config.default_cpu_millicores(8, 16 * GiB) == 1000
     assert config.default_mem_bytes(8, 16 * GiB) == 2 * GiB
@@ -128,7 +128,7 @@ def test_default_claims_resolve():
 # -- files that are not regular files --------------------------------------------
 
 
-def test_fifo_is_refused_quickly(tmp_path, alarm):
+def test_a_fifo_config_is_refused_within_a_second_naming_qex_config(tmp_path, alarm):
     path = str(tmp_path / "qex.toml")
     os.mkfifo(path)
     start = time.monotonic()
@@ -137,7 +137,7 @@ def test_fifo_is_refused_quickly(tmp_path, alarm):
     assert "QEX_CONFIG" in message
 
 
-def test_symlink_to_fifo_is_refused_quickly(tmp_path, alarm):
+def test_a_symlink_to_a_fifo_is_refused_as_a_fifo_without_blocking(tmp_path, alarm):
     fifo = str(tmp_path / "pipe")
     os.mkfifo(fifo)
     path = str(tmp_path / "qex.toml")
@@ -145,7 +145,7 @@ def test_symlink_to_fifo_is_refused_quickly(tmp_path, alarm):
     refused(path, "FIFO")
 
 
-def test_directory_is_refused(tmp_path):
+def test_a_directory_config_is_refused_naming_its_path(tmp_path):
     path = str(tmp_path / "qex.toml")
     os.mkdir(path)
     refused(path, "is a directory")
@@ -158,19 +158,19 @@ def test_symlink_to_a_regular_file_is_followed(tmp_path):
     assert load_config(path, env={}).max_bypass == 3
 
 
-def test_dangling_symlink_is_refused(tmp_path):
+def test_a_dangling_symlink_config_is_refused_as_a_link_to_a_missing_file(tmp_path):
     path = str(tmp_path / "qex.toml")
     os.symlink(str(tmp_path / "gone.toml"), path)
     refused(path, "symbolic link to a missing file")
 
 
-def test_device_is_refused(alarm):
+def test_a_device_config_is_refused_without_blocking(alarm):
     with pytest.raises(ConfigError, match="device"):
         load_config("/dev/null", env={})
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
-def test_unreadable_file_is_refused(tmp_path):
+def test_an_unreadable_config_is_refused_with_the_chmod_remedy(tmp_path):
     path = write(tmp_path, "[queue]\nmax_bypass = 3\n")
     os.chmod(path, 0)
     refused(path, "permission denied", "chmod")
@@ -181,25 +181,25 @@ def test_path_through_a_file_is_refused(tmp_path):
     refused(os.path.join(blocker, "qex.toml"), "not a directory")
 
 
-def test_huge_file_is_refused(tmp_path):
+def test_a_config_over_2mib_is_refused_as_too_large(tmp_path):
     refused(write(tmp_path, "# " + "x" * (2 * MiB) + "\n"), "too large")
 
 
 # -- bad text --------------------------------------------------------------------
 
 
-def test_non_utf8_is_refused(tmp_path):
+def test_a_config_that_is_not_utf8_is_refused_naming_the_line(tmp_path):
     refused(write(tmp_path, b'[budget]\ncpu = "75\xff%"\n'), "not UTF-8", "line 2")
 
 
-def test_utf8_bom_is_accepted(tmp_path):
+def test_a_config_starting_with_a_utf8_bom_is_read(tmp_path):
     assert load_config(write(tmp_path, "\ufeff[queue]\nmax_bypass = 1\n".encode()), env={}).max_bypass == 1
 
 
 @pytest.mark.parametrize(
     "text", ["[budget\ncpu = 1\n", "cpu = \n", "[budget]\ncpu = 1\ncpu = 2\n", "a = [" * 2000, "[budget]\n[budget]\n"]
 )
-def test_invalid_toml_is_refused(tmp_path, text):
+def test_invalid_toml_is_refused_with_the_remedy_fix_the_syntax(tmp_path, text):
     refused(write(tmp_path, text), "not valid TOML", "fix the syntax")
 
 
@@ -213,22 +213,22 @@ def test_unknown_key_names_table_key_and_file(tmp_path):
     assert "cpu, mem" in message
 
 
-def test_unknown_table(tmp_path):
+def test_an_unknown_table_is_refused_with_the_nearest_known_name(tmp_path):
     refused(write(tmp_path, "[bugdet]\ncpu = 1\n"), "unknown table [bugdet]", "did you mean budget")
 
 
-def test_unknown_top_level_key(tmp_path):
+def test_an_unknown_key_outside_any_table_is_refused_naming_it(tmp_path):
     refused(write(tmp_path, 'cpu = "50%"\n'), "unknown key cpu")
 
 
-def test_table_that_is_a_value(tmp_path):
+def test_a_table_name_given_a_plain_value_is_refused(tmp_path):
     refused(write(tmp_path, "budget = 3\n"), "must be a table")
 
 
 # -- values ----------------------------------------------------------------------
 
 
-def test_full_config_parses(tmp_path):
+def test_every_key_of_a_full_config_is_read_with_the_file_as_its_source(tmp_path):
     text = """
 [budget]
 cpu = "1.5"
@@ -312,12 +312,12 @@ oom_score_adj = -10
         ("64", 64000),
     ],  # fmt: skip
 )
-def test_budget_cpu_forms(tmp_path, cpu, expected):
+def test_budget_cpu_reads_a_percent_or_cores_written_as_a_number_or_a_string(tmp_path, cpu, expected):
     assert load_config(write(tmp_path, f"[budget]\ncpu = {cpu}\n"), env={}).budget_cpu == expected
 
 
 @pytest.mark.parametrize("mem, expected", [('"60%"', Percent(60)), ('"16GB"', 16 * GiB), ("1073741824", GiB)])
-def test_budget_mem_forms(tmp_path, mem, expected):
+def test_budget_mem_reads_a_percent_a_size_or_a_number_of_bytes(tmp_path, mem, expected):
     assert load_config(write(tmp_path, f"[budget]\nmem = {mem}\n"), env={}).budget_mem == expected
 
 
@@ -365,17 +365,17 @@ def test_budget_mem_forms(tmp_path, mem, expected):
         ("[store]\nmax_age = 1979-05-27\n", ["[store] max_age", "date"]),
     ],
 )
-def test_bad_values_are_refused(tmp_path, text, fragments):
+def test_a_bad_value_of_any_key_is_refused_naming_the_table_the_key_and_the_forms(tmp_path, text, fragments):
     refused(write(tmp_path, text), *fragments)
 
 
-def test_logs_max_bytes_spellings_of_no_limit(tmp_path):
+def test_logs_max_bytes_of_0_none_or_unlimited_means_no_limit(tmp_path):
     for value in ("0", '"0"', '"none"', '"unlimited"', '"Unlimited"'):
         assert load_config(write(tmp_path, f"[logs]\nmax_bytes = {value}\n"), env={}).logs_max_bytes is None
     assert load_config(write(tmp_path, '[logs]\nmax_bytes = "1MB"\n'), env={}).logs_max_bytes == MiB
 
 
-def test_hostile_value_is_shown_safely(tmp_path):
+def test_a_bad_value_with_control_characters_is_shown_without_them(tmp_path):
     message = refused(write(tmp_path, '[budget]\ncpu = "\\u001b[2J\\u202e"\n'), "[budget] cpu")
     assert "\x1b" not in message and "\u202e" not in message
 
@@ -409,7 +409,7 @@ def test_cooperative_mode_sources_say_default(tmp_path):
 # -- pools ---------------------------------------------------------------------
 
 
-def test_seed_example_parses(tmp_path):
+def test_the_seed_example_reads_as_a_pool_of_4_gpus_and_a_counted_pool_of_4(tmp_path):
     path = write(tmp_path, SEED_EXAMPLE)
     c = load_config(path, env={})
     assert c.pools == (
@@ -422,7 +422,7 @@ def test_seed_example_parses(tmp_path):
     assert c.sources["pool"] == path
 
 
-def test_pool_env_defaults(tmp_path):
+def test_a_pool_variable_is_cuda_visible_devices_for_gpu_and_qex_name_devices_otherwise(tmp_path):
     text = '[[pool]]\nname = "gpu"\ndevices = ["8GB"]\n[[pool]]\nname = "fpga-x"\ndevices = [1024]\n'
     gpu, fpga = load_config(write(tmp_path, text), env={}).pools
     assert gpu.env == "CUDA_VISIBLE_DEVICES" and gpu.size_label == "vram"
@@ -464,7 +464,7 @@ def test_pool_env_defaults(tmp_path):
         ("pool = 3\n", ["list of tables"]),
     ],
 )
-def test_pool_refusals(tmp_path, text, fragments):
+def test_a_bad_pool_definition_is_refused_naming_the_pool_and_what_is_wrong(tmp_path, text, fragments):
     refused(write(tmp_path, text), *fragments)
 
 
@@ -481,7 +481,7 @@ def test_peer_dir_env_wins_over_the_file(tmp_path):
 # -- config show ---------------------------------------------------------------
 
 
-def test_show_rows_and_json(tmp_path):
+def test_config_show_gives_each_value_resolved_with_its_source_in_rows_and_json(tmp_path):
     path = write(tmp_path, '[enforce]\nmode = "single-user"\n[budget]\ncpu = "50%"\n' + SEED_EXAMPLE)
     c = load_config(path, env={})
     rows = {key: (words, source) for key, words, source in c.show(8, 16 * GiB, env={})}

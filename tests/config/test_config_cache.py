@@ -197,7 +197,7 @@ def test_a_file_changed_within_the_clock_tick_is_not_cached(tmp_path):
     assert config_cache.lookup(str(path), env) == {"values": {}, "keys": []}
 
 
-def test_the_cache_keeps_a_few_configs(tmp_path):
+def test_the_cache_keeps_only_the_latest_max_entries_configs(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     for i in range(config_cache.MAX_ENTRIES + 3):
         path = tmp_path / f"c{i}.toml"
@@ -211,7 +211,7 @@ def test_the_cache_keeps_a_few_configs(tmp_path):
     assert config_cache.lookup(str(path), env) == {"values": {"budget_cpu": i}, "keys": []}
 
 
-def test_a_missing_config_needs_no_cache(tmp_path):
+def test_a_missing_config_gives_the_defaults_and_writes_no_cache(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     config = load_config(str(tmp_path / "absent.toml"), env=env)
     assert config == Config.default(str(tmp_path / "absent.toml")) and not config.from_cache

@@ -94,7 +94,7 @@ def test_a_config_of_another_user_is_refused(tmp_path):
     refused(path, f"belongs to {trust._user(NOBODY)} (uid {NOBODY}), not to you", "chown root")
 
 
-def test_the_descriptor_read_is_checked_too(tmp_path):
+def test_reading_an_open_config_checks_its_trust_too(tmp_path):
     path = config(tmp_path, mode=0o666)
     with pytest.raises(ConfigError, match="writable by every user"):
         read_text(path)
@@ -182,7 +182,7 @@ def test_a_cached_config_is_refused_once_its_directory_is_opened(tmp_path):
     assert load_config(path, env=env).from_cache
 
 
-def test_the_check_is_cheap(tmp_path):
+def test_the_trust_check_of_a_config_path_takes_under_a_millisecond(tmp_path):
     """One stat per directory on the path: well under a millisecond a load."""
     path = config(tmp_path)
     trust.check_path(path)

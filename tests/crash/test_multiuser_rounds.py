@@ -49,7 +49,7 @@ def test_multiuser_rounds_with_kills_keep_one_budget_owners_and_secrets(users, l
     not os.environ.get("QEX_SOAK_MINUTES"), reason="soak mode: set QEX_SOAK_MINUTES (or run bench/soak.py --users N)"
 )
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_multiuser_soak(layout):
+def test_multiuser_rounds_for_qex_soak_minutes_keep_one_budget_owners_and_secrets(layout):
     minutes = float(os.environ["QEX_SOAK_MINUTES"])
     seed = int(os.environ.get("QEX_CRASH_SEED") or random.randrange(1 << 32))
     for u in users_or_skip(int(os.environ.get("QEX_SOAK_USERS", "3"))):

@@ -40,7 +40,7 @@ def test_random_rounds_with_kills_and_crash_points_keep_every_promise(tmp_path):
 @pytest.mark.skipif(
     not os.environ.get("QEX_SOAK_MINUTES"), reason="soak mode: set QEX_SOAK_MINUTES (or run bench/soak.py)"
 )
-def test_soak(tmp_path):
+def test_rounds_for_qex_soak_minutes_with_kills_and_crash_points_keep_every_promise(tmp_path):
     minutes = float(os.environ["QEX_SOAK_MINUTES"])
     seed = int(os.environ.get("QEX_CRASH_SEED") or random.randrange(1 << 32))
     h = Harness(str(tmp_path), seed)

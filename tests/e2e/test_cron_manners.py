@@ -152,7 +152,7 @@ def test_a_non_ascii_name_is_refused_with_its_characters_written_as_codes(qq):
     assert "letters, digits" in proc.stderr
 
 
-def test_list_shows_names_whole(qq):
+def test_list_shows_long_job_names_whole(qq):
     base = "nightly-report-for-the-lab-"
     names = [base + "alpha-2026", base + "alpha-2027"]
     for name in names:

@@ -191,7 +191,7 @@ def test_submit_wait_timeout_gives_124_and_the_job_continues(qq):
 # -- 125: something stopped the job -----------------------------------------------------------
 
 
-def test_killed_job_gives_125(qq):
+def test_a_killed_job_gives_125_to_wait_and_status_quiet_and_is_recorded_killed(qq):
     job = qq.submit("--", *gated(qq, "never"))
     qq.wait_state(job, "running")
     waiter = qq.popen("wait", job)
@@ -213,7 +213,7 @@ def test_job_timeout_gives_125_and_the_record_says_timeout(qq):
     assert rec["error"] and "timeout" in rec["error"]
 
 
-def test_cancelled_job_gives_125(q):
+def test_a_cancelled_queued_job_gives_125_to_wait_and_is_recorded_cancelled(q):
     q.write_config('[budget]\ncpu = 1\nmem = "4GB"\n[defaults]\nmem = "100MB"\n')
     first = q.submit("--", *gated(q, "a"))
     second = q.submit("--", "true")
@@ -228,7 +228,7 @@ def test_cancelled_job_gives_125(q):
 
 
 @pytest.mark.parametrize("command", ["wait", "status", "kill", "cancel", "logs", "clean"])
-def test_unknown_id_gives_127(qq, command):
+def test_an_unknown_name_or_id_gives_127_naming_it_without_a_traceback(qq, command):
     qq.submit("--", "true")  # a queue that exists, with a job that is not this one
     for word in ("nonsense", str(uuid.uuid4())):
         proc = qq.run(command, word)

@@ -76,7 +76,7 @@ def test_a_non_utf8_line_submits_nothing_and_names_the_line(qq):
     assert not os.path.isdir(os.path.join(qq.state, "groups")) or os.listdir(os.path.join(qq.state, "groups")) == []
 
 
-def test_lines_names_group_and_counts(qq):
+def test_each_usable_line_becomes_a_named_job_of_the_group_and_skipped_lines_are_counted(qq):
     text = "# a header\n\nalpha\n   \nbeta/gamma delta\n#skip\n" + "".join(f"x{i}\n" for i in range(8)) + "last"
     path = write(qq, "my.inputs.txt", text)
     ids = os.path.join(qq.root, "ids")
@@ -96,7 +96,7 @@ def test_lines_names_group_and_counts(qq):
     assert [logged(qq, r["id"]) for r in jobs[:2]] == ["alpha\n", "beta/gamma delta\n"]
 
 
-def test_stdin_and_name_for_the_group(qq):
+def test_a_fan_out_reads_lines_from_stdin_and_name_names_the_group(qq):
     group, _ = fan_out(qq, "-", "--name", "batch", "--", "echo", "{}", input="a\nb\n")
     assert [r["group_name"] for r in group_members(qq, group)] == ["batch", "batch"]
     assert qq.run("wait", "batch").returncode == 0
@@ -122,7 +122,7 @@ def test_stdin_and_name_for_the_group(qq):
         ("nul", "NUL"),
     ],
 )
-def test_all_or_nothing(qq, case, words):
+def test_a_bad_fan_out_is_refused_with_121_naming_the_cause_and_submits_no_job(qq, case, words):
     good = write(qq, "good.txt", "a\nb\nc\nd\n")
     argv = {
         "no-hole": [good, "--", "echo", "x"],

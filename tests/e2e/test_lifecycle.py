@@ -133,7 +133,7 @@ def test_clean_refuses_a_running_job_and_removes_an_ended_one(qq):
 # -- logs and list -----------------------------------------------------------------------------------
 
 
-def test_logs_tail_grep_and_stream_selection(qq):
+def test_logs_gives_each_stream_apart_and_tail_grep_stdout_stderr_select_what_is_shown(qq):
     proc = qq.run(
         "submit", "--wait", "--", "sh", "-c", "for i in 1 2 3 4 5; do echo out-$i; done; echo err-1 >&2; echo err-2 >&2"
     )

@@ -265,7 +265,7 @@ def test_id_file_holds_the_group_then_every_stage(qq):
 
 
 @pytest.mark.parametrize("fmt", ["yaml", "json"])
-def test_a_pipeline_in_yaml_or_json_with_claims(qq, fmt):
+def test_a_pipeline_in_yaml_or_json_runs_with_its_claims_tags_env_and_times(qq, fmt):
     doc = {
         "jobs": [
             {
@@ -438,7 +438,7 @@ def test_a_failed_dependency_is_seen_while_the_queue_is_paused(qq):
 # -- 127 means no such job, and nothing else --------------------------------------------------------
 
 
-def test_127_only_for_no_such_job_or_group(qq):
+def test_only_an_unknown_job_gives_127_and_a_bad_command_line_121_or_2_for_status(qq):
     for verb in ("wait", "status", "kill", "cancel", "clean", "logs", "rerun"):
         proc = qq.run(verb, "feedface-0000-4000-8000-000000000000")
         assert proc.returncode == 127, (verb, proc.stderr)

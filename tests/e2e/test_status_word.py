@@ -27,7 +27,7 @@ def test_status_word_maps_every_state_to_running_success_or_failed(q):
     open_gate(q, "go")
 
 
-def test_status_word_alone_and_unknown_ids(q):
+def test_status_word_refuses_json_with_2_and_an_unknown_id_with_127(q):
     ok = q.submit("--cpu", "0.25", "--mem", "16MB", "--", "true")
     proc = q.run("status", "--word", "--json", ok)
     assert proc.returncode == 2 and proc.stdout == "" and "--word" in proc.stderr and "--json" in proc.stderr

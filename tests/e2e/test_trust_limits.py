@@ -294,7 +294,7 @@ def test_qex_cpu_and_the_thread_counts_are_whole_numbers(qq, cpu, whole):
     assert qq.run("logs", job).stdout.split() == [whole] * 4
 
 
-def test_make_j_qex_cpu_works(qq):
+def test_make_j_qex_cpu_in_a_job_builds_and_completes(qq):
     if shutil.which("make") is None:
         pytest.skip("skipped: no make on this machine")
     with open(os.path.join(qq.root, "Makefile"), "w") as fh:

@@ -19,7 +19,7 @@ def test_nothing_known_gives_no_claim(tmp_path):
     assert learn.claim_for(str(tmp_path), CMD, None, 0.2) == (None, None)
 
 
-def test_the_largest_peak_plus_the_margin(tmp_path):
+def test_the_learned_claim_is_the_largest_peak_plus_the_margin(tmp_path):
     for peak in (300 * MiB, 500 * MiB, 400 * MiB):
         teach(tmp_path, "peak", peak)
     (claim, words), warning = learn.claim_for(str(tmp_path), CMD, None, 0.2)
@@ -112,13 +112,13 @@ def test_odd_shapes_inside_a_valid_store_give_no_claim_and_no_crash(tmp_path):
     assert claim == 100 * MiB and words == "learned from 1 run (peak 100MB)"
 
 
-def test_a_directory_where_the_store_should_be(tmp_path):
+def test_a_directory_in_place_of_the_learn_file_gives_no_claim_and_a_warning(tmp_path):
     os.mkdir(tmp_path / learn.FILE)
     found, warning = learn.claim_for(str(tmp_path), CMD, None, 0.2)
     assert found is None and "cannot read" in warning
 
 
-def test_the_store_stays_bounded(tmp_path, monkeypatch):
+def test_the_learn_file_keeps_only_the_newest_max_commands(tmp_path, monkeypatch):
     monkeypatch.setattr(learn, "MAX_COMMANDS", 3)
     for i in range(5):
         teach(tmp_path, "peak", 100 * MiB, command=[f"cmd{i}"], now=1000 + i)

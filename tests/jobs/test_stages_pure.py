@@ -24,7 +24,7 @@ def test_the_line_is_one_verbatim_argument_wherever_the_hole_is(line, before, af
     assert command[-1] == "{}"
 
 
-def test_holes_and_literals():
+def test_each_hole_takes_the_line_doubled_braces_become_literal_ones_and_no_hole_is_refused():
     t = fanout.parse_template(["{}", "a{}b{}c", "{{}}x{}", "{{}}"])
     assert fanout.fill(t, "L") == ["L", "aLbLc", "{}xL", "{}"]
     with pytest.raises(SpecError, match="no {}"):

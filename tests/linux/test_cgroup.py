@@ -31,7 +31,7 @@ def test_v1_memory_wins_over_a_v2_hierarchy_that_lacks_the_controller():
     )
 
 
-def test_a_container_mount_rooted_at_its_own_cgroup():
+def test_a_container_mount_rooted_at_its_own_cgroup_is_located_and_a_path_outside_is_not():
     # docker without a cgroup namespace: /proc/self/cgroup names the host path,
     # and the mount's root is that same path.
     proc = "5:memory,foo:/docker/abc\n"
@@ -42,7 +42,7 @@ def test_a_container_mount_rooted_at_its_own_cgroup():
     assert cgroup_where.locate("5:memory:/elsewhere\n", mounts) is None
 
 
-def test_pure_v2_with_an_escaped_mount_point():
+def test_a_v2_cgroup_under_an_escaped_mount_point_is_located():
     proc = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/run-1.scope\n"
     mounts = r"60 1 0:26 / /sys/fs/cgroup\040x rw - cgroup2 cgroup2 rw,nsdelegate" + "\n"
     assert cgroup_where.locate(proc, mounts) == (
@@ -51,7 +51,7 @@ def test_pure_v2_with_an_escaped_mount_point():
     )
 
 
-def test_no_memory_cgroup_at_all():
+def test_without_a_v2_or_a_v1_memory_cgroup_none_is_located():
     assert cgroup_where.locate("3:cpu:/\n", "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n") is None
     assert cgroup_where.locate("", "") is None
 
@@ -65,7 +65,7 @@ def test_names_carry_the_job_and_the_attempt():
         assert cgroup.job_of(other) is None, other
 
 
-def test_flat_keyed_counters(tmp_path):
+def test_a_flat_keyed_counter_is_read_and_a_missing_key_or_file_is_none(tmp_path):
     path = tmp_path / "memory.oom_control"
     path.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
     assert cgroup.read_counter(str(path), "oom_kill") == 3

@@ -149,23 +149,23 @@ def snapshots(draw, max_queued=40):
 
 @SETTINGS
 @given(snapshots())
-def test_the_same_plan_as_the_old_pass(snap):
+def test_the_pass_plans_as_the_old_pass_did_on_random_snapshots(snap):
     assert_same(snap)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ref_snapshots(max_queued=16))
-def test_the_same_plan_on_the_reference_snapshots(snap):
+def test_the_pass_plans_as_the_old_pass_did_on_the_reference_snapshots(snap):
     assert_same(snap)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ref_snapshots(max_running=0, max_peers=1, over=3))
-def test_the_same_plan_with_many_oversized_jobs(snap):
+def test_the_pass_plans_as_the_old_pass_did_with_many_oversized_jobs(snap):
     assert_same(snap)
 
 
-def test_the_same_plan_for_a_long_queue_of_one_shape():
+def test_the_pass_plans_as_the_old_pass_did_for_a_long_queue_of_one_shape():
     """The drain's case at size: two running jobs fill the budget, many wait."""
     running = (Running("r1", 1000, 64 << 20), Running("r2", 1000, 64 << 20))
     for n, bypass, passed in ((1000, 2, 0), (300, 0, 0), (300, 3, 1)):

@@ -117,7 +117,7 @@ def test_kill_of_a_job_slurm_holds_cancels_it_there(sq):
     assert sq.run("wait", held, timeout=120).returncode == 0
 
 
-def test_a_pipeline_with_a_failing_first_stage(sq):
+def test_a_failed_first_stage_skips_what_needs_it_in_slurm_too_and_runs_what_comes_after(sq):
     path = os.path.join(sq.root, "pipe.toml")
     with open(path, "w") as fh:
         fh.write(

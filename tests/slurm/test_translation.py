@@ -38,7 +38,7 @@ def refused(q, *argv, words: str) -> None:
     assert len(q.records()) == before  # nothing queued
 
 
-def test_config_partition_account_and_sbatch_args(held):
+def test_the_configs_partition_account_and_sbatch_args_reach_the_slurm_job(held):
     text, _ = shown(held)
     assert "Partition=debug" in text and "Account=lab" in text
     assert "Reason=JobHeldUser" in text  # sbatch_args as written
@@ -54,7 +54,7 @@ def test_a_share_of_the_budget_is_refused(held):
     refused(held, "--cpu", "half", words="--cpu")
 
 
-def test_gpu_is_gres(held):
+def test_gpus_become_a_gres_of_as_many_gpus(held):
     text, _ = shown(held, "--gpu", "3")
     assert "gres:gpu:3" in text or "gres/gpu=3" in text, text
 
@@ -99,7 +99,7 @@ def test_max_queue_time_is_a_deadline_and_needs_a_timeout(held):
     refused(held, "--max-queue-time", "1h", words="--max-queue-time")
 
 
-def test_priority_is_nice_reversed(held):
+def test_a_priority_becomes_a_slurm_nice_of_the_opposite_sign(held):
     text, _ = shown(held, "--priority", "-3")
     assert "Nice=3" in text, text
     text, _ = shown(held, "--priority", "4")  # (root may lower a nice below 0)
@@ -111,12 +111,12 @@ def test_an_out_of_memory_end_is_final(held):
     assert held.record(proc.stdout.strip())["oom_retries"] == 0  # ([defaults] oom_retries is 1)
 
 
-def test_name_and_tags(held):
+def test_the_name_and_the_tags_reach_the_slurm_job(held):
     text, _ = shown(held, "--name", "nm", "--tag", "a", "--tag", "b")
     assert "JobName=nm" in text and "tags:a,b" in text, text
 
 
-def test_cwd_is_chdir(held, tmp_path):
+def test_cwd_becomes_the_slurm_jobs_work_dir(held, tmp_path):
     text, _ = shown(held, "--cwd", str(tmp_path))
     assert f"WorkDir={tmp_path}" in text, text
 

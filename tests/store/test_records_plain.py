@@ -86,7 +86,7 @@ class Frozen(Plain, frozen=True):
     devices: tuple = ()
 
 
-def test_plain_records_init_eq_repr_evolve():
+def test_a_plain_record_has_fresh_defaults_value_equality_a_repr_evolve_and_refuses_bad_args():
     a, b = Job("x"), Job(id="x")
     assert a == b and a.tags == [] and a.tags is not b.tags
     assert repr(Job("x", ["t"], 2)) == "Job(id='x', tags=['t'], priority=2)"
@@ -101,7 +101,7 @@ def test_plain_records_init_eq_repr_evolve():
         hash(a)
 
 
-def test_frozen_plain_records():
+def test_a_frozen_record_refuses_assignment_hashes_by_value_and_still_evolves():
     f = Frozen("gpu", (1, 2))
     with pytest.raises(AttributeError):
         f.name = "x"
