@@ -124,9 +124,7 @@ def test_a_job_cgroup_names_the_job_of_any_user(tmp_path):
 
 
 def test_a_process_under_a_qex_supervisor_is_a_qex_job(tmp_path):
-    watcher = (
-        b"/usr/bin/python3\0-I\0-S\0-c\0import sys;from qex.supervisor.watch import main;main()\0qex-watch\0abc-3\07\0"
-    )
+    watcher = b"/usr/bin/python3\0-I\0-S\0-c\0import sys;from qex.supervisor.watch import main;main()\0qex-watch\0abc-3\x007\0"
     fake_proc(tmp_path, 20, ppid=1, cmdline=watcher)
     fake_proc(tmp_path, 21, ppid=20, comm="torchrun")
     fake_proc(tmp_path, 22, ppid=21)  # a worker in its own session: its parents still lead to the watcher
