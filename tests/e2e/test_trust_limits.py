@@ -253,10 +253,8 @@ def test_logs_follow_filters_with_grep(qq):
             then="echo c-keep; echo d-drop; printf f-keep",
         ),
     )
-    qq.wait_for(
-        lambda: b"b-drop" in open(os.path.join(qq.state, "jobs", job, "stdout.log"), "rb").read(),
-        what="the first lines",
-    )
+    log = os.path.join(qq.state, "jobs", job, "stdout.log")  # (made by the supervisor when the job starts)
+    qq.wait_for(lambda: os.path.exists(log) and b"b-drop" in open(log, "rb").read(), what="the first lines")
     follower = qq.popen("logs", job, "--follow", "--grep", "keep")
     try:
         open_gate(qq, "a")
