@@ -112,14 +112,15 @@ def gone(ctx: Context) -> bool:
     return any(e.get("state") in ACTIVE and e.get("uid") == ctx.uid and not on_slurm(e) for e in jobs.values())
 
 
-def wake_time(ctx: Context, next_deadline: float | None, now: float) -> float:
+def wake_time(ctx: Context, next_deadline: float | None, now: float, look: "_Look | None" = None) -> float:
     """The next pass: at the earliest deadline or end of a timed pause still to
-    come, and at most ``INTERVAL`` from now."""
+    come, and at most ``INTERVAL`` from now. ``look``: the pauses as the waker
+    last read them (``_Look``), else they are read now."""
     from qex.queue import pause
 
     wake = now + INTERVAL
     try:
-        end = pause.next_end(ctx.store, now)
+        end = pause.next_end(ctx.store, now) if look is None else look.pause_end(now)
     except Exception:
         end = None
     for t in (next_deadline, end):
@@ -155,7 +156,7 @@ def _sleep_until(ctx: Context, wake: float, look: "_Look | None" = None) -> None
                 continue  # still changing: the passes changing it expire what they find due
         if changed is not None:
             changed = None
-            wake = min(wake, wake_time(ctx, _earliest_deadline(ctx, now, look), now))
+            wake = min(wake, wake_time(ctx, _earliest_deadline(ctx, now, look), now, look))
 
 
 def _stamp(ctx: Context) -> tuple:
@@ -196,8 +197,9 @@ def _loop(ctx: Context, fd: int, next_deadline: float | None = None) -> "Launch 
 
     never_give_up()  # a pass waits for the state lock as long as it takes (no --lock-timeout)
     look = _Look()
+    look.refresh(ctx)  # (then each _needs_pass keeps it current)
     while True:
-        _sleep_until(ctx, wake_time(ctx, next_deadline, time.time()), look)
+        _sleep_until(ctx, wake_time(ctx, next_deadline, time.time(), look), look)
         if not _still_found(ctx, fd):
             return None  # its state directory was removed or replaced: nothing here is its to wake
         need = _needs_pass(ctx, look)
@@ -282,12 +284,9 @@ def _needs_pass(ctx: Context, look: "_Look | None" = None) -> bool | None:
 def _pause_ended(ctx: Context, look: "_Look", now: float) -> bool:
     """Whether a pause that holds a queued job of theirs is no longer in force (a
     resume whose pass did not start it, a pause file removed by hand, an end)."""
-    from qex.queue import pause
-
-    try:
-        pauses = pause.in_force(ctx.store, now)
-    except Exception:  # (a pause file gone between the listing and the read: look again by a pass)
-        return True
+    pauses = look.in_force(now)
+    if pauses is None:
+        return True  # (a pause file gone between the listing and the read: look again by a pass)
     if look.paused and not any(p.kind == "queue" for p in pauses):
         return True
     locks = {p.name for p in pauses if p.kind == "lock"}
@@ -323,6 +322,7 @@ class _Look:
         self.person: set[frozenset] = set()  # the pools of each job that waits on a paused lock
         self.deadlines: list[float] = []  # of the queued jobs a pause in force does not stop
         self.holding: list[tuple[str, object]] = []  # (id, uid) of every starting or running job
+        self.pauses: list | None = []  # every pause file (``qex.queue.pause.read_all``); None: unreadable
 
     def refresh(self, ctx: Context) -> None:
         stamp = _stamp(ctx)
@@ -330,6 +330,12 @@ class _Look:
             return
         self._clear()
         self.stamp = stamp
+        from qex.queue import pause
+
+        try:
+            self.pauses = pause.read_all(ctx.store)
+        except Exception:
+            self.pauses = None
         if not os.path.exists(ctx.store.index_path):
             self.broken = True
             return
@@ -338,6 +344,14 @@ class _Look:
             self.broken = True
             return
         self._take(ctx, jobs)
+
+    def in_force(self, now: float) -> list | None:
+        return None if self.pauses is None else [p for p in self.pauses if p.in_force(now)]
+
+    def pause_end(self, now: float) -> float | None:
+        """When the earliest timed pause in force ends (``qex.queue.pause.next_end``)."""
+        ends = [p.until for p in self.in_force(now) or () if p.until is not None and p.broken is None]
+        return min(ends, default=None)
 
     def _take(self, ctx: Context, jobs: dict) -> None:
         uid = ctx.uid

@@ -82,7 +82,8 @@ def quiet(q, window: float = 1.0, bound: float = 20.0) -> list[int]:
 
 
 def waker_pid(q) -> int:
-    """The process that holds this user's waker lock."""
+    """The process that holds this user's waker lock (named ``qex: waker``: the first
+    child of its double fork holds the lock too, for a moment)."""
     lock = os.path.join(q.state, f"waker-{os.getuid()}.lock")
 
     def holder():
@@ -90,7 +91,9 @@ def waker_pid(q) -> int:
             try:
                 fds = os.listdir(f"/proc/{pid}/fd")
                 if any(os.readlink(f"/proc/{pid}/fd/{fd}") == lock for fd in fds):
-                    return int(pid)
+                    with open(f"/proc/{pid}/comm") as fh:
+                        if fh.read().strip() == "qex: waker":
+                            return int(pid)
             except OSError:
                 continue
         return None

@@ -200,7 +200,9 @@ def sleeping(ctx, monkeypatch):
     monkeypatch.setattr(
         waker, "_earliest_deadline", lambda ctx, now, look=None: reads.append(now) or world.get("deadline")
     )
-    monkeypatch.setattr(waker, "wake_time", lambda ctx, deadline, now: min(now + 30.0, (deadline or 1e18) + 0.005))
+    monkeypatch.setattr(
+        waker, "wake_time", lambda ctx, deadline, now, look=None: min(now + 30.0, (deadline or 1e18) + 0.005)
+    )
     return clock, reads, world
 
 
