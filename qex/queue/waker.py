@@ -270,7 +270,7 @@ def _needs_pass(ctx: Context, look: "_Look | None" = None) -> bool | None:
     now = time.time()
     if look.loud or any(t <= now for t in look.deadlines):
         return True  # (a --max-queue-time reached expires the job)
-    if look.queued and ctx.store.shared_root is not None:
+    if look.inside and ctx.store.shared_root is not None:
         return True  # the other members' jobs take part in the order: only a pass sees them go
     if (look.paused or look.person) and _pause_ended(ctx, look, now):
         return True
@@ -283,13 +283,24 @@ def _needs_pass(ctx: Context, look: "_Look | None" = None) -> bool | None:
 
 def _pause_ended(ctx: Context, look: "_Look", now: float) -> bool:
     """Whether a pause that holds a queued job of theirs is no longer in force (a
-    resume whose pass did not start it, a pause file removed by hand, an end)."""
-    pauses = look.in_force(now)
-    if pauses is None:
-        return True  # (a pause file gone between the listing and the read: look again by a pass)
-    if look.paused and not any(p.kind == "queue" for p in pauses):
+    resume whose pass did not start it, a pause file removed by hand, an end). In
+    a shared directory the other members' pauses count too (``pause.current``:
+    read each time, since their resumes change nothing of this member's)."""
+    if ctx.store.shared_root is not None:
+        from qex.queue import pause
+
+        try:
+            held = pause.current(ctx, now)
+        except Exception:
+            return True
+        queue, locks = held.queue, {name for name, _words in held.locks}
+    else:
+        pauses = look.in_force(now)
+        if pauses is None:
+            return True  # (a pause file gone between the listing and the read: look again by a pass)
+        queue, locks = any(p.kind == "queue" for p in pauses), {p.name for p in pauses if p.kind == "lock"}
+    if look.paused and not queue:
         return True
-    locks = {p.name for p in pauses if p.kind == "lock"}
     return any(not (pools & locks) for pools in look.person)
 
 

@@ -15,6 +15,7 @@ import signal
 import struct
 import time
 
+import pytest
 from e2e_helpers import FINAL, alive, gated, open_gate
 
 CONFIG = '[budget]\ncpu = 8\nmem = "8GB"\n[defaults]\nmem = "10MB"\n'
@@ -67,12 +68,13 @@ class Opens:
                 off = start + length
 
 
-def quiet(q, window: float = 1.0, bound: float = 20.0) -> list[int]:
-    """Wait until the index goes unopened for ``window`` seconds (the waker has
-    settled); returns the opens counted in each window before that. Fails if it
-    never does within ``bound`` seconds."""
+def quiet(q, window: float = 1.0, bound: float = 20.0, state: str | None = None) -> list[int]:
+    """Wait until the index of ``q`` (or of the state directory ``state``) goes
+    unopened for ``window`` seconds (the waker has settled); returns the opens
+    counted in each window before that. Fails if it never does within ``bound``
+    seconds."""
     seen, end = [], time.monotonic() + bound
-    with Opens(q.state, "index.json") as opens:
+    with Opens(state or q.state, "index.json") as opens:
         while time.monotonic() < end:
             n = opens.during(window)
             if n == 0:
@@ -151,3 +153,25 @@ def test_a_timed_lock_pause_ends_and_its_job_starts_with_no_command(q):
     assert q.record(job)["blocked_holder"] == "person"
     rec = q.wait_state(job, FINAL, timeout=10)
     assert rec["state"] == "completed" and rec["started_at"] >= until
+
+
+@pytest.fixture
+def lab(users):
+    from multiuser_helpers import shared_lab
+
+    yield from shared_lab(users, CONFIG)
+
+
+def test_a_members_waker_sleeps_under_the_owners_pause_and_starts_the_job_at_its_resume(lab, users):
+    """A shared directory (root only: two real users). The owner's resume runs a pass
+    in the owner's directory, which starts no other member's job: the member's
+    waker, asleep under the pause, must see the pause end and start it."""
+    w, one, two = lab
+    for actor in (one, two):
+        actor.env.update(FAST)
+    one.run("pause", "queue", check=0)
+    job = two.submit("--", "true")
+    assert two.record(job)["blocked_holder"] == "pause"
+    quiet(two, state=os.path.join(one.state, f"member-{users.uid(two.name)}"))
+    one.run("resume", "queue", check=0)
+    assert two.wait_state(job, FINAL, timeout=10)["state"] == "completed"
