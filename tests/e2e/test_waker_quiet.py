@@ -112,11 +112,10 @@ def test_the_waker_of_a_paused_queue_of_200_jobs_stops_reading_the_index(q):
         fh.write("".join(f"{i}\n" for i in range(200)))
     q.run("submit", "--each-line", lines, "--", "echo", "{}", check=0)
     waker = waker_pid(q)
-    before = quiet(q)  # raises where the waker reads the index while nothing changes
+    quiet(q)  # raises where the waker reads the index while nothing changes
     assert alive(waker) and waker_pid(q) == waker, "the same waker sleeps on: it did not exit"
-    assert len(before) <= 3, f"it settled only after {len(before)} windows of reads: {before}"
-    jobs = os.listdir(os.path.join(q.state, "jobs"))
-    assert len([j for j in jobs if not j.startswith(".")]) == 200
+    listed = json.loads(q.run("list", "--state", "queued", "--json", check=0).stdout)
+    assert len(listed) == 200, "nothing started or left: the queue is still paused"
 
 
 def test_a_sleeping_waker_still_wakes_for_a_lost_supervisor_and_a_removed_pause(q):
@@ -134,7 +133,6 @@ def test_a_sleeping_waker_still_wakes_for_a_lost_supervisor_and_a_removed_pause(
     final = q.wait_state(runner, FINAL, timeout=10)
     assert final["state"] == "failed" and final["supervisor_lost"], final
     assert q.record(plain)["state"] == "queued", "the queue is still paused"
-    quiet(q, window=0.6)
     # A pause file removed by hand is a resume whose own pass never ran.
     os.unlink(os.path.join(q.state, "pause", "queue.json"))
     assert q.wait_state(plain, FINAL, timeout=10)["state"] == "completed"
