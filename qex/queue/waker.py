@@ -41,11 +41,10 @@ INTERVAL = float(os.environ.get("QEX_WAKER_INTERVAL", "1.0"))
 # memory outside qex, a reservation, a new job with no reason yet...) or a
 # running job whose supervisor is gone makes the waker pass.
 INSIDE = frozenset({"own", "front", "dependency", "device", "lock"})
-# The kinds of wait that a pause in force holds: the queue's ("pause"), a lock's or
-# pool's a person holds ("person"). Only a change of the pause directory (a resume,
-# a pause removed by hand), a timed pause's end or, for "person", the job's
-# --max-queue-time (a lock pause does not stop that clock) can change them.
-PAUSED = frozenset({"pause", "person"})
+# A job held by a pause in force, the queue's ("pause") or a lock's or pool's a person
+# holds ("person"), needs no pass either: only a change of the pause directory (a
+# resume, a pause removed by hand), a timed pause's end or, for "person", the job's
+# --max-queue-time (a lock pause does not stop that clock) can let it start.
 WATCH = 0.2  # how often a sleeping waker looks for a changed queue (a few stats)
 # A changed queue's deadlines are read (the whole index) once it has stopped changing
 # for a WATCH, or after LOOK seconds of changes: a drain changes it every few ms, and
@@ -257,7 +256,7 @@ def _still_found(ctx: Context, fd: int) -> bool:
 
 def _needs_pass(ctx: Context, look: "_Look | None" = None) -> bool | None:
     """True: a job of this user waits on something only a pass notices (see
-    ``INSIDE`` and ``PAUSED``), or a job lost its supervisor; False: their jobs
+    ``INSIDE``), or a job lost its supervisor; False: their jobs
     run, or wait on jobs of this queue that run, all supervised, or on a pause
     still in force; None: nothing of theirs left. ``look``: what the waker read
     of the index before, read again only if its files changed."""
@@ -317,7 +316,7 @@ class _Look:
     """What the waker last read of the index, kept with the ``_stamp`` its files had
     just before: while that stamp is the same, nothing read can have changed, and
     the index is not read again. (A paused queue of 10,000 jobs had it read, and a
-    pass run, every second: 28% of a core.)"""
+    pass run, every second: a quarter of a core.)"""
 
     def __init__(self) -> None:
         self.stamp: tuple | None = None
@@ -326,7 +325,6 @@ class _Look:
     def _clear(self) -> None:
         self.broken = False  # no index, or one a pass must rebuild
         self.mine = False  # a job of this user (not Slurm's) queued or running
-        self.queued = False
         self.loud = False  # a queued job waits on what only a pass notices (a peer, ...)
         self.inside = False  # a queued job waits on a job of this queue (``INSIDE``)
         self.paused = False  # a queued job waits on the queue's pause
@@ -375,7 +373,7 @@ class _Look:
             self.mine = True
             if state != "queued":
                 continue
-            self.queued, holder = True, e.get("holder")
+            holder = e.get("holder")
             if holder in INSIDE:
                 self.inside = True
             elif holder == "pause":
