@@ -11,8 +11,10 @@ queued or running, or its lock file is gone or replaced (the state directory
 was removed). It covers what only time or the outside world can clear:
 another user's claim, memory used outside qex, a pause with an end, a
 queue-time deadline, and a supervisor that died. While its user's jobs only
-run (none queued), it does not run passes: it checks their liveness locks
-each interval and runs a pass only when one is free.
+run, or wait on what only a job of this queue or a pause in force holds, it
+does not run passes: it checks their liveness locks each interval and runs a
+pass only when one is free, or when the index or the pauses change. It reads
+the index only when its files changed (``_Look``).
 """
 
 from __future__ import annotations
@@ -36,10 +38,14 @@ INTERVAL = float(os.environ.get("QEX_WAKER_INTERVAL", "1.0"))
 # The kinds of wait (``blocked_holder``) that only the end of a job of this state
 # directory clears: that job's supervisor runs a pass when it ends, so the waker
 # has nothing to add (a drain behind the user's own jobs). Any other kind (a peer,
-# memory outside qex, a pause, a reservation, a new job with no reason yet...) or a
+# memory outside qex, a reservation, a new job with no reason yet...) or a
 # running job whose supervisor is gone makes the waker pass.
 INSIDE = frozenset({"own", "front", "dependency", "device", "lock"})
-WATCH = 0.2  # how often a sleeping waker looks for a changed queue (two stats)
+# A job held by a pause in force, the queue's ("pause") or a lock's or pool's a person
+# holds ("person"), needs no pass either: only a change of the pause directory (a
+# resume, a pause removed by hand), a timed pause's end or, for "person", the job's
+# --max-queue-time (a lock pause does not stop that clock) can let it start.
+WATCH = 0.2  # how often a sleeping waker looks for a changed queue (a few stats)
 # A changed queue's deadlines are read (the whole index) once it has stopped changing
 # for a WATCH, or after LOOK seconds of changes: a drain changes it every few ms, and
 # reading them at each WATCH cost a drain ~4% of the machine's CPU.
@@ -105,14 +111,15 @@ def gone(ctx: Context) -> bool:
     return any(e.get("state") in ACTIVE and e.get("uid") == ctx.uid and not on_slurm(e) for e in jobs.values())
 
 
-def wake_time(ctx: Context, next_deadline: float | None, now: float) -> float:
+def wake_time(ctx: Context, next_deadline: float | None, now: float, look: "_Look | None" = None) -> float:
     """The next pass: at the earliest deadline or end of a timed pause still to
-    come, and at most ``INTERVAL`` from now."""
+    come, and at most ``INTERVAL`` from now. ``look``: the pauses as the waker
+    last read them (``_Look``), else they are read now."""
     from qex.queue import pause
 
     wake = now + INTERVAL
     try:
-        end = pause.next_end(ctx.store, now)
+        end = pause.next_end(ctx.store, now) if look is None else look.pause_end(now)
     except Exception:
         end = None
     for t in (next_deadline, end):
@@ -121,9 +128,9 @@ def wake_time(ctx: Context, next_deadline: float | None, now: float) -> float:
     return wake
 
 
-def _sleep_until(ctx: Context, wake: float) -> None:
+def _sleep_until(ctx: Context, wake: float, look: "_Look | None" = None) -> None:
     """Sleep to ``wake``, but look every ``WATCH`` seconds whether the queue or
-    the pauses changed (a file's mtime): a new or moved deadline, or a new
+    the pauses changed (``_stamp``): a new or moved deadline, or a new
     timed pause, may call for an earlier pass. A queue that keeps changing is
     being passed by others (each pass expires the jobs it finds due): its
     deadlines are read when it rests, or at least every ``LOOK`` seconds."""
@@ -148,27 +155,39 @@ def _sleep_until(ctx: Context, wake: float) -> None:
                 continue  # still changing: the passes changing it expire what they find due
         if changed is not None:
             changed = None
-            wake = min(wake, wake_time(ctx, _earliest_deadline(ctx, now), now))
+            wake = min(wake, wake_time(ctx, _earliest_deadline(ctx, now, look), now, look))
 
 
 def _stamp(ctx: Context) -> tuple:
+    """What changes whenever the queue or the pauses do: the index file and the
+    journal (inode, size, mtime: every commit appends to the journal, a save or a
+    rotation replaces a file), and each file in the pause directory (name and
+    inode: a pause is written by a rename, a resume unlinks it). It decides whether
+    the waker reads the index again (``_Look``), so a change must never leave it
+    the same: an mtime alone can stay the same across two writes (a coarse clock)."""
     out = []
-    for path in (ctx.store.index_path, ctx.store.journal_path, os.path.join(ctx.store.root, layout.PAUSE)):
+    for path in (ctx.store.index_path, ctx.store.journal_path):
         try:
-            out.append(os.stat(path).st_mtime_ns)
+            st = os.stat(path)
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
         except OSError:
             out.append(None)
+    try:
+        with os.scandir(os.path.join(ctx.store.root, layout.PAUSE)) as entries:
+            out.append(tuple(sorted((e.name, e.inode()) for e in entries)))
+    except FileNotFoundError:
+        out.append(None)
+    except OSError as exc:
+        out.append(exc.errno)  # (unreadable: it holds the whole queue, qex.queue.pause.read_all)
     return tuple(out)
 
 
-def _earliest_deadline(ctx: Context, now: float) -> float | None:
-    """The earliest deadline still to come of a queued job, read from the index without the lock."""
-    try:
-        jobs = ctx.store.read_index_jobs()
-        times = [e["deadline"] for e in jobs.values() if e.get("state") == "queued" and e.get("deadline")]
-    except (OSError, ValueError, AttributeError, TypeError, KeyError):
-        return None
-    return min((t for t in times if t > now), default=None)
+def _earliest_deadline(ctx: Context, now: float, look: "_Look | None" = None) -> float | None:
+    """The earliest deadline still to come of a queued job that may expire, from
+    the index read without the lock (``look``: only if its files changed)."""
+    look = look or _Look()
+    look.refresh(ctx)
+    return min((t for t in look.deadlines if t > now), default=None)
 
 
 def _loop(ctx: Context, fd: int, next_deadline: float | None = None) -> "Launch | None":
@@ -176,11 +195,13 @@ def _loop(ctx: Context, fd: int, next_deadline: float | None = None) -> "Launch 
     import traceback
 
     never_give_up()  # a pass waits for the state lock as long as it takes (no --lock-timeout)
+    look = _Look()
+    look.refresh(ctx)  # (then each _needs_pass keeps it current)
     while True:
-        _sleep_until(ctx, wake_time(ctx, next_deadline, time.time()))
+        _sleep_until(ctx, wake_time(ctx, next_deadline, time.time(), look), look)
         if not _still_found(ctx, fd):
             return None  # its state directory was removed or replaced: nothing here is its to wake
-        need = _needs_pass(ctx)
+        need = _needs_pass(ctx, look)
         if need is None:
             return None
         if not need:
@@ -233,44 +254,145 @@ def _still_found(ctx: Context, fd: int) -> bool:
     return (seen.st_dev, seen.st_ino) == (held.st_dev, held.st_ino)
 
 
-def _needs_pass(ctx: Context) -> bool | None:
+def _needs_pass(ctx: Context, look: "_Look | None" = None) -> bool | None:
     """True: a job of this user waits on something only a pass notices (see
-    ``INSIDE``), or a job lost its supervisor; False: their jobs run, or wait on
-    jobs of this queue that run, all supervised; None: nothing of theirs left."""
-    from qex.store import fs
-
-    if not os.path.exists(ctx.store.index_path):
+    ``INSIDE``), or a job lost its supervisor; False: their jobs
+    run, or wait on jobs of this queue that run, all supervised, or on a pause
+    still in force; None: nothing of theirs left. ``look``: what the waker read
+    of the index before, read again only if its files changed."""
+    look = look or _Look()
+    look.refresh(ctx)
+    if look.broken:
         return True  # let a pass read (and if need be rebuild) the index
-    jobs = ctx.store.read_index_jobs()
-    if not jobs:
-        try:
-            from qex.store import check
-
-            if check.index(fs.read_json(ctx.store.index_path)):
-                return True  # entries a pass takes again from their records
-        except (OSError, ValueError, check.Damaged):
-            return True  # unreadable or damaged: a pass rebuilds it
-    mine = {j: e for j, e in jobs.items() if e.get("uid") == ctx.uid and not on_slurm(e)}  # (Slurm runs its own)
-    if not mine:
+    if not look.mine:
         return None
-    queued = [e for e in mine.values() if e.get("state") == "queued"]
     now = time.time()
-    if any(e.get("holder") not in INSIDE or (e.get("deadline") or now + 1) <= now for e in queued):
+    if look.loud or any(t <= now for t in look.deadlines):
         return True  # (a --max-queue-time reached expires the job)
-    if queued and ctx.store.shared_root is not None:
+    if look.inside and ctx.store.shared_root is not None:
         return True  # the other members' jobs take part in the order: only a pass sees them go
-    # Every queued job of theirs waits on what a job of this queue holds, whose end
-    # runs a pass: none is needed unless a job's supervisor is gone.
-    holding = [(j, e) for j, e in jobs.items() if e.get("state") in HOLDING]
-    if queued and not holding:
+    if (look.paused or look.person) and _pause_ended(ctx, look, now):
         return True
-    return any(_lost(ctx, j, e) for j, e in holding)
+    # Every other queued job of theirs waits on what a job of this queue holds, whose
+    # end runs a pass: none is needed unless a job's supervisor is gone.
+    if look.inside and not look.holding:
+        return True
+    return any(_lost(ctx, j, uid) for j, uid in look.holding)
 
 
-def _lost(ctx: Context, job_id: str, entry: dict) -> bool:
+def _pause_ended(ctx: Context, look: "_Look", now: float) -> bool:
+    """Whether a pause that holds a queued job of theirs is no longer in force (a
+    resume whose pass did not start it, a pause file removed by hand, an end). In
+    a shared directory the other members' pauses count too (``pause.current``:
+    read each time, since their resumes change nothing of this member's)."""
+    if ctx.store.shared_root is not None:
+        from qex.queue import pause
+
+        try:
+            held = pause.current(ctx, now)
+        except Exception:
+            return True
+        queue, locks = held.queue, {name for name, _words in held.locks}
+    else:
+        pauses = look.in_force(now)
+        if pauses is None:
+            return True  # (a pause file gone between the listing and the read: look again by a pass)
+        queue, locks = any(p.kind == "queue" for p in pauses), {p.name for p in pauses if p.kind == "lock"}
+    if look.paused and not queue:
+        return True
+    return any(not (pools & locks) for pools in look.person)
+
+
+def _lost(ctx: Context, job_id: str, uid: object) -> bool:
     from qex.store.lock import is_held
 
     try:
         return not is_held(ctx.store.path(job_id, layout.ALIVE))
     except OSError:
-        return entry.get("uid") == ctx.uid  # another user's private file: assume alive, as a pass does
+        return uid == ctx.uid  # another user's private file: assume alive, as a pass does
+
+
+class _Look:
+    """What the waker last read of the index, kept with the ``_stamp`` its files had
+    just before: while that stamp is the same, nothing read can have changed, and
+    the index is not read again. (A paused queue of 10,000 jobs had it read, and a
+    pass run, every second: a quarter of a core.)"""
+
+    def __init__(self) -> None:
+        self.stamp: tuple | None = None
+        self._clear()
+
+    def _clear(self) -> None:
+        self.broken = False  # no index, or one a pass must rebuild
+        self.mine = False  # a job of this user (not Slurm's) queued or running
+        self.loud = False  # a queued job waits on what only a pass notices (a peer, ...)
+        self.inside = False  # a queued job waits on a job of this queue (``INSIDE``)
+        self.paused = False  # a queued job waits on the queue's pause
+        self.person: set[frozenset] = set()  # the pools of each job that waits on a paused lock
+        self.deadlines: list[float] = []  # of the queued jobs a pause in force does not stop
+        self.holding: list[tuple[str, object]] = []  # (id, uid) of every starting or running job
+        self.pauses: list | None = []  # every pause file (``qex.queue.pause.read_all``); None: unreadable
+
+    def refresh(self, ctx: Context) -> None:
+        stamp = _stamp(ctx)
+        if stamp == self.stamp:
+            return
+        self._clear()
+        self.stamp = stamp
+        from qex.queue import pause
+
+        try:
+            self.pauses = pause.read_all(ctx.store)
+        except Exception:
+            self.pauses = None
+        if not os.path.exists(ctx.store.index_path):
+            self.broken = True
+            return
+        jobs = ctx.store.read_index_jobs()
+        if not jobs and _damaged(ctx):
+            self.broken = True
+            return
+        self._take(ctx, jobs)
+
+    def in_force(self, now: float) -> list | None:
+        return None if self.pauses is None else [p for p in self.pauses if p.in_force(now)]
+
+    def pause_end(self, now: float) -> float | None:
+        """When the earliest timed pause in force ends (``qex.queue.pause.next_end``)."""
+        ends = [p.until for p in self.in_force(now) or () if p.until is not None and p.broken is None]
+        return min(ends, default=None)
+
+    def _take(self, ctx: Context, jobs: dict) -> None:
+        uid = ctx.uid
+        for job_id, e in jobs.items():
+            state = e.get("state")
+            if state in HOLDING:
+                self.holding.append((job_id, e.get("uid")))
+            if e.get("uid") != uid or on_slurm(e):  # (Slurm runs its own)
+                continue
+            self.mine = True
+            if state != "queued":
+                continue
+            holder = e.get("holder")
+            if holder in INSIDE:
+                self.inside = True
+            elif holder == "pause":
+                self.paused = True
+                continue  # (no job expires while the queue is paused: its clock stops)
+            elif holder == "person":
+                self.person.add(frozenset(e.get("pools") or ()))
+            else:
+                self.loud = True
+            if e.get("deadline"):
+                self.deadlines.append(e["deadline"])
+
+
+def _damaged(ctx: Context) -> bool:
+    """An index that reads as empty but has entries a pass takes again from their
+    records, or that cannot be read or is damaged: a pass rebuilds it."""
+    from qex.store import check, fs
+
+    try:
+        return bool(check.index(fs.read_json(ctx.store.index_path)))
+    except (OSError, ValueError, check.Damaged):
+        return True

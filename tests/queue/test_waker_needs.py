@@ -96,6 +96,77 @@ def test_nothing_of_this_user_left_ends_the_waker(ctx):
     assert waker._needs_pass(ctx) is None
 
 
+def _paused(ctx, name="queue.json", until=None) -> str:
+    """A pause file as ``qex pause`` writes it (``qex.queue.pause``)."""
+    d = os.path.join(ctx.store.root, "pause")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, name)
+    with open(path, "w") as fh:
+        json.dump({"format": 1, "id": f"p-{name}", "since": 1.0, "until": until}, fh)
+    return path
+
+
+def _person(pools, deadline=None):
+    return {**_queued("person", deadline=deadline), "pools": {p: [1, None] for p in pools}}
+
+
+def test_jobs_held_by_the_queue_pause_in_force_need_no_pass_and_no_running_job(ctx):
+    _paused(ctx)
+    _index(ctx, {"a": _queued("pause"), "b": _queued("pause", deadline=time.time() - 1)})
+    assert waker._needs_pass(ctx) is False, "a paused queue's clock stops: a deadline reached expires nothing"
+
+
+def test_jobs_held_by_the_queue_pause_need_a_pass_once_it_is_gone(ctx):
+    path = _paused(ctx)
+    _index(ctx, {"a": _queued("pause")})
+    look = waker._Look()
+    assert waker._needs_pass(ctx, look) is False
+    os.unlink(path)  # a resume whose pass did not start it, or the file removed by hand
+    assert waker._needs_pass(ctx, look) is True
+
+
+def test_jobs_held_by_the_queue_pause_need_a_pass_at_its_end(ctx):
+    _paused(ctx, until=time.time() - 0.1)  # a timed pause whose end no pass has settled yet
+    _index(ctx, {"a": _queued("pause")})
+    assert waker._needs_pass(ctx) is True
+
+
+def test_a_job_held_by_a_paused_lock_needs_a_pass_when_that_lock_is_resumed_or_its_clock_runs_out(ctx):
+    path = _paused(ctx, "lock-L.json")
+    _index(ctx, {"a": _person(["L", "cpu"])})
+    look = waker._Look()
+    assert waker._needs_pass(ctx, look) is False
+    _paused(ctx, "lock-M.json")  # another lock paused: a change, but not of what holds a
+    assert waker._needs_pass(ctx, look) is False
+    os.unlink(path)
+    assert waker._needs_pass(ctx, look) is True
+    _paused(ctx, "lock-L.json")
+    _index(ctx, {"a": _person(["L"], deadline=time.time() - 1)})
+    assert waker._needs_pass(ctx) is True, "a lock pause does not stop the --max-queue-time clock"
+
+
+def test_a_paused_queue_with_a_lost_supervisor_needs_a_pass(ctx):
+    _paused(ctx)
+    _index(ctx, {"r": _running(), "a": _queued("pause")})
+    assert waker._needs_pass(ctx) is True  # nobody holds r's liveness lock
+    assert _needs_pass_while_r_is_supervised(ctx) is False
+
+
+def test_the_index_is_read_again_only_when_its_files_or_the_pauses_change(ctx, monkeypatch):
+    _paused(ctx)
+    _index(ctx, {"a": _queued("pause")})
+    reads, read = [], ctx.store.read_index_jobs
+    monkeypatch.setattr(ctx.store, "read_index_jobs", lambda: reads.append(1) or read())
+    look = waker._Look()
+    for _ in range(5):
+        assert waker._needs_pass(ctx, look) is False
+    assert len(reads) == 1
+    _index(ctx, {"a": _queued("pause"), "b": _queued("peer")})  # a new job, another kind of wait
+    assert waker._needs_pass(ctx, look) is True and len(reads) == 2
+    _paused(ctx, "lock-M.json")
+    assert waker._needs_pass(ctx, look) is True and len(reads) == 3
+
+
 class _Clock:
     """time.time and time.sleep of the waker, on a clock the test moves."""
 
@@ -126,8 +197,12 @@ def sleeping(ctx, monkeypatch):
         return world["stamp"]
 
     monkeypatch.setattr(waker, "_stamp", stamp)
-    monkeypatch.setattr(waker, "_earliest_deadline", lambda ctx, now: reads.append(now) or world.get("deadline"))
-    monkeypatch.setattr(waker, "wake_time", lambda ctx, deadline, now: min(now + 30.0, (deadline or 1e18) + 0.005))
+    monkeypatch.setattr(
+        waker, "_earliest_deadline", lambda ctx, now, look=None: reads.append(now) or world.get("deadline")
+    )
+    monkeypatch.setattr(
+        waker, "wake_time", lambda ctx, deadline, now, look=None: min(now + 30.0, (deadline or 1e18) + 0.005)
+    )
     return clock, reads, world
 
 
