@@ -37,7 +37,7 @@ def cmd_pause(args: Namespace) -> int:
     kind, name = _target(args.what, args.name, "pause")
     secs = _for(args.duration)
     reason = _reason(args.reason)
-    from qex.queue import engine, pause
+    from qex.queue import engine, pause, pause_view
 
     if kind == "queue":
         pause.check_may_pause_queue(ctx)
@@ -51,7 +51,8 @@ def cmd_pause(args: Namespace) -> int:
     jobs = _index_jobs(ctx)
     if args.json:
         item = next(
-            (i for i in pause.listing(ctx.store, jobs, time.time()) if i["kind"] == kind and i["name"] == name), None
+            (i for i in pause_view.listing(ctx.store, jobs, time.time()) if i["kind"] == kind and i["name"] == name),
+            None,
         )
         print_json({"pause": item, "made": made})
     _tell_paused(ctx, p, made, jobs)
@@ -61,7 +62,7 @@ def cmd_pause(args: Namespace) -> int:
 
 
 def cmd_resume(args: Namespace) -> int:
-    from qex.queue import engine, pause
+    from qex.queue import engine, pause, pause_view
 
     ctx = context()
     kind, name = _target(args.what or "queue", args.name, "resume")
@@ -73,7 +74,7 @@ def cmd_resume(args: Namespace) -> int:
     p = result.value
     what = "the queue" if kind == "queue" else f"lock {name}"
     if p is None:
-        others = [pause.render(i, now) for i in pause.listing(ctx.store, _index_jobs(ctx), now)]
+        others = [pause_view.render(i, now) for i in pause_view.listing(ctx.store, _index_jobs(ctx), now)]
         from qex.cli import print_error
 
         print_error(
@@ -161,31 +162,33 @@ def _index_jobs(ctx: Context) -> dict:
 
 
 def _show(ctx: Context, as_json: bool) -> int:
-    from qex.queue import pause
+    from qex.queue import pause_view
 
     now = time.time()
-    items = pause.listing(ctx.store, _index_jobs(ctx), now)
+    items = pause_view.listing(ctx.store, _index_jobs(ctx), now)
     if as_json:
         print_json(items)
         return 0
     if not items:
         out("nothing is paused")
     for item in items:
-        out(pause.render(item, now))
+        out(pause_view.render(item, now))
     return 0
 
 
 def _tell_paused(ctx: Context, p, made: bool, jobs: dict) -> None:
     from qex.base.units import format_duration, safe_text
-    from qex.queue import pause
+    from qex.queue import pause, pause_view
 
     now = time.time()
     if not made:
-        item = next((i for i in pause.listing(ctx.store, jobs, now) if i["file"] == p.path), None)
+        item = next((i for i in pause_view.listing(ctx.store, jobs, now) if i["file"] == p.path), None)
         if item is None:  # ended (or resumed by another command) since we looked
             say.notice("already paused, and that pause has just ended; pause again to start a new one")
             return
-        say.notice(f"already paused: {pause.render(item, now)}; that pause stays as it is (its end and its reason)")
+        say.notice(
+            f"already paused: {pause_view.render(item, now)}; that pause stays as it is (its end and its reason)"
+        )
         return
     until = f" for {format_duration(p.until - p.since)}, until {pause.clock(p.until, now)}" if p.until else ""
     if p.kind == "queue":
@@ -197,7 +200,7 @@ def _tell_paused(ctx: Context, p, made: bool, jobs: dict) -> None:
         )
         return
     name = safe_text(p.name)
-    held = pause.holders(jobs, p.name)
+    held = pause_view.holders(jobs, p.name)
     if held:
         say.notice(
             f"lock {name} is held by job {', '.join(j[:8] for j in held)}: it is yours as soon as that job "
@@ -208,10 +211,10 @@ def _tell_paused(ctx: Context, p, made: bool, jobs: dict) -> None:
 
 
 def _busy(jobs: dict, p) -> list[str]:
-    from qex.queue import pause
+    from qex.queue import pause_view
 
     if p.kind == "lock":
-        return pause.holders(jobs, p.name)
+        return pause_view.holders(jobs, p.name)
     return sorted(
         j
         for j, e in jobs.items()

@@ -78,7 +78,7 @@ def _say_what_happened(ctx: Context, job_id: str, hit, quiet: bool = False) -> N
         return
     if quiet:
         return
-    from qex.queue.pause import submission_note
+    from qex.queue.pause_view import submission_note
 
     note = submission_note(ctx, job_id)
     if note:

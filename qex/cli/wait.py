@@ -199,7 +199,7 @@ def cmd_wait(args: Namespace) -> int:
 def _wait_notes():
     """What `qex wait` says on stderr as records change: an attempt that ended out
     of memory, and a job that waits for a pause (the queue, or a lock a person holds)."""
-    from qex.queue.pause import WaitNotes
+    from qex.queue.pause_view import WaitNotes
 
     attempts, pauses = AttemptNotes(), WaitNotes(err)
 

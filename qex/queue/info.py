@@ -198,9 +198,9 @@ def damaged(ctx: Context, idx: Index) -> list[dict]:
 
 
 def _pauses(ctx: Context, idx) -> list[dict]:
-    from qex.queue import pause
+    from qex.queue import pause_view
 
-    return pause.listing(ctx.store, idx.jobs, __import__("time").time())
+    return pause_view.listing(ctx.store, idx.jobs, __import__("time").time())
 
 
 def _health_since(txn, plan, idx) -> float | None:
@@ -365,7 +365,7 @@ def render(info: dict) -> str:
         )
     lines.append(f"queue     {q['running']} running, {q['queued']} queued — {q['health']}{since}")
     if info.get("pauses"):
-        from qex.queue.pause import render as pause_line
+        from qex.queue.pause_view import render as pause_line
 
         now = __import__("time").time()
         lines += [f"pause     {pause_line(p, now)}" for p in info["pauses"]]

@@ -209,7 +209,7 @@ def poison(ctx: Context, ids: list[str], target: str, field: str, value) -> None
 def read_everything(ctx: Context, ids: list[str]) -> None:
     """What list, status, info and a submission read, as they read it."""
     from qex.cli.render import describe, list_row
-    from qex.queue import info, pause
+    from qex.queue import info, pause_view
 
     store = ctx.store
     index = store.read_index_jobs()
@@ -224,8 +224,8 @@ def read_everything(ctx: Context, ids: list[str]) -> None:
     info.render(gathered)
     with store.lock():
         idx = store.load_index_locked()
-    for p in pause.listing(store, idx.jobs, 1.8e9):
-        pause.render(p, 1.8e9)
+    for p in pause_view.listing(store, idx.jobs, 1.8e9):
+        pause_view.render(p, 1.8e9)
     learn.claim_for(store.root, ["true", "0"], None, 0.2, most=ctx.mem_total)
 
 
