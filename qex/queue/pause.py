@@ -177,9 +177,11 @@ def in_force(store: Store, now: float) -> list[PauseFile]:
     return [p for p in read_all(store) if p.in_force(now)]
 
 
-def next_end(store: Store, now: float) -> float | None:
-    """When the earliest timed pause in force ends (the waker sleeps to it)."""
-    ends = [p.until for p in in_force(store, now) if p.until is not None and p.broken is None]
+def next_end(store: Store | None, now: float, pauses: list[PauseFile] | None = None) -> float | None:
+    """When the earliest timed pause in force ends (the waker sleeps to it); ``pauses``:
+    the pause files as read already (``read_all``), else they are read now."""
+    held = in_force(store, now) if pauses is None else [p for p in pauses if p.in_force(now)]
+    ends = [p.until for p in held if p.until is not None and p.broken is None]
     return min(ends, default=None)
 
 

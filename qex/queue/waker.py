@@ -358,9 +358,10 @@ class _Look:
         return None if self.pauses is None else [p for p in self.pauses if p.in_force(now)]
 
     def pause_end(self, now: float) -> float | None:
-        """When the earliest timed pause in force ends (``qex.queue.pause.next_end``)."""
-        ends = [p.until for p in self.in_force(now) or () if p.until is not None and p.broken is None]
-        return min(ends, default=None)
+        """When the earliest timed pause in force ends, of the pauses last read."""
+        from qex.queue import pause
+
+        return None if self.pauses is None else pause.next_end(None, now, self.pauses)
 
     def _take(self, ctx: Context, jobs: dict) -> None:
         uid = ctx.uid
