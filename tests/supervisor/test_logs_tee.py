@@ -9,7 +9,7 @@ import pytest
 from test_logs import check_cut_file, lines, sink
 
 from qex.linux import tee as tee_module
-from qex.supervisor.logs import _newlines
+from qex.supervisor.logcut import newlines as _newlines
 
 F_SETPIPE_SZ = 1031
 
@@ -41,8 +41,8 @@ def test_take_gives_every_byte_to_the_fifo_and_the_log_across_the_cuts(tmp_path)
     s.attach(fifo_w, str(tmp_path / "fifo"))
     data, streamed, buffer = lines(3000), b"", bytearray(1 << 20)
     for i in range(0, len(data), 7001):
-        os.write(job_w, data[i:i + 7001])
-        assert s.take(job_r, buffer) == len(data[i:i + 7001])
+        os.write(job_w, data[i : i + 7001])
+        assert s.take(job_r, buffer) == len(data[i : i + 7001])
         assert not s.pending and not s.held
         assert os.path.getsize(tmp_path / "stdout.log") <= 4096  # the cap, while the job writes
         streamed += drain(fifo_r)
@@ -120,7 +120,7 @@ def test_a_log_that_fails_mid_chunk_drops_the_rest_of_that_chunk_only(tmp_path, 
     def refuse():
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(s, "_slide", refuse)
+    monkeypatch.setattr(s, "_cut", refuse)
     first, second = lines(300)[:10000], lines(301)[-5000:]
     os.write(job_w, first + second)
     assert s.take(job_r, bytearray(len(first))) == len(first)
@@ -149,18 +149,28 @@ def test_without_tee_the_bytes_are_copied_the_same(tmp_path, monkeypatch):
     s.attach(fifo_w, str(tmp_path / "fifo"))
     data, streamed, buffer = lines(500), b"", bytearray(1 << 20)
     for i in range(0, len(data), 5000):
-        os.write(job_w, data[i:i + 5000])
-        assert s.take(job_r, buffer) == len(data[i:i + 5000])
+        os.write(job_w, data[i : i + 5000])
+        assert s.take(job_r, buffer) == len(data[i : i + 5000])
         streamed += drain(fifo_r)
     s.close()
     assert streamed == data
     check_cut_file(tmp_path / "stdout.log", data, 4096)
 
 
-@pytest.mark.parametrize("chunk", [
-    b"", b"\n", b"\n" * (1 << 20), b"x" * (1 << 20), bytes(range(256)) * 4096,
-    b"x" * 10000 + b"\n" * 80000 + b"x" * 110000,  # sparse where it samples, dense between
-    b"x" * 70000 + b"\n", (b"a line of text\n" * 70000), (b"y" * 99 + b"\n") * 10000, os.urandom(1 << 20),
-])
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        b"",
+        b"\n",
+        b"\n" * (1 << 20),
+        b"x" * (1 << 20),
+        bytes(range(256)) * 4096,
+        b"x" * 10000 + b"\n" * 80000 + b"x" * 110000,  # sparse where it samples, dense between
+        b"x" * 70000 + b"\n",
+        (b"a line of text\n" * 70000),
+        (b"y" * 99 + b"\n") * 10000,
+        os.urandom(1 << 20),
+    ],
+)
 def test_newlines_are_counted_exactly_whatever_their_density(chunk):
-    assert _newlines(chunk) == chunk.count(b"\n")
+    assert _newlines(chunk) == _newlines(memoryview(chunk)[:]) == chunk.count(b"\n")
