@@ -308,12 +308,15 @@ class Sink:
         """Write ``view`` after what the log holds, the limit applied. Raises OSError."""
         while view:
             s = self.state
-            if s is not None:
+            if s is not None and self.limit is not None:
                 if not s.cap:
                     self._to_ring()
                     continue
                 self._ring_put(view)
                 return
+            if s is not None and s.end >= 0:  # (cut by an earlier attempt, no limit now: it grows in order)
+                s.end, s.gen = -1, s.gen + 1
+                self._put_cut()
             k = len(view) if self.limit is None else min(len(view), self.limit - self.size)
             if k <= 0:
                 self._cut()

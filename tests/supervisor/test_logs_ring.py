@@ -213,3 +213,19 @@ def test_the_record_round_trips_and_a_torn_one_is_refused():
     assert all(getattr(back, n) == getattr(s, n) for n in CutState.FIELDS)
     torn = s.encode().replace(b" 3 ", b" 4 ", 1)
     assert CutState.decode(torn) is None and CutState.decode(b"") is None
+
+
+def test_a_retry_without_a_limit_after_a_cut_attempt_keeps_all_it_writes(tmp_path):
+    first, second = lines(3000), lines(500, width=45)
+    s = sink(tmp_path, 4096)
+    s.write(first)
+    s.close()
+    again = sink(tmp_path, None)  # ([logs] max_bytes = 0 for the retry)
+    f = Follower(again.path)
+    again.write(second[:7000])
+    assert f.read().endswith(second[:7000])  # (read to the end of the file, as it grows)
+    again.write(second[7000:])
+    again.close()
+    body = open(s.path, "rb").read()
+    assert body.endswith(first[-2000:] + second) and f.read() == second[7000:]
+    assert (again.dropped_bytes, again.dropped_lines) == (s.dropped_bytes, s.dropped_lines)
