@@ -8,6 +8,9 @@ Makes a file of N MB (default 1024) of random bytes in a temporary directory, th
 runs R rounds (default 2), each tool in turn within a round:
 
 - ``cat FILE > DEST``
+- ``cat FILE | cat > DEST``: a shell pipe with one more process, what anything that
+  streams through a pipe is bounded by (``cat FILE > file`` itself copies in the
+  kernel, ``copy_file_range``, with no pipe at all)
 - ``qex run --quiet -- cat FILE > DEST`` (a fresh state directory, the default config:
   ``[logs] max_bytes`` 32MB, so the log is cut all along while the stream stays whole;
   the first round's output to a file is compared with FILE, byte for byte)
@@ -15,11 +18,11 @@ runs R rounds (default 2), each tool in turn within a round:
   writes the job's output to a file of its own, never to stdout: DEST does not apply)
 
 DEST is /dev/null and a file beside FILE (the page cache, mostly). Prints the best and
-the median MB/s of each and their ratios to ``cat`` to the same DEST (a shared machine's
-noise is large: say which), and writes every sample to ``bench/results/stream-<time>.json``
+the median MB/s of each and their ratios to ``cat`` and to the pipe to the same DEST (a
+shared machine's noise is large: say which), and writes every sample to ``bench/results/stream-<time>.json``
 (``--results-dir``; ``''`` for none). Standard library only; runs the qex of this checkout
-(``python -m qex`` with this repository first on PYTHONPATH). I/O heavy: N MB read R x 5
-times, N MB written R x 3 times.
+(``python -m qex`` with this repository first on PYTHONPATH). I/O heavy: N MB read R x 7
+times, N MB written R x 4 times.
 """
 
 import argparse
@@ -71,6 +74,7 @@ def main() -> int:
     tsp = shutil.which("tsp")
     tsp_env = {**os.environ, "TS_SOCKET": os.path.join(tmp, "ts.sock"), "TMPDIR": tmp}
     qex = [sys.executable, "-m", "qex", "run", "--quiet", "--", "cat", src]
+    pipe = ["sh", "-c", 'cat "$1" | cat', "sh", src]
     secs_of: dict[tuple[str, str], list[float]] = {}
     try:
         make_file(src, args.mb)
@@ -78,7 +82,7 @@ def main() -> int:
         for r in range(args.rounds):
             for dest in (os.devnull, out_file):
                 where = "/dev/null" if dest == os.devnull else "file"
-                for name, argv, e in (("cat", ["cat", src], None), ("qex run", qex, env)):
+                for name, argv, e in (("cat", ["cat", src], None), ("cat | cat", pipe, None), ("qex run", qex, env)):
                     secs_of.setdefault((name, where), []).append(timed(argv, dest, e))
                     if name == "qex run" and where == "file" and r == 0:
                         ok = subprocess.run(["cmp", src, out_file]).returncode == 0
@@ -107,19 +111,24 @@ def main() -> int:
 
 
 def report(args, secs_of: dict, load_at_start: float) -> None:
-    """The table (best and median MB/s, each against ``cat`` to the same place) and the results file."""
+    """The table (best and median MB/s, each against ``cat`` and the pipe to the same place) and the results file."""
     print(
         f"{args.mb} MB, {args.rounds} round(s) (load average {load_at_start:.1f} at the start, "
         f"{os.getloadavg()[0]:.1f} at the end, {os.cpu_count()} cores)"
     )
-    print(f"{'tool':10} {'to':10} {'best MB/s':>10} {'vs cat':>7} {'median':>8} {'vs cat':>7}")
+    print(
+        f"{'tool':10} {'to':10} {'best MB/s':>10} {'vs cat':>7} {'vs pipe':>8} {'median':>8} {'vs cat':>7} "
+        f"{'vs pipe':>8}"
+    )
     rows = []
     for (name, where), secs in sorted(secs_of.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         base = secs_of.get(("cat", where)) or secs_of[("cat", "file")]
+        pipe = secs_of.get(("cat | cat", where)) or secs_of[("cat | cat", "file")]
         best, median = min(secs), statistics.median(secs)
         print(
-            f"{name:10} {where:10} {args.mb / best:10.0f} {min(base) / best:6.2f}x {args.mb / median:8.0f} "
-            f"{statistics.median(base) / median:6.2f}x"
+            f"{name:10} {where:10} {args.mb / best:10.0f} {min(base) / best:6.2f}x {min(pipe) / best:7.2f}x "
+            f"{args.mb / median:8.0f} {statistics.median(base) / median:6.2f}x "
+            f"{statistics.median(pipe) / median:7.2f}x"
         )
         rows.append(
             {
@@ -130,6 +139,8 @@ def report(args, secs_of: dict, load_at_start: float) -> None:
                 "median_mb_s": args.mb / median,
                 "best_vs_cat": min(base) / best,
                 "median_vs_cat": statistics.median(base) / median,
+                "best_vs_pipe": min(pipe) / best,
+                "median_vs_pipe": statistics.median(pipe) / median,
             }
         )
     if args.results_dir:

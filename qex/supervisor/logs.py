@@ -5,127 +5,60 @@ with no buffer in memory that grows with L or with the output:
 
 * until the file reaches L nothing is removed;
 * at L the file is *cut*: the head (the first L/4 bytes) stays, a marker line
-  follows it, and after the marker comes a *window* holding the most recent
-  output in order. When the window fills the file up to L again, it *slides*:
-  its newest half is copied to its start and the file is truncated, and the
-  bytes that went are counted (bytes and newlines);
-* when the job ends the marker is rewritten with the exact count, the setting
-  to change, and whether the tail starts in the middle of a line.
+  goes over the bytes after it, and the rest of the file, up to L, is a *window*
+  kept as a ring (``qex.supervisor.logcut``): each new byte overwrites the oldest,
+  in place (no copy, no truncation, the same page-cache pages). The newlines of
+  what goes in are counted as it goes in (the bytes are in this process's buffer),
+  so what it overwrites is counted without being read back;
+* when the job ends the window is unrolled into order after a marker with the
+  exact count, the setting to change, and whether the tail starts in the middle
+  of a line (one new file, renamed over the log).
 
-So the file never holds more than L bytes plus the marker, it keeps the first
-and the last bytes of the output (a single enormous line keeps its end), and a
-job never fails because of the limit.
+So the file never holds more than L bytes (plus the longer final marker), it
+keeps the first and the last bytes of the output (a single enormous line keeps
+its end), and a job never fails because of the limit.
 
 The limit is about what stays on disk: it never cuts what the job's own
 follower streams. A sink with a *tee* (the write end of the FIFO ``qex run``
 reads, ``qex.supervisor.pipes``) writes every byte there too, whatever the
 file keeps, in the kernel (``take``: ``tee(2)`` into the FIFO, then ``splice``
-of the same bytes into the file). While the FIFO is full (``held``) the watch
-loop takes no more of the job's pipe: the job waits for its follower as for a
-pipe. Without ``tee``, ``write`` copies what the loop read, and what the FIFO
-does not take at once waits in ``pending`` (``flush_tee``).
+of the same bytes into the file until the cut; after it ``readv`` into the
+buffer, where they are counted, and ``pwrite`` into the ring). While the FIFO
+is full (``held``) the watch loop takes no more of the job's pipe: the job
+waits for its follower as for a pipe. Without ``tee``, ``write`` copies what
+the loop read, and what the FIFO does not take at once waits in ``pending``
+(``flush_tee``).
 
-A reader that follows the file while it is cut (``qex logs --follow``) reads
-``<stream>.log.cut``, a fixed-size record the supervisor rewrites in place
-(one ``pwrite``) before and after each slide: where the head ends, how long
-the marker is, which position of the whole output the window starts at, and a
-generation. ``Follower`` (``qex.supervisor.logread``) maps its position in the
-whole output onto the file with it, retries when a slide happened during its read, and counts what went
-by when it could not keep up (``gaps``: its caller says so, outside the data).
+A reader of the file while it is cut (``qex logs``, ``--follow``) reads
+``<stream>.log.cut`` (``qex.supervisor.logcut``: the format), a fixed-size
+record the supervisor rewrites in place (one ``pwrite``) at the cut, after each
+write into the ring (the window's end) and at the end. ``Follower``
+(``qex.supervisor.logread``) maps its position in the whole output onto the
+file with it, checks that the writer did not overwrite what it read, and counts
+what went by when it could not keep up (``gaps``: its caller says so, outside
+the data).
 """
 
-import binascii
 import errno
 import posix as os  # the system calls only: the minimal watcher (qex.supervisor.watch) imports
 
 #                     this module, and the `os` module would cost it 170 kB (see docs/design.md)
+from qex.supervisor import logcut
+from qex.supervisor.logcut import CutState, cut_path, read_cut
 
 MIN_LIMIT = 4096  # below this the head, the marker and a tail do not fit
-CUT_RECORD = 256  # bytes of the .cut record
-COPY_CHUNK = 1 << 20
-CHECK_EVERY = 64 << 10  # a log looks at the free space at least every 64 KiB it writes
+CHECK_EVERY = 64 << 10  # a growing log looks at the free space at least every 64 KiB it writes
+LEASE = 1 << 20  # how far ahead of its writes the writer reserves the ring (at most; readers trust less by as much)
+# What ``Sink.handover`` gives the process an exec starts, in order (-: a count of lines no one read, once).
+HANDED = (
+    "path label setting failed room fd size limit bytes - cut_fd state changed cut tee tee_path pending held".split()
+)
 
 
-class CutState:
-    """The cut record: how the file maps onto the whole output."""
-
-    __slots__ = (
-        "gen",
-        "moving",
-        "final",
-        "head",
-        "marker",
-        "base",
-        "dropped_bytes",
-        "dropped_lines",
-        "mid_line",
-        "head_nl",
-    )
-
-    def __init__(
-        self,
-        gen=0,
-        moving=False,
-        final=False,
-        head=0,
-        marker=0,
-        base=0,
-        dropped_bytes=0,
-        dropped_lines=0,
-        mid_line=False,
-        head_nl=True,
-    ):
-        self.gen, self.moving, self.final = gen, moving, final
-        self.head, self.marker, self.base = head, marker, base
-        self.dropped_bytes, self.dropped_lines = dropped_bytes, dropped_lines
-        self.mid_line, self.head_nl = mid_line, head_nl
-
-    def encode(self) -> bytes:
-        fields = (
-            f"qexcut1 {self.gen} {int(self.moving)} {int(self.final)} {self.head} {self.marker} "
-            f"{self.base} {self.dropped_bytes} {self.dropped_lines} {int(self.mid_line)} "
-            f"{int(self.head_nl)}"
-        ).encode()
-        line = fields + b" %08x" % binascii.crc32(fields)
-        return line.ljust(CUT_RECORD - 1) + b"\n"
-
-    @classmethod
-    def decode(cls, data: bytes) -> "CutState | None":
-        """None for a record that is absent, torn or damaged (the caller retries)."""
-        fields, _, crc = data.rstrip().rpartition(b" ")
-        try:
-            if not fields.startswith(b"qexcut1 ") or int(crc, 16) != binascii.crc32(fields):
-                return None
-            n = [int(x) for x in fields.split()[1:]]
-            return cls(n[0], bool(n[1]), bool(n[2]), n[3], n[4], n[5], n[6], n[7], bool(n[8]), bool(n[9]))
-        except (ValueError, IndexError):
-            return None
-
-
-def cut_path(path: str) -> str:
-    """The cut record of the log at ``path``. Not in the minimal watcher, which imports
-    nothing that imports ``os`` (the layout does): a ``Sink`` has its own, ``cut``."""
-    from qex.store.layout import CUT
-
-    return path + CUT
-
-
-def read_cut(path: str) -> "CutState | None | bool":
-    """The cut record of the log at ``path``: None if the file was never cut,
-    False if the record cannot be read consistently right now."""
-    try:
-        fd = os.open(cut_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return False
-    try:
-        data = os.pread(fd, CUT_RECORD, 0)
-    finally:
-        os.close(fd)
-    if not data:
-        return None  # created, not written yet: the file is still whole
-    return CutState.decode(data) or False
+def lease(cap: int) -> int:
+    """How far ``reserve`` goes past a write: a reader of the running job's window misses at
+    most this much of its oldest bytes, and the writer says a new reserve once per lease."""
+    return min(cap // 16, LEASE)
 
 
 class Sink:
@@ -163,69 +96,54 @@ class Sink:
         self.changed = False
         self.tee, self.tee_path, self.pending = -1, "", b""
         self.held = False  # take() found the FIFO full: what waits for the follower is in the job's pipe
+        self.totals: tuple | None = None  # (dropped bytes, dropped lines) once the end counted them
         previous = read_cut(path) if self.size else None  # (a file never written was never cut)
         if previous:  # an earlier attempt cut this file: go on from where it stopped
-            self.state = previous
-            self.state.moving = self.state.final = False
-            if self.limit is not None:
-                self.limit = max(self.limit, previous.head + previous.marker + MIN_LIMIT // 2)
+            self._adopt(previous)
+
+    def _adopt(self, previous: CutState) -> None:
+        """Go on from the cut of an earlier attempt: a window it left unrolled (its
+        supervisor died) is unrolled first, trusting only what its ``reserve`` spared."""
+        self.state = previous
+        if previous.cap and not self.failed:
+            try:
+                self._finalize(previous.reserve)
+            except OSError as exc:
+                self.failed = f"cannot go on with {self.path}: {exc.strerror or exc}"
+            self.totals = None  # (this attempt's output counts too)
+        self.state.moving = self.state.final = False
+        if self.limit is not None:
+            self.limit = max(self.limit, previous.head + previous.marker + MIN_LIMIT // 2)
 
     # ---- across an exec (qex.supervisor.handoff): the fds stay open -----------
     def handover(self) -> tuple:
         """What the process this one execs into needs to go on writing this log."""
-        return (
-            self.path,
-            self.label,
-            self.setting,
-            self.failed,
-            self.room,
-            self.fd,
-            self.size,
-            self.limit,
-            self.bytes,
-            0,
-            self.cut_fd,
-            self.state.encode() if self.state else None,
-            self.changed,
-            self.cut,
-            self.tee,
-            self.tee_path,
-            self.pending,
-            self.held,
-        )
+        state = self.state.encode() if self.state else None
+        return tuple(state if n == "state" else getattr(self, n) if n != "-" else 0 for n in HANDED)
 
     @classmethod
     def resume(cls, handed: tuple) -> "Sink":
         """The Sink ``handover`` described, in the process that inherited its fds."""
         self = cls.__new__(cls)
-        (
-            self.path,
-            self.label,
-            self.setting,
-            self.failed,
-            self.room,
-            self.fd,
-            self.size,
-            self.limit,
-            self.bytes,
-            _,
-            self.cut_fd,
-            state,
-            self.changed,
-        ) = handed[:13]  # (_: a count of lines no one read)
-        self.cut = handed[13] if len(handed) > 13 else None  # (None: handed over by a qex before this one)
-        self.tee, self.tee_path, self.pending = handed[14:17] if len(handed) > 16 else (-1, "", b"")
-        self.held = handed[17] if len(handed) > 17 else False
-        self.state = CutState.decode(state) if state else None
+        self.cut, self.tee, self.tee_path, self.pending, self.held = None, -1, "", b"", False  # (an older qex's: fewer)
+        for name, value in zip(HANDED, handed):
+            if name != "-":
+                setattr(self, name, value)
+        self.state = CutState.decode(self.state) if self.state else None
+        self.totals = None
         return self
 
     # ---- the counts the record shows ----------------------------------------
     @property
     def dropped_bytes(self) -> int:
+        if self.totals is not None:
+            return self.totals[0]
         return self.state.dropped_bytes if self.state else 0
 
     @property
     def dropped_lines(self) -> int:
+        if self.totals is not None:
+            return self.totals[1]
         return self.state.dropped_lines if self.state else 0
 
     # ---- writing ------------------------------------------------------------
@@ -239,11 +157,8 @@ class Sink:
             self._tee(memoryview(data)[:n])
         if self.failed:
             return
-        if n > self.room and not self._look(n):
-            return
-        self.room -= n
         try:
-            self._write(memoryview(data)[:n])
+            self._append(memoryview(data)[:n])
         except OSError as exc:  # a full disk stops the log, never the job
             self.failed = exc.strerror or str(exc)
 
@@ -280,28 +195,34 @@ class Sink:
         return n
 
     def _log_from(self, pipe: int, n: int, buffer: bytearray) -> None:
-        """Move the next ``n`` bytes of ``pipe`` into the file (``splice``), the limit
-        applied as ``_write`` does; what the log cannot take (stopped) is read and dropped:
-        the FIFO has them already, and the pipe must be at the next byte."""
-        moved = [0]  # (what went in before an error: the rest is dropped, no more)
-
-        def move(i: int, k: int, at: int) -> int:
-            got = os.splice(pipe, self.fd, k, None, at)
-            moved[0] += got
-            return got
-
-        if not self.failed and (n <= self.room or self._look(n)):
-            self.room -= n
-            try:
-                self._put(n, move)
-            except OSError as exc:  # a full disk stops the log, never the job
-                self.failed = exc.strerror or str(exc)
-        n -= moved[0]
+        """Move the next ``n`` bytes of ``pipe`` into the log: by ``splice`` (in the kernel)
+        until the cut; after it through ``buffer``, so that their newlines are counted while
+        they are at hand (``_ring_put``), never read back. What the log cannot take (it
+        stopped) is read and dropped: the FIFO has it already, and the pipe must be at the
+        next byte."""
+        if not self.failed and self.state is None:
+            k = n if self.limit is None else min(n, self.limit - self.size)
+            if k > 0 and self._grow(k):
+                try:
+                    while k > 0:
+                        got = os.splice(pipe, self.fd, k, None, self.size)
+                        if not got:
+                            break
+                        self.size += got
+                        k -= got
+                        n -= got
+                except OSError as exc:  # a full disk stops the log, never the job
+                    self.failed = exc.strerror or str(exc)
         view = memoryview(buffer)
         while n > 0:
             got = os.readv(pipe, [view[:n]])
             if not got:
                 break
+            if not self.failed:
+                try:
+                    self._append(view[:got])
+                except OSError as exc:
+                    self.failed = exc.strerror or str(exc)
             n -= got
 
     # ---- the follower's FIFO (qex.supervisor.pipes) ------------------------------
@@ -356,6 +277,14 @@ class Sink:
             pass
         self.tee, self.pending, self.held = -1, b"", False
 
+    # ---- the file: growing, the cut, the ring ------------------------------------
+    def _grow(self, n: int) -> bool:
+        """Whether the file may grow by ``n`` bytes (the free space, looked at every CHECK_EVERY)."""
+        if n > self.room and not self._look(n):
+            return False
+        self.room -= n
+        return True
+
     def _look(self, want: int) -> bool:
         """Stop the log before the disk is so full that records cannot be written."""
         from qex.store.room import LOG_ROOM
@@ -375,65 +304,98 @@ class Sink:
         self.room = min(CHECK_EVERY, free - LOG_ROOM)
         return True
 
-    def _write(self, view: memoryview) -> None:
-        if self._put(len(view), lambda i, k, at: os.pwrite(self.fd, view[i : i + k], at)):
-            raise OSError(0, "the file took no more")
-
-    def _put(self, n: int, move) -> int:
-        """Write ``n`` bytes, the limit applied (at the limit, a slide): ``move(i, k, at)``
-        writes ``k`` of them from their ``i``-th at ``at`` in the file and returns how many
-        it wrote. The count of those it did not write (0 but where the file took none)."""
-        limit, done = self.limit, 0
-        while done < n:
-            room = n - done if limit is None else limit - self.size
-            if room <= 0:
-                self._slide()
-                if self.limit - self.size <= 0:
-                    raise OSError(0, "the limit leaves no room after the marker")
+    def _append(self, view: memoryview) -> None:
+        """Write ``view`` after what the log holds, the limit applied. Raises OSError."""
+        while view:
+            s = self.state
+            if s is not None and self.limit is not None:
+                if not s.cap:
+                    self._to_ring()
+                    continue
+                self._ring_put(view)
+                return
+            if s is not None and s.end >= 0:  # (cut by an earlier attempt, no limit now: it grows in order)
+                s.end, s.gen = -1, s.gen + 1
+                self._put_cut()
+            k = len(view) if self.limit is None else min(len(view), self.limit - self.size)
+            if k <= 0:
+                self._cut()
                 continue
-            moved = move(done, min(n - done, room), self.size)
-            if not moved:
-                break
-            self.size += moved
-            done += moved
-        return n - done
+            if not self._grow(k):
+                return
+            logcut.write_all(self.fd, view[:k], self.size)
+            self.size += k
+            view = view[k:]
 
-    def _slide(self) -> None:
-        """The file is full: keep the head and the newest half of the window."""
-        s = self.state
-        if s is None:
-            head = self.limit // 4
-            s = CutState(head=head, head_nl=os.pread(self.fd, 1, head - 1) == b"\n")
-            marker = self._live_marker(s.head_nl)
-            window_at = head  # the window is what follows the head in the uncut file
-            base = head
-        else:
-            marker = None
-            window_at = s.head + s.marker
-            base = s.base
-        dest = s.head + (len(marker) if marker is not None else s.marker)
-        keep = max(0, min((self.limit - dest) // 2, self.size - dest))
-        src = self.size - keep
-        gone_lines, last = _count_newlines(self.fd, window_at, src)
-        s.gen += 1
-        s.moving = True
+    def _cut(self) -> None:
+        """The file reached the limit: the head stays, the marker goes over the bytes after
+        it (counted), and the rest of the file is the window (``_to_ring``)."""
+        head = self.limit // 4
+        head_nl = os.pread(self.fd, 1, head - 1) == b"\n"
+        marker = self._live_marker(head_nl)
+        s = CutState(head=head, marker=len(marker), origin=head + len(marker), end=self.size, head_nl=head_nl)
+        s.dropped_bytes = len(marker)
+        s.dropped_lines, last = logcut.lines_in(self.fd, [(head, len(marker))])
+        s.mid_line = last != b"\n"
+        s.gen, s.moving = 1, True
         self.state = s
         self._put_cut()
-        _copy_between(self.fd, self.fd, src, dest, keep)  # (dest <= src)
-        if marker is not None:
-            os.pwrite(self.fd, marker, s.head)
-            s.marker = len(marker)
-        os.ftruncate(self.fd, dest + keep)
-        self.size = dest + keep
-        gone = src - window_at
-        s.base = base + gone
-        s.dropped_bytes += gone
-        s.dropped_lines += gone_lines
-        if gone:
+        logcut.write_all(self.fd, marker, head)
+        self.changed = True
+        self._to_ring()
+
+    def _to_ring(self) -> None:
+        """The window, in order after the marker, becomes a ring of the rest of the limit; a
+        window longer than that (a retry under a smaller limit) loses its oldest bytes
+        first, counted (one copy)."""
+        s = self.state
+        at = s.head + s.marker
+        cap = self.limit - at
+        if s.end < 0:  # (format 1: the window is the rest of the file)
+            s.end = s.origin + self.size - at
+        held = s.end - s.origin
+        s.gen += 1
+        s.moving = True
+        self._put_cut()
+        if held > cap:
+            drop = held - cap
+            gone, last = logcut.lines_in(self.fd, [(at, drop)])
+            s.dropped_bytes += drop
+            s.dropped_lines += gone
             s.mid_line = last != b"\n"
+            logcut.copy_between(self.fd, self.fd, at + drop, at, cap)
+            os.ftruncate(self.fd, at + cap)
+            s.origin += drop
+            held = cap
+            self.changed = True
+        self.size = at + held
+        s.lines = logcut.lines_in(self.fd, [(at, held)])[0]
+        s.cap, s.reserve = cap, s.end
         s.gen += 1
         s.moving = False
-        self.changed = True
+        self._put_cut()
+
+    def _ring_put(self, view: memoryview) -> None:
+        """Write ``view`` at the end of the window, over its oldest bytes, and count its
+        newlines (hot: the caller has just read them). The record says ``reserve`` before
+        the writes pass it, and the new end after them."""
+        s = self.state
+        n = len(view)
+        lines = logcut.newlines(view)
+        if s.end + n > s.reserve:
+            s.reserve = s.end + n + lease(s.cap)  # (ahead: not one more record per write)
+            self._put_cut()
+        done = 0
+        for at, k in logcut.pieces(s, s.end, s.end + n):
+            if at + k > self.size and not self._grow(at + k - self.size):
+                return  # (a window that is not full yet grows the file)
+            logcut.write_all(self.fd, view[done : done + k], at)
+            self.size = max(self.size, at + k)
+            done += k
+        s.end += n
+        s.lines += lines
+        if logcut.start(s, s.end) > s.origin:
+            self.changed = True  # (bytes were overwritten: the end unrolls the window)
         self._put_cut()
 
     def _live_marker(self, head_nl: bool) -> bytes:
@@ -443,17 +405,16 @@ class Sink:
         )
         return (b"" if head_nl else b"\n") + text.encode()
 
-    def _final_marker(self) -> bytes:
+    def _final_marker(self, dropped: int, lines: int, mid_line: bool, head_nl: bool) -> bytes:
         from qex.base.units import format_size
 
-        s = self.state
         what = self.label or "the output"
         text = (
-            f"[qex] ---- {s.dropped_bytes} bytes ({format_size(s.dropped_bytes)}) and {s.dropped_lines} "
+            f"[qex] ---- {dropped} bytes ({format_size(dropped)}) and {lines} "
             f"line(s) of {what} are not in this file: they passed {self.setting or '[logs] max_bytes'}"
-            f"{'; the text below starts in the middle of a line' if s.mid_line else ''} ----\n"
+            f"{'; the text below starts in the middle of a line' if mid_line else ''} ----\n"
         )
-        return (b"" if s.head_nl else b"\n") + text.encode()
+        return (b"" if head_nl else b"\n") + text.encode()
 
     def _put_cut(self) -> None:
         if self.cut_fd is None:
@@ -463,10 +424,17 @@ class Sink:
 
     # ---- the end --------------------------------------------------------------
     def close(self) -> None:
-        """Write the counted marker (if the file was cut) and close."""
+        """Unroll the window after the counted marker (if the file was cut) and close."""
+        s = self.state
         try:
-            if self.state is not None and self.changed and not self.failed:
-                self._finalize()
+            if s is not None and not self.failed:
+                if self.changed:
+                    self._finalize(s.end)
+                elif self.cut_fd is not None:
+                    s.final = True
+                    self._put_cut()
+            elif s is not None:  # (the log stopped: the counts of what it holds, as well as they go)
+                self.totals = self._totals(s.reserve)[1:3]
         except OSError as exc:
             self.failed = exc.strerror or str(exc)
         finally:
@@ -475,81 +443,48 @@ class Sink:
                 os.close(self.cut_fd)
             self.drop_tee(cut=True)
 
-    def _finalize(self) -> None:
-        """Replace the live marker by the counted one, as one rename (readers see
-        the old file or the new one)."""
+    def _totals(self, upto: int) -> tuple:
+        """(where the window starts, bytes and lines left out in all, whether the window
+        starts mid-line, its newlines) once the writer wrote up to ``upto``."""
         s = self.state
-        marker = self._final_marker()
-        from os.path import join, split
+        if s.end < 0:  # (format 1: the window is the rest of the file, in order)
+            s.end = s.origin + self.size - s.head - s.marker
+        first = min(logcut.start(s, upto), s.end)
+        if first == s.origin:
+            return first, s.dropped_bytes, s.dropped_lines, s.mid_line, s.lines
+        window = logcut.lines_in(self.fd, logcut.pieces(s, first, s.end))[0]
+        mid = os.pread(self.fd, 1, logcut.place(s, first - 1)) != b"\n"
+        return first, s.dropped_bytes + first - s.origin, s.dropped_lines + s.lines - window, mid, window
 
-        directory, base = split(self.path)
-        tmp = join(directory, f".{base}.final")
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    def _finalize(self, upto: int) -> None:
+        """Write head, counted marker and window in order to a new file and rename it over
+        the log (readers see the live file or the new one); it is the log from then on."""
+        s = self.state
+        first, dropped, dropped_lines, mid, window = self._totals(upto)
+        self.totals = (dropped, dropped_lines)
+        marker = self._final_marker(dropped, dropped_lines, mid, s.head_nl)
+        directory, _, base = self.path.rpartition("/")
+        tmp = f"{directory}/.{base}.final"
+        out = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            _copy_between(self.fd, out, 0, 0, s.head)
-            _write_all(out, marker, s.head)
-            _copy_between(self.fd, out, s.head + s.marker, s.head + len(marker), self.size - s.head - s.marker)
-        finally:
+            logcut.copy_between(self.fd, out, 0, 0, s.head)
+            logcut.write_all(out, marker, s.head)
+            at = s.head + len(marker)
+            for src, n in logcut.pieces(s, first, s.end):
+                logcut.copy_between(self.fd, out, src, at, n)
+                at += n
+            s.gen += 1
+            s.moving = True
+            self._put_cut()
+            os.rename(tmp, self.path)
+        except BaseException:
             os.close(out)
-        s.gen += 1
-        s.moving = True
-        self._put_cut()
-        os.rename(tmp, self.path)
-        s.marker = len(marker)
+            raise
+        os.close(self.fd)
+        self.fd, self.size = out, at
+        s.origin, s.cap, s.reserve, s.marker, s.lines = first, 0, s.end, len(marker), window
+        s.dropped_bytes, s.dropped_lines, s.mid_line = dropped, dropped_lines, mid
         s.gen += 1
         s.moving = False
         s.final = True
         self._put_cut()
-
-
-def _write_all(fd: int, data, at: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, at)
-        at += n
-        view = view[n:]
-
-
-def _copy_between(src_fd: int, dest_fd: int, src: int, dest: int, n: int) -> None:
-    """Copy ``n`` bytes in the kernel (``copy_file_range``: no pass through this process),
-    by ``pread`` and ``pwrite`` where it cannot (another file system, ranges that overlap)."""
-    if src_fd == dest_fd and src == dest:
-        return  # (a slide that keeps the whole window where it is)
-    done = 0
-    while done < n:
-        try:
-            moved = os.copy_file_range(src_fd, dest_fd, n - done, src + done, dest + done)
-        except OSError:
-            break
-        if not moved:
-            return  # (the end of the file)
-        done += moved
-    while done < n:
-        chunk = os.pread(src_fd, min(COPY_CHUNK, n - done), src + done)
-        if not chunk:
-            break
-        _write_all(dest_fd, chunk, dest + done)
-        done += len(chunk)
-
-
-def _count_newlines(fd: int, start: int, end: int) -> tuple[int, bytes]:
-    """Newlines in [start, end) of the file, and its last byte."""
-    count, last, at = 0, b"", start
-    while at < end:
-        chunk = os.pread(fd, min(COPY_CHUNK, end - at), at)
-        if not chunk:
-            break
-        count += _newlines(chunk)
-        last = chunk[-1:]
-        at += len(chunk)
-    return count, last
-
-
-def _newlines(chunk: bytes) -> int:
-    """``chunk.count(b"\\n")``: ``count`` looks at each byte (3 GB/s here), ``replace`` jumps
-    between newlines (``memchr``: 9 GB/s for random bytes, 4 for lines of 54 bytes, 1.5 for
-    19, 0.06 for 1). Three samples of 4 KiB choose: ``replace`` for lines of 64 bytes or more."""
-    n, middle = len(chunk), len(chunk) // 2
-    if n < 1 << 16 or sum(chunk.count(b"\n", at, at + 4096) for at in (0, middle, n - 4096)) > 192:
-        return chunk.count(b"\n")
-    return n - len(chunk.replace(b"\n", b""))

@@ -9,7 +9,7 @@ import pytest
 from test_logs import check_cut_file, lines, sink
 
 from qex.linux import tee as tee_module
-from qex.supervisor.logs import _newlines
+from qex.supervisor.logcut import newlines as _newlines
 
 F_SETPIPE_SZ = 1031
 
@@ -120,7 +120,7 @@ def test_a_log_that_fails_mid_chunk_drops_the_rest_of_that_chunk_only(tmp_path, 
     def refuse():
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(s, "_slide", refuse)
+    monkeypatch.setattr(s, "_cut", refuse)
     first, second = lines(300)[:10000], lines(301)[-5000:]
     os.write(job_w, first + second)
     assert s.take(job_r, bytearray(len(first))) == len(first)
@@ -173,4 +173,4 @@ def test_without_tee_the_bytes_are_copied_the_same(tmp_path, monkeypatch):
     ],
 )
 def test_newlines_are_counted_exactly_whatever_their_density(chunk):
-    assert _newlines(chunk) == chunk.count(b"\n")
+    assert _newlines(chunk) == _newlines(memoryview(chunk)[:]) == chunk.count(b"\n")
