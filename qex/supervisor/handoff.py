@@ -2,7 +2,7 @@
 
 The forked supervisor (a copy of the CLI process with everything it imported,
 about 9 MB of private memory) starts the job and watches it for
-``watch.GRACE``. If the job still runs then, ``watch.become_watcher``
+``watch.GRACE``. If the job still runs then, ``qex.supervisor.slim.become_watcher``
 re-executes the same process (same pid: the record's ``supervisor_pid`` stays
 right; same session) into ``qex.supervisor.watch.main``, a ``python -I -S``
 that holds about 3 MB. It keeps exactly: the job's stdout and stderr pipes, the

@@ -237,12 +237,12 @@ def _hand_off(
     """The job runs on past ``watch.GRACE``: exec into the minimal watcher, which never
     comes back here (``resume``). If the exec failed, watch on in this process and
     return the end ``watch.loop`` saw."""
-    from qex.supervisor import watch
+    from qex.supervisor import slim, watch
 
     _teach(ctx)  # (the watcher is another program: what it would lose)
 
     spawn.pid_line_now(proc)
-    watch.become_watcher(
+    slim.become_watcher(
         ctx,
         launch,
         proc.pid,

@@ -68,7 +68,7 @@ def start(ctx: Context, rec: dict, started: float) -> Sampler | None:
         samples=0,
         note_pid=None,
         note_argv=watch.entry_argv(
-            watch._package_parent(), "qex.supervisor.vram_note", "main", vram.NOTE_TAG, rec["id"], 0, minimal=False
+            watch.package_parent(), "qex.supervisor.vram_note", "main", vram.NOTE_TAG, rec["id"], 0, minimal=False
         )[:-1],
     )
 

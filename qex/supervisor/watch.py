@@ -40,15 +40,12 @@ import sys
 import time
 
 from qex.linux import tree  # (builtins only, as this module)
-from qex.linux.whose import FINISHER_TAG, WATCHER_TAG  # (posix only: how a supervisor is known)
+from qex.linux.whose import FINISHER_TAG  # (posix only: how a supervisor is known)
 
 TYPE_CHECKING = False  # (typing itself is not imported; nor is __future__: the minimal watcher)
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from qex.config.context import Context
-    from qex.queue.context import Launch
-    from qex.supervisor.memory import Meter
 
 READ_SIZE = 1 << 16  # a pipe's whole buffer in one read
 FOLLOWED_READ_SIZE = 1 << 20  # a followed job's pipes are this large (qex.supervisor.pipes.grow)
@@ -129,9 +126,7 @@ def loop(
                 stop_reason = _stop_asked(interrupt, timeout_at, now, wait_status)
                 if stop_reason:
                     since, kill_at = _terminate(pid, now, kill_grace, wait_status is None)
-            if kill_at is not None and now >= kill_at:
-                tree.stop(pid, _signal.SIGKILL, since)
-                kill_at = None
+            kill_at = _kill_when_due(pid, kill_at, since, now)
             if drain_until is not None and now >= drain_until and (open_pipes or held):
                 if held:  # a stopped job's last output, still waiting for its follower: let it go,
                     _let_go(held, sinks, poll, open_pipes)  # and give the log the drain it did not have
@@ -142,19 +137,8 @@ def loop(
             handing = handoff_at is not None and stop_reason is None and wait_status is None
             if handing and now >= handoff_at:
                 return End(handoff=True, open_pipes=open_pipes)
-            limits = [
-                t
-                for t in (
-                    timeout_at if stop_reason is None else None,
-                    kill_at,
-                    drain_until,
-                    handoff_at if handing else None,
-                    _sample(sampler, now, poll, wait_status, peak),
-                )
-                if t
-            ]
-            # poll() takes an int of ms: a --timeout of weeks would overflow it; wake and look again
-            wait = min(MAX_WAIT, max(0.0, min(limits) - now)) if limits else None
+            soon = (timeout_at if stop_reason is None else None, kill_at, drain_until, handoff_at if handing else None)
+            wait = _wait(now, *soon, _sample(sampler, now, poll, wait_status, peak))
             try:
                 events = poll.poll(None if wait is None else wait * 1000)
             except InterruptedError:
@@ -163,19 +147,43 @@ def loop(
                 if fd == pidfd:  # (kill_at: set only once a stop began, and the stop is done here)
                     wait_status, rusage = _reap(pid, poll, pidfd, since if stop_reason else None)
                     kill_at, drain_until = None, time.time() + drain
-                elif fd in held:
-                    _release(fd, mask, sinks, poll, held, open_pipes)
-                elif fd in open_pipes:
-                    _copy(fd, mask, buffer, sinks, poll, open_pipes, held)
-                elif fd == interrupt.r:
-                    _woken_by(fd, pid)
-                elif sampler is not None:
-                    sampler.feed(fd, poll)
+                else:
+                    _on_event(fd, mask, pid, sinks, poll, buffer, open_pipes, held, interrupt, sampler)
         if wait_status is None:  # pipes closed first
             _, wait_status, rusage = os.wait4(pid, 0)
     finally:
         os.close(pidfd)
     return End(wait_status, rusage, stop_reason, incomplete)
+
+
+def _on_event(
+    fd: int, mask: int, pid: int, sinks: dict, poll, buffer, open_pipes: set, held: dict, interrupt, sampler
+) -> None:
+    """A descriptor of the poll is ready: a follower's FIFO took what waited, the job wrote,
+    a signal came, or the VRAM sampler's answer."""
+    if fd in held:
+        _release(fd, mask, sinks, poll, held, open_pipes)
+    elif fd in open_pipes:
+        _copy(fd, mask, buffer, sinks, poll, open_pipes, held)
+    elif fd == interrupt.r:
+        _woken_by(fd, pid)
+    elif sampler is not None:
+        sampler.feed(fd, poll)
+
+
+def _kill_when_due(pid: int, kill_at: float | None, since: int, now: float) -> float | None:
+    """SIGKILL to what is left of the job once its kill grace is over; the next kill time."""
+    if kill_at is not None and now >= kill_at:
+        tree.stop(pid, _signal.SIGKILL, since)
+        return None
+    return kill_at
+
+
+def _wait(now: float, *times: float | None) -> float | None:
+    """Seconds to the earliest of ``times`` (None: no limit, poll until an event)."""
+    limits = [t for t in times if t]
+    # poll() takes an int of ms: a --timeout of weeks would overflow it; wake and look again
+    return min(MAX_WAIT, max(0.0, min(limits) - now)) if limits else None
 
 
 def _sample(sampler, now: float, poll, wait_status, peak: object = None) -> float | None:
@@ -371,86 +379,12 @@ def _quiet_signals() -> None:
     _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
 
 
-def _package_parent() -> str:
+def package_parent() -> str:
     """The folder that holds the qex package this process runs (so that the exec'd
     watcher and the full qex after it import this same code)."""
     import os.path  # (this module's ``os`` is posix, which has no path)
 
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def become_watcher(
-    ctx: "Context",
-    launch: "Launch",
-    pid: int,
-    rec: dict,
-    interrupt: object,
-    meter: "Meter",
-    sinks: dict,
-    open_pipes: "Iterable[int]",
-    timeout_at: float | None,
-    kill_grace: float,
-    drain: float,
-    sampler: object = None,
-    peak: object = None,
-) -> None:
-    """Exec into the minimal watcher (see ``qex.supervisor.handoff``). Returns only
-    if the exec failed (the caller then goes on watching in this process). Runs in
-    the full supervisor, never in the watcher: its imports stay inside it."""
-    from qex.store import fs
-
-    try:
-        fs.settle(frees=True)  # (an exec ends the thread that makes this supervisor's last commit durable)
-    except Exception:
-        pass  # said nowhere better: the job goes on, and its end is recorded as usual
-    cg = meter.cg if meter is not None else None
-    passed = {
-        "root": ctx.store.root,
-        "launch": (launch.job_id, launch.alive_fd, launch.peer_fd, launch.peer_lock),
-        "rec": rec,
-        "meter": None
-        if meter is None
-        else {
-            "cg": (cg.kind, cg.path, cg.scoped, cg.home) if cg is not None else None,
-            "why_not": meter.why_not,
-            "cg_kills0": meter.cg_kills0,
-            "machine0": meter.machine0,
-            "job_dir": meter.job_dir,
-            "unit": meter.unit,
-        },
-    }
-    watched = {
-        "pid": pid,
-        "sinks": [(p, s.handover()) for p, s in sinks.items()],
-        "open": list(open_pipes),
-        "timeout_at": timeout_at,
-        "kill_grace": kill_grace,
-        "drain": drain,
-        "requested": None,
-        "keep": [launch.alive_fd, launch.peer_fd],
-        "here": _package_parent(),
-        "vram": sampler.state() if sampler is not None else None,
-        "rss": peak.state() if peak is not None else None,
-    }
-    # From here a kill waits (blocked) for the watcher's handler; one that came during the
-    # grace after the loop last looked is in interrupt.requested: it is handed over too.
-    import signal
-
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    watched["requested"] = interrupt.requested
-    fd = write_handover((watched, marshal.dumps(passed)))
-    keep = [
-        fd,
-        *sinks,
-        launch.alive_fd,
-        launch.peer_fd,
-        *(s.fd for s in sinks.values()),
-        *(s.cut_fd for s in sinks.values()),
-        *(s.tee for s in sinks.values()),
-    ]
-    argv = entry_argv(watched["here"], "qex.supervisor.watch", "main", WATCHER_TAG, launch.job_id, fd, minimal=True)
-    exec_keeping(argv, keep)  # unblocks the signals if it returns
-    os.close(fd)
 
 
 def main() -> None:
@@ -470,16 +404,7 @@ def main() -> None:
     for pipe, state in watch["sinks"]:
         sinks[pipe] = Sink.resume(state)
     pid = watch["pid"]
-    sampler = None
-    if watch.get("vram"):  # a GPU job (qex.supervisor.vram: builtin modules only)
-        from qex.supervisor.vram import Sampler
-
-        sampler = Sampler.resume(watch["vram"])
-    peak = None
-    if watch.get("rss"):  # a job without a cgroup (qex.linux.rss: builtin modules only)
-        from qex.linux.rss import TreePeak
-
-        peak = TreePeak.resume(watch["rss"])
+    sampler, peak = _samplers(watch)
     end = loop(
         pid,
         {p: s for p, s in sinks.items()},
@@ -497,17 +422,7 @@ def main() -> None:
     for pipe, sink in sinks.items():
         os.close(pipe)
         sink.drop_tee(cut=False)  # (all it was given is taken: the loop ends only then)
-    r = end.rusage
-    ended = {
-        "wait_status": end.wait_status,
-        "stop_reason": end.stop_reason,
-        "incomplete": end.incomplete,
-        "requested": interrupt.requested,
-        "rusage": (r.ru_maxrss, r.ru_utime, r.ru_stime) if r is not None else None,
-        "sinks": [s.handover() for s in sinks.values()],
-        "vram": sampler.result() if sampler is not None else None,
-        "rss": peak.result() if peak is not None else None,
-    }
+    ended = _ended(end, interrupt, sinks, sampler, peak)
     interrupt.close()
     out = write_handover((ended, passed))
     keep = [out, *watch["keep"], *(s.fd for s in sinks.values()), *(s.cut_fd for s in sinks.values())]
@@ -518,3 +433,33 @@ def main() -> None:
     # lock: the next pass finds the supervisor lost and says so in the record.
     print(f"qex: the watcher of job {job_id} cannot exec back into qex to record its end", file=sys.stderr, flush=True)
     os._exit(70)
+
+
+def _samplers(watch: dict) -> tuple:
+    """The VRAM sampler of a GPU job and the /proc peak of a job without a cgroup, as the
+    full supervisor handed them over (None where the job has none); builtin modules only."""
+    sampler = peak = None
+    if watch.get("vram"):
+        from qex.supervisor.vram import Sampler
+
+        sampler = Sampler.resume(watch["vram"])
+    if watch.get("rss"):
+        from qex.linux.rss import TreePeak
+
+        peak = TreePeak.resume(watch["rss"])
+    return sampler, peak
+
+
+def _ended(end: End, interrupt: Interrupt, sinks: dict, sampler: object, peak: object) -> dict:
+    """What the full qex needs to record the end (``qex.supervisor.handoff.finish``)."""
+    r = end.rusage
+    return {
+        "wait_status": end.wait_status,
+        "stop_reason": end.stop_reason,
+        "incomplete": end.incomplete,
+        "requested": interrupt.requested,
+        "rusage": (r.ru_maxrss, r.ru_utime, r.ru_stime) if r is not None else None,
+        "sinks": [s.handover() for s in sinks.values()],
+        "vram": sampler.result() if sampler is not None else None,
+        "rss": peak.result() if peak is not None else None,
+    }
