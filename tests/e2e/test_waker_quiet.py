@@ -16,7 +16,7 @@ import struct
 import time
 
 import pytest
-from e2e_helpers import FINAL, alive, gated, open_gate
+from e2e_helpers import FINAL, alive, fd_targets, gated, open_gate
 
 CONFIG = '[budget]\ncpu = 8\nmem = "8GB"\n[defaults]\nmem = "10MB"\n'
 FAST = {"QEX_WAKER_INTERVAL": "0.2"}  # a waker that polled the index would read it 5 times a second
@@ -83,21 +83,23 @@ def quiet(q, window: float = 1.0, bound: float = 20.0, state: str | None = None)
     raise AssertionError(f"the index was opened in every {window}s for {bound}s: {seen} times")
 
 
+def proc_comm(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
 def waker_pid(q) -> int:
     """The process that holds this user's waker lock (named ``qex: waker``: the first
     child of its double fork holds the lock too, for a moment)."""
     lock = os.path.join(q.state, f"waker-{os.getuid()}.lock")
 
     def holder():
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                fds = os.listdir(f"/proc/{pid}/fd")
-                if any(os.readlink(f"/proc/{pid}/fd/{fd}") == lock for fd in fds):
-                    with open(f"/proc/{pid}/comm") as fh:
-                        if fh.read().strip() == "qex: waker":
-                            return int(pid)
-            except OSError:
-                continue
+        for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+            if lock in fd_targets(pid) and proc_comm(pid) == "qex: waker":
+                return pid
         return None
 
     return q.wait_for(holder, timeout=10, what="a waker")
