@@ -55,13 +55,13 @@ class Follower:
         fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             if cut is None:
-                return b"", self.pos, _read_from(fd, self.pos), b""
+                return b"", self.pos, _pread(fd, None, self.pos), b""
             head = _pread(fd, cut.head - self.pos, self.pos) if self.pos < cut.head else b""
             pos = max(self.pos, cut.head)
             first = max(pos, start(cut, cut.end))
             marker = _pread(fd, cut.marker, cut.head) if pos == cut.head < first else b""
             if cut.end < 0:  # (format 1: the window is the rest of the file, in order)
-                tail = _read_from(fd, cut.head + cut.marker + first - cut.origin)
+                tail = _pread(fd, None, cut.head + cut.marker + first - cut.origin)
             else:
                 tail = b"".join(_pread(fd, n, at) for at, n in pieces(cut, first, cut.end))
             return head, first, tail, marker
@@ -102,26 +102,18 @@ def _same(a, b) -> bool:
     return bool(a) and bool(b) and a.gen == b.gen and not b.moving
 
 
-def _pread(fd: int, n: int, at: int) -> bytes:
+def _pread(fd: int, n: int | None, at: int) -> bytes:
+    """``n`` bytes of the file from ``at`` (None: to its end), fewer where it ends first."""
     chunks = []
-    while n > 0:
-        chunk = os.pread(fd, min(n, COPY_CHUNK), at)
+    while n is None or n > 0:
+        chunk = os.pread(fd, COPY_CHUNK if n is None else min(n, COPY_CHUNK), at)
         if not chunk:
             break
         chunks.append(chunk)
-        n -= len(chunk)
         at += len(chunk)
+        if n is not None:
+            n -= len(chunk)
     return b"".join(chunks)
-
-
-def _read_from(fd: int, at: int) -> bytes:
-    chunks = []
-    while True:
-        chunk = os.pread(fd, COPY_CHUNK, at)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-        at += len(chunk)
 
 
 def _pause() -> None:
