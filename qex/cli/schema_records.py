@@ -65,11 +65,17 @@ def of_type(tp: object, closed: bool) -> dict:
 
 
 def _is_record(tp: object) -> bool:
-    import attrs
-
+    """A Plain record, or an attrs class (the files people write): attrs is imported only
+    for what is neither a Plain record nor a plain type (qex schema status never needs it)."""
     from qex.base.plain import Plain
 
-    return isinstance(tp, type) and (issubclass(tp, Plain) or attrs.has(tp))
+    if not isinstance(tp, type):
+        return False
+    if issubclass(tp, Plain):
+        return True
+    import attrs
+
+    return attrs.has(tp)
 
 
 def _fields(cls: type) -> list[tuple[str, bool]]:
