@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from qex.config.context import Context
+    from qex.store.records import Status
 
 
 def label(fn: Callable) -> str:
@@ -74,13 +75,13 @@ def write(job_dir: str, data: bytes) -> None:
         fh.write(data)
 
 
-def answer(ctx: Context, rec: dict) -> tuple[bool, object]:
+def answer(ctx: Context, rec: Status) -> tuple[bool, object]:
     """(True, the value returned) or (False, the exception to raise) for a call's final record."""
     from qex.api.jobs import JobFailed
     from qex.base import outcome
 
-    job_id, state, code = rec["id"], rec.get("state", "unknown"), outcome.exit_code(rec)
-    why = rec.get("error") or ""
+    job_id, state, code = rec.id, rec.state, outcome.exit_code(rec)
+    why = rec.error or ""
     try:
         with open(ctx.store.path(job_id, RESULT), "rb") as fh:
             result = pickle.load(fh)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
     from qex.api.jobs import Queue
+    from qex.store.records import Status
 
 POLL_FIRST, POLL_MAX, NUDGE_EVERY = 0.005, 0.1, 1.0
 
@@ -99,10 +100,10 @@ class _Watcher:
                 if job_id in active and active[job_id].get("state") not in FINAL:
                     continue
                 try:
-                    rec = ctx.store.read_status_dict(job_id)
+                    rec = ctx.store.read_status(job_id)
                 except Exception:
                     continue
-                if rec.get("state") in FINAL and self.take([future]):
+                if rec.state in FINAL and self.take([future]):
                     ended += 1
                     self._finish(ctx, future, rec)
             now = time.monotonic()
@@ -124,7 +125,7 @@ class _Watcher:
             pass  # (the next look tries again; a pass that cannot run now is no failure of the call)
 
     @staticmethod
-    def _finish(ctx, future: Future, rec: dict) -> None:
+    def _finish(ctx, future: Future, rec: Status) -> None:
         if future.done():
             return
         ok, value = calls.answer(ctx, rec)

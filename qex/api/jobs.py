@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from qex.config.context import Context
+    from qex.store.records import Status
 
 # The keywords of qex.submit (and of an Executor's calls), each the option of `qex submit` it is.
 KEYWORDS = (
@@ -258,14 +259,17 @@ class Job:
 
     @property
     def record(self) -> dict:
-        """The job's record, as ``qex status --json ID`` prints it."""
-        store = self.queue.ctx.store
-        with as_command("status"):
-            return store.read_live(self.id, store.read_index_jobs())
+        """The job's record, as ``qex status --json ID`` prints it (a dict of JSON values)."""
+        return self._live().asdict()
 
     @property
     def state(self) -> str:
-        return self.record["state"]
+        return self._live().state
+
+    def _live(self) -> Status:
+        store = self.queue.ctx.store
+        with as_command("status"):
+            return store.read_live(self.id, store.read_index_jobs())
 
     def wait(self, timeout: float | None = None) -> int:
         """Wait for the job to end; its exit code as ``qex wait`` gives it (124: ``timeout`` passed)."""
@@ -289,7 +293,8 @@ class Job:
             raise SpecError(f'stream: {stream!r} is not a stream; use "stdout" or "stderr"')
         ctx = self.queue.ctx
         with as_command("logs"):
-            check_owner(ctx, ctx.store.read_status_dict(self.id), "read the logs of", changes=False)
+            rec = ctx.store.read_status(self.id)
+            check_owner(ctx, rec.id, rec.uid, rec.owner, "read the logs of", changes=False)
         try:
             with open(ctx.store.path(self.id, names[stream]), "rb") as fh:
                 return fh.read().decode(errors="replace")

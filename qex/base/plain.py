@@ -112,15 +112,25 @@ class Plain:
         return f"{type(self).__name__}({inner})"
 
     def evolve(self, **changes: object) -> Self:
-        """A copy with ``changes`` (what ``attrs.evolve`` does)."""
-        return type(self)(**{**self.asdict(shallow=True), **changes})
+        """A copy with ``changes`` (what ``attrs.evolve`` does); what the record keeps
+        besides its fields (``qex.store.records.load``: a newer qex's keys) stays."""
+        for name in changes:
+            if name not in self._fields:
+                raise TypeError(f"{type(self).__name__} has no field {name!r}")
+        cls = type(self)
+        if cls.__init__ is not Plain.__init__:  # (its own __init__ checks the values: it makes the copy)
+            return cls(**{**{n: getattr(self, n) for n in self._fields}, **changes})
+        made = object.__new__(cls)
+        object.__setattr__(made, "__dict__", {**self.__dict__, **changes})
+        return made
 
     def asdict(self, shallow: bool = False) -> dict:
-        """The fields as a dict; unless ``shallow``, nested records become dicts and
-        tuples lists (the JSON shape, as ``attrs.asdict`` gives)."""
+        """The fields, and what the record keeps besides them (``evolve``), as a dict;
+        unless ``shallow``, nested records become dicts and tuples lists (the JSON
+        shape, as ``attrs.asdict`` gives)."""
         if shallow:
-            return {n: getattr(self, n) for n in self._fields}
-        return {n: json_value(getattr(self, n)) for n in self._fields}
+            return dict(self.__dict__)
+        return {n: json_value(v) for n, v in self.__dict__.items()}
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})

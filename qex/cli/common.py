@@ -20,9 +20,12 @@ def err(text: str) -> None:
 
 
 def print_json(obj: object) -> None:
+    """``obj`` as one line of JSON; a record (``qex.base.plain.Plain``) as its dict."""
     import json
 
-    sys.stdout.write(json.dumps(obj, indent=None, sort_keys=True) + "\n")
+    from qex.base.plain import json_value
+
+    sys.stdout.write(json.dumps(json_value(obj), indent=None, sort_keys=True) + "\n")
 
 
 def context() -> Context:

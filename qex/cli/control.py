@@ -208,12 +208,12 @@ def _select(ctx: Context, args, final_states, now: float) -> list[str]:
     ended = []
     for job_id in ctx.store.job_ids():
         try:
-            rec = ctx.store.read_status_dict(job_id)
+            rec = ctx.store.read_status(job_id)
         except Exception:
             continue
-        if rec.get("state") not in states or rec.get("uid") not in (ctx.uid, None) and ctx.uid != 0:
+        if rec.state not in states or rec.uid != ctx.uid and ctx.uid != 0:
             continue
-        ended.append((rec.get("ended_at") or rec.get("submitted_at") or 0, job_id))
+        ended.append((rec.ended_at or rec.submitted_at or 0, job_id))
     ended.sort()
     if args.auto:  # the keep rule, as a supervisor's pruning applies it (qex.queue.prune)
         from qex.queue.prune import past_keep

@@ -125,8 +125,9 @@ def render(event: dict) -> str:
         text = f"{event.get('previous') or 'new'} -> {event.get('state')}"
         if event.get("state") in FINAL:
             from qex.base import outcome
+            from qex.store.records import Status, load
 
-            text += f" (code {outcome.exit_code(job)})"
+            text += f" (code {outcome.exit_code(load(Status, job))})"
             if job.get("error"):
                 text += f": {plain(job['error'], 300)}"
         return f"{head}  {text}"

@@ -20,6 +20,8 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from qex.store.records import Claims
+
 # name -> (header, width of its column; 0: the last column, as wide as it is)
 FIELDS = {
     "id": ("ID", 8),
@@ -57,12 +59,11 @@ def parse_format(text: str) -> tuple[str, ...]:
     return names
 
 
-def claims_text(claims: dict) -> str:
-    cpu = round(float(claims.get("cpu", 1)) * 1000)
-    parts = [f"{format_cores(cpu)} core{'s' if cpu != 1000 else ''}", format_size(int(claims.get("mem", 0)))]
-    for name, c in sorted((claims.get("pools") or {}).items()):
-        size = c.get("size")
-        parts.append(f"{safe_text(name)} {c.get('count', 1)}" + (f" x {format_size(size)}" if size else ""))
+def claims_text(claims: Claims) -> str:
+    cpu = claims.millicores
+    parts = [f"{format_cores(cpu)} core{'s' if cpu != 1000 else ''}", format_size(claims.mem)]
+    for name, c in sorted(claims.pools.items()):
+        parts.append(f"{safe_text(name)} {c.count}" + (f" x {format_size(c.size)}" if c.size else ""))
     return ", ".join(parts)
 
 
@@ -96,12 +97,16 @@ def iso_text(t: float | None) -> str | None:
     return f"{text[:-2]}:{text[-2:]}"
 
 
+def _code(row: dict) -> int:
+    return outcome.code_of(row.get("state"), row.get("exit_code"), row.get("signal"), row.get("supervisor_lost"))
+
+
 def result_text(rec: dict) -> str:
     """The last column: a queued job's reason, an ended one's code and error; and a GPU
     job's VRAM above its claim (``vram_over``), running or ended."""
     state, over = rec.get("state"), rec.get("vram_over") or ""
     if state in FINAL:
-        text = f"exit {outcome.exit_code(rec)}" + (f": {rec['error']}" if rec.get("error") else "")
+        text = f"exit {_code(rec)}" + (f": {rec['error']}" if rec.get("error") else "")
         return text + (f"; {over}" if over else "")
     return (rec.get("blocked_reason") or "") if state == "queued" else over
 
@@ -119,7 +124,7 @@ def cell(rec: dict, field: str, now: float) -> str:
     if field == "cpu":
         return "-" if usage.get("cpu_secs") is None else format_duration(usage["cpu_secs"])
     if field == "exit":
-        return str(outcome.exit_code(rec)) if rec.get("state") in FINAL else "-"
+        return str(_code(rec)) if rec.get("state") in FINAL else "-"
     if field == "id":
         return str(rec.get("id", "?"))[:8]
     if field == "name":  # whole (at most 128 characters): two names never look the same cut (it pushes the row)
@@ -127,7 +132,9 @@ def cell(rec: dict, field: str, now: float) -> str:
     if field == "owner":
         return safe_text(str(rec.get(field) or ""), FIELDS[field][1])
     if field == "claims":
-        return claims_text(rec.get("claims") or {})
+        from qex.store.records import Claims, load
+
+        return claims_text(load(Claims, rec.get("claims") or {}))  # (a row: a history line, or an index entry's)
     if field == "group":
         return safe_text(rec.get("group_name") or (rec.get("group") or "-")[:8], FIELDS["group"][1])
     if field == "tags":
@@ -179,7 +186,7 @@ def json_row(rec: dict, now: float, fields: tuple[str, ...] | None) -> dict:
         elif field in ("cpu", "peak"):
             out[field] = usage.get("cpu_secs" if field == "cpu" else "max_rss")
         elif field == "exit":
-            out[field] = outcome.exit_code(rec) if rec.get("state") in FINAL else None
+            out[field] = _code(rec) if rec.get("state") in FINAL else None
         elif field == "reason":
             out[field] = result_text(rec)
         else:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from typing import TextIO
 
     from qex.config.context import Context
+    from qex.store.records import Status
 
 CAP = 1000  # the lines of one stream a terminal gets with no selection
 
@@ -45,10 +46,10 @@ def cmd_logs(args: Namespace) -> int:
             f"{args.id} is a group; logs reads one job: give one of its jobs ({stage_names(ctx.store, target.members)})"
         )
     job_id = target.job
-    rec = ctx.store.read_status_dict(job_id)
+    rec = ctx.store.read_status(job_id)
     from qex.control.actions import check_owner
 
-    check_owner(ctx, rec, "read the logs of", changes=False)
+    check_owner(ctx, rec.id, rec.uid, rec.owner, "read the logs of", changes=False)
     if args.hook:
         if args.follow:
             raise UsageError("--hook reads the stop hook's output once; drop --follow")
@@ -65,7 +66,7 @@ def cmd_logs(args: Namespace) -> int:
         pick.show(ctx.store.path(job_id, name), "stdout" if name == layout.STDOUT else "stderr", stream)
     from qex.cli.render import dropped_text
 
-    dropped = dropped_text(rec)
+    dropped = dropped_text(rec.logs_dropped)
     if dropped:
         say.warning(dropped)
     return 0
@@ -279,7 +280,7 @@ class _Grep:
             self.stream.flush()
 
 
-def _hook_log(ctx: Context, rec: dict, pick: Pick) -> int:
+def _hook_log(ctx: Context, rec: Status, pick: Pick) -> int:
     """qex logs ID --hook: the hook's output on stdout (stream "hook"), the verdict on stderr."""
     from qex.hooks.runner import describe
 

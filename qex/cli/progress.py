@@ -23,6 +23,8 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from qex.store.records import Status
+
 EVERY = 0.25  # seconds between two drawings of the line
 ERASE = "\r\x1b[K"
 
@@ -35,20 +37,20 @@ class Progress:
         self.on = wanted and tty.can_move(self.stream)
         self.colour = tty.colour_on(self.stream)
         self.total, self.began, self.drawn_at = total, time.monotonic(), 0.0
-        self.jobs: dict[str, dict] = {}  # id -> its last record read (the fields the line needs)
+        self.jobs: dict[str, Status] = {}  # id -> its last record read
         self.shown = False
         self.pid = os.getpid()  # (a supervisor forked by a pass of the wait has stderr on its log: no line there)
         self._saved = None
         if self.on:  # whatever else writes on stderr meanwhile erases the line first
             self._saved, sys.stderr = sys.stderr, _Above(sys.stderr, self)
 
-    def watch(self, notes: Callable[[dict], None] | None) -> Callable[[dict], None] | None:
+    def watch(self, notes: Callable[[Status], None] | None) -> Callable[[Status], None] | None:
         """The ``on_record`` of ``await_final``: note each record read, then ``notes``."""
         if not self.on:
             return notes
 
-        def seen(rec: dict) -> None:
-            self.jobs[rec.get("id", "")] = {k: rec.get(k) for k in ("state", "started_at", "ended_at")}
+        def seen(rec: Status) -> None:
+            self.jobs[rec.id] = rec
             if notes is not None:
                 notes(rec)
 
@@ -75,7 +77,7 @@ class Progress:
 
     def line(self, now: float) -> str:
         """The words of the line, cut to the terminal's width (a line that wraps cannot be erased)."""
-        states = [j["state"] for j in self.jobs.values()]
+        states = [j.state for j in self.jobs.values()]
         ended = sum(s in FINAL for s in states)
         failed = sum(s in FINAL and s != "completed" for s in states)
         running = sum(s in HOLDING for s in states)
@@ -97,16 +99,16 @@ class Progress:
         duration of those that ended, each running one what it lacks of it) over
         the jobs running at once; None until a job has run to its end."""
         runs = [
-            j["ended_at"] - j["started_at"]
+            j.ended_at - j.started_at
             for j in self.jobs.values()
-            if j["state"] in FINAL_RAN and j["started_at"] and j["ended_at"]
+            if j.state in FINAL_RAN and j.started_at and j.ended_at
         ]
         if not runs:
             return None
         mean = sum(runs) / len(runs)
-        running = [j for j in self.jobs.values() if j["state"] in HOLDING]
-        waiting = self.total - len(running) - sum(j["state"] in FINAL for j in self.jobs.values())
-        work = waiting * mean + sum(max(0.0, mean - (now - (j["started_at"] or now))) for j in running)
+        running = [j for j in self.jobs.values() if j.state in HOLDING]
+        waiting = self.total - len(running) - sum(j.state in FINAL for j in self.jobs.values())
+        work = waiting * mean + sum(max(0.0, mean - (now - (j.started_at or now))) for j in running)
         return work / max(1, len(running))
 
     def _write(self, text: str) -> None:

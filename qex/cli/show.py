@@ -168,11 +168,12 @@ def cmd_list(args: Namespace) -> int:
 
 
 def _read_row(store, job_id: str, index: dict) -> dict | None:
-    """A job's record as `qex list` shows it; None (a broken one named on stderr) when unreadable."""
+    """A job's record as a row of `qex list` (``qex.cli.listing``: rows are dicts, as the
+    history's lines); None (a broken one named on stderr) when unreadable."""
     from qex.base.errors import BrokenRecord
 
     try:
-        return store.read_live(job_id, index)
+        return store.read_live(job_id, index).asdict()
     except BrokenRecord as exc:
         say.warning(plain(str(exc), None))
     except QexError:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO
 
     from qex.cli.interrupt import Interrupts
+    from qex.store.records import Status
     from qex.supervisor.pipes import Ends
 
 CHUNK = 1 << 20
@@ -110,9 +111,9 @@ class Pipes:
         self.waiting = b""  # of our input, what the job's stdin did not take yet
         self.last_out = -QUICK  # (time.monotonic) when output last came
 
-    def note(self, rec: dict) -> None:
+    def note(self, rec: Status) -> None:
         """Each record the wait reads: the job's input starts when the job runs."""
-        self.running = rec.get("state") == "running"
+        self.running = rec.state == "running"
 
     def idle(self, seconds: float, ints: Interrupts | None = None) -> None:
         """Copy for ``seconds`` (the wait's pause between two looks at the record), or
@@ -257,7 +258,7 @@ class Files:
         self.skipped = 0  # bytes of output this reader never saw
         self.on_broken: Callable[[], None] | None = None  # our output lost its reader (qex.cli.wait._follow)
 
-    def note(self, rec: dict) -> None:
+    def note(self, rec: Status) -> None:
         pass
 
     def idle(self, seconds: float, ints: Interrupts | None = None) -> None:

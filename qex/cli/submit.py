@@ -198,14 +198,14 @@ def _verdict(ctx: Context, job_id: str, code: int, joined: bool = False) -> str:
     from qex.base.units import format_duration, safe_text
 
     try:
-        rec = ctx.store.read_status_dict(job_id)
+        rec = ctx.store.read_status(job_id)
     except Exception:
-        rec = {}
-    state = safe_text(str(rec.get("state") or "unknown"))
+        rec = None
+    state = safe_text(rec.state if rec else "unknown")
     took = ""
-    if rec.get("started_at") and rec.get("ended_at"):
-        took = f" after {format_duration(max(0.0, rec['ended_at'] - rec['started_at']))}"
-    command = safe_text(" ".join(str(a) for a in rec.get("command") or []), 160)
+    if rec and rec.started_at and rec.ended_at:
+        took = f" after {format_duration(max(0.0, rec.ended_at - rec.started_at))}"
+    command = safe_text(" ".join(rec.command if rec else ()), 160)
     what = f"qex: job {job_id[:8]} {state}{took}, exit {code}: {command}"
     if joined:
         what += f" (joined by its dedupe key: its output went to the run that started it; qex logs {job_id[:8]})"

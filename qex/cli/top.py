@@ -335,7 +335,7 @@ def log_tail(ctx: Context, rec: dict) -> list[str]:
     from qex.store import fs, layout
 
     try:
-        check_owner(ctx, rec, "read the logs of", changes=False)
+        check_owner(ctx, rec["id"], rec.get("uid"), rec.get("owner"), "read the logs of", changes=False)
     except QexError as exc:
         return [str(exc)]
     lines = []

@@ -145,14 +145,20 @@ def table_header(fields: tuple[str, ...]) -> str:
     )
 
 
+def _devices(row: dict) -> str:
+    """A row's devices (an index entry's ``assigned``), as ``qex status`` says them."""
+    from qex.cli.render import devices_text
+    from qex.store.records import Assigned, load
+
+    return devices_text(tuple(load(Assigned, a) for a in row.get("assigned") or ()))
+
+
 def row_pieces(rec: dict, fields: tuple[str, ...], now: float) -> list[Piece]:
     """One job's row: its state's cell in the state's colour, an ended job's result too."""
-    from qex.cli.render import devices_text
-
     pieces = []
     tone = tty.TONE.get(rec.get("state"))
     for i, field in enumerate(fields):
-        text = devices_text(rec.get("assigned")) or "-" if field == "devices" else listing.cell(rec, field, now)
+        text = _devices(rec) or "-" if field == "devices" else listing.cell(rec, field, now)
         if field in WIDTHS:
             text = text if len(text) <= WIDTHS[field] else text[: WIDTHS[field] - 1] + "~"
         kind = tone if field == "state" or (field == "reason" and tone == "bad") else None

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from qex.cli.interrupt import Interrupts
     from qex.cli.stream import Files, Pipes
     from qex.config.context import Context
+    from qex.store.records import Status
     from qex.supervisor.pipes import Ends
 
 
@@ -25,12 +26,11 @@ class AttemptNotes:
     def __init__(self):
         self.seen: dict[str, int] = {}
 
-    def __call__(self, rec: dict) -> None:
-        attempts = rec.get("attempts") or []
-        job_id = rec.get("id", "")
+    def __call__(self, rec: Status) -> None:
+        attempts, job_id = rec.attempts, rec.id
         for a in attempts[self.seen.get(job_id, 0) :]:
-            if isinstance(a, dict) and a.get("state") == "oom" and a.get("error"):
-                say.notice(f"{job_id[:8]}: {a['error']}")
+            if a.state == "oom" and a.error:
+                say.notice(f"{job_id[:8]}: {a.error}")
         self.seen[job_id] = len(attempts)
 
 
@@ -102,7 +102,7 @@ def _follow(ctx: Context, job_id: str, limit: float | None, streams: Pipes | Fil
 
     notes = AttemptNotes()
 
-    def on_record(rec: dict) -> None:
+    def on_record(rec: Status) -> None:
         notes(rec)
         streams.note(rec)
 
@@ -189,9 +189,9 @@ def cmd_wait(args: Namespace) -> int:
         print_json(records)  # always an array, whatever the number of ids (as status --json and list --json)
     elif not args.quiet:
         for rec in records:
-            out(f"{rec['id']}  {rec['state']}  exit {outcome.exit_code(rec)}")
+            out(f"{rec.id}  {rec.state}  exit {outcome.exit_code(rec)}")
     if args.next:
-        first = min(records, key=lambda r: r.get("ended_at") or 0)
+        first = min(records, key=lambda r: r.ended_at or 0)
         return outcome.exit_code(first)
     return outcome.group_exit_code(records)
 
@@ -203,7 +203,7 @@ def _wait_notes():
 
     attempts, pauses = AttemptNotes(), WaitNotes(err)
 
-    def note(rec: dict) -> None:
+    def note(rec: Status) -> None:
         attempts(rec)
         pauses(rec)
 
@@ -246,13 +246,13 @@ def cmd_status(args: Namespace) -> int:
     if args.word:
         from qex.base.states import workflow_word
 
-        out(workflow_word([rec.get("state", "") for rec in records]))
+        out(workflow_word([rec.state for rec in records]))
         return 0
     if args.show_env:
         from qex.control.actions import check_owner
 
         for rec in records:  # refuse before printing anything
-            check_owner(ctx, rec, "read the environment of", changes=False)
+            check_owner(ctx, rec.id, rec.uid, rec.owner, "read the environment of", changes=False)
     if not args.quiet:
         _print_status(ctx, args, target, records, index)
     if args.quiet or args.wait:
@@ -260,11 +260,11 @@ def cmd_status(args: Namespace) -> int:
     return 0
 
 
-def _print_status(ctx: Context, args: Namespace, target, records: list[dict], index: dict) -> None:
+def _print_status(ctx: Context, args: Namespace, target, records: list[Status], index: dict) -> None:
     """The records of `qex status` as asked: JSON, a group's summary, or each in words."""
     if args.json:  # always an array: one record for a job, a group's in submission order
         if args.show_env:
-            records = [{**rec, "env": dict(ctx.store.read_spec(rec["id"]).env)} for rec in records]
+            records = [{**rec.asdict(), "env": dict(ctx.store.read_spec(rec.id).env)} for rec in records]
         print_json(records)
     elif target.is_group and not (args.all or args.show_env):
         from qex.cli.render import group_summary
@@ -304,11 +304,11 @@ def _word_alone(args: Namespace) -> None:
         raise UsageError(f"--word prints one word alone and never waits; drop {', '.join(others)}")
 
 
-def _show_env(ctx: Context, rec: dict) -> None:
+def _show_env(ctx: Context, rec: Status) -> None:
     from qex.control.actions import check_owner
 
-    check_owner(ctx, rec, "read the environment of", changes=False)
-    spec = ctx.store.read_spec(rec["id"])
+    check_owner(ctx, rec.id, rec.uid, rec.owner, "read the environment of", changes=False)
+    spec = ctx.store.read_spec(rec.id)
     out("environment:")
     for key in sorted(spec.env):
         out(f"  {key}={spec.env[key]}")

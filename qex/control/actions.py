@@ -20,16 +20,14 @@ if TYPE_CHECKING:
     from qex.queue.txn import Txn
 
 
-def check_owner(ctx: Context, rec_or_entry: dict, verb: str, changes: bool = True) -> None:
-    """No user can kill, cancel or clean another user's job, or read its secrets
-    (root excepted). In a shared directory, even root's qex changes only the jobs
-    in its own member directory (``changes``): it never acts on files another
-    member wrote; it reads them."""
-    uid = rec_or_entry.get("uid")
+def check_owner(ctx: Context, job: str, uid: int | None, owner: str | None, verb: str, changes: bool = True) -> None:
+    """No user can kill, cancel or clean another user's job (id ``job``, of ``uid``, named
+    ``owner``), or read its secrets (root excepted). In a shared directory, even root's
+    qex changes only the jobs in its own member directory (``changes``): it never acts
+    on files another member wrote; it reads them."""
     if uid is None or uid == ctx.uid:
         return
-    job = rec_or_entry.get("id", "")
-    owner = rec_or_entry.get("owner") or uid
+    owner = owner or uid
     if ctx.uid != 0:
         raise PermissionRefused(f"job {job[:8]} belongs to {owner}; only its owner (or root) can {verb} it")
     if changes and ctx.store.shared_root is not None and not os.path.isdir(ctx.store.job_dir(job)):
@@ -46,10 +44,10 @@ def _owned_active(ctx: Context, txn, job_id: str, verb: str, answer: dict) -> di
     entry = txn.idx.jobs.get(job_id)
     if entry is None:
         rec = txn.record(job_id)  # (another member's job: refused, never "ended")
-        check_owner(ctx, {**rec, "id": job_id}, verb)
+        check_owner(ctx, job_id, rec.get("uid"), rec.get("owner"), verb)
         answer[job_id] = f"ended:{rec.get('state')}"
         return None
-    check_owner(ctx, {**entry, "id": job_id}, verb)
+    check_owner(ctx, job_id, entry.get("uid"), entry.get("owner"), verb)
     return entry
 
 
@@ -87,7 +85,7 @@ def select_active(
             continue
         if tags:
             try:
-                have = set(ctx.store.read_status_dict(job_id).get("tags") or ())
+                have = set(ctx.store.read_status(job_id).tags)
             except QexError:
                 continue  # (ended and cleaned meanwhile, or damaged: not selected)
             if not set(tags) <= have:
@@ -181,11 +179,11 @@ def _stop_on_slurm(slurm_ids: dict[str, str], answer: dict[str, str]) -> None:
 
 def _signal_supervisor(ctx: Context, job_id: str) -> None:
     try:
-        rec = ctx.store.read_status_dict(job_id)
+        rec = ctx.store.read_status(job_id)
     except Exception:
         return
-    pid = rec.get("supervisor_pid")
-    if rec.get("slurm_job_id"):
+    pid = rec.supervisor_pid
+    if rec.slurm_job_id:
         return  # its supervisor runs on a node of the cluster: Slurm signals it (_stop_on_slurm)
     if pid and is_held(ctx.store.path(job_id, layout.ALIVE)):
         try:
@@ -202,7 +200,7 @@ def _await_final(ctx: Context, job_ids: list[str], answer: dict) -> None:
     while pending and time.time() < deadline:
         for job_id in list(pending):
             try:
-                state = ctx.store.read_status_dict(job_id).get("state")
+                state = ctx.store.read_status(job_id).state
             except Exception:
                 state = None
             if state in FINAL:
@@ -221,7 +219,9 @@ def clean_jobs(ctx: Context, job_ids: list[str]) -> tuple[list[str], dict[str, s
     another user's. Returns (removed, refused: id -> why, kept: id -> {"why", "needed_by"})."""
     from qex.queue.prune import remove_ended
 
-    return remove_ended(ctx, job_ids, lambda rec: check_owner(ctx, rec, "clean"))
+    return remove_ended(
+        ctx, job_ids, lambda rec: check_owner(ctx, rec["id"], rec.get("uid"), rec.get("owner"), "clean")
+    )
 
 
 def sweep_unfinished_dirs(ctx: Context, older_than: float = 3600.0) -> int:

@@ -32,8 +32,8 @@ def request_of(ctx: Context, job_id: str) -> tuple[Request, Spec]:
     from qex.jobs.request import Request
     from qex.store import layout
 
-    rec = ctx.store.read_status_dict(job_id)
-    check_owner(ctx, rec, "rerun")
+    rec = ctx.store.read_status(job_id)
+    check_owner(ctx, rec.id, rec.uid, rec.owner, "rerun")
     spec = ctx.store.read_spec(job_id)
     known = set(Request.field_names())
     words = {k: v for k, v in (spec.request or {}).items() if k in known and k not in DROPPED}

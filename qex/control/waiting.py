@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from qex.config.context import Context
+    from qex.store.records import Status
 
 POLL_FIRST, POLL_MAX, LIVENESS_EVERY = 0.02, 0.2, 1.0
 
@@ -31,22 +32,22 @@ def await_final(
     limit: float | None,
     first: bool = False,
     on_tick: Callable[[], object] | None = None,
-    on_record: Callable[[dict], None] | None = None,
+    on_record: Callable[[Status], None] | None = None,
     idle: Callable[[float], None] | None = None,
-) -> dict:
+) -> dict[str, Status]:
     """Poll the records (no lock) until every job (or, with ``first``, one) is final.
     ``idle(seconds)`` is the pause between two looks (a follower copies meanwhile)."""
     deadline = None if limit is None else time.monotonic() + limit
-    done: dict[str, dict] = {}
+    done: dict[str, Status] = {}
     delay, last_check = POLL_FIRST, time.monotonic()
     while True:
         for job_id in job_ids:
             if job_id in done:
                 continue
-            rec = ctx.store.read_status_dict(job_id)
+            rec = ctx.store.read_status(job_id)
             if on_record is not None:
                 on_record(rec)
-            if rec.get("state") in FINAL:
+            if rec.state in FINAL:
                 done[job_id] = rec
         if len(done) == len(job_ids) or (first and done):
             return done
@@ -70,15 +71,15 @@ def nudge(ctx: Context, pending: list[str]) -> None:
     need, on_slurm = False, []
     for job_id in pending:
         try:
-            rec = ctx.store.read_status_dict(job_id)
+            rec = ctx.store.read_status(job_id)
         except Exception:
             continue
-        state = rec.get("state")
-        if rec.get("slurm_job_id") and state == "queued":
+        state = rec.state
+        if rec.slurm_job_id and state == "queued":
             on_slurm.append(job_id)
         if state in HOLDING and not is_held(ctx.store.path(job_id, layout.ALIVE)):
             need = True
-        elif state == "queued" and not rec.get("slurm_job_id") and not is_held(waker.lock_path(ctx)):
+        elif state == "queued" and not rec.slurm_job_id and not is_held(waker.lock_path(ctx)):
             need = True
     if on_slurm:
         from qex.queue import slurmsync

@@ -91,9 +91,9 @@ def decide(ctx: Context, job_id: str) -> str:
     if os.path.lexists(ctx.store.path(job_id, layout.HOOK_RAN)):
         return "drop"
     try:
-        rec = ctx.store.read_status_dict(job_id)
+        state = ctx.store.read_status(job_id).state
     except Exception:
         return "drop" if not os.path.isdir(ctx.store.job_dir(job_id)) else "wait"
-    if rec.get("state") not in FINAL:
+    if state not in FINAL:
         return "wait"  # its pass is still committing (or failed to): keep the marker
-    return "run" if wanted(ctx.config, rec["state"]) else "drop"
+    return "run" if wanted(ctx.config, state) else "drop"

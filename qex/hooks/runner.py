@@ -18,6 +18,7 @@ from qex.store import fs, layout
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
+    from qex.store.records import Status
 
 OUTPUT_CAP = 1 << 20
 DRAIN_AFTER_EXIT = 2.0
@@ -277,10 +278,9 @@ def _verdict(h: _Hook, timeout: float) -> None:
 # ---- reading the result (qex logs ID --hook) ----------------------------------------
 
 
-def describe(ctx: Context, rec: dict) -> tuple[str | None, str]:
+def describe(ctx: Context, rec: Status) -> tuple[str | None, str]:
     """(hook.log path or None, one sentence: the verdict, or why there is none)."""
-
-    job_id = rec["id"]
+    job_id = rec.id
     ran = ctx.store.path(job_id, layout.HOOK_RAN)
     try:
         data = fs.read_json(ran)
@@ -294,12 +294,12 @@ def describe(ctx: Context, rec: dict) -> tuple[str | None, str]:
         if "verdict" not in data:
             return log, f"the stop hook ({command}) is running, or its runner was lost before it said how it ended"
         return log, f"the stop hook ({command}) {one_line(data['verdict'])}"
-    if rec.get("state") not in FINAL:
-        return None, f"the job is {rec.get('state')}: the stop hook runs when it ends"
-    if os.path.exists(os.path.join(pending_dir(ctx.store), layout.hook_marker(rec.get("uid", -1), job_id))):
+    if rec.state not in FINAL:
+        return None, f"the job is {rec.state}: the stop hook runs when it ends"
+    if os.path.exists(os.path.join(pending_dir(ctx.store), layout.hook_marker(rec.uid, job_id))):
         return None, "the stop hook has not started yet: the next qex command of its owner starts it"
     if not ctx.config.hook_on_stop:
         return None, f"no stop hook ran: [hooks] on_stop is not set in {ctx.config.path}"
     return None, (
-        f"no stop hook ran: the job ended {rec.get('state')}, which [hooks] on_stop_states did not list when it ended"
+        f"no stop hook ran: the job ended {rec.state}, which [hooks] on_stop_states did not list when it ended"
     )

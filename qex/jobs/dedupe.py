@@ -146,16 +146,11 @@ def find_locked(ctx: Context, txn: Txn, key: str, window: float | None, now: flo
     if holders:
         from qex.jobs.stuck import stuck_words
         from qex.store.index import live_reason
+        from qex.store.records import Status, load
 
         job_id = holders[0][1]
-        rec = live_reason(txn.record(job_id), txn.idx.jobs[job_id])
-        return Hit(
-            job_id,
-            rec.get("state", "?"),
-            list(rec.get("command") or ()),
-            key,
-            stuck=stuck_words(ctx, rec, txn.idx.jobs, now),
-        )
+        rec = load(Status, live_reason(txn.record(job_id), txn.idx.jobs[job_id]))
+        return Hit(job_id, rec.state, list(rec.command), key, stuck=stuck_words(ctx, rec, txn.idx.jobs, now))
     if window is None:
         return None
     entry = _read_recent(ctx.store).get(_slot(ctx.uid, key))
@@ -165,12 +160,12 @@ def find_locked(ctx: Context, txn: Txn, key: str, window: float | None, now: flo
     if now - ended_at > window:
         return None
     try:
-        rec = ctx.store.read_status_dict(job_id)
+        rec = ctx.store.read_status(job_id)
     except Exception:  # cleaned (or broken): the key is free
         return None
-    if rec.get("state") != "completed" or rec.get("dedupe_key") != key:
+    if rec.state != "completed" or rec.dedupe_key != key:
         return None
-    return Hit(job_id, "completed", list(rec.get("command") or ()), key, rec.get("ended_at") or ended_at)
+    return Hit(job_id, "completed", list(rec.command), key, rec.ended_at or ended_at)
 
 
 # ---- what a success leaves behind (the supervisor's final pass) -----------------

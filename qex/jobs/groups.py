@@ -86,7 +86,7 @@ def of_jobs(store: Store, job_ids: list[str]) -> set[str]:
     found = set()
     for job_id in job_ids:
         try:
-            gid = store.read_status_dict(job_id).get("group")
+            gid = store.read_status(job_id).group
         except Exception:
             continue
         if isinstance(gid, str) and gid and "/" not in gid:
@@ -133,7 +133,7 @@ def stage_names(store: Store, members: list[str], limit: int = 20) -> str:
     shown = []
     for job_id in members[:limit]:
         try:
-            name = store.read_status_dict(job_id).get("name") or ""
+            name = store.read_status(job_id).name
         except Exception:
             name = ""
         shown.append(f"{safe_text(name, 40)} ({job_id[:8]})" if name else job_id[:8])

@@ -22,20 +22,21 @@ from qex.base.states import FINAL_RAN, HOLDING
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
+    from qex.store.records import Status
 
 CHOSEN = ("pause", "person")  # waits a person chose (blocked_holder)
 TAIL = 1 << 20  # how much of the end of the history index is read for the user's last end
 
 
-def stuck_words(ctx: Context, rec: dict, active: dict, now: float) -> str:
+def stuck_words(ctx: Context, rec: Status, active: dict, now: float) -> str:
     """The words that call the queued job ``rec`` stuck (the record as the last pass
     left it; ``active``: the index entries of the queue that holds it), or "" when it
     is not."""
     from qex.base.units import format_duration
 
-    if rec.get("state") != "queued" or rec.get("id") not in active or rec.get("blocked_holder") in CHOSEN:
+    if rec.state != "queued" or rec.id not in active or rec.blocked_holder in CHOSEN:
         return ""
-    uid = rec.get("uid")
+    uid = rec.uid
     if any(e.get("uid") == uid and e.get("state") in HOLDING for e in active.values()):
         return ""  # its user has a job running: it waits its turn
     limit = ctx.config.stuck_after
@@ -47,18 +48,18 @@ def stuck_words(ctx: Context, rec: dict, active: dict, now: float) -> str:
     if waited <= limit:
         return ""
     return (
-        f"job {rec.get('id', '')[:8]} looks stuck: it has waited {format_duration(waited)} while none of "
+        f"job {rec.id[:8]} looks stuck: it has waited {format_duration(waited)} while none of "
         f"its user's jobs ran, more than [system] stuck_after ({format_duration(limit)})"
     )
 
 
-def _queued_since(rec: dict) -> float:
+def _queued_since(rec: Status) -> float:
     from qex.base import numbers
 
-    since = rec.get("submitted_at") if numbers.ok(rec.get("submitted_at"), numbers.TIME) else 0.0
-    for attempt in rec.get("attempts") or ():
-        if isinstance(attempt, dict) and numbers.ok(attempt.get("ended_at"), numbers.TIME):
-            since = max(since, attempt["ended_at"])
+    since = rec.submitted_at if numbers.ok(rec.submitted_at, numbers.TIME) else 0.0
+    for attempt in rec.attempts:
+        if numbers.ok(attempt.ended_at, numbers.TIME):
+            since = max(since, attempt.ended_at)
     return float(since)
 
 

@@ -192,7 +192,7 @@ def row_of(job_id: str, e: dict) -> dict:
 
 def _others(ctx: Context) -> list[dict]:
     """A shared directory: the other members' queued and running jobs, oldest first; a
-    member with no qex running has their queued jobs say so (``members.waiting_for_owner``)."""
+    member with no qex running has their queued jobs say so (``members.owner_absent``)."""
     if ctx.store.shared_root is None:
         return []
     from qex.base.paths import user_name
@@ -201,11 +201,11 @@ def _others(ctx: Context) -> list[dict]:
     out = []
     for uid, other in ctx.store.others():
         who = user_name(uid)
-        probe = members.waiting_for_owner(other.root, uid, {"state": "queued"})  # (one probe per member)
+        absent = members.owner_absent(other.root, uid)  # (one probe per member)
         for job_id, e in other.read_index_jobs().items():
             row = {**row_of(job_id, e), "owner": who, "uid": uid, "mine": False}
-            if row["state"] == "queued" and probe.get("blocked_reason"):
-                row["blocked_reason"] = probe["blocked_reason"]
+            if row["state"] == "queued" and absent is not None:
+                row["blocked_reason"] = absent["blocked_reason"]
             out.append(row)
     return sorted(out, key=lambda r: r.get("submitted_at") or 0)
 

@@ -12,6 +12,7 @@ from qex.queue.pause import clock, directory, in_force
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
+    from qex.store.records import Status
     from qex.store.state import Store
 
 
@@ -78,8 +79,8 @@ def submission_note(ctx: Context, job_id: str) -> str | None:
         rec = ctx.store.read_live(job_id)
     except Exception:
         return None
-    if rec.get("state") == "queued" and rec.get("blocked_holder") in ("pause", "person"):
-        return f"job {job_id[:8]} waits: {rec.get('blocked_reason')}"
+    if rec.state == "queued" and rec.blocked_holder in ("pause", "person"):
+        return f"job {job_id[:8]} waits: {rec.blocked_reason}"
     return None
 
 
@@ -90,12 +91,8 @@ class WaitNotes:
         self.say = say
         self.said: dict[str, str] = {}
 
-    def __call__(self, rec: dict) -> None:
-        job_id, reason = rec.get("id", ""), rec.get("blocked_reason")
-        if (
-            rec.get("state") == "queued"
-            and rec.get("blocked_holder") in ("pause", "person")
-            and self.said.get(job_id) != reason
-        ):
+    def __call__(self, rec: Status) -> None:
+        job_id, reason = rec.id, rec.blocked_reason
+        if rec.state == "queued" and rec.blocked_holder in ("pause", "person") and self.said.get(job_id) != reason:
             self.said[job_id] = reason
             self.say(f"qex: job {job_id[:8]} waits: {reason}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from qex.base.errors import QexError
 from qex.store import fs
-from qex.store.state import Index, Store, live_reason
+from qex.store.index import live_reason
+from qex.store.state import Index, Store
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:

@@ -28,6 +28,8 @@ _OPT_INT = (int, type(None))
 STATUS_FIELDS = field_types(Status)
 ATTEMPT_FIELDS = {**field_types(Attempt), "claims": (dict, type(None)), "usage": (dict, type(None))}
 SPEC_FIELDS = field_types(Spec)
+# The fields a record cannot be without (those of Status with no default): a reader needs each.
+STATUS_REQUIRED = tuple(n for n in Status.field_names() if n not in Status._defaults)
 ENTRY_FIELDS = {
     "seq": int,
     "state": str,
@@ -154,7 +156,7 @@ def _strings(values, where: str) -> None:
 def _claims(claims: dict, where: str) -> None:
     _number(claims.get("cpu", 1.0), N.CORES, 0, f"{where}claims.cpu")
     _number(claims.get("mem", 0), N.BYTES, 0, f"{where}claims.mem", whole=True)
-    pools = claims.get("pools") or {}
+    pools = claims.get("pools", {})
     if not isinstance(pools, dict):
         raise Damaged(f"{where}claims.pools is {_kind(pools)}")
     for name, claim in pools.items():
@@ -209,6 +211,9 @@ def status(data: object) -> None:
             raise Damaged(f"the field {key} holds a nested value")
     _usage(data.get("usage") or {}, USAGE_NUMBERS, "the field usage")
     _usage(data.get("logs_dropped") or {}, DROPPED_NUMBERS, "the field logs_dropped")
+    for name in STATUS_REQUIRED:
+        if name not in data:
+            raise Damaged(f"it has no {name}")
 
 
 def _usage(data: dict, table: dict, where: str) -> None:

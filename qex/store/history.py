@@ -321,7 +321,7 @@ def listing(store: object, active: dict, on_broken: Callable[[BrokenRecord], Non
             add((entry["seq"], job_id, None, None))
             continue
         try:
-            rec = store.read_live(job_id, active)
+            rec = store.read_live(job_id, active).asdict()  # (a row, as a line; a final one to repair)
         except BrokenRecord as exc:
             on_broken(exc)
             continue

@@ -128,9 +128,16 @@ def on_slurm(entry: dict) -> bool:
 
 def live_reason(rec: dict, entry: dict) -> dict:
     """A queued job's record with the reason the last pass gave it (its index entry)."""
-    if entry.get("reason") == rec.get("blocked_reason"):
-        return rec
-    return {**rec, "blocked_reason": entry["reason"], "blocked_holder": entry.get("holder")}
+    changes = live_words(rec.get("blocked_reason"), entry)
+    return rec if changes is None else {**rec, **changes}
+
+
+def live_words(reason: str | None, entry: dict) -> dict | None:
+    """What a queued job's record, whose reason is ``reason``, shows instead: the words
+    and the kind of wait the last pass gave it (its index ``entry``); None: the same."""
+    if entry.get("reason") == reason:
+        return None
+    return {"blocked_reason": entry["reason"], "blocked_holder": entry.get("holder")}
 
 
 def usable_event(event: object, applied_seq: int) -> dict | None:

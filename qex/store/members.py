@@ -26,6 +26,10 @@ import stat
 from qex.base.errors import PermissionRefused, StoreError
 from qex.store import layout
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.store.records import Status
+
 
 def enter(root: str, st: os.stat_result) -> str:
     """``root`` is a shared directory (``st``, its lstat): the path of this user's
@@ -145,16 +149,23 @@ def starter_alive(member: str, uid: int) -> bool:
         os.close(fd)
 
 
-def waiting_for_owner(member: str, uid: int, rec: dict) -> dict:
-    """Another member's queued job as a reader sees it: when no qex of its owner is
-    running, nothing will start it, whatever reason its last pass gave."""
-    if rec.get("state") != "queued" or starter_alive(member, uid):
+def waiting_for_owner(member: str, uid: int, rec: Status) -> Status:
+    """Another member's queued job as a reader sees it (``owner_absent``)."""
+    if rec.state != "queued":
         return rec
+    words = owner_absent(member, uid)
+    return rec if words is None else rec.evolve(**words)
+
+
+def owner_absent(member: str, uid: int) -> dict | None:
+    """What another member's queued jobs say when no qex of their owner is running
+    (nothing will start them, whatever reason their last pass gave); None: one is."""
+    if starter_alive(member, uid):
+        return None
     from qex.base.paths import user_name
 
     who = user_name(uid)
     return {
-        **rec,
         "blocked_reason": f"no qex of {who}'s is running; any qex command of {who}'s starts it",
         "blocked_holder": "owner",
     }

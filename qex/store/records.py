@@ -6,8 +6,10 @@ import, nothing generated): a field, its type, its default and, in the comment
 on its line, its description. From them come ``status_defaults()`` (merged
 under every record qex writes or prints), the types ``qex.store.check``
 accepts (``field_types``) and ``qex schema status`` (``qex.cli.schema_records``).
-Records travel as dicts, from and to their JSON files: a record written by an
-older or newer qex still loads (unknown keys are kept, missing ones defaulted).
+A record read is an object (``load``; ``Store.read_status``); it is a dict only
+at the edge of a file or of JSON (``asdict``). A record written by an older or
+newer qex still loads (unknown keys are kept, missing ones defaulted). The
+writers (the pass, the supervisor, the journal) still build records as dicts.
 ``FORMAT`` grows when a field changes meaning; a record from a newer format is
 read but never rewritten in place by an older qex.
 """
@@ -195,25 +197,59 @@ def field_types(cls: type) -> dict[str, tuple[type, ...]]:
 
 def load(cls: type, data: dict) -> Plain:
     """A record of ``cls`` from a dict qex wrote (any format version; ``qex.store.check``
-    has checked its types): nested records made from their dicts, arrays into tuples,
-    unknown keys ignored, missing ones defaulted."""
-    return cls(**{name: _loaded(cls.__annotations__[name], data[name]) for name in cls.field_names() if name in data})
+    has checked its types), cheaply: the dict's items become the record's attributes
+    (one copy), nested records are made from their dicts, arrays of a tuple field
+    become tuples, missing fields get their defaults. Keys it does not know (a newer
+    qex's fields) are kept, not fields: ``asdict`` writes them back as they were."""
+    nested, static, factories = _plan(cls)
+    values = {**static, **data}
+    for name, make in factories:
+        if name not in values:
+            values[name] = make()
+    for name, convert in nested:
+        value = values[name]
+        if value is not None:
+            values[name] = convert(value)
+    rec = object.__new__(cls)
+    object.__setattr__(rec, "__dict__", values)
+    return rec
 
 
-def _loaded(annotation: str, value: object) -> object:
-    if value is None:
-        return None
+_PLANS: dict = {}
+
+
+def _plan(cls: type) -> tuple:
+    """How ``load`` makes a ``cls``, worked out once: (field, converter) for each field
+    that holds records or a tuple, the static defaults, and (field, factory) for the others."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        nested = []
+        for name in cls.field_names():
+            convert = _converter(cls.__annotations__[name])
+            if convert is not None:
+                nested.append((name, convert))
+        static = {n: v for n, v in cls._defaults.items() if not isinstance(v, Factory)}
+        factories = [(n, v.make) for n, v in cls._defaults.items() if isinstance(v, Factory)]
+        plan = _PLANS[cls] = (tuple(nested), static, tuple(factories))
+    return plan
+
+
+def _converter(annotation: str):
+    """What turns a JSON value of a field with ``annotation`` into the field's value; None: as it is."""
     kind, _, inner = annotation.split(" | ")[0].partition("[")
     record = _RECORDS.get(kind)
-    if record is not None and isinstance(value, dict):
-        return load(record, value)
-    if kind == "tuple" and isinstance(value, list):
-        item = inner.split(",")[0]
-        return tuple(_loaded(item, v) for v in value)
-    if kind == "dict" and isinstance(value, dict):
-        item = inner.rstrip("]").split(", ", 1)[-1]
-        return {k: _loaded(item, v) for k, v in value.items()} if item in _RECORDS else value
-    return value
+    if record is not None:
+        return lambda value: load(record, value) if type(value) is dict else value
+    if kind == "tuple":
+        item = _RECORDS.get(inner.split(",")[0])
+        if item is None:
+            return lambda value: tuple(value) if type(value) is list else value
+        return lambda value: tuple(load(item, v) for v in value) if type(value) is list else value
+    if kind == "dict":
+        item = _RECORDS.get(inner.rstrip("]").split(", ", 1)[-1])
+        if item is not None:
+            return lambda value: {k: load(item, v) for k, v in value.items()} if type(value) is dict else value
+    return None
 
 
 _DEFAULTS: list = []  # the defaults of Status as JSON values, made once

@@ -21,7 +21,7 @@ from qex.store.index import (
     Index,
     entry_of,
     journal_ino,
-    live_reason,
+    live_words,
     usable_event,
 )
 from qex.store.lock import StateLock
@@ -29,7 +29,7 @@ from qex.store.replay import Replay
 
 TYPE_CHECKING = False  # (typing itself is not imported: qex submit's start-up)
 if TYPE_CHECKING:
-    from qex.store.records import Spec
+    from qex.store.records import Spec, Status
 
 
 class Store(Replay, Commit):
@@ -95,14 +95,30 @@ class Store(Replay, Commit):
         return layout.MEMBER_FILE_MODE if self.shared else 0o644
 
     # ---- records (no lock needed to read) ---------------------------------
+    def read_status(self, job_id: str) -> Status:
+        """The job's record (``qex.store.records.Status``); NoSuchJob, BrokenRecord
+        (damaged, with the remedy) as ``read_status_dict``."""
+        from qex.store.records import Status, load
+
+        return load(Status, self._read_checked(job_id))
+
     def read_status_dict(self, job_id: str) -> dict:
+        """The job's record as a dict, every field the contract names present (the
+        writers' form: ``qex.queue.txn``; a reader takes ``read_status``)."""
+        from qex.store.records import status_defaults
+
+        return {**status_defaults(), **self._read_checked(job_id)}
+
+    def _read_checked(self, job_id: str) -> dict:
+        """status.json of ``job_id`` as written, its types checked (another member's:
+        its owner from where it is)."""
         path = self.path(job_id, layout.STATUS)
         try:
             data = fs.read_json(path, owner=self.member_uid)
         except FileNotFoundError:
             other = self.other_member_of(job_id)
             if other is not None:
-                return other.read_status_dict(job_id)
+                return other._read_checked(job_id)
             raise NoSuchJob(f"no job or group with the id {job_id}") from None
         except (OSError, ValueError) as exc:
             raise _broken(
@@ -112,13 +128,11 @@ class Store(Replay, Commit):
             check.status(data)
         except check.Damaged as exc:
             raise _broken(job_id, f"the record {path} is damaged ({exc}); qex clean {job_id} removes it") from None
-        from qex.store.records import status_defaults
-
         if self.member_uid is not None:  # another member's: whose it is comes from where it is, never a field
             from qex.base.paths import user_name
 
             data = {**data, "uid": self.member_uid, "owner": user_name(self.member_uid)}
-        return {**status_defaults(), **data}
+        return data
 
     def other_member_of(self, job_id: str) -> Store | None:
         """In a shared directory: the store of the other member whose job ``job_id`` is
@@ -167,7 +181,7 @@ class Store(Replay, Commit):
             return None
         return dict(rec) if (st.st_ino, st.st_size) == (ino, idx.offset) else None
 
-    def read_live(self, job_id: str, index: dict | None = None) -> dict:
+    def read_live(self, job_id: str, index: dict | None = None) -> Status:
         """The record as a reader should see it: a queued job's reason is the one
         its last pass gave (the active index keeps the words; the record keeps
         the kind of wait). ``index``: the index's jobs, read once by a caller
@@ -176,34 +190,35 @@ class Store(Replay, Commit):
             other = self.other_member_of(job_id)
             if other is not None:
                 return other.read_live(job_id)
-        rec = self.read_status_dict(job_id)
-        if rec.get("state") != "queued":
-            if rec.get("state") == "running" and "gpu" in ((rec.get("claims") or {}).get("pools") or {}):
+        rec = self.read_status(job_id)
+        if rec.state != "queued":
+            if rec.state == "running" and "gpu" in rec.claims.pools:
                 rec = self._live_vram(rec)
             return rec
         entry = (self.read_index_jobs() if index is None else index).get(job_id)
         if isinstance(entry, dict) and isinstance(entry.get("reason"), str):
-            rec = live_reason(rec, entry)
+            changes = live_words(rec.blocked_reason, entry)
+            if changes is not None:
+                rec = rec.evolve(**changes)
         if self.member_uid is not None:
             from qex.store import members
 
             rec = members.waiting_for_owner(self.root, self.member_uid, rec)
         return rec
 
-    def _live_vram(self, rec: dict) -> dict:
+    def _live_vram(self, rec: Status) -> Status:
         """A running GPU job's VRAM peak so far, from what its supervisor samples
         (``layout.VRAM``, ``qex.base.gpu_files.live_text``), in its ``usage``."""
         from qex.base import gpu_files
 
         try:
-            data = fs.read_bytes(self.path(rec["id"], layout.VRAM), 1 << 16)
+            data = fs.read_bytes(self.path(rec.id, layout.VRAM), 1 << 16)
         except OSError:
             return rec
-        peaks = gpu_files.read_live(data, rec.get("attempt", 1))
+        peaks = gpu_files.read_live(data, rec.attempt)
         if not peaks:
             return rec
-        usage = {**(rec.get("usage") or {}), "vram_peak": max(peaks.values()), "vram_peak_by_device": peaks}
-        return {**rec, "usage": usage}
+        return rec.evolve(usage=rec.usage.evolve(vram_peak=max(peaks.values()), vram_peak_by_device=peaks))
 
     def read_index_jobs(self) -> dict:
         """The active index's entries as of the journal's end, read without the lock

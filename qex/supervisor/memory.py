@@ -179,15 +179,19 @@ EVIDENCE_WORDS = {
 }
 
 
-def peak_words(outcome: dict) -> str:
-    """Where an attempt's peak comes from, in words (`` (...)``; "" where it was not measured)."""
-    usage = outcome.get("usage") or outcome
-    source = usage.get("peak_from")
+def peak_words(source: str | None, period: float | None) -> str:
+    """Where an attempt's peak comes from (``peak_from``; ``sample_period``), in words
+    (`` (...)``; "" where it was not measured)."""
     if source == "cgroup":
         return " (its whole process tree, from its cgroup)"
     if source == "proc-sample":
-        return f" (its whole process tree, sampled from /proc every {usage.get('sample_period') or 0:g}s)"
+        return f" (its whole process tree, sampled from /proc every {period or 0:g}s)"
     return " (its largest process, from getrusage)" if source == "rusage" else ""
+
+
+def _peak_words(outcome: dict) -> str:
+    usage = outcome.get("usage") or outcome
+    return peak_words(usage.get("peak_from"), usage.get("sample_period"))
 
 
 def settle(ctx: Context, current: dict, outcome: dict, lessons: list | None = None) -> dict | None:
@@ -256,7 +260,7 @@ def _answer_oom(ctx: Context, current: dict, outcome: dict) -> dict | None:
         return _answer_outside(ctx, current, outcome, claim, reached, used, allowed, f"attempt {attempt} {verb} {how}")
     head = (
         f"attempt {attempt} {verb}: the claim of {format_size(claim)} was too small. "
-        f"It reached {format_size(reached) if reached else 'an unknown peak'}{peak_words(outcome)} {how}"
+        f"It reached {format_size(reached) if reached else 'an unknown peak'}{_peak_words(outcome)} {how}"
     )
     new = min(max(2 * claim, reached or 0), budget)
     if used >= allowed:
@@ -294,7 +298,7 @@ def _answer_outside(
 
     where, limit = _ran_out_where(ctx)
     head = (
-        f"{head}, but it reached only {format_size(reached)}{peak_words(outcome)} of its claim of "
+        f"{head}, but it reached only {format_size(reached)}{_peak_words(outcome)} of its claim of "
         f"{format_size(claim)}: "
         f"the memory ran out outside the job, in {where}, so the claim was not the cause "
         "and a larger one would not help"

@@ -108,10 +108,10 @@ def main(argv: list[str]) -> int:
         except ChildProcessError:
             break
     try:
-        rec = ctx.store.read_status_dict(job_id)
+        rec = ctx.store.read_status(job_id)
     except Exception:
         return 1
-    if rec.get("state") != "completed":
+    if rec.state != "completed":
         from qex.queue import slurmsync
 
         try:

@@ -400,11 +400,12 @@ def _check_run(h, call) -> list[str]:
 
 def _run_matches_record(h, call, view) -> list[str]:
     from qex.base import outcome
+    from qex.store import records
 
     rec = view.records.get(call.job_id)
     if rec is None:
         return [] if call.job_id in h.cleaned else [f"{call!r}: its job {call.job_id[:8]} has no record"]
-    want = outcome.exit_code(rec)
+    want = outcome.exit_code(records.load(records.Status, rec))
     if call.code != want:
         return [
             f"{call!r} exited {call.code} but its job {call.job_id[:8]} is {rec['state']} "

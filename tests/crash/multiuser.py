@@ -925,6 +925,7 @@ class MultiHarness:
 
     def check_round(self) -> list[str]:
         from qex.base import outcome
+        from qex.store import records as recs
 
         problems = []
         records = self.records()
@@ -975,10 +976,11 @@ class MultiHarness:
                 )
         for call in self.deferred:
             rec = flat.get(call.target)
-            if rec and rec.get("state") in inv.FINAL and call.code != outcome.exit_code(rec):
+            want = outcome.exit_code(recs.load(recs.Status, rec)) if rec else None
+            if rec and rec.get("state") in inv.FINAL and call.code != want:
                 problems.append(
                     f"{call!r} exited {call.code} but its job {call.target[:8]} is {rec.get('state')} "
-                    f"which means {outcome.exit_code(rec)}"
+                    f"which means {want}"
                 )
         self.deferred.clear()
         problems += self.check_secrets()

@@ -279,13 +279,13 @@ def test_a_damaged_status_json_is_read_or_refused_with_the_remedy(tmp_path, raw)
     with open(store.path(job_id, "status.json"), "wb") as fh:
         fh.write(raw)
     try:
-        rec = store.read_status_dict(job_id)
+        rec = store.read_status(job_id)
     except QexError as exc:
         assert f"qex clean {job_id}" in str(exc), exc
         return
     # whatever was accepted can be shown and mapped to an exit code
     describe(rec)
-    list_row(rec, 10.0)
+    list_row(rec.asdict(), 10.0)
     outcome.exit_code(rec)
 
 

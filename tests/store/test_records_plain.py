@@ -3,6 +3,7 @@ qex.store.records: the defaults merged under every record, and spec.json, are wh
 the classes declare; and Plain records behave as the attrs classes they replaced."""
 
 import json
+import os
 import random
 from fractions import Fraction
 
@@ -54,7 +55,7 @@ def test_the_spec_of_a_submission_is_written_as_its_fields_and_reads_back_the_sa
     assert records.load(records.Spec, written) == spec
 
 
-def test_a_record_from_a_dict_has_its_nested_records_and_ignores_what_it_does_not_know():
+def test_a_record_from_a_dict_has_its_nested_records_and_keeps_what_it_does_not_know():
     rec = records.load(
         records.Status,
         {
@@ -73,6 +74,35 @@ def test_a_record_from_a_dict_has_its_nested_records_and_ignores_what_it_does_no
     assert rec.claims.pools["gpu"] == records.PoolClaim(1, 4) and rec.claims.millicores == 500
     assert rec.attempts[0].usage.max_rss == 5 and rec.attempts[0].claims == records.Claims()
     assert rec.command == ("true",) and rec.final and rec.priority == 0
+    # a newer qex's keys are no fields, but a rewrite keeps them, at any depth
+    assert "future" not in records.Status.field_names() and rec.future == 1
+    with pytest.raises(TypeError, match="no field 'future'"):
+        rec.evolve(future=2)
+    again = rec.evolve(state="failed").asdict()
+    assert again["future"] == 1 and again["claims"]["gizmo"] == 3 and again["state"] == "failed"
+    assert again["command"] == ["true"] and again["attempts"][0]["usage"]["max_rss"] == 5
+
+
+def test_a_record_without_a_field_every_reader_needs_is_damaged_with_the_remedy(tmp_path):
+    import pytest
+
+    from qex.base.errors import BrokenRecord
+    from qex.store import check
+    from qex.store.state import Store
+
+    whole = {"id": "j1", "seq": 1, "state": "completed", "command": ["true"], "cwd": "/", "owner": "me", "uid": 0}
+    check.status(whole)
+    assert set(check.STATUS_REQUIRED) == {"id", "seq", "state", "command", "cwd", "owner", "uid"}
+    for name in check.STATUS_REQUIRED:
+        with pytest.raises(check.Damaged, match=f"it has no {name}|the state 'None' is not"):
+            check.status({k: v for k, v in whole.items() if k != name})
+    store = Store(str(tmp_path / "state"))
+    store.ensure()
+    os.makedirs(store.job_dir("j1"))
+    with open(store.path("j1", "status.json"), "w") as fh:
+        json.dump({k: v for k, v in whole.items() if k != "command"}, fh)
+    with pytest.raises(BrokenRecord, match="it has no command.*qex clean j1 removes it"):
+        store.read_status("j1")
 
 
 class Job(Plain):
