@@ -29,7 +29,12 @@ order, is a fast positional constructor: it writes no defaults (Plain gives it
 the fields', which stay declared once, on the fields, and refuses a
 ``Factory``, whose default would be shared) and sets the fields with
 ``setter``, past the frozen guard. Equality, hash, repr, ``evolve``,
-``asdict``, pickling and the frozen error are Plain's, whichever ``__init__``:
+``asdict``, pickling and the frozen error are Plain's, whichever ``__init__``
+(a class may still write ``__eq__`` and ``__hash__`` where a profile asks, with
+Plain's meaning: ``Claim``, in the admission's memo key). Plain's ``__init__``
+makes a ``Wait`` in ~0.9 us, the hand-written one in ~0.3: a pass over 10,000
+queued jobs takes ~6 ms with the latter, ~13 with the former
+(``bench/admit_micro.py``).
 
     class Wait(Plain, frozen=True, slots=True):
         id: str
