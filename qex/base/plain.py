@@ -78,16 +78,33 @@ def _own_fields(namespace: dict) -> tuple[str, ...]:
 
 
 class _Declared(type):
-    """Plain's metaclass, for ``slots=True``: a slot cannot share its name with a
-    class attribute, so the fields' defaults leave the class body (into
-    ``_given``) before the class is made."""
+    """Plain's metaclass: it reads the fields and their defaults from the class
+    body and writes what a record class needs into it before the class is made
+    (setting attributes on a made class costs more; and a slot cannot share its
+    name with a class attribute, so a default cannot stay in the class body)."""
 
-    def __new__(mcls, name: str, bases: tuple, namespace: dict, slots: bool = False, **kw):
+    def __new__(mcls, name: str, bases: tuple, ns: dict, frozen: bool = False, slots: bool = False, **kw):
+        base = next((b for b in bases if isinstance(b, _Declared)), None)
+        if base is None:  # (Plain itself)
+            return super().__new__(mcls, name, bases, ns, **kw)
+        own = _own_fields(ns)
+        defaults = dict(base._defaults)
+        for field in own:
+            if field in ns:
+                defaults[field] = ns.pop(field)  # the instance holds it; a Factory must not show through
+            elif defaults:
+                raise TypeError(f"{name}.{field}: a field without a default follows one with a default")
+        fields = base._fields + tuple(n for n in own if n not in base._fields)
+        frozen = frozen or base._frozen
+        ns.update(_fields=fields, _defaults=defaults, _frozen=frozen, _key=_one_key(fields))
+        ns["_slots"] = slots and all(b.__dictoffset__ == 0 for b in bases)
         if slots:
-            own = _own_fields(namespace)
-            namespace["__slots__"] = own
-            namespace["_given"] = {n: namespace.pop(n) for n in own if n in namespace}
-        return super().__new__(mcls, name, bases, namespace, **kw)
+            ns["__slots__"] = own
+            ns.setdefault("__reduce__", Plain._reduce)
+        if ns.get("__hash__") is None:
+            ns["__hash__"] = Plain._hash if frozen else None
+        _fast_init(name, ns, base, own)
+        return super().__new__(mcls, name, bases, ns, **kw)
 
 
 class Plain(metaclass=_Declared):
@@ -98,30 +115,6 @@ class Plain(metaclass=_Declared):
     _defaults: dict = {}
     _frozen = False
     _slots = False
-
-    def __init_subclass__(cls, frozen: bool = False, **kw):
-        super().__init_subclass__(**kw)
-        given = cls.__dict__.get("_given", cls.__dict__)
-        own = _own_fields(cls.__dict__)
-        defaults = dict(cls._defaults)
-        for name in own:
-            value = given.get(name, _MISSING)
-            if value is not _MISSING:
-                defaults[name] = value
-                if given is cls.__dict__:
-                    delattr(cls, name)  # the instance holds it; a Factory must not show through
-            elif defaults:
-                raise TypeError(f"{cls.__name__}.{name}: a field without a default follows one with a default")
-        cls._fields = cls._fields + tuple(n for n in own if n not in cls._fields)
-        cls._defaults = defaults
-        cls._frozen = frozen or cls._frozen
-        cls._slots = cls.__dictoffset__ == 0  # (slots=True here and in every base)
-        cls._key = _one_key(cls._fields)
-        if cls.__dict__.get("__hash__") is None:
-            cls.__hash__ = Plain._hash if cls._frozen else None
-        if cls._slots:
-            cls.__reduce__ = Plain._reduce
-        _check_init(cls, own)
 
     def __init__(self, *args, **kwargs):
         fields, cls = self._fields, type(self)
@@ -197,24 +190,23 @@ def _one_key(fields: tuple[str, ...]):
     return attrgetter(*fields) if fields else _no_key
 
 
-def _check_init(cls: type, own: tuple[str, ...]) -> None:
+def _fast_init(name: str, ns: dict, base: type, own: tuple[str, ...]) -> None:
     """A fast ``__init__`` (its parameters: the fields, in order) gets the fields'
     defaults; a class that adds fields writes its own if it inherits one."""
-    init = cls.__dict__.get("__init__")
+    init, fields, defaults = ns.get("__init__"), ns["_fields"], ns["_defaults"]
     if init is None:
-        if own and cls.__init__ is not Plain.__init__:
-            raise TypeError(f"{cls.__name__}: adds fields to a class with its own __init__: write one")
+        if own and base.__init__ is not Plain.__init__:
+            raise TypeError(f"{name}: adds fields to a class with its own __init__: write one")
         return
     code = init.__code__
-    if code.co_varnames[1 : code.co_argcount] != cls._fields or code.co_flags & 0x0C:  # (0x0C: *args, **kw)
+    if code.co_varnames[1 : code.co_argcount] != fields or code.co_flags & 0x0C:  # (0x0C: *args, **kw)
         return  # (not a fast __init__: a converter, as qex.config.keys.Percent; it calls Plain's)
     if init.__defaults__ or init.__kwdefaults__:
-        raise TypeError(f"{cls.__name__}.__init__: declare the defaults on the fields, not in __init__")
-    tail = cls._fields[len(cls._fields) - len(cls._defaults) :]
-    defaults = tuple(cls._defaults[n] for n in tail)
-    if any(isinstance(d, Factory) for d in defaults):
-        raise TypeError(f"{cls.__name__}: a Factory default needs Plain's __init__")
-    init.__defaults__ = defaults or None
+        raise TypeError(f"{name}.__init__: declare the defaults on the fields, not in __init__")
+    tail = tuple(defaults[n] for n in fields[len(fields) - len(defaults) :])
+    if any(isinstance(d, Factory) for d in tail):
+        raise TypeError(f"{name}: a Factory default needs Plain's __init__")
+    init.__defaults__ = tail or None
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
