@@ -1,88 +1,39 @@
 """The types that go into ``admit`` and the plan that comes out.
 
 Units everywhere: cpu in integer millicores, memory and device sizes in integer
-bytes. Every class is immutable (assigning an attribute raises
-``FrozenInstanceError``), compares and hashes by value, and prints like a call;
-collections are tuples.
-
-Plain classes with ``__slots__`` and hand-written ``__init__``: building attrs
-classes at import (and importing attrs) cost every ``qex`` command ~25 ms.
+bytes. Every class is a frozen ``Plain`` record with slots (``qex.base.plain``):
+assigning an attribute raises its ``FrozenInstanceError``; a value compares and
+hashes by value, prints like a call, and ``value.evolve(...)`` copies it with
+changes; collections are tuples. The classes a pass makes one of per job (a
+``Wait`` for each of 10,000 queued jobs) write their own positional
+``__init__``, whose defaults are the fields'.
 """
 
 from __future__ import annotations
 
+from qex.base.plain import Plain, setter
 from qex.base.states import DEPENDENCY_ENDED
 
 # Job states a dependency can be in that count as ended ("missing" = no such job).
 FINAL_STATES = DEPENDENCY_ENDED
 
-_SETATTR = object.__setattr__.__get__  # _SETATTR(obj)(name, value) sets past the frozen guard
 
-
-class FrozenInstanceError(AttributeError):
-    """An attribute of an admission value was assigned or deleted."""
-
-
-class Value:
-    """Base of the frozen value classes: equality, hash, repr and copy by the
-    fields, which are the ``__slots__`` in ``__init__`` order."""
-
-    __slots__ = ()
-
-    def _values(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def __eq__(self, other):
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() == other._values()
-
-    def __ne__(self, other):
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() != other._values()
-
-    def __hash__(self):
-        return hash((self.__class__.__name__,) + self._values())
-
-    def __repr__(self):
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
-        return f"{self.__class__.__name__}({fields})"
-
-    def __reduce__(self):
-        return self.__class__, self._values()
-
-    def __setattr__(self, name, value):
-        raise FrozenInstanceError(f"{self.__class__.__name__}.{name} cannot be assigned")
-
-    def __delattr__(self, name):
-        raise FrozenInstanceError(f"{self.__class__.__name__}.{name} cannot be deleted")
-
-
-def evolve(value: Value, **changes: object) -> Value:
-    """A copy of ``value`` with some fields changed (like ``attrs.evolve``)."""
-    fields = {name: getattr(value, name) for name in value.__slots__}
-    unknown = set(changes) - set(fields)
-    if unknown:
-        raise TypeError(f"{value.__class__.__name__} has no field {', '.join(sorted(unknown))}")
-    fields.update(changes)
-    return value.__class__(**fields)
-
-
-class Claim(Value):
+class Claim(Plain, frozen=True, slots=True):
     """One entry of a job's claim map besides cpu/mem.
 
     ``count`` is units (plain pool, lock) or a number of devices (indexed pool);
     ``size`` is bytes per device on an indexed pool, None = whole devices.
     """
 
-    __slots__ = ("name", "count", "size")
+    name: str
+    count: int
+    size: int | None = None
 
-    def __init__(self, name: str, count: int, size: int | None = None):
-        s = _SETATTR(self)
-        s("name", name)
-        s("count", count)
-        s("size", size)
+    def __init__(self, name: str, count: int, size: int | None):
+        put = setter(self)
+        put("name", name)
+        put("count", count)
+        put("size", size)
 
     def __eq__(self, other):  # by hand: claims are part of the admit memo key
         if other.__class__ is not Claim:
@@ -93,64 +44,67 @@ class Claim(Value):
         return hash(("Claim", self.name, self.count, self.size))
 
 
-class PoolSpec(Value):
+class PoolSpec(Plain, frozen=True, slots=True):
     """A declared pool: ``total`` units (plain) or ``devices`` capacities (indexed).
 
     A name that no PoolSpec declares is a lock: one unit, local to this queue.
     """
 
-    __slots__ = ("name", "total", "devices")
-
-    def __init__(self, name: str, total: int | None = None, devices: tuple[int, ...] = ()):
-        s = _SETATTR(self)
-        s("name", name)
-        s("total", total)
-        s("devices", devices)
+    name: str
+    total: int | None = None
+    devices: tuple[int, ...] = ()
 
 
-class DeviceUse(Value):
+class DeviceUse(Plain, frozen=True, slots=True):
     """What one holder holds on one indexed pool: sorted device indices, and
     bytes per device (None = the whole device, whatever its capacity)."""
 
-    __slots__ = ("pool", "devices", "size")
+    pool: str
+    devices: tuple[int, ...]
+    size: int | None
 
     def __init__(self, pool: str, devices: tuple[int, ...], size: int | None):
-        s = _SETATTR(self)
-        s("pool", pool)
-        s("devices", devices)
-        s("size", size)
+        put = setter(self)
+        put("pool", pool)
+        put("devices", devices)
+        put("size", size)
 
 
-class Running(Value):
+class Running(Plain, frozen=True, slots=True):
     """A job of this queue that holds capacity (state starting or running).
     ``used``: what the driver reports its processes use, one device each
     (``DeviceUse.size`` the bytes); on a device where that is more than it was
     given, the use counts (``resources.own_holder``)."""
 
-    __slots__ = ("id", "cpu", "mem", "claims", "assigned", "used")
+    id: str
+    cpu: int
+    mem: int
+    claims: tuple[Claim, ...] = ()
+    assigned: tuple[DeviceUse, ...] = ()
+    used: tuple[DeviceUse, ...] = ()
 
     def __init__(
         self,
         id: str,
         cpu: int,
         mem: int,
-        claims: tuple[Claim, ...] = (),
-        assigned: tuple[DeviceUse, ...] = (),
-        used: tuple[DeviceUse, ...] = (),
+        claims: tuple[Claim, ...],
+        assigned: tuple[DeviceUse, ...],
+        used: tuple[DeviceUse, ...],
     ):
-        s = _SETATTR(self)
-        s("id", id)
-        s("cpu", cpu)
-        s("mem", mem)
-        s("claims", claims)
-        s("assigned", assigned)
-        s("used", used)
+        put = setter(self)
+        put("id", id)
+        put("cpu", cpu)
+        put("mem", mem)
+        put("claims", claims)
+        put("assigned", assigned)
+        put("used", used)
 
 
 OUTSIDE_USE, PEER_USE = "outside", "peer"
 
 
-class Seen(Value):
+class Seen(Plain, frozen=True, slots=True):
     """VRAM the driver reports on ``device`` of the indexed pool ``pool`` that
     no running job of this queue holds: ``used`` bytes, ``kind`` OUTSIDE_USE (a
     process of no running qex job, of any user: a job's left-over process too)
@@ -158,119 +112,108 @@ class Seen(Value):
     that queue's claims hold on the device); ``who`` names it in words ("pid 42
     (python) of bob", "bob")."""
 
-    __slots__ = ("pool", "device", "used", "kind", "who")
+    pool: str
+    device: int
+    used: int
+    kind: str = OUTSIDE_USE
+    who: str = ""
 
-    def __init__(self, pool: str, device: int, used: int, kind: str = OUTSIDE_USE, who: str = ""):
-        s = _SETATTR(self)
-        s("pool", pool)
-        s("device", device)
-        s("used", used)
-        s("kind", kind)
-        s("who", who)
+    def __init__(self, pool: str, device: int, used: int, kind: str, who: str):
+        put = setter(self)
+        put("pool", pool)
+        put("device", device)
+        put("used", used)
+        put("kind", kind)
+        put("who", who)
 
 
-class PeerHold(Value):
+class PeerHold(Plain, frozen=True, slots=True):
     """What another queue (another user) holds, from its peer record.
     Locks are never shared with peers, so ``units`` name plain pools only."""
 
-    __slots__ = ("owner", "cpu", "mem", "units", "assigned")
-
-    def __init__(
-        self,
-        owner: str,
-        cpu: int = 0,
-        mem: int = 0,
-        units: tuple[tuple[str, int], ...] = (),
-        assigned: tuple[DeviceUse, ...] = (),
-    ):
-        s = _SETATTR(self)
-        s("owner", owner)
-        s("cpu", cpu)
-        s("mem", mem)
-        s("units", units)
-        s("assigned", assigned)
+    owner: str
+    cpu: int = 0
+    mem: int = 0
+    units: tuple[tuple[str, int], ...] = ()
+    assigned: tuple[DeviceUse, ...] = ()
 
 
-class Dep(Value):
+class Dep(Plain, frozen=True, slots=True):
     """The state of a job that a queued job depends on; ``root`` names the
     first failed job of the chain when this one was skipped."""
 
-    __slots__ = ("id", "state", "root")
+    id: str
+    state: str
+    root: str | None = None
 
-    def __init__(self, id: str, state: str, root: str | None = None):
-        s = _SETATTR(self)
-        s("id", id)
-        s("state", state)
-        s("root", root)
+    def __init__(self, id: str, state: str, root: str | None):
+        put = setter(self)
+        put("id", id)
+        put("state", state)
+        put("root", root)
 
 
-class Queued(Value):
+class Queued(Plain, frozen=True, slots=True):
     """A job waiting in this queue. ``deadline`` is absolute (already extended
     by pause time); ``passed_by`` counts later jobs that started past it while
     it was the own-blocked front job; ``retry`` marks a job requeued for
     another attempt (a queue pause does not hold it: it already ran)."""
 
-    __slots__ = (
-        "id",
-        "seq",
-        "priority",
-        "cpu",
-        "mem",
-        "claims",
-        "needs",
-        "after",
-        "deadline",
-        "passed_by",
-        "name",
-        "retry",
-    )
+    id: str
+    seq: int
+    priority: int = 0
+    cpu: int = 1000
+    mem: int = 0
+    claims: tuple[Claim, ...] = ()
+    needs: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    deadline: float | None = None
+    passed_by: int = 0
+    name: str = ""
+    retry: bool = False
 
     def __init__(
         self,
         id: str,
         seq: int,
-        priority: int = 0,
-        cpu: int = 1000,
-        mem: int = 0,
-        claims: tuple[Claim, ...] = (),
-        needs: tuple[str, ...] = (),
-        after: tuple[str, ...] = (),
-        deadline: float | None = None,
-        passed_by: int = 0,
-        name: str = "",
-        retry: bool = False,
+        priority: int,
+        cpu: int,
+        mem: int,
+        claims: tuple[Claim, ...],
+        needs: tuple[str, ...],
+        after: tuple[str, ...],
+        deadline: float | None,
+        passed_by: int,
+        name: str,
+        retry: bool,
     ):
-        s = _SETATTR(self)
-        s("id", id)
-        s("seq", seq)
-        s("priority", priority)
-        s("cpu", cpu)
-        s("mem", mem)
-        s("claims", claims)
-        s("needs", needs)
-        s("after", after)
-        s("deadline", deadline)
-        s("passed_by", passed_by)
-        s("name", name)
-        s("retry", retry)
+        put = setter(self)
+        put("id", id)
+        put("seq", seq)
+        put("priority", priority)
+        put("cpu", cpu)
+        put("mem", mem)
+        put("claims", claims)
+        put("needs", needs)
+        put("after", after)
+        put("deadline", deadline)
+        put("passed_by", passed_by)
+        put("name", name)
+        put("retry", retry)
 
 
-class Pause(Value):
+class Pause(Plain, frozen=True, slots=True):
     """Queue pause, and locks (or pools) that a person holds, each with words."""
 
-    __slots__ = ("queue", "queue_reason", "locks")
-
-    def __init__(self, queue: bool = False, queue_reason: str = "", locks: tuple[tuple[str, str], ...] = ()):
-        s = _SETATTR(self)
-        s("queue", queue)
-        s("queue_reason", queue_reason)
-        s("locks", locks)
+    queue: bool = False
+    queue_reason: str = ""
+    locks: tuple[tuple[str, str], ...] = ()
 
 
 NO_PAUSE = Pause()
 
 
-class Snapshot(Value):
+class Snapshot(Plain, frozen=True, slots=True):
     """Everything ``admit`` may look at. ``mem_available`` is the machine's
     available memory minus the reserve; None = unknown (no check).
     ``mem_reserve`` is that reserve (``[system] reserve_mem``), for the words of
@@ -279,132 +222,91 @@ class Snapshot(Value):
     asked it: ``qex.queue.gpuseen``). ``pressure``: (the machine's memory pressure, ``[system]
     max_pressure``) when the first is above the second (no job starts), else None."""
 
-    __slots__ = (
-        "now",
-        "cpu_budget",
-        "mem_budget",
-        "mem_available",
-        "oversized",
-        "max_bypass",
-        "pools",
-        "running",
-        "peers",
-        "queued",
-        "deps",
-        "pause",
-        "mem_reserve",
-        "seen",
-        "pressure",
-    )
-
-    def __init__(
-        self,
-        now: float,
-        cpu_budget: int,
-        mem_budget: int,
-        mem_available: int | None,
-        oversized: str,
-        max_bypass: int,
-        pools: tuple[PoolSpec, ...],
-        running: tuple[Running, ...],
-        peers: tuple[PeerHold, ...],
-        queued: tuple[Queued, ...],
-        deps: tuple[Dep, ...] = (),
-        pause: Pause = NO_PAUSE,
-        mem_reserve: int = 0,
-        seen: tuple[Seen, ...] = (),
-        pressure: tuple[float, float] | None = None,
-    ):
-        s = _SETATTR(self)
-        s("now", now)
-        s("cpu_budget", cpu_budget)
-        s("mem_budget", mem_budget)
-        s("mem_available", mem_available)
-        s("oversized", oversized)
-        s("max_bypass", max_bypass)
-        s("pools", pools)
-        s("running", running)
-        s("peers", peers)
-        s("queued", queued)
-        s("deps", deps)
-        s("pause", pause)
-        s("mem_reserve", mem_reserve)
-        s("seen", seen)
-        s("pressure", pressure)
+    now: float
+    cpu_budget: int
+    mem_budget: int
+    mem_available: int | None
+    oversized: str
+    max_bypass: int
+    pools: tuple[PoolSpec, ...]
+    running: tuple[Running, ...]
+    peers: tuple[PeerHold, ...]
+    queued: tuple[Queued, ...]
+    deps: tuple[Dep, ...] = ()
+    pause: Pause = NO_PAUSE
+    mem_reserve: int = 0
+    seen: tuple[Seen, ...] = ()
+    pressure: tuple[float, float] | None = None
 
 
-class Start(Value):
+class Start(Plain, frozen=True, slots=True):
     """Start this job with these device assignments (forced = oversized, alone)."""
 
-    __slots__ = ("id", "assigned", "forced")
+    id: str
+    assigned: tuple[DeviceUse, ...] = ()
+    forced: bool = False
 
-    def __init__(self, id: str, assigned: tuple[DeviceUse, ...] = (), forced: bool = False):
-        s = _SETATTR(self)
-        s("id", id)
-        s("assigned", assigned)
-        s("forced", forced)
+    def __init__(self, id: str, assigned: tuple[DeviceUse, ...], forced: bool):
+        put = setter(self)
+        put("id", id)
+        put("assigned", assigned)
+        put("forced", forced)
 
 
-class Wait(Value):
+class Wait(Plain, frozen=True, slots=True):
     """Leave this job queued. ``holder`` says who holds what it needs:
     own | peer | outside | oversized | lock | person | pause | dependency |
     front | device | pressure. ``front`` is the front job's id when holder is "front"."""
 
-    __slots__ = ("id", "reason", "holder", "front")
+    id: str
+    reason: str
+    holder: str
+    front: str | None = None
 
-    def __init__(self, id: str, reason: str, holder: str, front: str | None = None):
-        s = _SETATTR(self)
-        s("id", id)
-        s("reason", reason)
-        s("holder", holder)
-        s("front", front)
+    def __init__(self, id: str, reason: str, holder: str, front: str | None):
+        put = setter(self)
+        put("id", id)
+        put("reason", reason)
+        put("holder", holder)
+        put("front", front)
 
 
-class Skip(Value):
+class Skip(Plain, frozen=True, slots=True):
     """A job it needs did not succeed; ``root`` is the first failed job."""
 
-    __slots__ = ("id", "root", "reason")
+    id: str
+    root: str
+    reason: str
 
     def __init__(self, id: str, root: str, reason: str):
-        s = _SETATTR(self)
-        s("id", id)
-        s("root", root)
-        s("reason", reason)
+        put = setter(self)
+        put("id", id)
+        put("root", root)
+        put("reason", reason)
 
 
-class Expire(Value):
+class Expire(Plain, frozen=True, slots=True):
     """It did not start within its --max-queue-time. ``cause``: capacity |
     dependency | lock | pause; ``reason`` names what it waited for and a remedy."""
 
-    __slots__ = ("id", "cause", "reason")
+    id: str
+    cause: str
+    reason: str
 
     def __init__(self, id: str, cause: str, reason: str):
-        s = _SETATTR(self)
-        s("id", id)
-        s("cause", cause)
-        s("reason", reason)
+        put = setter(self)
+        put("id", id)
+        put("cause", cause)
+        put("reason", reason)
 
 
-class Plan(Value):
+class Plan(Plain, frozen=True, slots=True):
     """The decisions of one pass, in queue order within each tuple."""
 
-    __slots__ = ("start", "wait", "skip", "expire", "passed", "health", "next_deadline")
-
-    def __init__(
-        self,
-        start: tuple[Start, ...],
-        wait: tuple[Wait, ...],
-        skip: tuple[Skip, ...],
-        expire: tuple[Expire, ...],
-        passed: tuple[tuple[str, int], ...],
-        health: str,
-        next_deadline: float | None,
-    ):
-        s = _SETATTR(self)
-        s("start", start)
-        s("wait", wait)
-        s("skip", skip)
-        s("expire", expire)
-        s("passed", passed)
-        s("health", health)
-        s("next_deadline", next_deadline)
+    start: tuple[Start, ...]
+    wait: tuple[Wait, ...]
+    skip: tuple[Skip, ...]
+    expire: tuple[Expire, ...]
+    passed: tuple[tuple[str, int], ...]
+    health: str
+    next_deadline: float | None

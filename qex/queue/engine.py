@@ -251,7 +251,6 @@ def _pressure(ctx: Context) -> tuple[float, float] | None:
 def _vram(ctx: Context, txn: Txn, now: float, running: list) -> tuple[list, tuple]:
     """The VRAM the driver reports (``qex.queue.gpuseen``): the running jobs with
     what they use, and what is used beside them."""
-    from qex.admit.model import evolve
     from qex.queue import gpuseen
 
     try:
@@ -261,7 +260,7 @@ def _vram(ctx: Context, txn: Txn, now: float, running: list) -> tuple[list, tupl
     if reading is None or reading.error:
         return running, ()
     used, seen = gpuseen.for_admission(ctx, reading, txn.idx.jobs)
-    return [evolve(r, used=used[r.id]) if r.id in used else r for r in running], seen
+    return [r.evolve(used=used[r.id]) if r.id in used else r for r in running], seen
 
 
 def _foreign(ctx: Context) -> list:

@@ -11,7 +11,6 @@ from collections import Counter
 from hypothesis import strategies as st
 
 from qex.admit import FINAL_STATES, Claim, Dep, DeviceUse, Pause, PeerHold, PoolSpec, Queued, Running, Snapshot
-from qex.admit.model import evolve
 
 GB = 1 << 30
 NOW = 1000.0
@@ -196,7 +195,7 @@ def person(snap, job):
 
 def expected_holder(snap: Snapshot, ref: Ref, job: Queued) -> str:
     """The holder class of a job that waits for capacity or an all-or-nothing claim."""
-    alone = Ref(evolve(snap, running=()))
+    alone = Ref(snap.evolve(running=()))
     if oversized(snap, job):
         if ref.own:
             return "own"

@@ -5,7 +5,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qex.admit import Claim, PeerHold, PoolSpec, Queued, Running, Snapshot, admit
-from qex.admit.model import evolve
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -39,8 +38,7 @@ def test_the_same_input_in_another_order_gives_the_same_plan(snap, rng):
         rng.shuffle(items)
         return tuple(items)
 
-    other = evolve(
-        snap,
+    other = snap.evolve(
         queued=shuffled(snap.queued),
         running=shuffled(snap.running),
         peers=shuffled(snap.peers),
@@ -103,5 +101,5 @@ def test_devices_are_never_summed_and_never_overfilled(caps, held, wants, data):
             running.append(Running(f"r{i}", 1, 0, _gpu(n, s), (use,)))
             ref.add_own(f"r{i}", 1, 0, _gpu(n, s), (use,))
     queued = tuple(Queued(f"q{i}", i, cpu=1, claims=_gpu(n, s)) for i, (n, s) in enumerate(wants))
-    snap = evolve(snap, running=tuple(running), peers=tuple(peers), queued=queued)
+    snap = snap.evolve(running=tuple(running), peers=tuple(peers), queued=queued)
     check_plan(snap, admit(snap)).check_within()

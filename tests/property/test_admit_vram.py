@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qex.admit import Claim, DeviceUse, PeerHold, PoolSpec, Queued, Running, Seen, Snapshot, admit
-from qex.admit.model import OUTSIDE_USE, PEER_USE, evolve
+from qex.admit.model import OUTSIDE_USE, PEER_USE
 from qex.base.units import format_size
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -178,8 +178,8 @@ def test_a_job_that_waits_for_vram_outside_qex_fits_beside_the_peers_alone_and_i
     plan = admit(snap)
     caps = caps_of(snap)
     _load, outside = counted(snap)
-    peers_only, _none = counted(evolve(snap, running=(), seen=tuple(s for s in snap.seen if s.kind == PEER_USE)))
-    beside_peers = counted(evolve(snap, running=()))[0]
+    peers_only, _none = counted(snap.evolve(running=(), seen=tuple(s for s in snap.seen if s.kind == PEER_USE)))
+    beside_peers = counted(snap.evolve(running=()))[0]
     for w in plan.wait:
         if w.holder != "outside" or VRAM_WORDS not in w.reason:
             continue
@@ -199,7 +199,7 @@ def test_a_job_that_waits_for_vram_outside_qex_fits_beside_the_peers_alone_and_i
 @given(vram_snapshots(), st.data())
 def test_what_changes_nothing_changes_nothing(snap, data):
     caps = caps_of(snap)
-    plain = evolve(snap, seen=(), running=tuple(evolve(r, used=()) for r in snap.running))
+    plain = snap.evolve(seen=(), running=tuple(r.evolve(used=()) for r in snap.running))
     noise = [
         Seen("gpu", 0, 0, OUTSIDE_USE, "pid 7 (idle) of bob"),
         Seen("void", 0, 40 * GB, OUTSIDE_USE, "x"),
@@ -209,6 +209,6 @@ def test_what_changes_nothing_changes_nothing(snap, data):
     for r in snap.running:
         given = per_device(caps, r.assigned)
         uses = tuple(DeviceUse(pool, (d,), data.draw(st.integers(0, n))) for (pool, d), n in sorted(given.items()))
-        within.append(evolve(r, used=uses))
-    quiet = evolve(plain, seen=tuple(noise), running=tuple(within))
+        within.append(r.evolve(used=uses))
+    quiet = plain.evolve(seen=tuple(noise), running=tuple(within))
     assert admit(quiet) == admit(plain)

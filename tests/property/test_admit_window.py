@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from test_admit_same import snapshots
 
 from qex.admit import Queued, Running, Snapshot, Wait, admit, order_key
-from qex.admit.model import evolve
 from qex.admit.window import admit_head, shape
 
 GB = 1 << 30
@@ -33,7 +32,7 @@ def windowed(snap: Snapshot, k: int):
             return None
         reps.setdefault(key, job.id)
     firsts = set(reps.values())
-    got = admit_head(evolve(snap, queued=tuple(head + [j for j in tail if j.id in firsts])), reps)
+    got = admit_head(snap.evolve(queued=tuple(head + [j for j in tail if j.id in firsts])), reps)
     if got is None:
         return None
     plan, tail_waits = got
@@ -45,20 +44,20 @@ def windowed(snap: Snapshot, k: int):
         elif job in tail:
             w = tail_waits[shape(job)]
             waits.append(Wait(job.id, w.reason, w.holder, w.front))
-    return evolve(plan, wait=tuple(waits))
+    return plan.evolve(wait=tuple(waits))
 
 
 def plain(job: Queued, keep: bool) -> Queued:
-    return job if keep else evolve(job, needs=(), after=(), deadline=None)
+    return job if keep else job.evolve(needs=(), after=(), deadline=None)
 
 
 @st.composite
 def mostly_plain(draw):
     snap = draw(snapshots(max_queued=30))
     if draw(st.integers(0, 3)) == 0:  # a queue pause, which holds all but retries
-        snap = evolve(snap, pause=evolve(snap.pause, queue=True))
+        snap = snap.evolve(pause=snap.pause.evolve(queue=True))
     keep = [draw(st.integers(0, 7)) == 0 for _ in snap.queued]
-    return evolve(snap, queued=tuple(plain(j, k) for j, k in zip(snap.queued, keep)))
+    return snap.evolve(queued=tuple(plain(j, k) for j, k in zip(snap.queued, keep)))
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -17,7 +17,6 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from qex.admit import PeerHold, Queued, Running, Snapshot, admit
-from qex.admit.model import evolve
 from qex.admit.words import OUTSIDE_WORDS, PEER_WORDS
 
 OWN, PEERISH = ("own", "device"), ("peer", "outside")
@@ -106,7 +105,7 @@ def _advance(snap: Snapshot, plan, finish) -> Snapshot:
     started = [Running(s.id, jobs[s.id].cpu, jobs[s.id].mem) for s in plan.start]
     running = [r for i, r in enumerate(snap.running + tuple(started)) if not finish[i % len(finish)]]
     gone = {s.id for s in plan.start} | {x.id for x in plan.expire} | {x.id for x in plan.skip}
-    queued = tuple(evolve(j, passed_by=j.passed_by + passed.get(j.id, 0)) for j in snap.queued if j.id not in gone)
+    queued = tuple(j.evolve(passed_by=j.passed_by + passed.get(j.id, 0)) for j in snap.queued if j.id not in gone)
     for j in queued:
         assert j.passed_by <= snap.max_bypass, j
-    return evolve(snap, running=tuple(running), queued=queued)
+    return snap.evolve(running=tuple(running), queued=queued)

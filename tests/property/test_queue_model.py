@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from qex.admit import Claim, PeerHold, PoolSpec, Queued, Running, Snapshot, admit, order_key
-from qex.admit.model import evolve
 
 
 class QueueModel(RuleBasedStateMachine):
@@ -121,7 +120,7 @@ class QueueModel(RuleBasedStateMachine):
                 self.forced.add(s.id)
         for front_id, n in plan.passed:
             job = self.queued[front_id]
-            self.queued[front_id] = evolve(job, passed_by=job.passed_by + n)
+            self.queued[front_id] = job.evolve(passed_by=job.passed_by + n)
         assert not plan.skip and not plan.expire
 
     def _check_tracked(self, plan, ref):
