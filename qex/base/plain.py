@@ -177,7 +177,7 @@ class Plain(metaclass=_Declared):
             if name not in self._fields:
                 raise TypeError(f"{type(self).__name__} has no field {name!r}")
         cls = type(self)
-        if cls.__init__ is not Plain.__init__:  # (its own __init__ checks the values: it makes the copy)
+        if cls.__init__ is not Plain.__init__ or cls._slots:  # (its own __init__ checks the values; no __dict__)
             return cls(**{**{n: getattr(self, n) for n in self._fields}, **changes})
         made = object.__new__(cls)
         object.__setattr__(made, "__dict__", {**self.__dict__, **changes})
@@ -187,9 +187,10 @@ class Plain(metaclass=_Declared):
         """The fields, and what the record keeps besides them (``evolve``), as a dict;
         unless ``shallow``, nested records become dicts and tuples lists (the JSON
         shape, as ``attrs.asdict`` gives)."""
+        kept = {n: getattr(self, n) for n in self._fields} if self._slots else self.__dict__
         if shallow:
-            return dict(self.__dict__)
-        return {n: json_value(v) for n, v in self.__dict__.items()}
+            return dict(kept)
+        return {n: json_value(v) for n, v in kept.items()}
 
 
 def _no_key(record: Plain) -> tuple:
