@@ -200,7 +200,8 @@ def load(cls: type, data: dict) -> Plain:
     has checked its types), cheaply: the dict's items become the record's attributes
     (one copy), nested records are made from their dicts, arrays of a tuple field
     become tuples, missing fields get their defaults. Keys it does not know (a newer
-    qex's fields) are kept, not fields: ``asdict`` writes them back as they were."""
+    qex's fields) are kept, not fields: ``asdict`` gives them back as they were (a
+    writer drops them first: ``qex.queue.txn``)."""
     nested, static, factories = _plan(cls)
     values = {**static, **data}
     for name, make in factories:
