@@ -95,7 +95,7 @@ def cmd_each_line(args: Namespace) -> int:
     from qex.supervisor import become
 
     become.finish_pass(ctx, result, leaving=True)  # (--wait is refused here)
-    jobs = [(b.record["name"], b.spec.id) for b in built]
+    jobs = [(b.record.name, b.spec.id) for b in built]
     _report(group_id, name, jobs, args)
     if args.json:
         _print_group(group_id, name, jobs)

@@ -44,8 +44,8 @@ def _owned_active(ctx: Context, txn, job_id: str, verb: str, answer: dict) -> di
     entry = txn.idx.jobs.get(job_id)
     if entry is None:
         rec = txn.record(job_id)  # (another member's job: refused, never "ended")
-        check_owner(ctx, job_id, rec.get("uid"), rec.get("owner"), verb)
-        answer[job_id] = f"ended:{rec.get('state')}"
+        check_owner(ctx, job_id, rec.uid, rec.owner, verb)
+        answer[job_id] = f"ended:{rec.state}"
         return None
     check_owner(ctx, job_id, entry.get("uid"), entry.get("owner"), verb)
     return entry

@@ -35,6 +35,7 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
     from qex.queue.txn import Txn
+    from qex.store.records import Status
     from qex.store.state import Store
 
 RECENT = layout.DEDUPE_RECENT  # (tests have it from here)
@@ -145,11 +146,12 @@ def find_locked(ctx: Context, txn: Txn, key: str, window: float | None, now: flo
     )
     if holders:
         from qex.jobs.stuck import stuck_words
-        from qex.store.index import live_reason
-        from qex.store.records import Status, load
+        from qex.store.index import live_words
 
         job_id = holders[0][1]
-        rec = load(Status, live_reason(txn.record(job_id), txn.idx.jobs[job_id]))
+        rec = txn.record(job_id)
+        words = live_words(rec.blocked_reason, txn.idx.jobs[job_id])
+        rec = rec if words is None else rec.evolve(**words)
         return Hit(job_id, rec.state, list(rec.command), key, stuck=stuck_words(ctx, rec, txn.idx.jobs, now))
     if window is None:
         return None
@@ -171,19 +173,19 @@ def find_locked(ctx: Context, txn: Txn, key: str, window: float | None, now: flo
 # ---- what a success leaves behind (the supervisor's final pass) -----------------
 
 
-def remember_locked(store: Store, rec: dict) -> None:
+def remember_locked(store: Store, rec: Status) -> None:
     """A job with a key completed: keep its key for later windows. Lock held.
 
     Written before the pass commits; a reader believes it only while the
     record says completed, so a pass that dies here leaves nothing false.
     """
-    key = rec.get("dedupe_key")
-    if not key or rec.get("state") != "completed":
+    key = rec.dedupe_key
+    if not key or rec.state != "completed":
         return
     from qex.store import fs
 
     recent = _read_recent(store)
-    recent[_slot(rec.get("uid", -1), key)] = [rec["id"], rec.get("ended_at") or time.time()]
+    recent[_slot(rec.uid, key)] = [rec.id, rec.ended_at or time.time()]
     if len(recent) > MAX_RECENT:
         newest = sorted(recent.items(), key=lambda kv: kv[1][1], reverse=True)[:MAX_RECENT]
         recent = dict(newest)
@@ -196,7 +198,7 @@ def remember_locked(store: Store, rec: dict) -> None:
 
         say.warning(
             "could not remember the dedupe key of a completed job "
-            f"(a later --dedupe-window will not find job {rec['id'][:8]})"
+            f"(a later --dedupe-window will not find job {rec.id[:8]})"
         )
 
 

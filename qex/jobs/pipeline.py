@@ -152,7 +152,7 @@ def build_all(ctx: "Context", plan: Plan, path: str, group_id: str) -> "list[Bui
             raise SpecError(f"{where}: {exc}") from None
         ids[st.name] = b.spec.id
         needs, after = [ids[n] for n in st.needs], [ids[n] for n in st.after]
-        b.record["needs"], b.record["after"] = needs, after
+        b.record = b.record.evolve(needs=tuple(needs), after=tuple(after))
         b.spec.request = {**b.spec.request, "needs": needs, "after": after}
         built.append(b)
     return built

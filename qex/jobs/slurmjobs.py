@@ -19,6 +19,7 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
     from qex.queue.txn import Txn
+    from qex.store.records import Status
 
 
 def on_slurm(ctx: Context) -> bool:
@@ -43,16 +44,15 @@ def queue_locked(ctx: Context, txn: Txn, built: list) -> list[str]:
     recs = []
     for b in built:
         # (an out-of-memory end is final on Slurm: [defaults] oom_retries does not apply; --oom-retries is refused)
-        recs.append({**b.record, "seq": txn.idx.next_job, "slurm_job_id": None, "oom_retries": 0})
+        recs.append(b.record.evolve(seq=txn.idx.next_job, slurm_job_id=None, oom_retries=0))
         txn.idx.next_job += 1
     submitted: list[str] = []
     try:
-        if len(recs) > 1 and all(r.get("template") is not None for r in recs):
-            _array(ctx, txn, recs, submitted)  # a fan-out: its jobs differ only in command and name
+        if len(recs) > 1 and all(r.template is not None for r in recs):
+            recs = _array(ctx, txn, recs, submitted)  # a fan-out: its jobs differ only in command and name
         else:
             slurm_of: dict = {}  # id -> its Slurm id, or (root, how) for a stage skipped at once
-            for rec in recs:
-                _one(ctx, txn, rec, slurm_of, submitted)
+            recs = [_one(ctx, txn, rec, slurm_of, submitted) for rec in recs]
     except BaseException:
         try:
             clients.cancel(submitted)
@@ -61,42 +61,40 @@ def queue_locked(ctx: Context, txn: Txn, built: list) -> list[str]:
         raise
     for rec in recs:
         txn.put(rec, None)
-    return [rec["id"] for rec in recs]
+    return [rec.id for rec in recs]
 
 
-def _one(ctx: Context, txn: Txn, rec: dict, slurm_of: dict, submitted: list) -> None:
+def _one(ctx: Context, txn: Txn, rec: Status, slurm_of: dict, submitted: list) -> Status:
+    """``rec`` submitted to Slurm (with its Slurm job id), or skipped at once."""
     from qex.slurm import clients, script, translate
 
     deps, skip = _dependencies(txn, rec, slurm_of)
     if skip is not None:
-        _skipped(rec, *skip)
-        slurm_of[rec["id"]] = skip
-        return
-    log = ctx.store.path(rec["id"], layout.SLURM_LOG)
+        slurm_of[rec.id] = skip
+        return _skipped(rec, *skip)
+    log = ctx.store.path(rec.id, layout.SLURM_LOG)
     argv = translate.sbatch_args(ctx.config, rec, deps, log)
-    job = clients.submit(argv, script.batch_script(ctx.store.root, ctx.config.path, [rec["id"]], log))
+    job = clients.submit(argv, script.batch_script(ctx.store.root, ctx.config.path, [rec.id], log))
     submitted.append(job)
-    rec["slurm_job_id"] = slurm_of[rec["id"]] = job
+    slurm_of[rec.id] = job
+    return rec.evolve(slurm_job_id=job)
 
 
-def _array(ctx: Context, txn: Txn, recs: list[dict], submitted: list) -> None:
+def _array(ctx: Context, txn: Txn, recs: list[Status], submitted: list) -> list[Status]:
     from qex.slurm import clients, script, translate
 
     deps, skip = _dependencies(txn, recs[0], {})
     if skip is not None:
-        for rec in recs:
-            _skipped(rec, *skip)
-        return
+        return [_skipped(rec, *skip) for rec in recs]
     log_of = ctx.store.path("{}", layout.SLURM_LOG)
     argv = translate.sbatch_args(ctx.config, recs[0], deps, "/dev/null", array=len(recs))
-    job = clients.submit(argv, script.batch_script(ctx.store.root, ctx.config.path, [r["id"] for r in recs], log_of))
+    job = clients.submit(argv, script.batch_script(ctx.store.root, ctx.config.path, [r.id for r in recs], log_of))
     submitted.append(job)
-    for i, rec in enumerate(recs):
-        rec["slurm_job_id"] = f"{job}_{i}"
+    return [rec.evolve(slurm_job_id=f"{job}_{i}") for i, rec in enumerate(recs)]
 
 
-def _skipped(rec: dict, root: str, how: str) -> None:
-    rec.update(
+def _skipped(rec: Status, root: str, how: str) -> Status:
+    return rec.evolve(
         state="skipped",
         ended_at=time.time(),
         skipped_root=root,
@@ -104,12 +102,12 @@ def _skipped(rec: dict, root: str, how: str) -> None:
     )
 
 
-def _dependencies(txn: Txn, rec: dict, slurm_of: dict) -> tuple[list[str], tuple[str, str] | None]:
+def _dependencies(txn: Txn, rec: Status, slurm_of: dict) -> tuple[list[str], tuple[str, str] | None]:
     """The Slurm dependency terms of ``rec`` (``needs`` -> afterok, ``after`` -> afterany),
     or the (root, words) of a need that ended without success: the job is skipped, as the
     local admission skips it. An ended dependency that satisfies it needs no term."""
     terms = []
-    for kind, ids in (("afterok", rec.get("needs") or ()), ("afterany", rec.get("after") or ())):
+    for kind, ids in (("afterok", rec.needs), ("afterany", rec.after)):
         for dep in ids:
             job = slurm_of.get(dep)
             if isinstance(job, tuple):  # a stage of this submission skipped at once: its root, its words
@@ -130,10 +128,10 @@ def _dependencies(txn: Txn, rec: dict, slurm_of: dict) -> tuple[list[str], tuple
                     try:
                         dep_rec = txn.record(dep)
                     except Exception:
-                        dep_rec = {"state": "missing"}
-                    state = dep_rec.get("state", "missing")
+                        dep_rec = None
+                    state = "missing" if dep_rec is None else dep_rec.state
                     if kind == "afterok" and state != "completed":
-                        root = dep_rec.get("skipped_root") or dep if state == "skipped" else dep
+                        root = dep_rec.skipped_root or dep if state == "skipped" else dep
                         return [], (root, "no such job" if state == "missing" else state)
                     continue
             terms.append(f"{kind}:{job}")

@@ -16,7 +16,7 @@ from qex.base.errors import SpecError
 from qex.base.plain import Factory, Plain
 from qex.jobs.request import Request
 from qex.store import layout
-from qex.store.records import FORMAT, Spec
+from qex.store.records import Claims, Spec, Status, load
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ")
 
 class Built(Plain):
     spec: Spec
-    record: dict
+    record: Status
     warnings: list[str] = Factory(list)
 
 
@@ -90,41 +90,36 @@ def _first_record(
     now: float,
     limits: dict,
     manners: tuple,
-) -> dict:
-    """The job's record as it enters the queue (state queued, attempt 1)."""
+) -> Status:
+    """The job's record as it enters the queue (state queued, attempt 1; its ``seq`` is
+    given when the submission commits)."""
     nice, io_class, oom = manners
-    record = {
-        "format": FORMAT,
-        "id": job_id,
-        "seq": 0,
-        "state": "queued",
-        "name": name,
-        "command": list(req.command),
-        "cwd": cwd,
-        "owner": ctx.user,
-        "uid": ctx.uid,
-        "group": req.group,
-        "group_name": req.group_name,
-        "tags": tags,
-        "priority": req.priority,
-        "claims": claims,
-        "claim_source": sources,
-        "submitted_at": now,
+    return Status(
+        id=job_id,
+        seq=0,
+        state="queued",
+        name=name,
+        command=tuple(req.command),
+        cwd=cwd,
+        owner=ctx.user,
+        uid=ctx.uid,
+        group=req.group,
+        group_name=req.group_name,
+        tags=tuple(tags),
+        priority=req.priority,
+        claims=load(Claims, claims),
+        claim_source=sources,
+        submitted_at=now,
         **limits,
-        "needs": list(req.needs),
-        "after": list(req.after),
-        "dedupe_key": req.dedupe_key,
-        "attempt": 1,
-        "attempts": [],
-        "nice": nice,
-        "io_class": io_class,
-        "oom_score_adj": oom,
-    }
-    if req.template is not None:
-        record["template"] = list(req.template)
-    if req.rerun_of is not None:
-        record["rerun_of"] = req.rerun_of
-    return record
+        needs=tuple(req.needs),
+        after=tuple(req.after),
+        dedupe_key=req.dedupe_key,
+        nice=nice,
+        io_class=io_class,
+        oom_score_adj=oom,
+        template=None if req.template is None else tuple(req.template),
+        rerun_of=req.rerun_of,
+    )
 
 
 def _limits(config, req: Request) -> dict:
@@ -172,9 +167,7 @@ def build_like(first: Built, command: list[str], name: str, found: set | None = 
         hints=base.hints,
         request={**base.request, "command": list(command), "name": name},
     )
-    record = {k: (v.copy() if type(v) in (list, dict) else v) for k, v in first.record.items()}
-    record.update(id=job_id, name=name, command=list(command))
-    return Built(spec, record, first.warnings)
+    return Built(spec, first.record.evolve(id=job_id, name=name, command=tuple(command)), first.warnings)
 
 
 def _request_words(req: Request) -> dict:
@@ -293,13 +286,13 @@ def submit_many(
             return slurmjobs.queue_locked(ctx, txn, built)  # sbatch, then the records: Slurm admits them
         ids = []
         for b in built:
-            rec = {**b.record, "seq": txn.idx.next_job}
+            rec = b.record.evolve(seq=txn.idx.next_job)
             txn.idx.next_job += 1
             txn.put(rec, None)
-            ids.append(rec["id"])
+            ids.append(rec.id)
         return ids
 
-    if not slurm and any("gpu" in (b.record["claims"].get("pools") or {}) for b in built):
+    if not slurm and any("gpu" in b.record.claims.pools for b in built):
         from qex.queue import gpuseen
 
         gpuseen.prefetch(ctx)  # the VRAM in use, read before the lock if it is not fresh (its pass admits it)

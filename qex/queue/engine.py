@@ -327,7 +327,7 @@ def _dep(txn: Txn, job_id: str):
         rec = txn.record(job_id)
     except Exception:
         return A.Dep(job_id, "missing")
-    return A.Dep(job_id, rec.get("state", "missing"), rec.get("skipped_root"))
+    return A.Dep(job_id, rec.state, rec.skipped_root)
 
 
 def apply_plan(ctx: Context, txn: Txn, plan: Plan, now: float) -> list[Launch]:
@@ -361,7 +361,7 @@ def apply_plan(ctx: Context, txn: Txn, plan: Plan, now: float) -> list[Launch]:
             peer_lock=peer_lock,
         )
         launch = Launch(start.id, fd, peer_fd, peer_lock)
-        launch.attempt = started.get("attempt", 1)
+        launch.attempt = started.attempt
         launches.append(launch)
     _set_reasons(txn, [(wait.id, wait.reason, wait.holder) for wait in plan.wait], now)
     for skip in plan.skip:
@@ -383,7 +383,7 @@ def apply_plan(ctx: Context, txn: Txn, plan: Plan, now: float) -> list[Launch]:
     for job_id, n in plan.passed:
         if job_id in txn.idx.jobs and txn.idx.jobs[job_id]["state"] == "queued":
             rec = txn.record(job_id)
-            txn.update(job_id, change="reason", passed_by=rec.get("passed_by", 0) + n)
+            txn.update(job_id, change="reason", passed_by=rec.passed_by + n)
     return launches
 
 
@@ -411,7 +411,7 @@ def _set_reasons(txn: Txn, waits, now: float) -> None:
                 words_only = True
                 continue
         rec = txn.record(job_id)
-        since = rec.get("blocked_since") if rec.get("blocked_reason") else None
+        since = rec.blocked_since if rec.blocked_reason else None
         txn.update(job_id, change="reason", blocked_reason=reason, blocked_holder=holder, blocked_since=since or now)
     if words_only:
         txn.idx.unsaved = True

@@ -211,14 +211,14 @@ def _health_since(txn, plan, idx) -> float | None:
         about = plan.wait[0].id
     if about is not None:
         try:
-            return txn.record(about).get("blocked_since")
+            return txn.record(about).blocked_since
         except Exception:
             return None
     starts = []
     for job_id, e in idx.jobs.items():
         if e["state"] in HOLDING:
             try:
-                starts.append(txn.record(job_id).get("started_at"))
+                starts.append(txn.record(job_id).started_at)
             except Exception:
                 pass
     starts = [t for t in starts if t]

@@ -425,14 +425,13 @@ def _account_locked(txn, pause_id: str, since: float, end: float) -> None:
             rec = txn.record(job_id)
         except Exception:
             continue
-        counted = list(rec.get("queue_pauses") or ())
-        if pause_id in counted:
+        if pause_id in rec.queue_pauses:
             continue
         txn.update(
             job_id,
             change="reason",
-            queue_pause_secs=round(rec.get("queue_pause_secs", 0.0) + secs, 3),
-            queue_pauses=(counted + [pause_id])[-KEEP_IDS:],
+            queue_pause_secs=round(rec.queue_pause_secs + secs, 3),
+            queue_pauses=(*rec.queue_pauses, pause_id)[-KEEP_IDS:],
         )
 
 

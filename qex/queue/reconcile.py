@@ -10,10 +10,12 @@ from qex.queue import views
 from qex.queue.txn import Txn
 from qex.store import layout
 from qex.store.lock import is_held
+from qex.store.records import Attempt
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
+    from qex.store.records import Status
 
 
 def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
@@ -42,8 +44,8 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         except Exception:
             txn.idx.drop(job_id)
             continue
-        if rec["state"] in FINAL:
-            txn.store.index_put(txn.idx, rec)
+        if rec.state in FINAL:
+            txn.store.index_put(txn.idx, rec.asdict())
             continue
         intent = pidfile.intent(pid_path) if launched is None else None
         # A pid file that says neither (empty, or cut short): its supervisor was killed
@@ -58,12 +60,11 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
             stopped = "it may have started, and if it did it was not stopped (it had no memory cgroup)"
         _stop_orphan(launched)
         release_cgroup(ctx, job_id)  # with only an intent, the job's cgroup is all that holds it
-        attempt = rec.get("attempt", 1)
+        attempt = rec.attempt
         error = (
-            f"its supervisor (pid {rec.get('supervisor_pid') or intent or '?'}) was lost; "
-            f"{stopped} and the result is unknown"
+            f"its supervisor (pid {rec.supervisor_pid or intent or '?'}) was lost; {stopped} and the result is unknown"
         )
-        attempts = _with_failed_attempt(rec, attempt, error, now)
+        attempts = with_failed_attempt(rec, attempt, error, now)
         txn.update(job_id, state="failed", ended_at=now, error=error, attempts=attempts, supervisor_lost=True)
     if lost:
         _sweep_cgroups(ctx, txn)
@@ -82,18 +83,10 @@ def _requeue(ctx: Context, txn: Txn, job_id: str) -> None:
     )
 
 
-def _with_failed_attempt(rec: dict, attempt: int, error: str, now: float) -> list[dict]:
+def with_failed_attempt(rec: Status, attempt: int, error: str, now: float) -> tuple[Attempt, ...]:
     """The record's attempts, then attempt number ``attempt``, failed at ``now`` with ``error``."""
-    return list(rec.get("attempts") or []) + [
-        {
-            "number": attempt,
-            "state": "failed",
-            "claims": rec.get("claims"),
-            "started_at": rec.get("started_at"),
-            "ended_at": now,
-            "error": error,
-        }
-    ]
+    failed = Attempt(attempt, "failed", claims=rec.claims, started_at=rec.started_at, ended_at=now, error=error)
+    return (*rec.attempts, failed)
 
 
 def release_cgroup(ctx: Context, job_id: str) -> None:

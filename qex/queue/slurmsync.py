@@ -102,7 +102,7 @@ def _apply(txn, mine: dict, known: dict, never: set) -> None:
             continue  # ended meanwhile, or taken by its step (whose supervisor records it)
         state, reason, _ = known.get(slurm_id, ("", "", ""))
         if job_id in never:
-            root, how = _first_failed(txn, txn.record(job_id).get("needs") or ())
+            root, how = _first_failed(txn, txn.record(job_id).needs)
             txn.update(
                 job_id,
                 state="skipped",
@@ -133,7 +133,7 @@ def _apply(txn, mine: dict, known: dict, never: set) -> None:
                     change="reason",
                     blocked_reason=words,
                     blocked_holder="slurm",
-                    blocked_since=txn.record(job_id).get("blocked_since") or now,
+                    blocked_since=txn.record(job_id).blocked_since or now,
                 )
 
 
@@ -150,7 +150,7 @@ def _first_failed(txn, needs) -> tuple[str, str]:
             rec = txn.record(dep)
         except Exception:
             return dep, "no such job"
-        state = rec.get("state")
+        state = rec.state
         if state != "completed" and state not in ACTIVE:
-            return (rec.get("skipped_root") or dep, "skipped") if state == "skipped" else (dep, state)
+            return (rec.skipped_root or dep, "skipped") if state == "skipped" else (dep, state)
     return (needs[0] if needs else "", "its dependency can never be met")

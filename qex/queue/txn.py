@@ -6,6 +6,7 @@ from __future__ import annotations
 from qex.base.errors import QexError
 from qex.store import fs
 from qex.store.index import live_reason
+from qex.store.records import Status, changed, load
 from qex.store.state import Index, Store
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -19,28 +20,29 @@ class Txn:
     def __init__(self, store: Store, idx: Index):
         self.store, self.idx = store, idx
         self.next_deadline: float | None = None  # the plan's earliest --max-queue-time deadline
-        self.records: dict[str, dict] = {}
-        self.changes: list[tuple[dict, str | None, str]] = []
+        self.records: dict[str, Status] = {}  # each record this hold read or changed, as it stands
+        self.changes: list[tuple[dict, str | None, str]] = []  # (the new record as its JSON, previous state, kind)
         self.windowed = False  # decided by the head of the queue: the index file is not saved (_admit_head)
         # (fd, name) of the peer lock of a supervisor whose job this hold ends: the first job of
         # its user that this hold starts is that supervisor's next job and keeps it (apply_plan)
         self.peer_reuse: tuple[int, str] | None = None
         self.settle_first = False  # the commit waits for this process's background syncs (specs, job dirs)
 
-    def record(self, job_id: str) -> dict:
+    def record(self, job_id: str) -> Status:
+        """The record of ``job_id`` as this hold sees it (read once, then as changed)."""
         rec = self.records.get(job_id)
         if rec is None:
             entry = self.idx.jobs.get(job_id)
             kept = self.idx.records.get(job_id)  # this process's last commit wrote it, and nobody's since
             try:
-                rec = dict(kept) if kept is not None else _known(self.store.read_status_dict(job_id))
+                data = kept if kept is not None else _known(self.store.read_status_dict(job_id))
             except QexError:
                 if entry is None:
                     raise
-                rec = self._rebuilt(job_id, entry)
-            if entry is not None and rec.get("state") == "queued" and entry.get("reason") is not None:
-                rec = live_reason(rec, entry)  # the words of the last pass (see set_reason_locked)
-            self.records[job_id] = rec
+                data = self._rebuilt(job_id, entry)
+            if entry is not None and data.get("state") == "queued" and entry.get("reason") is not None:
+                data = live_reason(data, entry)  # the words of the last pass (see set_reason_locked)
+            rec = self.records[job_id] = load(Status, data)
         return rec
 
     def _rebuilt(self, job_id: str, entry: dict) -> dict:
@@ -81,15 +83,19 @@ class Txn:
             "error": "its status.json was damaged; qex rebuilt it from the queue's index",
         }
 
-    def put(self, rec: dict, previous: str | None, change: str = "state") -> None:
-        self.records[rec["id"]] = rec
-        self.changes.append((rec, previous, change))
-        self.store.index_put(self.idx, rec)
+    def put(self, rec: Status, previous: str | None, change: str = "state") -> None:
+        """Record ``rec`` as the job's new record (its JSON goes to the commit and the index)."""
+        data = rec.asdict()
+        self.records[rec.id] = rec
+        self.changes.append((data, previous, change))
+        self.store.index_put(self.idx, data)
 
-    def update(self, job_id: str, change: str = "state", **fields: object) -> dict:
+    def update(self, job_id: str, change: str = "state", **fields: object) -> Status:
+        """The job's record with ``fields`` changed (a nested one given as its record or
+        as its JSON: ``records.changed``), put as its new record."""
         old = self.record(job_id)
-        rec = {**old, **fields}
-        self.put(rec, old["state"], change)
+        rec = changed(old, **fields)
+        self.put(rec, old.state, change)
         return rec
 
     def commit(self, save_index: bool = True, applied: Callable[[], None] | None = None) -> list[dict]:

@@ -17,11 +17,12 @@ from qex.slurm import translate
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.model import Config
+    from qex.store.records import Status
 
 END = "SBATCH_SCRIPT_END"
 
 
-def script(config: Config, source: str, jobs: list[tuple[dict, dict, str]], array: bool = False) -> str:
+def script(config: Config, source: str, jobs: list[tuple[Status, dict, str]], array: bool = False) -> str:
     """The script for ``jobs``: (record, the job's own env, its sbatch --export) in submission
     order (records as qex.jobs.submit.build makes them; needs/after name earlier ones).
     ``array``: the jobs are one fan-out, submitted as one array."""
@@ -35,17 +36,17 @@ def script(config: Config, source: str, jobs: list[tuple[dict, dict, str]], arra
         rec, env, exported = jobs[0]
         argv = translate.sbatch_args(config, rec, [], None, array=len(jobs), exported=exported)
         body = ["case ${SLURM_ARRAY_TASK_ID} in"]
-        body += [f"  {i}) exec {shlex.join(r['command'])} ;;" for i, (r, _, _) in enumerate(jobs)]
+        body += [f"  {i}) exec {shlex.join(r.command)} ;;" for i, (r, _, _) in enumerate(jobs)]
         body += ["esac", "exit 2"]
-        lines += _sbatch("j0", argv, env, rec["cwd"], body)
+        lines += _sbatch("j0", argv, env, rec.cwd, body)
         return "\n".join(lines) + "\n"
     var = {}
     for i, (rec, env, exported) in enumerate(jobs):
-        deps = [f"afterok:${var[d]}" for d in rec.get("needs") or ()]
-        deps += [f"afterany:${var[d]}" for d in rec.get("after") or ()]
+        deps = [f"afterok:${var[d]}" for d in rec.needs]
+        deps += [f"afterany:${var[d]}" for d in rec.after]
         argv = translate.sbatch_args(config, rec, deps, None, exported=exported)
-        var[rec["id"]] = f"j{i}"
-        lines += _sbatch(f"j{i}", argv, env, rec["cwd"], [f"exec {shlex.join(rec['command'])}"])
+        var[rec.id] = f"j{i}"
+        lines += _sbatch(f"j{i}", argv, env, rec.cwd, [f"exec {shlex.join(rec.command)}"])
     return "\n".join(lines) + "\n"
 
 

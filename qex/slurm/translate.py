@@ -17,6 +17,7 @@ from qex.base.errors import SpecError
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.model import Config
+    from qex.store.records import Status
 
 MiB = 1024 * 1024
 
@@ -127,7 +128,7 @@ def refuse(config: Config, req: object) -> None:
 
 def sbatch_args(
     config: Config,
-    rec: dict,
+    rec: Status,
     deps: list[str],
     script_log: str | None,
     array: int | None = None,
@@ -139,40 +140,37 @@ def sbatch_args(
     (``--export`` of the job's --env-capture; Slurm cancels what can never start;
     Slurm's own output file), else qex's own submission (the step gives the job the
     environment qex captured; qex records a job that can never start skipped)."""
-    out = [
-        f"--job-name={rec['name'] if array is None else rec.get('group_name') or rec['name']}",
-        f"--chdir={rec['cwd']}",
-    ]
+    out = [f"--job-name={rec.name if array is None else rec.group_name or rec.name}", f"--chdir={rec.cwd}"]
     if exported is None:
         out += [f"--output={script_log}", "--export=NONE", "--kill-on-invalid-dep=no"]
     else:
         out += [f"--export={exported}", "--kill-on-invalid-dep=yes"]
-    claims = rec.get("claims") or {}
-    out.append(f"--cpus-per-task={max(1, math.ceil(float(claims.get('cpu', 1.0)) - 1e-9))}")
-    if claims.get("mem"):
-        out.append(f"--mem={max(1, math.ceil(int(claims['mem']) / MiB))}M")
+    claims = rec.claims
+    out.append(f"--cpus-per-task={max(1, math.ceil(float(claims.cpu) - 1e-9))}")
+    if claims.mem:
+        out.append(f"--mem={max(1, math.ceil(int(claims.mem) / MiB))}M")
     licenses = []
-    for name, claim in sorted((claims.get("pools") or {}).items()):
-        if name == "gpu" and claim.get("size") and config.slurm_shard_size:
-            out.append(f"--gres=shard:{math.ceil(claim['size'] / config.slurm_shard_size)}")
+    for name, claim in sorted(claims.pools.items()):
+        if name == "gpu" and claim.size and config.slurm_shard_size:
+            out.append(f"--gres=shard:{math.ceil(claim.size / config.slurm_shard_size)}")
         elif name == "gpu":
-            out.append(f"--gres=gpu:{claim['count']}")
+            out.append(f"--gres=gpu:{claim.count}")
         else:
-            licenses.append(f"{name}:{claim['count']}")
+            licenses.append(f"{name}:{claim.count}")
     if licenses:
         out.append("--licenses=" + ",".join(licenses))
-    if rec.get("timeout"):
-        out.append(f"--time={max(1, math.ceil(rec['timeout'] / 60))}")
-    if rec.get("max_queue_time") is not None and rec.get("timeout"):
-        end = rec["submitted_at"] + rec["max_queue_time"] + rec["timeout"]
+    if rec.timeout:
+        out.append(f"--time={max(1, math.ceil(rec.timeout / 60))}")
+    if rec.max_queue_time is not None and rec.timeout:
+        end = rec.submitted_at + rec.max_queue_time + rec.timeout
         out.append("--deadline=" + time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(math.ceil(end))))
-    if rec.get("priority"):
-        out.append(f"--nice={-int(rec['priority'])}")
+    if rec.priority:
+        out.append(f"--nice={-int(rec.priority)}")
     if deps:
         out.append("--dependency=" + ",".join(deps))
-    comment = [] if exported is not None else [f"qex:{rec['id'] if array is None else rec.get('group') or rec['id']}"]
-    if rec.get("tags"):
-        comment.append("tags:" + ",".join(rec["tags"]))
+    comment = [] if exported is not None else [f"qex:{rec.id if array is None else rec.group or rec.id}"]
+    if rec.tags:
+        comment.append("tags:" + ",".join(rec.tags))
     if comment:
         out.append("--comment=" + " ".join(comment))
     if array is not None:

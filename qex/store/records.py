@@ -216,6 +216,18 @@ def load(cls: type, data: dict) -> Plain:
     return rec
 
 
+def changed(rec: Plain, **fields: object) -> Plain:
+    """``rec.evolve(**fields)``, where a field that holds records or a tuple may be
+    given as what its JSON holds (a dict, a list): made into its records as ``load``
+    makes them."""
+    nested = _plan(type(rec))[0]
+    for name, convert in nested:
+        value = fields.get(name)
+        if value is not None:
+            fields[name] = convert(value)
+    return rec.evolve(**fields)
+
+
 _PLANS: dict = {}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 
+from qex.store.records import Attempt, Usage, load
 from qex.supervisor.memory import Meter, settle
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from qex.config.context import Context
     from qex.queue.context import Launch
     from qex.queue.txn import Txn
+    from qex.store.records import Status
     from qex.supervisor.logs import Sink
 
 DRAIN_AFTER_EXIT = 2.0  # seconds the job's output is still read after it exited (a child may hold it)
@@ -112,7 +114,7 @@ def record_end(
     the job's locks (the supervisor's ``_close_and_end``): a retry frees its
     liveness lock first, so that this same pass can start it again."""
     current = txn.record(launch.job_id)
-    if rec.get("_unrecorded") and current["state"] == "starting":  # ended before RUNNING_AFTER
+    if rec.get("_unrecorded") and current.state == "starting":  # ended before RUNNING_AFTER
         current = txn.update(
             launch.job_id,
             state="running",
@@ -121,10 +123,10 @@ def record_end(
             started_at=rec["started_at"],
         )
     oom_retry = settle(ctx, current, outcome, lessons)  # a kill wins over OOM evidence; OOM retry
-    attempt = current.get("attempt", 1)
-    attempts = list(current.get("attempts") or []) + [_attempt(attempt, current, outcome)]
+    attempt = current.attempt
+    attempts = (*current.attempts, _attempt(attempt, current, outcome))
     fields = {k: v for k, v in outcome.items() if k != "state"}
-    failed_before = sum(1 for a in current.get("attempts") or () if a.get("state") == "failed")
+    failed_before = sum(1 for a in current.attempts if a.state == "failed")
     if oom_retry is not None:
         # Like a --retries retry, and it keeps no capacity: it waits in the queue for the bigger claim to fit.
         _requeue(
@@ -137,7 +139,7 @@ def record_end(
             **{k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "oom_evidence", "vram_over")},
         )
     elif (
-        outcome["state"] == "failed" and failed_before < current.get("retries", 0) and not current.get("kill_requested")
+        outcome["state"] == "failed" and failed_before < current.retries and not current.kill_requested
     ):  # a job someone is killing is not retried
         _requeue(
             txn,
@@ -146,8 +148,7 @@ def record_end(
             attempt,
             attempts,
             **{k: v for k, v in fields.items() if k in ("usage", "logs_dropped", "vram_over")},
-            blocked_reason=f"queued for retry {failed_before + 1} of {current.get('retries')} "
-            f"after attempt {attempt} failed",
+            blocked_reason=f"queued for retry {failed_before + 1} of {current.retries} after attempt {attempt} failed",
         )
     else:
         final = txn.update(launch.job_id, state=outcome["state"], attempts=attempts, **fields)
@@ -156,13 +157,13 @@ def record_end(
             # (run._finish): it keeps this supervisor's peer lock, and a queue that goes from
             # one job to the next of the same claims rewrites nothing in the peer directory.
             txn.peer_reuse = (launch.peer_fd, launch.peer_lock)
-        if final.get("dedupe_key"):
+        if final.dedupe_key:
             from qex.jobs import dedupe
 
             dedupe.remember_locked(ctx.store, final)
 
 
-def _requeue(txn: Txn, launch: Launch, let_go: Callable[[], None], attempt: int, attempts: list, **fields) -> None:
+def _requeue(txn: Txn, launch: Launch, let_go: Callable[[], None], attempt: int, attempts: tuple, **fields) -> None:
     """Queue the job's next attempt (a retry): it lets go of the job's liveness lock
     first, so that this same pass can start it again, and keeps no capacity (no
     devices assigned, no pid, no start); ``fields``: what the record keeps or adds."""
@@ -180,17 +181,18 @@ def _requeue(txn: Txn, launch: Launch, let_go: Callable[[], None], attempt: int,
     )
 
 
-def _attempt(number: int, current: dict, outcome: dict) -> dict:
-    """The attempt that just ended, as the record's ``attempts`` lists it."""
-    return {
-        "number": number,
-        "state": outcome["state"],
-        "claims": current.get("claims"),
-        "started_at": outcome.get("started_at", current.get("started_at")),
-        "ended_at": outcome.get("ended_at", time.time()),
-        "exit_code": outcome.get("exit_code"),
-        "signal": outcome.get("signal"),
-        "usage": outcome.get("usage") or {},
-        "error": outcome.get("error"),
-        "oom_evidence": outcome.get("oom_evidence"),
-    }
+def _attempt(number: int, current: Status, outcome: dict) -> Attempt:
+    """The attempt that just ended, as the record's ``attempts`` lists it (``outcome``:
+    the supervisor's verdict, its ``usage`` as its JSON)."""
+    return Attempt(
+        number,
+        outcome["state"],
+        claims=current.claims,
+        started_at=outcome.get("started_at", current.started_at),
+        ended_at=outcome.get("ended_at", time.time()),
+        exit_code=outcome.get("exit_code"),
+        signal=outcome.get("signal"),
+        usage=load(Usage, outcome.get("usage") or {}),
+        error=outcome.get("error"),
+        oom_evidence=outcome.get("oom_evidence"),
+    )

@@ -31,6 +31,7 @@ from qex.linux import cgroup
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
+    from qex.store.records import Status
 
 
 class Meter:
@@ -194,7 +195,7 @@ def _peak_words(outcome: dict) -> str:
     return peak_words(usage.get("peak_from"), usage.get("sample_period"))
 
 
-def settle(ctx: Context, current: dict, outcome: dict, lessons: list | None = None) -> dict | None:
+def settle(ctx: Context, current: Status, outcome: dict, lessons: list | None = None) -> dict | None:
     """Decide the end of an attempt in the final pass (lock held).
 
     Mutates ``outcome`` (state, error, oom_evidence) and returns the fields of
@@ -202,7 +203,7 @@ def settle(ctx: Context, current: dict, outcome: dict, lessons: list | None = No
     learner should be taught goes into ``lessons`` (``teach`` them after the
     pass, outside the state lock); without the list it is taught at once.
     """
-    if current.get("kill_requested") and outcome.get("state") == "oom":
+    if current.kill_requested and outcome.get("state") == "oom":
         outcome.update(
             state="killed",
             oom_evidence=None,
@@ -220,11 +221,11 @@ def settle(ctx: Context, current: dict, outcome: dict, lessons: list | None = No
     return retry
 
 
-def within_claim(current: dict, outcome: dict) -> bool:
+def within_claim(current: Status, outcome: dict) -> bool:
     """Whether an OOM attempt's measured peak stayed under its memory claim: then the
     memory ran out outside the job (the cgroup qex runs in, or the machine), the claim
     was not the cause, and a larger one would not help. An unknown peak is not."""
-    claim = int((current.get("claims") or {}).get("mem") or 0)
+    claim = current.claims.mem
     reached = (outcome.get("usage") or {}).get("max_rss")
     return bool(reached) and claim > 0 and reached < claim
 
@@ -242,15 +243,15 @@ def _ran_out_where(ctx: Context) -> tuple[str, int | None]:
     return (f"the machine's memory ({format_size(ctx.mem_total)})" if ctx.mem_total else "the machine's memory"), None
 
 
-def _answer_oom(ctx: Context, current: dict, outcome: dict) -> dict | None:
+def _answer_oom(ctx: Context, current: Status, outcome: dict) -> dict | None:
     from qex.base.units import format_size
 
-    claims = current.get("claims") or {}
-    claim = int(claims.get("mem") or 0)
+    claims = current.claims
+    claim = claims.mem
     reached = (outcome.get("usage") or {}).get("max_rss")
-    attempt = current.get("attempt", 1)
-    allowed = current.get("oom_retries", ctx.config.default_oom_retries)
-    used = sum(1 for a in current.get("attempts") or () if a.get("state") == "oom")
+    attempt = current.attempt
+    allowed = current.oom_retries
+    used = sum(1 for a in current.attempts if a.state == "oom")
     budget = ctx.budget()[1]
     most = ctx.holdable()[1]  # (an absolute budget may be above what an idle machine holds)
     if most is not None:
@@ -276,12 +277,12 @@ def _answer_oom(ctx: Context, current: dict, outcome: dict) -> dict | None:
         return None
     note = f"{head}. Retry {used + 1} of {allowed} claims {format_size(new)}"
     outcome["error"] = _join(note, outcome.get("error"))
-    sources = dict(current.get("claim_source") or {})
+    sources = dict(current.claim_source)
     sources["mem"] = (
         f"doubled after attempt {attempt} ran out of memory, the claim of {format_size(claim)} was too small"
     )
     return {
-        "claims": {**claims, "mem": new},
+        "claims": claims.evolve(mem=new),
         "claim_source": sources,
         "error": outcome["error"],
         "blocked_reason": f"queued for out-of-memory retry {used + 1} of {allowed} with a claim of {format_size(new)}",
@@ -289,7 +290,7 @@ def _answer_oom(ctx: Context, current: dict, outcome: dict) -> dict | None:
 
 
 def _answer_outside(
-    ctx: Context, current: dict, outcome: dict, claim: int, reached: int, used: int, allowed: int, head: str
+    ctx: Context, current: Status, outcome: dict, claim: int, reached: int, used: int, allowed: int, head: str
 ) -> dict | None:
     """An OOM kill of a job that stayed within its claim: the sentence names the limit
     that ran out; a retry (if any is left) keeps the same claim and says why, unless
@@ -331,26 +332,18 @@ def _join(first: str, rest: str | None) -> str:
     return f"{first}. {rest}" if rest else first
 
 
-def _lessons(ctx: Context, current: dict, outcome: dict) -> list[tuple]:
+def _lessons(ctx: Context, current: Status, outcome: dict) -> list[tuple]:
     """What this attempt teaches the learner: (command, template, kind, bytes, name) each:
     its memory (``_lesson``), and a completed GPU job's VRAM peak on one device ("vram")."""
     lesson = _lesson(ctx, current, outcome)
     out = [lesson] if lesson is not None else []
     usage = outcome.get("usage") or {}
     if ctx.config.learn_enabled and outcome.get("state") == "completed" and usage.get("vram_peak"):
-        out.append(
-            (
-                current.get("command") or (),
-                current.get("template"),
-                "vram",
-                int(usage["vram_peak"]),
-                current.get("name", ""),
-            )
-        )
+        out.append((current.command, current.template, "vram", int(usage["vram_peak"]), current.name))
     return out
 
 
-def _lesson(ctx: Context, current: dict, outcome: dict) -> tuple | None:
+def _lesson(ctx: Context, current: Status, outcome: dict) -> tuple | None:
     """What this attempt teaches the learner of its memory: (command, template, kind, bytes, name), or None."""
     if not ctx.config.learn_enabled:
         return None
@@ -361,13 +354,13 @@ def _lesson(ctx: Context, current: dict, outcome: dict) -> tuple | None:
     elif state == "oom" and within_claim(current, outcome):
         kind, nbytes = "floor", int(usage["max_rss"])  # it needed at least what it reached; the claim was not the cause
     elif state == "oom":
-        claim = int((current.get("claims") or {}).get("mem") or 0)
+        claim = current.claims.mem
         kind, nbytes = "floor", max(2 * claim, int(usage.get("max_rss") or 0))
     else:
         return None  # killed, timed out, failed: what it reached says nothing about what it needs
     if ctx.mem_total:  # (a floor doubles a claim: no more than the machine, whose learner reads no more)
         nbytes = min(nbytes, ctx.mem_total)
-    return current.get("command") or (), current.get("template"), kind, nbytes, current.get("name", "")
+    return current.command, current.template, kind, nbytes, current.name
 
 
 def teach(ctx: Context, lessons: list) -> None:

@@ -69,23 +69,19 @@ def _record_own_failure(ctx: Context, launch: Launch, exc: BaseException) -> Lau
 
     def fail(txn: Txn) -> object:
         rec = txn.record(launch.job_id)
-        if rec["state"] in HOLDING:
-            pid = rec.get("pid") or (pidfile.launched(ctx.store.path(launch.job_id, layout.PID)) or (None,))[0]
+        if rec.state in HOLDING:
+            pid = rec.pid or (pidfile.launched(ctx.store.path(launch.job_id, layout.PID)) or (None,))[0]
             if pid:
                 tree.kill_all(pid)  # a job spawned but not yet recorded has only its pid file
             reconcile.release_cgroup(ctx, launch.job_id)  # (one in its cgroup may have only the intent line yet)
             now, error = time.time(), f"its supervisor failed: {type(exc).__name__}: {exc}"
-            attempts = list(rec.get("attempts") or []) + [
-                {
-                    "number": rec.get("attempt", 1),
-                    "state": "failed",
-                    "claims": rec.get("claims"),
-                    "started_at": rec.get("started_at"),
-                    "ended_at": now,
-                    "error": error,
-                }
-            ]
-            txn.update(launch.job_id, state="failed", ended_at=now, error=error, attempts=attempts)
+            txn.update(
+                launch.job_id,
+                state="failed",
+                ended_at=now,
+                error=error,
+                attempts=reconcile.with_failed_attempt(rec, rec.attempt, error, now),
+            )
 
     try:
         result = engine.run_pass(ctx, fail)

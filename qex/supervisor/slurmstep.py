@@ -56,7 +56,7 @@ def take(ctx: Context, job_id: str) -> tuple[Launch | None, str]:
             blocked_since=None,
         )
         launch = Launch(job_id, fd)
-        launch.attempt = rec.get("attempt", 1)
+        launch.attempt = rec.attempt
         return launch, ""
 
     return engine.run_pass(ctx, start).value

@@ -86,7 +86,8 @@ def start(
 def _record_to_start(store: Store, launch: Launch) -> dict:
     """The job's record as ``start`` checks it: without the lock for a job a pass
     admitted just before (``launch.fresh``), if it still says 'starting'; under the
-    lock otherwise (the caller abandons a job whose record says anything else)."""
+    lock otherwise (the caller abandons a job whose record says anything else). As its
+    JSON: the supervisor's working record, which it hands over across its exec."""
     if launch.fresh:  # the record as the pass that admitted it left it (and a kill since): no lock
         launch.fresh = False
         try:
@@ -98,7 +99,7 @@ def _record_to_start(store: Store, launch: Launch) -> dict:
         # (not as expected: look again under the lock)
     with store.lock():
         txn = Txn(store, store.load_index_locked(save_replayed=False))
-        rec = txn.record(launch.job_id)
+        rec = txn.record(launch.job_id).asdict()
         txn.commit()
     return rec
 
@@ -116,15 +117,15 @@ def make_logs(store: Store, job_id: str) -> None:
 
 
 def record_running(ctx: Context, launch: Launch, rec: dict, interrupt: object | None = None) -> dict:
-    """Record the spawned job 'running' (see ``start``). Returns the record; one
-    with ``_abandon`` if the job is no longer this process's to run (the caller
-    stops it)."""
+    """Record the spawned job 'running' (see ``start``). Returns the record (as its
+    JSON, the supervisor's working record); one with ``_abandon`` if the job is no
+    longer this process's to run (the caller stops it)."""
     store = ctx.store
     with store.lock():
         txn = Txn(store, store.load_index_locked(save_replayed=False))
         current = txn.record(launch.job_id)
-        if current["state"] != "starting":  # not this process's to run any more: never leave it running
-            return {**current, "_abandon": True}
+        if current.state != "starting":  # not this process's to run any more: never leave it running
+            return {**current.asdict(), "_abandon": True}
         current = txn.update(
             launch.job_id,
             state="running",
@@ -132,11 +133,11 @@ def record_running(ctx: Context, launch: Launch, rec: dict, interrupt: object | 
             supervisor_pid=rec["supervisor_pid"],
             started_at=rec["started_at"],
         )
-        if current.get("kill_requested") and interrupt is not None:
+        if current.kill_requested and interrupt is not None:
             interrupt.requested = "kill"  # asked while it was being spawned: the watch stops it at once
         txn.commit(save_index=LAZY)  # the journal has it; a pass soon saves the index
     try:
         fs.settle()  # no spawn follows to make it durable (fs.defer_syncs): now, while the job runs
     except StoreError:
         pass  # (kept: the next settle, before this process spawns, forks or leaves, raises it again)
-    return current
+    return current.asdict()

@@ -134,8 +134,8 @@ def main() -> None:
         with store.lock():
             txn = Txn(store, store.load_index_locked(save_replayed=False))
             rec = txn.record(job_id)
-            if rec.get("state") in HOLDING and rec.get("attempt", 1) == note["attempt"]:
-                usage = {**(rec.get("usage") or {}), **found["usage"]}
+            if rec.state in HOLDING and rec.attempt == note["attempt"]:
+                usage = rec.usage.evolve(**found["usage"])
                 txn.update(job_id, change="vram", usage=usage, vram_over=found["vram_over"])
             txn.commit(save_index=LAZY)
         fs.settle()

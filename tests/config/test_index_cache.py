@@ -36,10 +36,10 @@ def add_jobs(ctx, n: int = 1, save_index=True) -> list[str]:
     with ctx.store.lock():
         txn = Txn(ctx.store, ctx.store.load_index_locked(save_replayed=False))
         for b in built:
-            rec = {**b.record, "seq": txn.idx.next_job}
+            rec = b.record.evolve(seq=txn.idx.next_job)
             txn.idx.next_job += 1
             txn.put(rec, None)
-            ids.append(rec["id"])
+            ids.append(rec.id)
         txn.commit(save_index)
     return ids
 
@@ -444,7 +444,7 @@ def test_a_pass_takes_the_records_its_own_commit_wrote_and_reads_those_another_c
     assert a.store.cached_record(one)["blocked_reason"] == "a's words"
     with a.store.lock():
         txn = Txn(a.store, a.store.load_index_locked(save_replayed=False))
-        assert txn.record(one)["blocked_reason"] == "a's words" and txn.record(two)["blocked_reason"] == "a's words too"
+        assert txn.record(one).blocked_reason == "a's words" and txn.record(two).blocked_reason == "a's words too"
         txn.commit(LAZY)  # (a pass always commits: the process keeps its index)
     assert reads == []
 
@@ -452,8 +452,8 @@ def test_a_pass_takes_the_records_its_own_commit_wrote_and_reads_those_another_c
     assert a.store.cached_record(one) is None and a.store.cached_record(two) is None  # the journal grew
     with a.store.lock():
         txn = Txn(a.store, a.store.load_index_locked(save_replayed=False))
-        assert txn.record(one)["blocked_reason"] == "b's words"
-        assert txn.record(two)["blocked_reason"] == "a's words too"
+        assert txn.record(one).blocked_reason == "b's words"
+        assert txn.record(two).blocked_reason == "a's words too"
         txn.commit(LAZY)
     assert reads.count(one) == 2 and two not in reads  # b's read for its change, and a's after it
 

@@ -141,15 +141,25 @@ def test_still_needed_keeps_needs_after_and_a_working_group_and_nothing_else():
 
 
 def _oom(ctx, claim, peak, retries=1):
-    current = {
-        "id": "j",
-        "attempt": 1,
-        "attempts": [],
-        "oom_retries": retries,
-        "command": ["x"],
-        "claims": {"cpu": 1.0, "mem": claim, "pools": {}},
-        "claim_source": {"mem": "user"},
-    }
+    from qex.store.records import Status, load
+
+    current = load(
+        Status,
+        {
+            "id": "j",
+            "seq": 1,
+            "state": "running",
+            "cwd": "/",
+            "owner": "me",
+            "uid": 0,
+            "attempt": 1,
+            "attempts": [],
+            "oom_retries": retries,
+            "command": ["x"],
+            "claims": {"cpu": 1.0, "mem": claim, "pools": {}},
+            "claim_source": {"mem": "user"},
+        },
+    )
     outcome = {"state": "oom", "oom_evidence": "cgroup", "usage": {"max_rss": peak}, "error": None}
     lessons = []
     return memory.settle(ctx, current, outcome, lessons), outcome, lessons
@@ -171,11 +181,11 @@ def test_an_oom_over_the_claim_still_doubles_it(tmp_path, monkeypatch):
     ctx = make_ctx(tmp_path)
     retry, outcome, lessons = _oom(ctx, claim=100 * MiB, peak=150 * MiB)
     assert "the claim of 100MB was too small" in outcome["error"]
-    assert retry["claims"]["mem"] == 200 * MiB and lessons[0][2:4] == ("floor", 200 * MiB)
+    assert retry["claims"].mem == 200 * MiB and lessons[0][2:4] == ("floor", 200 * MiB)
 
 
 def test_a_doubled_claim_is_capped_at_what_an_idle_machine_holds(tmp_path, monkeypatch):
     monkeypatch.setenv("QEX_CGROUP", "off")
     ctx = make_ctx(tmp_path, mem_total=4 * GiB, budget_mem=100 * GiB)  # an absolute budget above the machine
     retry, _, _ = _oom(ctx, claim=3 * GiB, peak=3 * GiB + MiB)
-    assert retry["claims"]["mem"] == 4 * GiB - 4 * GiB // 10  # never a claim that could never start
+    assert retry["claims"].mem == 4 * GiB - 4 * GiB // 10  # never a claim that could never start

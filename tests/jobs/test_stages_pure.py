@@ -127,9 +127,9 @@ def test_a_fan_out_line_built_like_the_first_is_what_build_would_make_of_it(tmp_
     for command, name in ((["echo", "b c"], "echo-2-b_c"), ([str(script), "x"], "run.sh-3-x"), (["true"], "true-4")):
         like = build_like(first, command, name, found)
         plain = build(ctx, base.evolve(command=command, name=name))
-        assert {**like.record, "id": "", "submitted_at": 0} == {**plain.record, "id": "", "submitted_at": 0}
+        assert like.record.evolve(id="", submitted_at=0) == plain.record.evolve(id="", submitted_at=0)
         assert like.spec.evolve(id="") == plain.spec.evolve(id="")
-        assert like.spec.id == like.record["id"] != first.spec.id
+        assert like.spec.id == like.record.id != first.spec.id
     with pytest.raises(SpecError, match="not on the job's PATH"):
         build_like(first, ["no-such-program-qex"], "x", found)
     with pytest.raises(SpecError, match="--name"):

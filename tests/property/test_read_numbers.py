@@ -130,7 +130,7 @@ def queue(root: str) -> tuple[Context, list[str]]:
     with store.lock():
         txn = Txn(store, store.load_index_locked(save_replayed=False))
         for b in built:
-            txn.put({**b.record, "seq": txn.idx.next_job}, None)
+            txn.put(b.record.evolve(seq=txn.idx.next_job), None)
             txn.idx.next_job += 1
         txn.commit(True)
     os.makedirs(os.path.join(store.root, "pause"))
@@ -148,7 +148,7 @@ def queue(root: str) -> tuple[Context, list[str]]:
             "until": None,
         },
     )
-    return ctx, [b.record["id"] for b in built]
+    return ctx, [b.record.id for b in built]
 
 
 def poison(ctx: Context, ids: list[str], target: str, field: str, value) -> None:

@@ -16,6 +16,7 @@ from qex.jobs.request import Request
 from qex.jobs.submit import build, submit_many
 from qex.queue import engine, pause, waker
 from qex.queue.txn import Txn
+from qex.store.records import Status, load
 from qex.store.state import Store
 
 GB = 1 << 30
@@ -127,11 +128,14 @@ def test_whose_a_pause_is_comes_from_its_files_owner_never_from_its_fields(tmp_p
 def test_the_recent_keys_file_is_bounded_and_keeps_the_newest(tmp_path, monkeypatch):
     monkeypatch.setattr(dedupe, "MAX_RECENT", 3)
     store = make_ctx(tmp_path).store
+
+    def ended(job_id, state, key, at):
+        base = {"seq": 1, "command": ["true"], "cwd": "/", "owner": "u7", "uid": 7}
+        return load(Status, {**base, "id": job_id, "state": state, "dedupe_key": key, "ended_at": at})
+
     for i in range(5):
-        dedupe.remember_locked(
-            store, {"id": f"j{i}", "uid": 7, "state": "completed", "dedupe_key": f"k{i}", "ended_at": 1000.0 + i}
-        )
-    dedupe.remember_locked(store, {"id": "x", "uid": 7, "state": "failed", "dedupe_key": "k9", "ended_at": 2000.0})
+        dedupe.remember_locked(store, ended(f"j{i}", "completed", f"k{i}", 1000.0 + i))
+    dedupe.remember_locked(store, ended("x", "failed", "k9", 2000.0))
     keys = json.load(open(os.path.join(store.root, dedupe.RECENT)))["keys"]
     assert keys == {"7:k2": ["j2", 1002.0], "7:k3": ["j3", 1003.0], "7:k4": ["j4", 1004.0]}
 

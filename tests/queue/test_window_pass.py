@@ -37,10 +37,10 @@ def queue(ctx, n: int, **request) -> list[str]:
         txn = Txn(ctx.store, ctx.store.load_index_locked(save_replayed=False))
         for b in built:
             ctx.store.create_job_dir(b.spec)
-            rec = {**b.record, "seq": txn.idx.next_job}
+            rec = b.record.evolve(seq=txn.idx.next_job)
             txn.idx.next_job += 1
             txn.put(rec, None)
-            ids.append(rec["id"])
+            ids.append(rec.id)
         txn.commit()
     return ids
 
