@@ -19,6 +19,7 @@ from qex.queue.txn import Txn
 from qex.store import layout
 from qex.store.index import on_slurm
 from qex.store.lock import hold
+from qex.store.records import Assigned
 from qex.store.state import Index
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
@@ -349,7 +350,7 @@ def apply_plan(ctx: Context, txn: Txn, plan: Plan, now: float) -> list[Launch]:
             from qex.users import peer_dir
 
             peer_fd, peer_lock = peer_dir.hold_job_lock(ctx, start.id)
-        assigned = [{"pool": a.pool, "devices": list(a.devices), "size": a.size} for a in start.assigned]
+        assigned = tuple(Assigned(a.pool, tuple(a.devices), a.size) for a in start.assigned)
         started = txn.update(
             start.id,
             state="starting",

@@ -35,7 +35,7 @@ class Txn:
             entry = self.idx.jobs.get(job_id)
             kept = self.idx.records.get(job_id)  # this process's last commit wrote it, and nobody's since
             try:
-                data = kept if kept is not None else _known(self.store.read_status_dict(job_id))
+                data = kept if kept is not None else _known(self.store.read_status_data(job_id))
             except QexError:
                 if entry is None:
                     raise
@@ -49,10 +49,9 @@ class Txn:
         """A damaged status.json of an active job, rebuilt from its index entry and spec.
 
         One damaged file must never stop the pass that would record another
-        job's end or start the next one; the job itself goes on.
+        job's end or start the next one; the job itself goes on. (As its JSON: ``load``
+        gives the fields it lacks their defaults.)
         """
-        from qex.store.records import status_defaults
-
         try:
             spec = self.store.read_spec(job_id)
             command, cwd = list(spec.command), spec.cwd
@@ -60,7 +59,6 @@ class Txn:
             command, cwd = [], ""
         pools = {k: {"count": c, "size": z} for k, (c, z) in entry["pools"].items()}
         return {
-            **status_defaults(),
             "id": job_id,
             "seq": entry["seq"],
             "state": entry["state"],

@@ -15,7 +15,7 @@ missing fields are left to the readers' defaults.
 
 from qex.base import numbers as N
 from qex.base.states import ACTIVE, STATES
-from qex.store.records import Attempt, Spec, Status, field_types
+from qex.store.records import Attempt, Spec, Status, field_types, required
 
 NUM = (int, float)
 _OPT_NUM = (int, float, type(None))
@@ -28,8 +28,8 @@ _OPT_INT = (int, type(None))
 STATUS_FIELDS = field_types(Status)
 ATTEMPT_FIELDS = {**field_types(Attempt), "claims": (dict, type(None)), "usage": (dict, type(None))}
 SPEC_FIELDS = field_types(Spec)
-# The fields a record cannot be without (those of Status with no default): a reader needs each.
-STATUS_REQUIRED = tuple(n for n in Status.field_names() if n not in Status._defaults)
+# The fields a record (and each of its attempts) cannot be without: a reader needs each.
+STATUS_REQUIRED, ATTEMPT_REQUIRED = required(Status), required(Attempt)
 ENTRY_FIELDS = {
     "seq": int,
     "state": str,
@@ -198,6 +198,9 @@ def status(data: object) -> None:
         if not isinstance(attempt, dict):
             raise Damaged(f"attempts[{i}] is {_kind(attempt)}")
         _fields(attempt, ATTEMPT_FIELDS, f"attempts[{i}].")
+        for name in ATTEMPT_REQUIRED:
+            if name not in attempt:
+                raise Damaged(f"attempts[{i}] has no {name}")
         _numbers(attempt, ATTEMPT_NUMBERS, f"attempts[{i}].")
         if attempt.get("claims"):
             _claims(attempt["claims"], f"attempts[{i}].")

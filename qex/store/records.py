@@ -9,7 +9,8 @@ accepts (``field_types``) and ``qex schema status`` (``qex.cli.schema_records``)
 A record read is an object (``load``; ``Store.read_status``); it is a dict only
 at the edge of a file or of JSON (``asdict``). A record written by an older or
 newer qex still loads (unknown keys are kept, missing ones defaulted). The
-writers (the pass, the supervisor, the journal) still build records as dicts.
+transaction of a lock hold (``qex.queue.txn``) gives and takes records too;
+the store below it writes their JSON.
 ``FORMAT`` grows when a field changes meaning; a record from a newer format is
 read but never rewritten in place by an older qex.
 """
@@ -195,6 +196,12 @@ def field_types(cls: type) -> dict[str, tuple[type, ...]]:
     return out
 
 
+def required(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` without a default: a record lacks none of them (``qex.store.check``
+    refuses one that does, before ``load`` makes it)."""
+    return tuple(n for n in cls.field_names() if n not in cls._defaults)
+
+
 def load(cls: type, data: dict) -> Plain:
     """A record of ``cls`` from a dict qex wrote (any format version; ``qex.store.check``
     has checked its types), cheaply: the dict's items become the record's attributes
@@ -257,7 +264,9 @@ def _converter(annotation: str):
         item = _RECORDS.get(inner.split(",")[0])
         if item is None:
             return lambda value: tuple(value) if type(value) is list else value
-        return lambda value: tuple(load(item, v) for v in value) if type(value) is list else value
+        return lambda value: (
+            tuple(load(item, v) if type(v) is dict else v for v in value) if type(value) is list else value
+        )
     if kind == "dict":
         item = _RECORDS.get(inner.rstrip("]").split(", ", 1)[-1])
         if item is not None:

@@ -100,25 +100,25 @@ class Store(Replay, Commit):
         (damaged, with the remedy) as ``read_status_dict``."""
         from qex.store.records import Status, load
 
-        return load(Status, self._read_checked(job_id))
+        return load(Status, self.read_status_data(job_id))
 
     def read_status_dict(self, job_id: str) -> dict:
         """The job's record as a dict, every field the contract names present (the
         writers' form: ``qex.queue.txn``; a reader takes ``read_status``)."""
         from qex.store.records import status_defaults
 
-        return {**status_defaults(), **self._read_checked(job_id)}
+        return {**status_defaults(), **self.read_status_data(job_id)}
 
-    def _read_checked(self, job_id: str) -> dict:
+    def read_status_data(self, job_id: str) -> dict:
         """status.json of ``job_id`` as written, its types checked (another member's:
-        its owner from where it is)."""
+        its owner from where it is), no defaults merged: what ``records.load`` takes."""
         path = self.path(job_id, layout.STATUS)
         try:
             data = fs.read_json(path, owner=self.member_uid)
         except FileNotFoundError:
             other = self.other_member_of(job_id)
             if other is not None:
-                return other._read_checked(job_id)
+                return other.read_status_data(job_id)
             raise NoSuchJob(f"no job or group with the id {job_id}") from None
         except (OSError, ValueError) as exc:
             raise _broken(

@@ -437,9 +437,9 @@ def test_a_pass_takes_the_records_its_own_commit_wrote_and_reads_those_another_c
     lazy_reason(a, one, "a's words")
     lazy_reason(a, two, "a's words too")
     reads = []
-    real = state.Store.read_status_dict
+    real = state.Store.read_status_data  # (every read of a status.json: records and dicts alike)
     monkeypatch.setattr(
-        state.Store, "read_status_dict", lambda self, job_id: (reads.append(job_id), real(self, job_id))[1]
+        state.Store, "read_status_data", lambda self, job_id: (reads.append(job_id), real(self, job_id))[1]
     )
     assert a.store.cached_record(one)["blocked_reason"] == "a's words"
     with a.store.lock():

@@ -96,6 +96,9 @@ def test_a_record_without_a_field_every_reader_needs_is_damaged_with_the_remedy(
     for name in check.STATUS_REQUIRED:
         with pytest.raises(check.Damaged, match=f"it has no {name}|the state 'None' is not"):
             check.status({k: v for k, v in whole.items() if k != name})
+    for attempt, missing in (({}, "number"), ({"number": 1}, "state")):  # (the fuzz test found the first)
+        with pytest.raises(check.Damaged, match=f"attempts\\[0\\] has no {missing}"):
+            check.status({**whole, "attempts": [attempt]})
     store = Store(str(tmp_path / "state"))
     store.ensure()
     os.makedirs(store.job_dir("j1"))
