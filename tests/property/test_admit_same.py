@@ -46,9 +46,9 @@ def pool_specs(draw):
     return tuple(draw(st.permutations(specs)))
 
 
-def a_claim(draw):
+def a_claim(draw, name: str):
     size = draw(st.sampled_from([None, None, 4 * GB, 8 * GB, 16 * GB, 30 * GB, 0]))
-    return Claim(draw(st.sampled_from(NAMES)), draw(st.sampled_from([1, 1, 1, 2, 3, 0])), size)
+    return Claim(name, draw(st.sampled_from([1, 1, 1, 2, 3, 0])), size)
 
 
 @st.composite
@@ -59,7 +59,9 @@ def shapes(draw, cpu_budget, mem_budget):
         cpu = draw(st.sampled_from([0, 1, cpu_budget // 4, cpu_budget // 2, cpu_budget, cpu_budget + 500]))
         mem = draw(st.sampled_from([0, mem_budget // 8, mem_budget // 2, mem_budget, mem_budget + GB]))
         n = draw(st.sampled_from([0, 0, 0, 1, 1, 2]))
-        out.append((cpu, mem, tuple(a_claim(draw) for _ in range(n))))
+        # (each pool or lock once: a submission that claims one twice is refused, jobs.claims)
+        names = draw(st.lists(st.sampled_from(NAMES), min_size=n, max_size=n, unique=True))
+        out.append((cpu, mem, tuple(a_claim(draw, name) for name in names)))
     return out
 
 
