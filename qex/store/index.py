@@ -39,7 +39,7 @@ class Index:
         self.view = None  # the engine's queue in admission order (qex.queue.queueview), built on first use
         # the status.json of each active job this process's commits wrote last, as written: a pass
         # of the process that keeps this index reads it here, not from the file, unless an event of
-        # another process's commit for that job was replayed since (``Txn.record``, ``cached_record``)
+        # another process's commit for that job was replayed since (``Txn.record``, ``cached_status``)
         self.records: dict[str, dict] = {}
         # the jobs a pass leaves out, neither their entry nor their record can be used (a number
         # out of its bounds, a field of the wrong type): id -> the sentence that names the record.

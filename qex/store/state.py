@@ -164,7 +164,7 @@ class Store(Replay, Commit):
                 out.append((uid, other))
         return out
 
-    def cached_record(self, job_id: str) -> dict | None:
+    def cached_status(self, job_id: str) -> Status | None:
         """The record of ``job_id`` as this process's last commit wrote it, if nothing
         was appended to the journal since (a read without the lock: the kept index's
         ``records``); else None, and the caller reads the file."""
@@ -179,7 +179,11 @@ class Store(Replay, Commit):
             st = os.stat(self.journal_path, follow_symlinks=False)
         except OSError:
             return None
-        return dict(rec) if (st.st_ino, st.st_size) == (ino, idx.offset) else None
+        if (st.st_ino, st.st_size) != (ino, idx.offset):
+            return None
+        from qex.store.records import Status, load
+
+        return load(Status, dict(rec))
 
     def read_live(self, job_id: str, index: dict | None = None) -> Status:
         """The record as a reader should see it: a queued job's reason is the one

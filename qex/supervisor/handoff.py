@@ -26,6 +26,10 @@ import sys
 
 from qex.supervisor import watch
 
+TYPE_CHECKING = False  # (typing itself is not imported: start-up)
+if TYPE_CHECKING:
+    from qex.supervisor.working import Working
+
 
 def finish() -> None:
     """The full qex again, after the watcher: ``python -c ... qex-finish JOB FD``. Never returns."""
@@ -49,7 +53,7 @@ def finish() -> None:
     launch = Launch(*passed["launch"])
     ctx = _context(passed["root"])
 
-    def ended_rec() -> dict:
+    def ended_rec() -> "Working":
         """Inside resume's guard: a failure here is recorded as the supervisor's own."""
         from qex.supervisor.logs import Sink
 
@@ -58,8 +62,11 @@ def finish() -> None:
         for sink in sinks:
             sink.close()  # the counted marker, as _watch closes them
         rusage = _Rusage(*ended["rusage"]) if ended["rusage"] is not None else None
+        from qex.store.records import Status, load
+        from qex.supervisor.working import Working  # noqa: F811 (the class; above: its name for the annotation)
+
         return ending.classify(
-            passed["rec"],
+            Working(load(Status, passed["rec"])),
             ended["wait_status"],
             rusage,
             ended["stop_reason"],

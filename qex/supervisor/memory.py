@@ -32,6 +32,7 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
     from qex.store.records import Status
+    from qex.supervisor.working import Outcome
 
 
 class Meter:
@@ -190,43 +191,52 @@ def peak_words(source: str | None, period: float | None) -> str:
     return " (its largest process, from getrusage)" if source == "rusage" else ""
 
 
-def _peak_words(outcome: dict) -> str:
-    usage = outcome.get("usage") or outcome
-    return peak_words(usage.get("peak_from"), usage.get("sample_period"))
+def _peak_words(outcome: Outcome) -> str:
+    usage = outcome.usage
+    return peak_words(usage.peak_from, usage.sample_period) if usage is not None else ""
 
 
-def settle(ctx: Context, current: Status, outcome: dict, lessons: list | None = None) -> dict | None:
+def settle(ctx: Context, current: Status, outcome: Outcome, lessons: list | None = None) -> tuple[Outcome, dict | None]:
     """Decide the end of an attempt in the final pass (lock held).
 
-    Mutates ``outcome`` (state, error, oom_evidence) and returns the fields of
-    an OOM retry (new claims and their source, the reason), or None. What the
-    learner should be taught goes into ``lessons`` (``teach`` them after the
-    pass, outside the state lock); without the list it is taught at once.
+    Returns the outcome as it is to be recorded (a kill wins over OOM evidence; an
+    OOM's sentence) and the fields of an OOM retry (new claims and their source, the
+    reason), or None. What the learner should be taught goes into ``lessons``
+    (``teach`` them after the pass, outside the state lock); without the list it is
+    taught at once.
     """
-    if current.kill_requested and outcome.get("state") == "oom":
-        outcome.update(
+    if current.kill_requested and outcome.state == "oom":
+        outcome = outcome.evolve(
             state="killed",
             oom_evidence=None,
             error="stopped by qex kill, which wins over the OOM evidence it also showed",
         )
     retry = None
-    if outcome.get("state") == "oom":
-        retry = _answer_oom(ctx, current, outcome)
+    if outcome.state == "oom":
+        error, retry = _answer_oom(ctx, current, outcome)
+        outcome = outcome.evolve(error=_join(error, outcome.error))
+        if retry is not None:
+            retry["error"] = outcome.error
     taught = _lessons(ctx, current, outcome)
     if taught:
         if lessons is None:
             teach(ctx, taught)
         else:
             lessons[:] = taught  # the last try of the pass (it may be tried again on a full disk)
-    return retry
+    return outcome, retry
 
 
-def within_claim(current: Status, outcome: dict) -> bool:
+def _reached(outcome: Outcome) -> int | None:
+    """The attempt's measured peak in bytes, or None."""
+    return outcome.usage.max_rss if outcome.usage is not None else None
+
+
+def within_claim(current: Status, outcome: Outcome) -> bool:
     """Whether an OOM attempt's measured peak stayed under its memory claim: then the
     memory ran out outside the job (the cgroup qex runs in, or the machine), the claim
     was not the cause, and a larger one would not help. An unknown peak is not."""
     claim = current.claims.mem
-    reached = (outcome.get("usage") or {}).get("max_rss")
+    reached = _reached(outcome)
     return bool(reached) and claim > 0 and reached < claim
 
 
@@ -243,12 +253,14 @@ def _ran_out_where(ctx: Context) -> tuple[str, int | None]:
     return (f"the machine's memory ({format_size(ctx.mem_total)})" if ctx.mem_total else "the machine's memory"), None
 
 
-def _answer_oom(ctx: Context, current: Status, outcome: dict) -> dict | None:
+def _answer_oom(ctx: Context, current: Status, outcome: Outcome) -> tuple[str, dict | None]:
+    """The sentence of an OOM attempt (the caller adds the outcome's own words after it)
+    and the fields of its retry, or None."""
     from qex.base.units import format_size
 
     claims = current.claims
     claim = claims.mem
-    reached = (outcome.get("usage") or {}).get("max_rss")
+    reached = _reached(outcome)
     attempt = current.attempt
     allowed = current.oom_retries
     used = sum(1 for a in current.attempts if a.state == "oom")
@@ -256,7 +268,7 @@ def _answer_oom(ctx: Context, current: Status, outcome: dict) -> dict | None:
     most = ctx.holdable()[1]  # (an absolute budget may be above what an idle machine holds)
     if most is not None:
         budget = min(budget, most)
-    verb, how = EVIDENCE_WORDS.get(outcome.get("oom_evidence"), EVIDENCE_WORDS["cgroup"])
+    verb, how = EVIDENCE_WORDS.get(outcome.oom_evidence, EVIDENCE_WORDS["cgroup"])
     if within_claim(current, outcome):
         return _answer_outside(ctx, current, outcome, claim, reached, used, allowed, f"attempt {attempt} {verb} {how}")
     head = (
@@ -266,32 +278,27 @@ def _answer_oom(ctx: Context, current: Status, outcome: dict) -> dict | None:
     new = min(max(2 * claim, reached or 0), budget)
     if used >= allowed:
         why = "Not retried, --oom-retries 0" if allowed == 0 else f"Not retried, its {allowed} --oom-retries are used"
-        outcome["error"] = _join(f"{head}. {why}", outcome.get("error"))
-        return None
+        return f"{head}. {why}", None
     if new <= claim:
-        outcome["error"] = _join(
+        return (
             f"{head}. Not retried: the claim is already at the budget of "
-            f"{format_size(budget)}. Raise budget.mem in the config or make the job smaller",
-            outcome.get("error"),
-        )
-        return None
+            f"{format_size(budget)}. Raise budget.mem in the config or make the job smaller"
+        ), None
     note = f"{head}. Retry {used + 1} of {allowed} claims {format_size(new)}"
-    outcome["error"] = _join(note, outcome.get("error"))
     sources = dict(current.claim_source)
     sources["mem"] = (
         f"doubled after attempt {attempt} ran out of memory, the claim of {format_size(claim)} was too small"
     )
-    return {
+    return note, {
         "claims": claims.evolve(mem=new),
         "claim_source": sources,
-        "error": outcome["error"],
         "blocked_reason": f"queued for out-of-memory retry {used + 1} of {allowed} with a claim of {format_size(new)}",
     }
 
 
 def _answer_outside(
-    ctx: Context, current: Status, outcome: dict, claim: int, reached: int, used: int, allowed: int, head: str
-) -> dict | None:
+    ctx: Context, current: Status, outcome: Outcome, claim: int, reached: int, used: int, allowed: int, head: str
+) -> tuple[str, dict | None]:
     """An OOM kill of a job that stayed within its claim: the sentence names the limit
     that ran out; a retry (if any is left) keeps the same claim and says why, unless
     that limit is a cgroup's that holds no more than the claim (it would run out again)."""
@@ -314,17 +321,14 @@ def _answer_outside(
     else:
         why = ""
     if why:
-        outcome["error"] = _join(f"{head}. {why}", outcome.get("error"))
-        return None
+        return f"{head}. {why}", None
     note = (
         f"{head}. Retry {used + 1} of {allowed} keeps the claim of {format_size(claim)}, "
         "in case the memory in use outside the job frees"
     )
-    outcome["error"] = _join(note, outcome.get("error"))
-    return {
-        "error": outcome["error"],
+    return note, {
         "blocked_reason": f"queued for out-of-memory retry {used + 1} of {allowed} at the same claim of "
-        f"{format_size(claim)}: the memory ran out outside the job",
+        f"{format_size(claim)}: the memory ran out outside the job"
     }
 
 
@@ -332,30 +336,29 @@ def _join(first: str, rest: str | None) -> str:
     return f"{first}. {rest}" if rest else first
 
 
-def _lessons(ctx: Context, current: Status, outcome: dict) -> list[tuple]:
+def _lessons(ctx: Context, current: Status, outcome: Outcome) -> list[tuple]:
     """What this attempt teaches the learner: (command, template, kind, bytes, name) each:
     its memory (``_lesson``), and a completed GPU job's VRAM peak on one device ("vram")."""
     lesson = _lesson(ctx, current, outcome)
     out = [lesson] if lesson is not None else []
-    usage = outcome.get("usage") or {}
-    if ctx.config.learn_enabled and outcome.get("state") == "completed" and usage.get("vram_peak"):
-        out.append((current.command, current.template, "vram", int(usage["vram_peak"]), current.name))
+    usage = outcome.usage
+    if ctx.config.learn_enabled and outcome.state == "completed" and usage is not None and usage.vram_peak:
+        out.append((current.command, current.template, "vram", int(usage.vram_peak), current.name))
     return out
 
 
-def _lesson(ctx: Context, current: Status, outcome: dict) -> tuple | None:
+def _lesson(ctx: Context, current: Status, outcome: Outcome) -> tuple | None:
     """What this attempt teaches the learner of its memory: (command, template, kind, bytes, name), or None."""
     if not ctx.config.learn_enabled:
         return None
-    state = outcome.get("state")
-    usage = outcome.get("usage") or {}
-    if state == "completed" and usage.get("max_rss"):
-        kind, nbytes = "peak", int(usage["max_rss"])
+    state, reached = outcome.state, _reached(outcome)
+    if state == "completed" and reached:
+        kind, nbytes = "peak", int(reached)
     elif state == "oom" and within_claim(current, outcome):
-        kind, nbytes = "floor", int(usage["max_rss"])  # it needed at least what it reached; the claim was not the cause
+        kind, nbytes = "floor", int(reached)  # it needed at least what it reached; the claim was not the cause
     elif state == "oom":
         claim = current.claims.mem
-        kind, nbytes = "floor", max(2 * claim, int(usage.get("max_rss") or 0))
+        kind, nbytes = "floor", max(2 * claim, int(reached or 0))
     else:
         return None  # killed, timed out, failed: what it reached says nothing about what it needs
     if ctx.mem_total:  # (a floor doubles a claim: no more than the machine, whose learner reads no more)

@@ -26,6 +26,7 @@ from qex.supervisor import ending, spawn, starting
 from qex.supervisor.ending import DRAIN_AFTER_EXIT
 from qex.supervisor.memory import Meter
 from qex.supervisor.pipes import grow, open_output
+from qex.supervisor.working import Working
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
     from qex.config.context import Context
     from qex.queue.txn import Txn
+    from qex.store.records import Status
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:
@@ -148,28 +150,29 @@ def supervise(ctx: Context, launch: Launch) -> Launch | None:
     interrupt = Interrupt()
     meter = meter if meter is not None else Meter()
     child_subreaper(True)  # what the job orphans is this process's to stop (qex.linux.tree); off in _finish
-    proc, rec = starting.start(ctx, launch, spec, meter, interrupt)
+    proc, work = starting.start(ctx, launch, spec, meter, interrupt)
     if proc is None:
         meter.discard()
-        return _finish(ctx, launch, rec, interrupt)
-    outcome = _watch(ctx, proc, rec, interrupt, meter, launch)
-    return _finish(ctx, launch, outcome, interrupt)
+        return _finish(ctx, launch, work, interrupt)
+    return _finish(ctx, launch, _watch(ctx, proc, work, interrupt, meter, launch), interrupt)
 
 
 def _watch(
-    ctx: Context, proc, rec: dict, interrupt: Interrupt, meter: Meter | None = None, launch: Launch | None = None
-) -> dict:
-    """Copy output, enforce the timeout, answer a kill; return the outcome. A job that
+    ctx: Context, proc, work: Working, interrupt: Interrupt, meter: Meter | None = None, launch: Launch | None = None
+) -> Working:
+    """Copy output, enforce the timeout, answer a kill; return the working record with
+    the outcome (or abandoned: no longer this process's job). A job that
     still runs after ``watch.GRACE`` is watched by a minimal process this one execs into
     (``qex.supervisor.handoff``: it comes back as ``resume``)."""
     from qex.supervisor import watch
 
-    sinks = _sinks(ctx, proc, rec)
-    started = rec.get("started_at") or time.time()
-    timeout_at = started + rec["timeout"] if rec.get("timeout") else None
+    rec = work.rec
+    sinks = _sinks(ctx, proc, rec.id)
+    started = rec.started_at or time.time()
+    timeout_at = started + rec.timeout if rec.timeout else None
     sampler, peak = _sampler(ctx, rec, started), TreePeak.start(started) if not (meter and meter.cg) else None
     handoff_at = time.time() + watch.GRACE if launch is not None else None
-    mark_at = started + starting.RUNNING_AFTER if rec.get("_unrecorded") and launch is not None else None
+    mark_at = started + starting.RUNNING_AFTER if work.unrecorded and launch is not None else None
     pipes, abandon = sinks, None
     while True:
         pause_at = min(t for t in (handoff_at, mark_at) if t is not None) if (handoff_at or mark_at) else None
@@ -181,20 +184,20 @@ def _watch(
         mark_at, pipes = None, end.open_pipes  # the job runs on: record it running, then watch on
         spawn.pid_line_now(proc)
         current = starting.record_running(ctx, launch, rec, interrupt)
-        if current.get("_abandon"):
+        if current.abandon:
             signal_group(proc.pid, signal.SIGKILL)
             handoff_at, abandon = None, current
         else:
-            rec = current
+            work = current
     if end.handoff:
-        end = _hand_off(ctx, launch, proc, rec, interrupt, meter, sinks, end.open_pipes, timeout_at, sampler, peak)
+        end = _hand_off(ctx, launch, proc, work, interrupt, meter, sinks, end.open_pipes, timeout_at, sampler, peak)
     _close_watch(proc, end, sampler, sinks)
     if abandon is not None:
         if meter is not None:
             meter.discard()
         return abandon
     return ending.classify(
-        rec,
+        work,
         end.wait_status,
         end.rusage,
         end.stop_reason,
@@ -207,7 +210,7 @@ def _watch(
     )
 
 
-def _sinks(ctx: Context, proc, rec: dict) -> dict:
+def _sinks(ctx: Context, proc, job_id: str) -> dict:
     """The job's stdout and stderr sinks (``logs.Sink``) by the fd of its pipe, each
     attached to the FIFO of the ``qex run`` that follows the job, if one does."""
     from qex.supervisor.logs import Sink  # after the spawn: not on the way to the job's first instruction
@@ -215,11 +218,11 @@ def _sinks(ctx: Context, proc, rec: dict) -> dict:
     store = ctx.store
     limit, setting = _log_limit(ctx.config)
     sinks = {
-        proc.stdout.fileno(): Sink(store.path(rec["id"], layout.STDOUT), limit, "stdout", setting),
-        proc.stderr.fileno(): Sink(store.path(rec["id"], layout.STDERR), limit, "stderr", setting),
+        proc.stdout.fileno(): Sink(store.path(job_id, layout.STDOUT), limit, "stdout", setting),
+        proc.stderr.fileno(): Sink(store.path(job_id, layout.STDERR), limit, "stderr", setting),
     }
     for (pipe, sink), name in zip(sinks.items(), (layout.STDOUT_PIPE, layout.STDERR_PIPE)):
-        path = store.path(rec["id"], name)  # the FIFO of its qex run, if one follows it (qex.supervisor.pipes)
+        path = store.path(job_id, name)  # the FIFO of its qex run, if one follows it (qex.supervisor.pipes)
         fd = open_output(path)
         if fd >= 0:
             sink.attach(fd, path)
@@ -228,7 +231,17 @@ def _sinks(ctx: Context, proc, rec: dict) -> dict:
 
 
 def _hand_off(
-    ctx: Context, launch: Launch, proc, rec: dict, interrupt: Interrupt, meter, sinks, pipes, timeout_at, sampler, peak
+    ctx: Context,
+    launch: Launch,
+    proc,
+    work: Working,
+    interrupt: Interrupt,
+    meter,
+    sinks,
+    pipes,
+    timeout_at,
+    sampler,
+    peak,
 ):
     """The job runs on past ``watch.GRACE``: exec into the minimal watcher, which never
     comes back here (``resume``). If the exec failed, watch on in this process and
@@ -242,7 +255,7 @@ def _hand_off(
         ctx,
         launch,
         proc.pid,
-        rec,
+        work,
         interrupt,
         meter,
         sinks,
@@ -268,10 +281,10 @@ def _close_watch(proc, end, sampler, sinks: dict) -> None:
     proc.stderr.close()
 
 
-def _sampler(ctx: Context, rec: dict, started: float):
+def _sampler(ctx: Context, rec: Status, started: float):
     """The VRAM sampler of a job that claims the pool gpu, where a driver answers
     (``qex.supervisor.vram_note.start``); None otherwise. Never fails the job."""
-    if "gpu" not in ((rec.get("claims") or {}).get("pools") or {}):
+    if "gpu" not in rec.claims.pools:
         return None
     try:
         from qex.supervisor import vram_note
@@ -282,7 +295,7 @@ def _sampler(ctx: Context, rec: dict, started: float):
         return None
 
 
-def resume(ctx: Context, launch: Launch, interrupt: Interrupt, ended: Callable[[], dict]) -> None:
+def resume(ctx: Context, launch: Launch, interrupt: Interrupt, ended: Callable[[], Working]) -> None:
     """The supervisor after its exec back from the minimal watcher (``qex.supervisor.handoff``):
     ``ended()`` classifies the job's end; record it as ``supervise`` does, then go on as
     ``main_loop``. Never returns."""
@@ -318,19 +331,18 @@ def _job_over() -> bool:
     return tree.reap_adopted(0, forked_children()) > 0
 
 
-def _finish(ctx: Context, launch: Launch, rec: dict, interrupt: Interrupt) -> Launch | None:
+def _finish(ctx: Context, launch: Launch, work: Working, interrupt: Interrupt) -> Launch | None:
     """Write the final record (or requeue a retry), run a pass, hand over."""
     interrupt.close()
     left_behind = _job_over()
     ctx.reload_config()  # [hooks] as it is when the job ends
-    if rec.get("_abandon"):
+    if work.abandon:
         return _close_and_end(launch, ctx)
-    outcome = rec.pop("_outcome")
     if _CRASH:
         faults.hit("supervisor.before_final")
 
     def record_end(txn: Txn) -> object:
-        ending.record_end(ctx, txn, launch, rec, outcome, lessons, lambda: _close_and_end(launch, ctx))
+        ending.record_end(ctx, txn, launch, work, lessons, lambda: _close_and_end(launch, ctx))
 
     lessons: list = []
     result = _until_recorded(ctx, record_end)

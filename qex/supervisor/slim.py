@@ -14,13 +14,14 @@ if TYPE_CHECKING:
     from qex.config.context import Context
     from qex.queue.context import Launch
     from qex.supervisor.memory import Meter
+    from qex.supervisor.working import Working
 
 
 def become_watcher(
     ctx: "Context",
     launch: "Launch",
     pid: int,
-    rec: dict,
+    work: "Working",
     interrupt: object,
     meter: "Meter",
     sinks: dict,
@@ -42,7 +43,7 @@ def become_watcher(
         pass  # said nowhere better: the job goes on, and its end is recorded as usual
     import marshal
 
-    passed = _passed(ctx, launch, rec, meter)
+    passed = _passed(ctx, launch, work, meter)
     watched = {
         "pid": pid,
         "sinks": [(p, s.handover()) for p, s in sinks.items()],
@@ -71,14 +72,15 @@ def become_watcher(
     os.close(fd)
 
 
-def _passed(ctx: "Context", launch: "Launch", rec: dict, meter: "Meter") -> dict:
+def _passed(ctx: "Context", launch: "Launch", work: "Working", meter: "Meter") -> dict:
     """What the full qex needs back after the watcher (the memfd's marshal part): the
-    state directory, the launch, the record, and the memory meter's state."""
+    state directory, the launch, the record (its JSON: the job's 'running' is recorded
+    before a hand-over, so the working record is its record), and the memory meter's state."""
     cg = meter.cg if meter is not None else None
     return {
         "root": ctx.store.root,
         "launch": (launch.job_id, launch.alive_fd, launch.peer_fd, launch.peer_lock),
-        "rec": rec,
+        "rec": work.rec.asdict(),
         "meter": None
         if meter is None
         else {

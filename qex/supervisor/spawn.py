@@ -20,7 +20,7 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
     from qex.config.model import Config
-    from qex.store.records import Spec
+    from qex.store.records import Spec, Status
 
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 if _CRASH:
@@ -59,32 +59,31 @@ THREAD_VARS = (
 )
 
 
-def job_env(spec: Spec, rec: dict, config: Config) -> dict:
+def job_env(spec: Spec, rec: Status, config: Config) -> dict:
     env = dict(spec.env)
     pools = {p.name: p for p in config.pools}
-    assigned = {a["pool"]: a["devices"] for a in rec.get("assigned") or ()}
+    assigned = {a.pool: a.devices for a in rec.assigned}
     for p in pools.values():  # its devices, or no device (the fence): PoolDef.job_env
         env.update(p.job_env(assigned.get(p.name)))
-    for a in rec.get("assigned") or ():
-        pool = pools.get(a["pool"])
-        devices = ",".join(str(d) for d in a["devices"])
-        if a["pool"] == "gpu":
+    for a in rec.assigned:
+        pool = pools.get(a.pool)
+        devices = ",".join(str(d) for d in a.devices)
+        if a.pool == "gpu":
             env["QEX_GPU_DEVICES"] = devices
-            size = a.get("size") or (min(pool.devices[d] for d in a["devices"]) if pool and a["devices"] else 0)
+            size = a.size or (min(pool.devices[d] for d in a.devices) if pool and a.devices else 0)
             env["QEX_GPU_VRAM"] = str(size)
-    for name, claim in ((rec.get("claims") or {}).get("pools") or {}).items():
+    for name, claim in rec.claims.pools.items():
         pool = pools.get(name)
         if pool is not None and pool.count is not None:
-            env[f"QEX_CLAIM_{_env_name(name)}"] = str(claim.get("count", 1))
+            env[f"QEX_CLAIM_{_env_name(name)}"] = str(claim.count)
     if spec.hints:
-        claims = rec.get("claims") or {}
-        cores = max(1, int(float(claims.get("cpu", 1))))  # a whole number: make -j"$QEX_CPU" (0.5 -> 1, 2.7 -> 2)
+        cores = max(1, int(rec.claims.cpu))  # a whole number: make -j"$QEX_CPU" (0.5 -> 1, 2.7 -> 2)
         env.setdefault("QEX_CPU", str(cores))
-        env.setdefault("QEX_MEM", str(claims.get("mem", 0)))
+        env.setdefault("QEX_MEM", str(rec.claims.mem))
         for var in THREAD_VARS:
             env.setdefault(var, str(cores))
-    env["QEX_JOB_ID"] = rec["id"]
-    env["QEX_ATTEMPT"] = str(rec.get("attempt", 1))
+    env["QEX_JOB_ID"] = rec.id
+    env["QEX_ATTEMPT"] = str(rec.attempt)
     return env
 
 
@@ -92,9 +91,9 @@ def _env_name(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name).upper()
 
 
-def spawn(ctx: Context, launch: Launch, spec: Spec, rec: dict, meter: Meter) -> tuple[Child | None, dict | None]:
+def spawn(ctx: Context, launch: Launch, spec: Spec, rec: Status, meter: Meter) -> tuple[Child | None, str | None]:
     """Spawn a 'starting' job in its process group (and memory cgroup) and write its pid
-    file. Returns (process, None), or (None, the outcome of a start that failed).
+    file. Returns (process, None), or (None, why it could not start, in words).
 
     ``os.posix_spawn`` (glibc: clone with CLONE_VM|CLONE_VFORK, no copy of this
     process's page tables, no Python code in the child). What a preexec_fn did in
@@ -109,7 +108,7 @@ def spawn(ctx: Context, launch: Launch, spec: Spec, rec: dict, meter: Meter) -> 
     pid_path = store.path(launch.job_id, layout.PID)
     mode = 0o640 if store.shared else 0o600
     if not meter.job_dir:  # (an early supervisor made it before the commit's byte: prepare_early)
-        meter.prepare(store.job_dir(launch.job_id), launch.job_id, rec.get("attempt", 1))
+        meter.prepare(store.job_dir(launch.job_id), launch.job_id, rec.attempt)
     env = job_env(spec, rec, ctx.config)
     home = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the job directory (supervise)
     intent = False
@@ -147,7 +146,7 @@ def spawn(ctx: Context, launch: Launch, spec: Spec, rec: dict, meter: Meter) -> 
         except OSError as exc:  # no evidence a later pass could stop it by: it must not run
             signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
-            return None, {"state": "failed", "error": f"cannot write its pid file {pid_path}: {exc.strerror or exc}"}
+            return None, f"cannot write its pid file {pid_path}: {exc.strerror or exc}"
     fs.free_deferred()  # (the files its pass replaced: the job runs meanwhile)
     return proc, None
 
@@ -196,8 +195,8 @@ def manners_of(spec: Spec, config: Config) -> tuple[int, str | None, int]:
     )
 
 
-def _not_started(spec, exc: BaseException) -> dict:
-    return {"state": "failed", "error": f"cannot start {spec.command[0]!r}: {getattr(exc, 'strerror', None) or exc}"}
+def _not_started(spec, exc: BaseException) -> str:
+    return f"cannot start {spec.command[0]!r}: {getattr(exc, 'strerror', None) or exc}"
 
 
 def pid_line_now(proc: Child) -> None:

@@ -16,11 +16,13 @@ from qex.store import fs, layout
 from qex.store.state import LAZY
 from qex.supervisor import spawn
 from qex.supervisor.memory import Meter
+from qex.supervisor.working import Outcome, Working
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
     from qex.queue.context import Launch
+    from qex.store.records import Status
     from qex.store.state import Store
 
 RUNNING_AFTER = 0.02  # the longest a spawned job waits for its 'running' record while the lock is busy
@@ -28,9 +30,9 @@ RUNNING_AFTER = 0.02  # the longest a spawned job waits for its 'running' record
 
 def start(
     ctx: Context, launch: Launch, spec: object, meter: Meter | None = None, interrupt: object | None = None
-) -> tuple[object, dict]:
-    """Spawn the job; return (process, its record with pid and start time), or
-    (None, the outcome of a start that failed).
+) -> tuple[object, Working]:
+    """Spawn the job; return (process, its working record: its pid and start time), or
+    (None, the outcome of a start that failed, or the job abandoned).
 
     The spawn is outside the state lock (the spawn and the cgroup moves around it
     take time the other supervisors would wait for). Before it, the record is
@@ -54,52 +56,44 @@ def start(
     store = ctx.store
     meter = meter or Meter()
     rec = _record_to_start(store, launch)
-    if rec["state"] != "starting":
-        return None, {**rec, "_abandon": True}
-    if rec.get("kill_requested"):
-        return None, {
-            **rec,
-            "_outcome": {
-                "state": "killed",
-                "error": "stopped by qex kill before it started",
-                "started_at": None,
-                "ended_at": time.time(),
-            },
-        }
+    if rec.state != "starting":
+        return None, Working(rec, abandon=True)
+    if rec.kill_requested:
+        killed = Outcome("killed", time.time(), error="stopped by qex kill before it started")
+        return None, Working(rec, outcome=killed)
     now = time.time()
     proc, failure = spawn.spawn(ctx, launch, spec, rec, meter)
     if proc is None:
-        return None, {**rec, "_outcome": {**failure, "started_at": now}}
-    rec = {**rec, "pid": proc.pid, "supervisor_pid": os.getpid(), "started_at": now, "_unrecorded": True}
+        return None, Working(rec, outcome=Outcome("failed", time.time(), started_at=now, error=failure))
+    work = Working(rec.evolve(pid=proc.pid, supervisor_pid=os.getpid(), started_at=now), unrecorded=True)
     if launch.follows:
-        return proc, rec  # a drain: 'running' waits for RUNNING_AFTER, or rides on the end (see above)
+        return proc, work  # a drain: 'running' waits for RUNNING_AFTER, or rides on the end (see above)
     spawn.pid_line_now(proc)
     make_logs(store, launch.job_id)  # (after the spawn: never on the way to the job's first instruction)
-    current = record_running(ctx, launch, rec, interrupt)
-    if current.get("_abandon"):
+    current = record_running(ctx, launch, work.rec, interrupt)
+    if current.abandon:
         signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
         return None, current
     return proc, current
 
 
-def _record_to_start(store: Store, launch: Launch) -> dict:
+def _record_to_start(store: Store, launch: Launch) -> Status:
     """The job's record as ``start`` checks it: without the lock for a job a pass
     admitted just before (``launch.fresh``), if it still says 'starting'; under the
-    lock otherwise (the caller abandons a job whose record says anything else). As its
-    JSON: the supervisor's working record, which it hands over across its exec."""
+    lock otherwise (the caller abandons a job whose record says anything else)."""
     if launch.fresh:  # the record as the pass that admitted it left it (and a kill since): no lock
         launch.fresh = False
         try:
-            rec = store.cached_record(launch.job_id) or store.read_status_dict(launch.job_id)
+            rec = store.cached_status(launch.job_id) or store.read_status(launch.job_id)
         except Exception:
             rec = None
-        if rec is not None and rec.get("state") == "starting":
+        if rec is not None and rec.state == "starting":
             return rec
         # (not as expected: look again under the lock)
     with store.lock():
         txn = Txn(store, store.load_index_locked(save_replayed=False))
-        rec = txn.record(launch.job_id).asdict()
+        rec = txn.record(launch.job_id)
         txn.commit()
     return rec
 
@@ -116,22 +110,18 @@ def make_logs(store: Store, job_id: str) -> None:
             pass
 
 
-def record_running(ctx: Context, launch: Launch, rec: dict, interrupt: object | None = None) -> dict:
-    """Record the spawned job 'running' (see ``start``). Returns the record (as its
-    JSON, the supervisor's working record); one with ``_abandon`` if the job is no
-    longer this process's to run (the caller stops it)."""
+def record_running(ctx: Context, launch: Launch, rec: Status, interrupt: object | None = None) -> Working:
+    """Record the spawned job 'running' (``rec``: its pid and start; see ``start``).
+    Returns the working record, abandoned if the job is no longer this process's to
+    run (the caller stops it)."""
     store = ctx.store
     with store.lock():
         txn = Txn(store, store.load_index_locked(save_replayed=False))
         current = txn.record(launch.job_id)
         if current.state != "starting":  # not this process's to run any more: never leave it running
-            return {**current.asdict(), "_abandon": True}
+            return Working(current, abandon=True)
         current = txn.update(
-            launch.job_id,
-            state="running",
-            pid=rec["pid"],
-            supervisor_pid=rec["supervisor_pid"],
-            started_at=rec["started_at"],
+            launch.job_id, state="running", pid=rec.pid, supervisor_pid=rec.supervisor_pid, started_at=rec.started_at
         )
         if current.kill_requested and interrupt is not None:
             interrupt.requested = "kill"  # asked while it was being spawned: the watch stops it at once
@@ -140,4 +130,4 @@ def record_running(ctx: Context, launch: Launch, rec: dict, interrupt: object | 
         fs.settle()  # no spawn follows to make it durable (fs.defer_syncs): now, while the job runs
     except StoreError:
         pass  # (kept: the next settle, before this process spawns, forks or leaves, raises it again)
-    return current.asdict()
+    return Working(current)

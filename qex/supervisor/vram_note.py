@@ -17,18 +17,19 @@ import sys
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
+    from qex.store.records import Status
     from qex.supervisor.vram import Sampler
 
 POOL = "gpu"
 
 
-def start(ctx: Context, rec: dict, started: float) -> Sampler | None:
+def start(ctx: Context, rec: Status, started: float) -> Sampler | None:
     """The sampler of this attempt, or None: no claim on a pool ``gpu`` of devices,
     or no reader of per-process VRAM on this machine."""
     from qex.base import gpu_use
 
     pool = ctx.config.pool(POOL)
-    claim = ((rec.get("claims") or {}).get("pools") or {}).get(POOL)
+    claim = rec.claims.pools.get(POOL)
     if pool is None or not pool.indexed or claim is None:
         return None
     nvml_path = _nvml_path()
@@ -38,20 +39,20 @@ def start(ctx: Context, rec: dict, started: float) -> Sampler | None:
     if reader != gpu_use.NVML:
         nvml_path = None
     claims = {}
-    for a in rec.get("assigned") or ():
-        if a.get("pool") == POOL:
-            for d in a.get("devices") or ():
+    for a in rec.assigned:
+        if a.pool == POOL:
+            for d in a.devices:
                 if 0 <= d < len(pool.devices):
-                    claims[str(d)] = a["size"] if a.get("size") is not None else pool.devices[d]
+                    claims[str(d)] = a.size if a.size is not None else pool.devices[d]
     from qex.store import layout
     from qex.supervisor import vram, watch
 
     store = ctx.store
     return vram.Sampler(
-        job_id=rec["id"],
-        attempt=rec.get("attempt", 1),
+        job_id=rec.id,
+        attempt=rec.attempt,
         root=store.root,
-        live=store.path(rec["id"], layout.VRAM),
+        live=store.path(rec.id, layout.VRAM),
         seen_path=os.path.join(store.root, layout.GPU_SEEN),
         mode=store.file_mode,
         every=ctx.config.gpu_sample_every,
@@ -68,7 +69,7 @@ def start(ctx: Context, rec: dict, started: float) -> Sampler | None:
         samples=0,
         note_pid=None,
         note_argv=watch.entry_argv(
-            watch.package_parent(), "qex.supervisor.vram_note", "main", vram.NOTE_TAG, rec["id"], 0, minimal=False
+            watch.package_parent(), "qex.supervisor.vram_note", "main", vram.NOTE_TAG, rec.id, 0, minimal=False
         )[:-1],
     )
 

@@ -160,16 +160,20 @@ def _oom(ctx, claim, peak, retries=1):
             "claim_source": {"mem": "user"},
         },
     )
-    outcome = {"state": "oom", "oom_evidence": "cgroup", "usage": {"max_rss": peak}, "error": None}
+    from qex.store.records import Usage
+    from qex.supervisor.working import Outcome
+
+    outcome = Outcome("oom", 1.0, oom_evidence="cgroup", usage=Usage(max_rss=peak))
     lessons = []
-    return memory.settle(ctx, current, outcome, lessons), outcome, lessons
+    outcome, retry = memory.settle(ctx, current, outcome, lessons)
+    return retry, outcome, lessons
 
 
 def test_an_oom_under_the_claim_on_the_machine_keeps_the_claim_and_names_the_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("QEX_CGROUP", "off")  # no cgroup qex runs in to name: the machine's memory
     ctx = make_ctx(tmp_path)
     retry, outcome, lessons = _oom(ctx, claim=300 * MiB, peak=200 * MiB)
-    said = outcome["error"]
+    said = outcome.error
     assert "too small" not in said and "the machine's memory (16GB)" in said, said
     assert "keeps the claim of 300MB" in said and "claims" not in retry, retry
     assert "same claim" in retry["blocked_reason"]
@@ -180,7 +184,7 @@ def test_an_oom_over_the_claim_still_doubles_it(tmp_path, monkeypatch):
     monkeypatch.setenv("QEX_CGROUP", "off")
     ctx = make_ctx(tmp_path)
     retry, outcome, lessons = _oom(ctx, claim=100 * MiB, peak=150 * MiB)
-    assert "the claim of 100MB was too small" in outcome["error"]
+    assert "the claim of 100MB was too small" in outcome.error
     assert retry["claims"].mem == 200 * MiB and lessons[0][2:4] == ("floor", 200 * MiB)
 
 

@@ -176,6 +176,9 @@ def test_a_command_gone_from_the_path_when_it_starts_says_so(q):
     rec = q.wait_state(gone, "failed")
     assert rec["error"] == "cannot start 'mytool': No such file or directory", rec["error"]
     assert rec["pid"] is None and not os.path.exists(os.path.join(q.state, "jobs", gone, "pid"))
+    # an end like any other: when it ended, and its attempt's start and end
+    (attempt,) = rec["attempts"]
+    assert rec["ended_at"] is not None and rec["ended_at"] == attempt["ended_at"] >= attempt["started_at"], rec
 
 
 def test_a_command_no_longer_executable_when_it_starts_says_permission_denied(q):

@@ -95,13 +95,13 @@ def test_a_supervisor_spawns_its_job_only_once_its_start_is_settled(tmp_path, mo
 
     monkeypatch.setattr(spawn_mod.Child, "spawn", staticmethod(spawn))
     monkeypatch.chdir(ctx.store.job_dir(job))
-    rec, meter = ctx.store.read_status_dict(job), Meter()
+    rec, meter = ctx.store.read_status(job), Meter()
     try:
         proc, failure = spawn_mod.spawn(ctx, launch, ctx.store.read_spec(job), rec, meter)
     finally:
         meter.discard()
         run._close_and_end(launch)
-    assert proc is None and "not in this test" in failure["error"]
+    assert proc is None and "not in this test" in failure
     assert order == ["settle", "spawn"]
 
 
@@ -133,7 +133,7 @@ def test_a_spawn_frees_its_passs_replaced_files_after_the_job_is_spawned(tmp_pat
 
     monkeypatch.setattr(spawn_mod.Child, "spawn", staticmethod(spawn))
     monkeypatch.chdir(ctx.store.job_dir(job))
-    rec, meter = ctx.store.read_status_dict(job), Meter()
+    rec, meter = ctx.store.read_status(job), Meter()
     try:
         proc, failure = spawn_mod.spawn(ctx, launch, ctx.store.read_spec(job), rec, meter)
         assert failure is None

@@ -9,6 +9,7 @@ from qex.queue import engine
 from qex.store.state import LAZY
 from qex.supervisor import run, starting
 from qex.supervisor.memory import Meter
+from qex.supervisor.working import Working
 
 LOGS = ("stdout.log", "stderr.log")
 
@@ -27,7 +28,7 @@ def test_the_logs_exist_before_the_job_is_recorded_running(tmp_path, monkeypatch
 
     def record_running(ctx_, launch_, rec, interrupt=None):
         seen.append(logs_of(ctx, job))
-        return {**rec, "_abandon": True}  # (start stops the job: this test needs no watch)
+        return Working(rec, abandon=True)  # (start stops the job: this test needs no watch)
 
     monkeypatch.setattr(starting, "record_running", record_running)
     monkeypatch.chdir(ctx.store.job_dir(job))
@@ -38,5 +39,5 @@ def test_the_logs_exist_before_the_job_is_recorded_running(tmp_path, monkeypatch
         interrupt.close()
         meter.discard()
         run._close_and_end(launch)
-    assert proc is None and current["_abandon"]
+    assert proc is None and current.abandon
     assert seen == [set(LOGS)]
