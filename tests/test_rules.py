@@ -113,9 +113,10 @@ def test_plain_keeps_words_and_punctuation():
 
 @pytest.mark.parametrize("state", states.FINAL)
 def test_list_shows_the_code_of_a_job_in_every_ended_state(state):
-    row = list_row(
-        {"id": "0123456789", "state": state, "name": "n", "submitted_at": 1.0, "claims": {"cpu": 1, "mem": 0}}, now=2.0
-    )
+    from qex.store.records import Row, load
+
+    line = {"id": "0123456789", "state": state, "name": "n", "submitted_at": 1.0, "claims": {"cpu": 1, "mem": 0}}
+    row = list_row(load(Row, line), now=2.0)
     assert " exit " in row, row
 
 

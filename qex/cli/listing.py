@@ -20,7 +20,7 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from qex.store.records import Claims
+    from qex.store.records import Claims, Row, Status
 
 # name -> (header, width of its column; 0: the last column, as wide as it is)
 FIELDS = {
@@ -67,10 +67,9 @@ def claims_text(claims: Claims) -> str:
     return ", ".join(parts)
 
 
-def elapsed(rec: dict, now: float) -> float | None:
+def elapsed(rec: Row | Status, now: float) -> float | None:
     """The seconds ELAPSED counts (the module's docstring), or None when unknown."""
-    state = rec.get("state")
-    started, submitted, ended = rec.get("started_at"), rec.get("submitted_at"), rec.get("ended_at")
+    state, started, submitted, ended = rec.state, rec.started_at, rec.submitted_at, rec.ended_at
     if state in FINAL:
         since = started or submitted
         return max(0.0, ended - since) if ended and since else None
@@ -97,55 +96,62 @@ def iso_text(t: float | None) -> str | None:
     return f"{text[:-2]}:{text[-2:]}"
 
 
-def _code(row: dict) -> int:
-    return outcome.code_of(row.get("state"), row.get("exit_code"), row.get("signal"), row.get("supervisor_lost"))
+def _code(rec: Row | Status) -> int:
+    return outcome.code_of(rec.state, rec.exit_code, rec.signal, rec.supervisor_lost)
 
 
-def result_text(rec: dict) -> str:
+def result_text(rec: Row | Status) -> str:
     """The last column: a queued job's reason, an ended one's code and error; and a GPU
     job's VRAM above its claim (``vram_over``), running or ended."""
-    state, over = rec.get("state"), rec.get("vram_over") or ""
+    state, over = rec.state, rec.vram_over or ""
     if state in FINAL:
-        text = f"exit {_code(rec)}" + (f": {rec['error']}" if rec.get("error") else "")
+        text = f"exit {_code(rec)}" + (f": {rec.error}" if rec.error else "")
         return text + (f"; {over}" if over else "")
-    return (rec.get("blocked_reason") or "") if state == "queued" else over
+    return (rec.blocked_reason or "") if state == "queued" else over
 
 
-def cell(rec: dict, field: str, now: float) -> str:
+def _used(rec: Row | Status, name: str) -> float | None:
+    """``usage.max_rss`` or ``usage.cpu_secs``; None where not measured (a row of a qex before them)."""
+    return None if rec.usage is None else getattr(rec.usage, name)
+
+
+def cell(rec: Row | Status, field: str, now: float) -> str:
     """One field of a row as text."""
     if field in TIMES:
-        return clock_text(rec.get(TIMES[field]), now)
-    usage = rec.get("usage") or {}
+        return clock_text(getattr(rec, TIMES[field]), now)
     if field == "elapsed":
         secs = elapsed(rec, now)
         return "-" if secs is None else format_duration(secs)
     if field == "peak":
-        return "-" if usage.get("max_rss") is None else format_size(usage["max_rss"])
+        peak = _used(rec, "max_rss")
+        return "-" if peak is None else format_size(peak)
     if field == "cpu":
-        return "-" if usage.get("cpu_secs") is None else format_duration(usage["cpu_secs"])
+        secs = _used(rec, "cpu_secs")
+        return "-" if secs is None else format_duration(secs)
     if field == "exit":
-        return str(_code(rec)) if rec.get("state") in FINAL else "-"
+        return str(_code(rec)) if rec.state in FINAL else "-"
     if field == "id":
-        return str(rec.get("id", "?"))[:8]
+        return rec.id[:8]
     if field == "name":  # whole (at most 128 characters): two names never look the same cut (it pushes the row)
-        return safe_text(str(rec.get("name") or ""), 128)
+        return safe_text(rec.name, 128)
     if field == "owner":
-        return safe_text(str(rec.get(field) or ""), FIELDS[field][1])
+        return safe_text(rec.owner, FIELDS[field][1])
     if field == "claims":
-        from qex.store.records import Claims, load
-
-        return claims_text(load(Claims, rec.get("claims") or {}))  # (a row: a history line, or an index entry's)
+        return claims_text(rec.claims)
     if field == "group":
-        return safe_text(rec.get("group_name") or (rec.get("group") or "-")[:8], FIELDS["group"][1])
+        return safe_text(rec.group_name or (rec.group or "-")[:8], FIELDS["group"][1])
     if field == "tags":
-        return ",".join(safe_text(t) for t in rec.get("tags") or ()) or "-"
+        return ",".join(safe_text(t) for t in rec.tags) or "-"
     if field == "reason":
         return plain(result_text(rec), 160)
-    return str(rec.get(field, "?"))
+    return str(getattr(rec, field, "?"))
 
 
 def row(
-    rec: dict, now: float, fields: tuple[str, ...] = DEFAULT, paint: Callable[[str, str | None], str] | None = None
+    rec: Row | Status,
+    now: float,
+    fields: tuple[str, ...] = DEFAULT,
+    paint: Callable[[str, str | None], str] | None = None,
 ) -> str:
     """A row of text; ``paint(text, state)`` colours the state's cell (qex.cli.tty)."""
     parts = []
@@ -155,7 +161,7 @@ def row(
         if not last:
             text = text.rjust(size) if field in RIGHT else text.ljust(size)
         if field == "state" and paint is not None:
-            text = paint(text, rec.get("state"))
+            text = paint(text, rec.state)
         parts.append(text)
     return "  ".join(parts).rstrip()
 
@@ -168,27 +174,27 @@ def header(fields: tuple[str, ...] = DEFAULT) -> str:
     return "  ".join(parts).rstrip()
 
 
-def json_row(rec: dict, now: float, fields: tuple[str, ...] | None) -> dict:
+def json_row(rec: Status, now: float, fields: tuple[str, ...] | None) -> dict:
     """``qex list --json``: the record with its accounting beside it (ISO 8601 times beside
     the epoch, elapsed seconds); with ``--format``, only those fields, by their names."""
-    usage = rec.get("usage") or {}
-    extra = {name: iso_text(rec.get(key)) for name, key in TIMES.items()}
+    data = rec.asdict()
+    extra = {name: iso_text(data.get(key)) for name, key in TIMES.items()}
     secs = elapsed(rec, now)
     extra["elapsed"] = None if secs is None else round(secs, 3)
     if fields is None:
-        return {**rec, **extra}
+        return {**data, **extra}
     out = {}
     for field in fields:
         if field in TIMES:
-            out[field], out[TIMES[field]] = extra[field], rec.get(TIMES[field])
+            out[field], out[TIMES[field]] = extra[field], data.get(TIMES[field])
         elif field in ("elapsed",):
             out[field] = extra[field]
         elif field in ("cpu", "peak"):
-            out[field] = usage.get("cpu_secs" if field == "cpu" else "max_rss")
+            out[field] = _used(rec, "cpu_secs" if field == "cpu" else "max_rss")
         elif field == "exit":
-            out[field] = _code(rec) if rec.get("state") in FINAL else None
+            out[field] = _code(rec) if rec.state in FINAL else None
         elif field == "reason":
             out[field] = result_text(rec)
         else:
-            out[field] = rec.get(field)
+            out[field] = data.get(field)
     return out

@@ -12,7 +12,7 @@ from qex.cli.listing import claims_text, row
 
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
-    from qex.store.records import Assigned, LogsDropped, Status
+    from qex.store.records import Assigned, LogsDropped, Row, Status
 
 
 def devices_text(assigned: tuple[Assigned, ...]) -> str:
@@ -149,7 +149,7 @@ def _sources(sources: dict) -> str:
     return f" ({'; '.join(notes)})" if notes else ""
 
 
-def list_row(rec: dict, now: float) -> str:
+def list_row(rec: Row | Status, now: float) -> str:
     """A row of ``qex list`` in its default fields (``qex.cli.listing``)."""
     return row(rec, now)
 

@@ -17,6 +17,8 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from argparse import Namespace
 
+    from qex.store.records import Row, Status
+
 
 def cmd_version(args: Namespace) -> int:
     from qex.base.version import VERSION
@@ -54,16 +56,16 @@ class _Wanted:
     def any(self) -> bool:
         return bool(self.states or self.tags or self.cwd or self.name or self.since is not None)
 
-    def __call__(self, rec: dict) -> bool:
-        if self.states is not None and rec.get("state") not in self.states:
+    def __call__(self, rec: Row | Status) -> bool:
+        if self.states is not None and rec.state not in self.states:
             return False
-        if self.tags and not self.tags <= set(rec.get("tags") or ()):
+        if self.tags and not self.tags <= set(rec.tags):
             return False
-        if self.name is not None and not name_matches(self.name, rec.get("name") or ""):
+        if self.name is not None and not name_matches(self.name, rec.name):
             return False
-        if self.since is not None and (rec.get("ended_at") or self.since) < self.since:
+        if self.since is not None and (rec.ended_at or self.since) < self.since:
             return False  # (an active job is in any window that reaches now)
-        return self.cwd is None or rec.get("cwd") == self.cwd
+        return self.cwd is None or rec.cwd == self.cwd
 
 
 def _since(text: str, now: float) -> float:
@@ -105,7 +107,7 @@ class _Rows:
         if not self.json:
             self.write(listing.header(self.fields or listing.DEFAULT) + "\n")
 
-    def put(self, rec: dict) -> None:
+    def put(self, rec: Row | Status) -> None:
         import json
 
         from qex.cli import listing
@@ -157,7 +159,7 @@ def cmd_list(args: Namespace) -> int:
         rec = _read_row(store, job_id, index)
         if rec is not None and wanted(rec):
             records.append(rec)
-    records.sort(key=lambda r: r.get("seq", 0))
+    records.sort(key=lambda r: r.seq)
     if members is None:
         records += [r for r in _others_active(store) if wanted(r)]
     rows.start()
@@ -167,13 +169,14 @@ def cmd_list(args: Namespace) -> int:
     return 0
 
 
-def _read_row(store, job_id: str, index: dict) -> dict | None:
-    """A job's record as a row of `qex list` (``qex.cli.listing``: rows are dicts, as the
-    history's lines); None (a broken one named on stderr) when unreadable."""
+def _read_row(store, job_id: str, index: dict) -> Status | None:
+    """A job's record, for a row of `qex list` (``qex.cli.listing`` reads a ``Status`` as
+    it reads a ``Row``; ``--json`` prints the record); None (a broken one named on
+    stderr) when unreadable."""
     from qex.base.errors import BrokenRecord
 
     try:
-        return store.read_live(job_id, index).asdict()
+        return store.read_live(job_id, index)
     except BrokenRecord as exc:
         say.warning(plain(str(exc), None))
     except QexError:
@@ -218,25 +221,20 @@ def _found(store, items, index: dict, wanted: _Wanted, rows: _Rows):
     """The records of the listing's ``items`` that pass the filters, as rows need them: from
     the history line where it has what is shown (and the record is the one it was taken
     from: one ``stat``), else from the record."""
-    import json
-
     from qex.store import history
 
     jobs = store.jobs
     for _seq, job_id, line, rec in items:
         if line is not None and (not rows.json or wanted.any()):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                rec = None  # a damaged line: its record says it
-            else:
+            rec = history.read_row(line)  # (None: a damaged line; its record says it)
+            if rec is not None:
                 if not wanted(rec):
                     continue
-                if rows.json or (rows.needs_record and "usage" not in rec):
+                if rows.json or (rows.needs_record and rec.usage is None):
                     rec = None  # the record is printed (or has what a line of an older qex lacks)
                 else:
                     try:
-                        if history.identity(os.stat(f"{jobs}/{job_id}/{layout.STATUS}")) != rec.get("st"):
+                        if history.identity(os.stat(f"{jobs}/{job_id}/{layout.STATUS}")) != rec.st:
                             rec = None  # the record changed since (damaged, edited): read it
                     except OSError:
                         continue  # cleaned meanwhile
@@ -246,7 +244,7 @@ def _found(store, items, index: dict, wanted: _Wanted, rows: _Rows):
             yield rec
 
 
-def _others_active(store) -> list[dict]:
+def _others_active(store) -> list[Status]:
     """The other members' queued and running jobs (a shared directory), oldest first."""
     if store.shared_root is None:
         return []
@@ -258,7 +256,7 @@ def _others_active(store) -> list[dict]:
             rec = _read_row(other, job_id, index)
             if rec is not None:
                 out.append(rec)
-    return sorted(out, key=lambda r: r.get("submitted_at") or 0)
+    return sorted(out, key=lambda r: r.submitted_at or 0)
 
 
 def cmd_info(args: Namespace) -> int:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from qex.config.context import Context
     from qex.queue.look import Look
+    from qex.store.records import Row
 
 REFRESH = 1.0  # seconds between two reads of the queue
 ENDED = 50  # the ended jobs shown, newest first
@@ -236,8 +237,8 @@ class Screen:
         if rec is None:
             self.message = f"no job to {verb}"
             return
-        self.asking = (verb, rec["id"])
-        self.message = f"{verb} {rec['id'][:8]} ({rec.get('name', '')})? y/n"
+        self.asking = (verb, rec.id)
+        self.message = f"{verb} {rec.id[:8]} ({rec.name})? y/n"
 
     def _answer(self, key) -> None:
         verb, job_id = self.asking
@@ -254,10 +255,10 @@ class Screen:
         if self.pending is not None:
             raise _Leave(self.pending)
 
-    def _selected_row(self) -> dict | None:
+    def _selected_row(self) -> Row | None:
         if self.data is None:
             return None
-        return next((r for r in topframe.rows_of(self.data) if r.get("id") == self.selected), None)
+        return next((r for r in topframe.rows_of(self.data) if r.id == self.selected), None)
 
     # ---- the log -----------------------------------------------------------------------
 
@@ -289,8 +290,8 @@ class Screen:
     def _table(self, height: int, width: int) -> list:
         wanted = topframe.matcher(self.filter)
         rows = topframe.rows_of(self.data, wanted)
-        ids = [r.get("id") for r in rows]
-        ended = {r.get("id") for r in self.data["ended"]}
+        ids = [r.id for r in rows]
+        ended = {r.id for r in self.data["ended"]}
         if self.selected not in ids or (self.selected in ended and self.selected not in self.ended):
             # gone, or it ended (it moves down among the ended): the row that took its place
             at = self.ids.index(self.selected) if self.selected in self.ids else 0
@@ -327,7 +328,7 @@ def act(ctx: Context, verb: str, job_id: str) -> str:
     }.get(what, f"{verb} {job_id[:8]}: {what}")
 
 
-def log_tail(ctx: Context, rec: dict) -> list[str]:
+def log_tail(ctx: Context, rec: Row) -> list[str]:
     """The last lines of a job's stdout and stderr, each in safe form (your jobs only)."""
     from qex.base.errors import QexError
     from qex.base.text import plain
@@ -335,14 +336,14 @@ def log_tail(ctx: Context, rec: dict) -> list[str]:
     from qex.store import fs, layout
 
     try:
-        check_owner(ctx, rec["id"], rec.get("uid"), rec.get("owner"), "read the logs of", changes=False)
+        check_owner(ctx, rec.id, rec.uid, rec.owner, "read the logs of", changes=False)
     except QexError as exc:
         return [str(exc)]
     lines = []
     for name in (layout.STDOUT, layout.STDERR):
-        lines.append(f"---- {name} of {rec['id'][:8]} {rec.get('name', '')}")
+        lines.append(f"---- {name} of {rec.id[:8]} {rec.name}")
         try:
-            fd = fs.open_regular(ctx.store.path(rec["id"], name))
+            fd = fs.open_regular(ctx.store.path(rec.id, name))
             try:
                 size = os.fstat(fd).st_size
                 data = os.pread(fd, min(size, LOG_BYTES), max(0, size - LOG_BYTES))

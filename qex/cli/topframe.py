@@ -21,6 +21,8 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from qex.store.records import Row
+
     Piece = tuple[str, str | None]
 
 BAR = 30  # the widest bar
@@ -145,18 +147,17 @@ def table_header(fields: tuple[str, ...]) -> str:
     )
 
 
-def _devices(row: dict) -> str:
+def _devices(row: Row) -> str:
     """A row's devices (an index entry's ``assigned``), as ``qex status`` says them."""
     from qex.cli.render import devices_text
-    from qex.store.records import Assigned, load
 
-    return devices_text(tuple(load(Assigned, a) for a in row.get("assigned") or ()))
+    return devices_text(row.assigned)
 
 
-def row_pieces(rec: dict, fields: tuple[str, ...], now: float) -> list[Piece]:
+def row_pieces(rec: Row, fields: tuple[str, ...], now: float) -> list[Piece]:
     """One job's row: its state's cell in the state's colour, an ended job's result too."""
     pieces = []
-    tone = tty.TONE.get(rec.get("state"))
+    tone = tty.TONE.get(rec.state)
     for i, field in enumerate(fields):
         text = _devices(rec) or "-" if field == "devices" else listing.cell(rec, field, now)
         if field in WIDTHS:
@@ -173,20 +174,20 @@ def _pad(field: str, text: str, last: bool) -> str:
     return text.rjust(size) if field in listing.RIGHT else text.ljust(size)
 
 
-def rows_of(data: dict, wanted: Callable[[dict], bool] | None = None) -> list[dict]:
+def rows_of(data: dict, wanted: Callable[[Row], bool] | None = None) -> list[Row]:
     """The table's rows in their order, those ``wanted`` only."""
     rows = data["rows"] + data["ended"]
     return rows if wanted is None else [r for r in rows if wanted(r)]
 
 
-def matcher(text: str) -> Callable[[dict], bool] | None:
+def matcher(text: str) -> Callable[[Row], bool] | None:
     """The ``/`` filter: a row whose id, name, state, user, group or reason holds ``text`` (any case)."""
     needle = text.strip().lower()
     if not needle:
         return None
 
-    def wanted(rec: dict) -> bool:
-        hay = " ".join(str(rec.get(k) or "") for k in ("id", "name", "state", "owner", "group_name"))
+    def wanted(rec: Row) -> bool:
+        hay = " ".join(getattr(rec, k) or "" for k in ("id", "name", "state", "owner", "group_name"))
         return needle in (hay + " " + listing.result_text(rec)).lower()
 
     return wanted
@@ -197,7 +198,7 @@ def build(
     width: int | None,
     height: int | None,
     selected: str | None = None,
-    wanted: Callable[[dict], bool] | None = None,
+    wanted: Callable[[Row], bool] | None = None,
     status: list[Piece] | None = None,
 ) -> Frame:
     """The frame: the header, the table's header and as many rows as fit ``height``
@@ -206,23 +207,23 @@ def build(
     frame = Frame()
     header(frame, data)
     frame.add(("", None))
-    shared = any(not r.get("mine", True) for r in data["rows"])
+    shared = any(not r.mine for r in data["rows"])
     fields = columns(shared)
     frame.add((table_header(fields), "header"))
     rows = rows_of(data, wanted)
     room = len(rows) if height is None else max(1, height - len(frame.lines) - (1 if status else 0))
-    at = next((i for i, r in enumerate(rows) if r.get("id") == selected), 0)
+    at = next((i for i, r in enumerate(rows) if r.id == selected), 0)
     first = 0 if at < room else at - room + 1
     frame.table_at = len(frame.lines)
     for rec in rows[first : first + room]:
         try:
             pieces = row_pieces(rec, fields, data["now"])
         except (TypeError, ValueError, KeyError, AttributeError):  # a damaged line of the history, say
-            pieces = [(f"{safe_text(str(rec.get('id', '?')), 8):<8}  (this job's row cannot be read)", "bad")]
-        if selected is not None and rec.get("id") == selected:
+            pieces = [(f"{safe_text(str(rec.id), 8):<8}  (this job's row cannot be read)", "bad")]
+        if selected is not None and rec.id == selected:
             pieces = [(t, "selected") for t, _ in pieces] + [(" " * max(0, (width or 0) - _len(pieces)), "selected")]
         frame.add(*pieces)
-        frame.ids.append(rec.get("id"))
+        frame.ids.append(rec.id)
     if status:
         while height is not None and len(frame.lines) < height - 1:
             frame.add(("", None))

@@ -157,14 +157,11 @@ def _newest_ended_job(store: Store, name: str, index: dict) -> tuple[str, object
         if line is not None:
             if needle not in line:
                 continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-        if not isinstance(rec, dict) or rec.get("name") != name or rec.get("state") not in FINAL:
+            rec = history.read_row(line)
+        if rec is None or rec.name != name or rec.state not in FINAL:
             continue
         if best is None or seq >= best[0]:
-            best = (seq, job_id, rec.get("state"))
+            best = (seq, job_id, rec.state)
     return None if best is None else best[1:]
 
 

@@ -25,6 +25,7 @@ from qex.base.states import FINAL, HOLDING
 TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
+    from qex.store.records import Row, Status
 
 DECIDE_EVERY = 3.0  # seconds between two decisions of the health line while the index stays as it was
 TAIL_BYTES = 256 << 10  # the end of history.jsonl read for the recently ended jobs
@@ -37,11 +38,11 @@ class Look:
         self.ctx = ctx
         self._key: tuple | None = None  # the index file's and the journal's identity when last read
         self._jobs: dict = {}  # the active index's entries
-        self._running: dict[str, dict] = {}  # the records of the jobs that hold, as of ``_key``
-        self._queued: list[dict] = []  # the queued jobs as rows, in the queue's order
+        self._running: dict[str, Status | Row] = {}  # the records of the jobs that hold, as of ``_key``
+        self._queued: list[Row] = []  # the queued jobs as rows, in the queue's order
         self._decided: tuple | None = None  # (health, since, snapshot, monotonic time)
         self._tail: tuple | None = None  # (history identity, ended rows)
-        self._ended: dict[str, dict] = {}  # an ended job's record (read once: it no longer changes)
+        self._ended: dict[str, Row] = {}  # an ended job's row (read once: it no longer changes)
         self._cgroups: dict[str, object] = {}
 
     def read(self, ended: int = 50) -> dict:
@@ -94,21 +95,21 @@ class Look:
         self._running, self._queued = {}, self._queued_rows()
         return True
 
-    def _holding_row(self, job_id: str, entry: dict) -> dict:
+    def _holding_row(self, job_id: str, entry: dict) -> Row:
+        from qex.store.records import Row, Usage
+
         rec = self._running.get(job_id)
         if rec is None:
             try:
-                rec = self.ctx.store.read_status_dict(job_id)
+                rec = self.ctx.store.read_status(job_id)
             except Exception:  # noqa: BLE001 - damaged or cleaned meanwhile: the entry says enough
                 rec = row_of(job_id, entry)
             self._running[job_id] = rec
-        rec = {**rec, "state": entry["state"], "mine": True}
         peak = self._peak(job_id, rec)
-        if peak is not None:
-            rec["usage"] = {**(rec.get("usage") or {}), "max_rss": peak}
-        return rec
+        usage = rec.usage if peak is None else (rec.usage or Usage()).evolve(max_rss=peak)
+        return Row.of(rec, state=entry["state"], usage=usage)
 
-    def _peak(self, job_id: str, rec: dict) -> int | None:
+    def _peak(self, job_id: str, rec: Status | Row) -> int | None:
         """The peak memory of a running job so far: its cgroup's, else its leader's (VmHWM)."""
         from qex.linux import cgroup
 
@@ -121,18 +122,18 @@ class Look:
                 return peak
         from qex.base.machine import process_peak_rss
 
-        return process_peak_rss(rec.get("pid"))
+        return process_peak_rss(rec.pid)
 
-    def _queued_rows(self) -> list[dict]:
+    def _queued_rows(self) -> list[Row]:
         from qex.admit import order_key
         from qex.queue import views
 
         queued = [views.queued_of(j, e) for j, e in self._jobs.items() if e["state"] == "queued"]
-        return [{**row_of(q.id, self._jobs[q.id]), "mine": True} for q in sorted(queued, key=order_key)]
+        return [row_of(q.id, self._jobs[q.id]) for q in sorted(queued, key=order_key)]
 
     # ---- the recently ended --------------------------------------------------------------
 
-    def _recent(self, n: int) -> list[dict]:
+    def _recent(self, n: int) -> list[Row]:
         """The ``n`` jobs that ended last, newest first, from the end of the history index."""
         from qex.store import history
 
@@ -147,50 +148,50 @@ class Look:
             rec = self._ended.get(job_id) or self._ended_row(job_id, line)
             if rec is not None:
                 rows.append(rec)
-        rows.sort(key=lambda r: r.get("ended_at") or 0, reverse=True)
+        rows.sort(key=lambda r: r.ended_at or 0, reverse=True)
         self._tail = (key, rows)
         return rows[:n]
 
-    def _ended_row(self, job_id: str, line: bytes) -> dict | None:
-        import json
+    def _ended_row(self, job_id: str, line: bytes) -> Row | None:
+        from qex.store import history
+        from qex.store.records import Row
 
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            return None
-        if "usage" not in rec or rec.get("state") not in FINAL:  # (a line of a qex before the accounting)
+        rec = history.read_row(line)
+        if rec is None or rec.usage is None or rec.state not in FINAL:  # (damaged; a qex's before the accounting)
             try:
-                rec = self.ctx.store.read_status_dict(job_id)
+                rec = Row.of(self.ctx.store.read_status(job_id))
             except Exception:  # noqa: BLE001 - cleaned meanwhile
                 return None
         if not os.path.isdir(self.ctx.store.job_dir(job_id)):
             return None  # cleaned
-        self._ended[job_id] = rec = {**rec, "mine": True}
+        self._ended[job_id] = rec
         return rec
 
 
-def row_of(job_id: str, e: dict) -> dict:
-    """An index entry as a record-shaped row (the fields a frame shows)."""
-    pools = {k: {"count": c, "size": z} for k, (c, z) in (e.get("pools") or {}).items()}
-    return {
-        "id": job_id,
-        "name": e.get("name", ""),
-        "state": e.get("state"),
-        "owner": e.get("owner", ""),
-        "uid": e.get("uid"),
-        "seq": e.get("seq", 0),
-        "priority": e.get("priority", 0),
-        "submitted_at": e.get("submitted_at"),
-        "blocked_reason": e.get("reason"),
-        "claims": {"cpu": (e.get("cpu") or 0) / 1000, "mem": e.get("mem", 0), "pools": pools},
-        "assigned": [{"pool": p, "devices": d, "size": z} for p, d, z in e.get("assigned") or ()],
-        "pid": e.get("pid"),
-        "group": e.get("group"),
-        "group_name": e.get("group_name"),
-    }
+def row_of(job_id: str, e: dict) -> Row:
+    """An index entry as a row (the fields a frame shows)."""
+    from qex.store.records import Assigned, Claims, PoolClaim, Row
+
+    pools = {k: PoolClaim(c, z) for k, (c, z) in (e.get("pools") or {}).items()}
+    return Row(
+        id=job_id,
+        name=e.get("name", ""),
+        state=e.get("state"),
+        owner=e.get("owner", ""),
+        uid=e.get("uid"),
+        seq=e.get("seq", 0),
+        priority=e.get("priority", 0),
+        submitted_at=e.get("submitted_at"),
+        blocked_reason=e.get("reason"),
+        claims=Claims((e.get("cpu") or 0) / 1000, e.get("mem", 0), pools),
+        assigned=tuple(Assigned(p, tuple(d), z) for p, d, z in e.get("assigned") or ()),
+        pid=e.get("pid"),
+        group=e.get("group"),
+        group_name=e.get("group_name"),
+    )
 
 
-def _others(ctx: Context) -> list[dict]:
+def _others(ctx: Context) -> list[Row]:
     """A shared directory: the other members' queued and running jobs, oldest first; a
     member with no qex running has their queued jobs say so (``members.owner_absent``)."""
     if ctx.store.shared_root is None:
@@ -203,11 +204,11 @@ def _others(ctx: Context) -> list[dict]:
         who = user_name(uid)
         absent = members.owner_absent(other.root, uid)  # (one probe per member)
         for job_id, e in other.read_index_jobs().items():
-            row = {**row_of(job_id, e), "owner": who, "uid": uid, "mine": False}
-            if row["state"] == "queued" and absent is not None:
-                row["blocked_reason"] = absent["blocked_reason"]
+            row = row_of(job_id, e).evolve(owner=who, uid=uid, mine=False)
+            if row.state == "queued" and absent is not None:
+                row = row.evolve(blocked_reason=absent["blocked_reason"])
             out.append(row)
-    return sorted(out, key=lambda r: r.get("submitted_at") or 0)
+    return sorted(out, key=lambda r: r.submitted_at or 0)
 
 
 def _identity(path: str) -> tuple | None:

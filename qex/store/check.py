@@ -15,7 +15,7 @@ missing fields are left to the readers' defaults.
 
 from qex.base import numbers as N
 from qex.base.states import ACTIVE, STATES
-from qex.store.records import Attempt, Spec, Status, field_types, required
+from qex.store.records import Attempt, Row, Spec, Status, field_types, required
 
 NUM = (int, float)
 _OPT_NUM = (int, float, type(None))
@@ -217,6 +217,38 @@ def status(data: object) -> None:
     for name in STATUS_REQUIRED:
         if name not in data:
             raise Damaged(f"it has no {name}")
+
+
+ROW_FIELDS = field_types(Row)  # (exact: ``type(v) in ...``, so a bool is no number here)
+_NUMBER_OR_NULL = (int, float, type(None))
+
+
+def row(data: object) -> None:
+    """Raise Damaged unless ``data`` is a history line (``qex.store.history.line_of``)
+    whose fields have the types a row is read with: the types only, in one pass (a
+    listing reads thousands of lines; ``st`` says the line is still its record's)."""
+    if type(data) is not dict:
+        raise Damaged(f"it holds a JSON {_kind(data)}, not a row")
+    for key, value in data.items():
+        types = ROW_FIELDS.get(key)
+        if types is not None and type(value) not in types:
+            raise Damaged(f"the field {key} is {_kind(value)}")
+    if "id" not in data or data.get("state") not in STATES:
+        raise Damaged("it has no id or no job state")
+    claims = data.get("claims")
+    if claims is not None:
+        pools = claims.get("pools") or {}
+        if (
+            type(claims.get("cpu", 1.0)) not in NUM
+            or type(claims.get("mem", 0)) is not int
+            or type(pools) is not dict
+            or any(type(c) is not dict or type(c.get("count", 1)) is not int for c in pools.values())
+        ):
+            raise Damaged("the field claims is not {cpu, mem, pools}")
+    if any(type(v) not in _NUMBER_OR_NULL for v in (data.get("usage") or {}).values()):
+        raise Damaged("the field usage holds something other than numbers")
+    if any(type(t) is not str for t in data.get("tags") or ()):
+        raise Damaged("the field tags holds something other than text")
 
 
 def _usage(data: dict, table: dict, where: str) -> None:

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from qex.base.errors import BrokenRecord
+    from qex.store.records import Row
+
 ERROR_CHARS = 240  # a list row shows at most 160 characters of the error
 _CRASH = "QEX_CRASH_AT" in os.environ  # crash points for tests (qex.base.faults); off in normal use
 _LINE = rb'^\{"seq":(\d+),"id":"([0-9A-Za-z_.-]+)",'  # how line_of starts a line
@@ -286,15 +288,29 @@ def scan(data: bytes) -> list[tuple[int, str, bytes]]:
     return out
 
 
+def read_row(line: bytes) -> Row | None:
+    """A history line as a ``Row``; None for a damaged one (its job's record says it)."""
+    from qex.store import check
+    from qex.store.records import Row, load
+
+    try:
+        data = json.loads(line)
+        check.row(data)
+    except (ValueError, check.Damaged):
+        return None
+    return load(Row, data)
+
+
 def ids_in(data: bytes) -> set[str]:
     return {job_id for _seq, job_id, _line in scan(data)}
 
 
 def listing(store: object, active: dict, on_broken: Callable[[BrokenRecord], None]) -> tuple[list[tuple], list[dict]]:
-    """Every job of the store in submission order, and the final records the history missed.
+    """Every job of the store in submission order, and the final records the history
+    missed (as their JSON: ``repair`` writes their lines).
 
-    Each job is (seq, id, history line or None, record or None): a job with neither is
-    an active one, whose record is read when it is printed. ``active``: the active
+    Each job is (seq, id, history line or None, its ``Status`` or None): a job with
+    neither is an active one, whose record is read when it is printed. ``active``: the active
     index's entries (read without the lock); ``on_broken(exc)`` is told of a record
     that cannot be read. Reads the history file and the names in ``jobs/`` once; reads
     a record only for a job that neither the history nor the active index names (a job
@@ -321,16 +337,15 @@ def listing(store: object, active: dict, on_broken: Callable[[BrokenRecord], Non
             add((entry["seq"], job_id, None, None))
             continue
         try:
-            rec = store.read_live(job_id, active).asdict()  # (a row, as a line; a final one to repair)
+            rec = store.read_live(job_id, active)  # (a row; a final one to repair)
         except BrokenRecord as exc:
             on_broken(exc)
             continue
         except QexError:
             continue  # a job directory still being made
-        seq = rec.get("seq")
-        add((seq if isinstance(seq, int) else 0, job_id, None, rec))
-        if rec.get("state") in FINAL:
-            missed.append(rec)
+        add((rec.seq, job_id, None, rec))
+        if rec.state in FINAL:
+            missed.append(rec.asdict())
     items.sort(key=_first)
     return items, missed
 

@@ -157,6 +157,48 @@ class Status(Plain, frozen=True):
         return self.state in FINAL
 
 
+class Row(Plain, frozen=True):
+    """A job as a row of ``qex list`` and ``qex top``: an ended job's history line
+    (``qex.store.history.line_of`` writes it, ``read_row`` reads it), an active job's
+    index entry (``qex.queue.look.row_of``), or the same fields of its record
+    (``Row.of``). Its fields are ``Status``'s of the same names, so a reader of rows
+    reads a ``Status`` the same way; a row keeps no other field of the record."""
+
+    id: str
+    state: str
+    seq: int = 0
+    name: str = ""
+    owner: str = ""
+    uid: int | None = None
+    priority: int = 0
+    submitted_at: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    claims: Claims = Factory(Claims)  # (a history line: the pools' counts and sizes, cores, memory)
+    assigned: tuple[Assigned, ...] = ()
+    usage: Usage | None = None  # its peak and CPU (max_rss, cpu_secs); null: a line of a qex before them
+    exit_code: int | None = None
+    signal: str | None = None
+    supervisor_lost: bool = False
+    error: str | None = None  # (a history line: its first ERROR_CHARS characters)
+    blocked_reason: str | None = None
+    vram_over: str | None = None
+    tags: tuple[str, ...] = ()
+    cwd: str | None = None
+    group: str | None = None
+    group_name: str | None = None
+    pid: int | None = None
+    mine: bool = True  # false: another member's job (a shared directory)
+    st: list[int] | None = None  # a history line: the identity of its status.json then (``history.identity``)
+
+    @classmethod
+    def of(cls, rec: Status, **changes: object) -> Row:
+        """The row of a record, with ``changes``."""
+        made = {n: getattr(rec, n) for n in _ROW_OF_STATUS}
+        made.update(changes)
+        return cls(**made)
+
+
 class Spec(Plain):
     """spec.json: how to run the job (mode 0600: it holds the environment)."""
 
@@ -298,4 +340,5 @@ def _copy(value: object) -> object:
     return value
 
 
-_RECORDS = {cls.__name__: cls for cls in (PoolClaim, Claims, Assigned, Usage, LogsDropped, Attempt, Status, Spec)}
+_RECORDS = {cls.__name__: cls for cls in (PoolClaim, Claims, Assigned, Usage, LogsDropped, Attempt, Status, Row, Spec)}
+_ROW_OF_STATUS = tuple(n for n in Row.field_names() if n in Status.field_names())  # (Row.of)

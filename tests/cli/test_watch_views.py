@@ -8,11 +8,13 @@ import pytest
 
 from qex.base.errors import UsageError
 from qex.cli import listing, progress, topframe, tty
+from qex.store.records import Row, Status, load
 
 NOW = 1_800_000_000.0
 
 
-def rec(state, **kw):
+def rec(state, cls=Row, **kw):
+    """A row (a history line's or an index entry's fields); ``cls=Status``: a record."""
     base = {
         "id": "0123456789abcdef",
         "name": "job",
@@ -20,7 +22,9 @@ def rec(state, **kw):
         "submitted_at": NOW - 100,
         "claims": {"cpu": 1, "mem": 1 << 30},
     }
-    return {**base, **kw}
+    if cls is Status:
+        base.update(seq=1, command=["job"], cwd="/", owner="me", uid=0)
+    return load(cls, {**base, **kw})
 
 
 def test_elapsed_counts_what_the_state_says():
@@ -54,12 +58,12 @@ def test_format_fields_are_checked_and_rows_line_up_under_their_header():
 
 
 def test_json_rows_carry_iso_times_beside_the_epoch():
-    r = rec("completed", started_at=NOW - 30, ended_at=NOW, usage={"max_rss": 5, "cpu_secs": 1.5})
+    r = rec("completed", Status, started_at=NOW - 30, ended_at=NOW, usage={"max_rss": 5, "cpu_secs": 1.5})
     full = listing.json_row(r, NOW, None)
     assert full["ended_at"] == NOW and full["ended"] == listing.iso_text(NOW) and full["elapsed"] == 30
     picked = listing.json_row(r, NOW, ("id", "exit", "cpu", "peak", "started"))
     assert picked == {
-        "id": r["id"],
+        "id": r.id,
         "exit": 0,
         "cpu": 1.5,
         "peak": 5,
@@ -195,7 +199,7 @@ def test_a_short_screen_keeps_the_selected_row_in_view_and_the_filter_matches():
     assert "00000090xx" in frame.ids and len(frame.lines) == 20 and frame.lines[-1] == [("keys", None)]
     assert frame.ids[-1] == "00000090xx"
     wanted = topframe.matcher("JOB-7")
-    assert [r["id"] for r in topframe.rows_of(frame_data(rows), wanted)] == ["00000007xx"] + [
+    assert [r.id for r in topframe.rows_of(frame_data(rows), wanted)] == ["00000007xx"] + [
         f"{i:08d}xx" for i in range(70, 80)
     ]
     assert topframe.matcher("  ") is None

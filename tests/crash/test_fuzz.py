@@ -285,7 +285,7 @@ def test_a_damaged_status_json_is_read_or_refused_with_the_remedy(tmp_path, raw)
         return
     # whatever was accepted can be shown and mapped to an exit code
     describe(rec)
-    list_row(rec.asdict(), 10.0)
+    list_row(rec, 10.0)
     outcome.exit_code(rec)
 
 

@@ -167,6 +167,29 @@ def test_a_damaged_history_loses_no_job_and_shows_none_twice(q):
     assert not inv.check(inv.read_view(q.state), known=jobs[1:] + [more], quiescent=True)
 
 
+def test_a_history_line_of_the_wrong_shape_is_read_from_its_record(q):
+    """A line that parses but holds a field of the wrong type (edited by hand, written by
+    a damaged disk): its row comes from the record, never a traceback."""
+    q.write_config(CONFIG)
+    jobs = [q.submit("--name", f"j{i}", "--", "true") for i in range(3)]
+    for job in jobs:
+        q.wait_state(job, "completed")
+    settle(q)
+    with open(history_path(q), "rb") as fh:
+        lines = [json.loads(line) for line in fh.read().splitlines()]
+    by_id = {line["id"]: line for line in lines}
+    by_id[jobs[0]]["claims"] = 5
+    by_id[jobs[1]]["usage"] = {"max_rss": "big"}
+    by_id[jobs[2]]["tags"] = [1]
+    with open(history_path(q), "wb") as fh:
+        fh.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    text = q.run("list", "--state", "completed", "--format", "id,name,peak,claims,tags", check=0)
+    assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
+    rows = [line.split() for line in text.stdout.splitlines()[1:]]
+    assert [(r[0], r[1]) for r in rows] == [(j[:8], f"j{i}") for i, j in enumerate(jobs)], text.stdout
+    assert all("64MB" in " ".join(r) for r in rows), text.stdout  # the claims, from the records
+
+
 def test_a_record_changed_after_its_history_line_is_read_again_and_a_broken_one_named(q):
     q.write_config(CONFIG)
     jobs = [q.submit("--name", f"j{i}", "--", "true") for i in range(3)]

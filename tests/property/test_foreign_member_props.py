@@ -179,7 +179,7 @@ def test_whatever_another_member_writes_in_their_files_is_read_without_a_traceba
 
     engine.run_pass(ctx)
     for read in (
-        lambda: list_row(ctx.store.read_live(FAKE).asdict(), time.time()),
+        lambda: list_row(ctx.store.read_live(FAKE), time.time()),
         lambda: resolve(ctx.store, "nobody/fake"),
         lambda: resolve(ctx.store, FAKE[:8]),
         lambda: info.render(info.gather(ctx)),

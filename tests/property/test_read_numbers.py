@@ -218,7 +218,7 @@ def read_everything(ctx: Context, ids: list[str]) -> None:
             rec = store.read_live(job_id, index)
         except QexError:
             continue
-        list_row(rec.asdict(), 1.8e9)
+        list_row(rec, 1.8e9)
         describe(rec)
     gathered = info.gather(ctx)  # (a pass's load, the pauses, the peers, a snapshot, admission)
     info.render(gathered)
