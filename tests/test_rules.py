@@ -86,8 +86,10 @@ UNSAFE = ["\x1b[31m", "\n", "\r", "\x7f", "\x9b", "\x85", "\u202e", "\u2066"]
 @pytest.mark.parametrize("bad", UNSAFE)
 def test_a_hook_environment_and_a_sentence_carry_no_terminal_control(bad):
     from qex.hooks.runner import hook_env
+    from qex.store.records import Status, load
 
-    env = hook_env({"id": "j", "tags": [f"x{bad}y"], "cwd": f"/tmp/{bad}", "state": "completed"}, "/tmp")
+    rec = {"id": "j", "seq": 1, "command": ["x"], "owner": "me", "uid": 0, "tags": [f"x{bad}y"], "cwd": f"/tmp/{bad}"}
+    env = hook_env(load(Status, {**rec, "state": "completed"}), "/tmp")
     for value in (env["QEX_TAGS"], env["QEX_CWD"], plain(f"a{bad}b"), one_line(f"a{bad}b")):
         assert bad not in value and not any(0x80 <= ord(c) < 0xA0 for c in value), repr(value)
 

@@ -219,9 +219,7 @@ def clean_jobs(ctx: Context, job_ids: list[str]) -> tuple[list[str], dict[str, s
     another user's. Returns (removed, refused: id -> why, kept: id -> {"why", "needed_by"})."""
     from qex.queue.prune import remove_ended
 
-    return remove_ended(
-        ctx, job_ids, lambda rec: check_owner(ctx, rec["id"], rec.get("uid"), rec.get("owner"), "clean")
-    )
+    return remove_ended(ctx, job_ids, lambda rec: check_owner(ctx, rec.id, rec.uid, rec.owner, "clean"))
 
 
 def sweep_unfinished_dirs(ctx: Context, older_than: float = 3600.0) -> int:

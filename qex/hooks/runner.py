@@ -28,7 +28,7 @@ DRAIN_AFTER_EXIT = 2.0
 
 
 class _Hook:
-    def __init__(self, job_id: str, job_dir: str, rec: dict, argv: tuple):
+    def __init__(self, job_id: str, job_dir: str, rec: Status, argv: tuple):
         self.job_id, self.dir, self.rec, self.argv = job_id, job_dir, rec, argv
         self.proc = None
         self.pidfd = None
@@ -76,7 +76,7 @@ def _claim(ctx: Context, job_id: str, config) -> "_Hook | None":
         return None
     fs.unlink_quietly(marker)
     try:
-        rec = ctx.store.read_status_dict(job_id)
+        rec = ctx.store.read_status(job_id)
         hook = _Hook(job_id, job_dir, rec, config.hook_on_stop)
         _start(hook)
         os.write(
@@ -86,7 +86,7 @@ def _claim(ctx: Context, job_id: str, config) -> "_Hook | None":
                     {
                         "command": list(hook.argv),
                         "started_at": hook.started,
-                        "state": rec.get("state"),
+                        "state": rec.state,
                         "pid": hook.proc.pid if hook.proc else None,
                     },
                     sort_keys=True,
@@ -99,27 +99,25 @@ def _claim(ctx: Context, job_id: str, config) -> "_Hook | None":
     return hook
 
 
-def hook_env(rec: dict, job_dir: str) -> dict:
+def hook_env(rec: Status, job_dir: str) -> dict:
     """The environment of the hook: ours (the same user's) plus the job's QEX_* values."""
     from qex.base.units import safe_name
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("QEX_TEST_")}
-    started, ended = rec.get("started_at"), rec.get("ended_at")
-    usage = rec.get("usage") or {}
-    attempts = rec.get("attempts") or ()
+    started, ended = rec.started_at, rec.ended_at
     env.update(
         {
-            "QEX_JOB_ID": rec.get("id", ""),
-            "QEX_JOB_NAME": safe_name(rec.get("name") or ""),
-            "QEX_STATE": rec.get("state", ""),
-            "QEX_EXIT_CODE": "" if rec.get("exit_code") is None else str(rec["exit_code"]),
-            "QEX_SIGNAL": rec.get("signal") or "",
+            "QEX_JOB_ID": rec.id,
+            "QEX_JOB_NAME": safe_name(rec.name),
+            "QEX_STATE": rec.state,
+            "QEX_EXIT_CODE": "" if rec.exit_code is None else str(rec.exit_code),
+            "QEX_SIGNAL": rec.signal or "",
             "QEX_ELAPSED_SECS": str(int(ended - started)) if started and ended else "",
-            "QEX_CWD": one_line(rec.get("cwd") or ""),
+            "QEX_CWD": one_line(rec.cwd),
             "QEX_JOB_DIR": job_dir,
-            "QEX_ATTEMPTS": str(len([a for a in attempts if a.get("started_at")])),
-            "QEX_MAX_RSS": "" if usage.get("max_rss") is None else str(usage["max_rss"]),
-            "QEX_TAGS": one_line(" ".join(rec.get("tags") or ())),
+            "QEX_ATTEMPTS": str(len([a for a in rec.attempts if a.started_at])),
+            "QEX_MAX_RSS": "" if rec.usage.max_rss is None else str(rec.usage.max_rss),
+            "QEX_TAGS": one_line(" ".join(rec.tags)),
         }
     )
     return env
@@ -244,7 +242,7 @@ def _verdict(h: _Hook, timeout: float) -> None:
         "command": list(h.argv),
         "started_at": h.started,
         "ended_at": ended,
-        "state": h.rec.get("state"),
+        "state": h.rec.state,
         "exit_code": None,
         "signal": None,
         "timed_out": h.timed_out,

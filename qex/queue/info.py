@@ -186,7 +186,7 @@ def damaged(ctx: Context, idx: Index) -> list[dict]:
     found = dict(idx.damaged)
     for job_id in idx.jobs:
         try:
-            ctx.store.read_status_dict(job_id)
+            ctx.store.read_status_data(job_id)  # (checked: what a reader would meet)
         except BrokenRecord as exc:
             found[job_id] = str(exc)
         except QexError:

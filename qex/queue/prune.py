@@ -30,10 +30,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from qex.config.context import Context
+    from qex.store.records import Status
 
 
 def remove_ended(
-    ctx: Context, job_ids: list[str], check: Callable[[dict], None] | None = None
+    ctx: Context, job_ids: list[str], check: Callable[[Status], None] | None = None
 ) -> tuple[list[str], dict[str, str], dict[str, dict]]:
     """Remove the directories of ended jobs. Returns (removed, refused: id -> why,
     kept: id -> {"why", "needed_by"}): a record that queued or running work still
@@ -53,7 +54,7 @@ def remove_ended(
                 refused[job_id] = f"it is {idx.jobs[job_id]['state']}; kill or cancel it first"
                 continue
             try:
-                rec = ctx.store.read_status_dict(job_id)
+                rec = ctx.store.read_status(job_id)
                 if check is not None:
                     check(rec)
             except PermissionRefused as exc:
@@ -61,8 +62,7 @@ def remove_ended(
                 continue
             except Exception:
                 rec = None  # a broken record may always be cleaned by whoever can
-            group = rec.get("group") if isinstance(rec, dict) else None
-            candidates[job_id] = group if isinstance(group, str) else None
+            candidates[job_id] = rec.group if rec is not None else None
         kept = still_needed(_active_everywhere(ctx, idx), candidates) if candidates else {}
         for job_id in candidates:
             if job_id in kept:

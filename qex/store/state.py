@@ -103,8 +103,9 @@ class Store(Replay, Commit):
         return load(Status, self.read_status_data(job_id))
 
     def read_status_dict(self, job_id: str) -> dict:
-        """The job's record as a dict, every field the contract names present (the
-        writers' form: ``qex.queue.txn``; a reader takes ``read_status``)."""
+        """The job's record as a dict, every field the contract names present: the
+        file's edge, for the store's own replay (``qex.store.replay``), which writes it
+        back; everything above the store takes ``read_status``."""
         from qex.store.records import status_defaults
 
         return {**status_defaults(), **self.read_status_data(job_id)}
