@@ -145,7 +145,10 @@ def _cmd(pid) -> str:
 
 
 def _is_qex_cmdline(cmd: bytes) -> bool:
-    return b"-m\0qex" in cmd or b"qex.supervisor" in cmd
+    """A qex command, a supervisor or watcher, a waker or a hook runner: ``python -m qex``,
+    ``-m qex.supervisor...``, or the title a process qex leaves running gives itself
+    (``qex: waker for uid ...``: ``qex.linux.title``, written over its argv)."""
+    return b"-m\0qex" in cmd or b"qex.supervisor" in cmd or cmd.startswith(b"qex: ")
 
 
 def qex_processes(states: list[str]) -> dict[int, int]:
@@ -167,6 +170,26 @@ def qex_processes(states: list[str]) -> dict[int, int]:
         if uid is not None:
             found[int(name)] = uid
     return found
+
+
+def _journal_and_index(store: str, job: str) -> str:
+    """A stuck job's last events in its user's journal (seq, state, change, pid) and its
+    index.json entry's state: whether a pass applied what the journal says (the journal
+    is the write-ahead log; index.json may lag it)."""
+    events = []
+    for line in (_read(os.path.join(store, "journal.jsonl")) or b"").splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(e, dict) and e.get("id") == job:
+            j = e.get("job") or {}
+            events.append(f"{e.get('seq')}:{e.get('state')}/{e.get('change')}/pid {j.get('supervisor_pid')}")
+    try:
+        entry = json.loads(_read(os.path.join(store, "index.json")) or b"{}").get("jobs", {}).get(job) or {}
+    except (ValueError, AttributeError):
+        entry = {"state": "unreadable"}
+    return f"journal events {events[-4:]}, index.json entry {entry.get('state')!r}"
 
 
 def _ticks_now() -> int:
@@ -877,7 +900,7 @@ class MultiHarness:
         waker = (_read(os.path.join(store, "waker.log")) or b"").decode(errors="replace")[-300:]
         return (
             f"supervisor_pid {rec.get('supervisor_pid')}, files {names}, pid file {pid!r}, "
-            f"supervisor.log {log!r}, waker.log {waker!r}"
+            f"supervisor.log {log!r}, waker.log {waker!r}, {_journal_and_index(store, job)}"
         )
 
     def peers_now(self) -> str:
