@@ -6,6 +6,7 @@ import os
 import signal
 
 import pytest
+from driver import job_dir
 
 from crash import invariants as inv
 
@@ -247,3 +248,63 @@ def test_a_broken_config_gives_1_to_reading_commands_and_121_to_job_commands(q):
     ):
         proc = q.run(*argv)
         assert proc.returncode == code and "unknown key bogus" in proc.stderr, (argv, proc.returncode, proc.stderr)
+
+
+def test_a_waker_that_dies_at_its_commit_of_a_start_leaves_the_job_to_the_next_command(q):
+    # Found by the multi-user rounds (QEX_CRASH_SEED=2511588720): the waker forked by a
+    # submission armed with a crash point keeps its count and dies at its own commit of
+    # the start, after the journal and the record say 'starting', before index.json
+    # (which still says 'queued') and before it forks the supervisor. No qex process is
+    # left, no pid file, a free alive.lock: the user's next command (a `qex list`, which
+    # revives the waker with a pass) requeues the job and runs it, once.
+    from qex.store import layout
+
+    q.write_config('[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n')
+    runs = os.path.join(q.root, "runs.log")
+    q.run("pause", "queue", check=0)  # (the waker, not the submission, is to start the job)
+    job = q.submit(
+        "--", "sh", "-c", f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}', env={"QEX_CRASH_AT": "commit.before_index:2"}
+    )  # (hit 1: the submission's commit; hit 2: its waker's, of the start)
+    os.unlink(os.path.join(q.state, layout.PAUSE, layout.PAUSE_QUEUE))  # a pause file removed by hand: the waker passes
+    q.wait_for(lambda: not q.processes(), what="the armed waker to die at its commit of the start")
+    events = [e for e in map(json.loads, open(os.path.join(q.state, layout.JOURNAL))) if e["id"] == job]
+    assert events[-1]["state"] == "starting", events  # (else the crash point hit another commit)
+    with open(os.path.join(q.state, layout.INDEX)) as fh:
+        assert json.load(fh)["jobs"][job]["state"] == "queued"  # the journal ahead of the index file
+    rec = q.record(job)
+    assert rec["state"] == "starting" and rec["supervisor_pid"] is None, rec
+    assert not os.path.lexists(os.path.join(job_dir(q.state, job), layout.PID)) and _runs(runs) == {}
+    q.run("list", check=0)
+    rec = q.wait_state(job, "completed", timeout=20)
+    assert _runs(runs) == {(job, 1): 1} and len(rec["attempts"]) == 1, (_runs(runs), rec)
+    assert _requeued(q, job)
+    q.wait_for(lambda: not q.processes(), what="no qex process")
+    assert not inv.check(inv.read_view(q.state), known=[job], quiescent=True, runs=_runs(runs))
+
+
+def test_a_first_submission_killed_after_its_record_has_its_job_run_by_the_next_reading_command(q):
+    # Found by the multi-user rounds once they saw the wakers: the first pass of a fresh
+    # state directory dies after its record, before any index.json: its job is 'starting'
+    # in the journal, its early supervisor left without the commit's byte, no waker was
+    # forked. A reader (`qex list`) passes only for work it sees: it read no index file as
+    # no work, and the job stayed 'starting' until some other command's pass.
+    from qex.store import layout
+
+    runs = os.path.join(q.root, "runs.log")
+    died = q.run(
+        "submit",
+        "--",
+        "sh",
+        "-c",
+        f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}',
+        env={"QEX_CRASH_AT": "commit.after_status:1"},
+    )
+    assert died.returncode == -signal.SIGKILL and not died.stdout
+    (job,) = {e["id"] for e in map(json.loads, open(os.path.join(q.state, layout.JOURNAL))) if e["state"] == "starting"}
+    q.wait_for(lambda: not q.processes(), what="its early supervisor to leave")
+    assert not os.path.exists(os.path.join(q.state, layout.INDEX)) and q.record(job)["state"] == "starting"
+    q.run("list", check=0)
+    rec = q.wait_state(job, "completed", timeout=20)
+    assert _runs(runs) == {(job, 1): 1} and len(rec["attempts"]) == 1 and _requeued(q, job)
+    q.wait_for(lambda: not q.processes(), what="no qex process")
+    assert not inv.check(inv.read_view(q.state), known=[job], quiescent=True, runs=_runs(runs))
