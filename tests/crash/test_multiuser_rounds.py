@@ -1,5 +1,6 @@
 """Multi-user crash rounds (issue 34) in the suite: real users, both layouts, random
-SIGKILLs of any user's qex processes; one budget, final states, no job run
+SIGKILLs of any user's qex commands and wakers (supervisors too in the soak, or with
+QEX_MU_KILL_SUPERVISORS=1: multiuser.KILL_SUPERVISORS says why); one budget, final states, no job run
 twice, true owners, private secrets (tests/crash/multiuser.py says how each is
 observed). Needs root (to make the users); skips elsewhere, with the reason.
 
@@ -56,7 +57,7 @@ def test_multiuser_rounds_for_qex_soak_minutes_keep_one_budget_owners_and_secret
     minutes = float(os.environ["QEX_SOAK_MINUTES"])
     seed = int(os.environ.get("QEX_CRASH_SEED") or random.randrange(1 << 32))
     for u in users_or_skip(int(os.environ.get("QEX_SOAK_USERS", "3"))):
-        problems, totals = run_rounds(u, layout, seed, minutes=minutes, stop_at_first=False)
+        problems, totals = run_rounds(u, layout, seed, minutes=minutes, stop_at_first=False, kill_supervisors=True)
         print(
             f"{totals['last']}; {totals['rounds']} rounds, {totals['jobs']} jobs, {totals['kills']} kills "
             f"{totals['kinds']}, {len(problems)} violations"
