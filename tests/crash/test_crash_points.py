@@ -261,9 +261,14 @@ def test_a_waker_that_dies_at_its_commit_of_a_start_leaves_the_job_to_the_next_c
 
     q.write_config('[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n')
     runs = os.path.join(q.root, "runs.log")
+    fast = {"QEX_WAKER_INTERVAL": "0.2"}  # (the waker's pass comes within 0.2 s of the pause's end)
     q.run("pause", "queue", check=0)  # (the waker, not the submission, is to start the job)
     job = q.submit(
-        "--", "sh", "-c", f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}', env={"QEX_CRASH_AT": "commit.before_index:2"}
+        "--",
+        "sh",
+        "-c",
+        f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}',
+        env={"QEX_CRASH_AT": "commit.before_index:2", **fast},
     )  # (hit 1: the submission's commit; hit 2: its waker's, of the start)
     os.unlink(os.path.join(q.state, layout.PAUSE, layout.PAUSE_QUEUE))  # a pause file removed by hand: the waker passes
     q.wait_for(lambda: not q.processes(), what="the armed waker to die at its commit of the start")
@@ -274,7 +279,7 @@ def test_a_waker_that_dies_at_its_commit_of_a_start_leaves_the_job_to_the_next_c
     rec = q.record(job)
     assert rec["state"] == "starting" and rec["supervisor_pid"] is None, rec
     assert not os.path.lexists(os.path.join(job_dir(q.state, job), layout.PID)) and _runs(runs) == {}
-    q.run("list", check=0)
+    q.run("list", check=0, env=fast)
     rec = q.wait_state(job, "completed", timeout=20)
     assert _runs(runs) == {(job, 1): 1} and len(rec["attempts"]) == 1, (_runs(runs), rec)
     assert _requeued(q, job)
