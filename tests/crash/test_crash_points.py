@@ -11,6 +11,15 @@ from driver import job_dir
 from crash import invariants as inv
 
 
+def _cmdline(pid: int) -> bytes | None:
+    """A process's command line as ps shows it (a waker's is its title), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
 def _runs(path):
     return inv.read_runs(path)
 
@@ -313,3 +322,29 @@ def test_a_first_submission_killed_after_its_record_has_its_job_run_by_the_next_
     assert _runs(runs) == {(job, 1): 1} and len(rec["attempts"]) == 1 and _requeued(q, job)
     q.wait_for(lambda: not q.processes(), what="no qex process")
     assert not inv.check(inv.read_view(q.state), known=[job], quiescent=True, runs=_runs(runs))
+
+
+def test_a_pass_that_dies_after_its_append_leaves_no_stale_record_to_the_next_reader(q):
+    # Found by the multi-user rounds: a pass recorded a lost supervisor's job 'failed' in the
+    # journal and died before its status.json. That user had nothing else queued or
+    # running, so no later command passed (a reader passes only for work it sees, and the
+    # journal says the job ended): status.json said 'running' for good, and so did
+    # `qex status` and `qex list`. A command now has a dead pass's append replayed first.
+    from qex.store import layout
+
+    job = q.submit("--", "sleep", "60")
+    sup = q.wait_state(job, "running")["supervisor_pid"]
+    for pid in q.processes():  # the waker first: it would notice the lost supervisor itself
+        if (_cmdline(pid) or b"").startswith(b"qex: waker"):
+            os.kill(pid, signal.SIGKILL)
+    q.wait_for(lambda: not any((_cmdline(p) or b"").startswith(b"qex: waker") for p in q.processes()))
+    os.kill(sup, signal.SIGKILL)
+    q.wait_for(lambda: sup not in q.processes(), what="the supervisor to be gone")
+    died = q.run("list", env={"QEX_CRASH_AT": "commit.after_journal:1"})  # (its pass records the loss, dies)
+    assert died.returncode == -signal.SIGKILL, (died.returncode, died.stderr)
+    events = [e for e in map(json.loads, open(os.path.join(q.state, layout.JOURNAL))) if e["id"] == job]
+    assert events[-1]["state"] == "failed" and q.record(job)["state"] == "running", events[-1]
+    shown = json.loads(q.run("status", "--json", job, check=0).stdout)[0]
+    assert shown["state"] == "failed" and shown["supervisor_lost"], shown
+    assert q.record(job)["state"] == "failed"
+    q.wait_for(lambda: not inv.job_processes([job]), what="the job to be stopped")
