@@ -312,6 +312,8 @@ class Replay:
                     self._mark_applied(idx.offset)  # (loaded: every event up to its end is applied)
             except Busy:
                 pass  # a pass holds it: its load replays what the dead one left
+            except OSError:
+                pass  # (a full disk...: a reader still answers; the next pass that can write replays)
 
     def _repair_locked(self, idx: Index) -> None:
         """The first pass after a reboot: the records of the events past the synced
