@@ -30,6 +30,13 @@ def _boot_id() -> str:
     return boot_id()
 
 
+def _rebooted(words: list[bytes] | None) -> bool:
+    """Whether an ``applied`` line's words name another boot than this one."""
+    if not words or len(words) < 2 or words[0] != b"applied" or not _boot_id():
+        return False
+    return words[1].decode(errors="replace") != _boot_id()
+
+
 class Replay:
     """Store's loading of the active index (lock held, but ``rebooted_since_applied``)."""
 
@@ -244,31 +251,69 @@ class Replay:
     def rebooted_since_applied(self) -> bool:
         """Without the lock: whether the lock file's ``applied`` line was written before
         the machine last started (a reader then asks for the repair: ``repair_after_reboot``)."""
-        if not _boot_id():
-            return False
+        return _rebooted(self._applied_line())
+
+    def _applied_line(self) -> list[bytes] | None:
+        """Without the lock: the words of the lock file's ``applied`` line ([] if it has
+        none yet), or None without a lock file (nothing was ever applied here)."""
         try:
             fd = os.open(
                 os.path.join(self.root, layout.LOCK), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
             )
         except OSError:
-            return False  # no lock file: nothing was ever applied here
+            return None
         try:
-            words = os.pread(fd, _APPLIED_WIDTH, 0).split()[:2]
+            return os.pread(fd, _APPLIED_WIDTH, 0).split()[:4]
         except OSError:
-            return False
+            return None
         finally:
             os.close(fd)
-        return len(words) == 2 and words[0] == b"applied" and words[1].decode(errors="replace") != _boot_id()
+
+    def _left_behind(self, words: list[bytes] | None) -> bool:
+        """Without the lock: whether the journal has an append past the ``applied`` line
+        (of this boot): a pass died between its append and its writes (or one is
+        making them now). One ``stat`` of the journal."""
+        if words is None:
+            return False
+        try:
+            st = os.stat(self.journal_path)
+        except OSError:
+            return False  # (none yet, or rotated away: its next append is a commit's, which marks it)
+        if st.st_size == 0:
+            return False
+        try:
+            if words[0] == b"applied" and int(words[2]) == st.st_ino:
+                return int(words[3]) < st.st_size
+        except (IndexError, ValueError):
+            pass
+        return True  # no line, or one of another journal file: nothing of this one is said applied
 
     def repair_after_reboot(self) -> None:
         """The first command after a reboot, even one that reads without the lock, has the
         records the power cut may have lost written again from the journal first
-        (``_repair_locked``, in the load of the index)."""
-        if not self.rebooted_since_applied():
-            return
-        with self.lock():
-            idx = self.load_index_locked(save_replayed=False)
-            self.commit_locked(idx, [], save_index=True)
+        (``_repair_locked``, in the load of the index). So does a command after a pass
+        that died between its journal append and its writes, if no pass holds the lock
+        now: the load replays that append in full (each job's record, its history line).
+        Else, when that user had nothing else queued or running, no pass ever came (a
+        reader passes only for work it sees: ``waker.gone``), and their records said
+        'starting' or 'running' for good where the journal said otherwise."""
+        words = self._applied_line()
+        if _rebooted(words):
+            with self.lock():
+                idx = self.load_index_locked(save_replayed=False)
+                self.commit_locked(idx, [], save_index=True)
+        elif self._left_behind(words):
+            from qex.store.lock import Busy
+
+            try:
+                with self.lock(wait=False):
+                    idx = self.load_index_locked(save_replayed=False)
+                    self.commit_locked(idx, [], save_index=True)
+                    self._mark_applied(idx.offset)  # (loaded: every event up to its end is applied)
+            except Busy:
+                pass  # a pass holds it: its load replays what the dead one left
+            except OSError:
+                pass  # (a full disk...: a reader still answers; the next pass that can write replays)
 
     def _repair_locked(self, idx: Index) -> None:
         """The first pass after a reboot: the records of the events past the synced

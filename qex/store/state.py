@@ -228,11 +228,16 @@ class Store(Replay, Commit):
     def read_index_jobs(self) -> dict:
         """The active index's entries as of the journal's end, read without the lock
         (a reader's view; {} if unreadable). The file may be behind the journal by a
-        few events (``LAZY``): those are applied here, as the next pass would."""
+        few events (``LAZY``): those are applied here, as the next pass would. No file
+        yet (the first pass died before its save): the journal is read from its start,
+        as that pass's successor does; else its jobs, left 'starting' by the dead pass,
+        would be no work to ``waker.gone`` and no command would pass for them."""
         try:
             data = fs.read_json(self.index_path, owner=self.member_uid)
             jobs = check.usable_jobs(data.get("jobs", {}))  # (the next pass takes the others from their records)
             seq, offset = (numbers.number(data.get(k, 0), numbers.SEQ, whole=True) for k in ("seq", "offset"))
+        except FileNotFoundError:
+            data, jobs, seq, offset = {}, {}, 0, 0
         except (OSError, ValueError, AttributeError, TypeError):
             return {}  # (a counter out of its bounds too: the next pass rebuilds the index)
         try:

@@ -6,8 +6,18 @@ import os
 import signal
 
 import pytest
+from driver import job_dir
 
 from crash import invariants as inv
+
+
+def _cmdline(pid: int) -> bytes | None:
+    """A process's command line as ps shows it (a waker's is its title), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
 
 
 def _runs(path):
@@ -247,3 +257,94 @@ def test_a_broken_config_gives_1_to_reading_commands_and_121_to_job_commands(q):
     ):
         proc = q.run(*argv)
         assert proc.returncode == code and "unknown key bogus" in proc.stderr, (argv, proc.returncode, proc.stderr)
+
+
+def test_a_waker_that_dies_at_its_commit_of_a_start_leaves_the_job_to_the_next_command(q):
+    # Found by the multi-user rounds (QEX_CRASH_SEED=2511588720): the waker forked by a
+    # submission armed with a crash point keeps its count and dies at its own commit of
+    # the start, after the journal and the record say 'starting', before index.json
+    # (which still says 'queued') and before it forks the supervisor. No qex process is
+    # left, no pid file, a free alive.lock: the user's next command (a `qex list`, which
+    # revives the waker with a pass) requeues the job and runs it, once.
+    from qex.store import layout
+
+    q.write_config('[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n')
+    runs = os.path.join(q.root, "runs.log")
+    fast = {"QEX_WAKER_INTERVAL": "0.2"}  # (the waker's pass comes within 0.2 s of the pause's end)
+    q.run("pause", "queue", check=0)  # (the waker, not the submission, is to start the job)
+    job = q.submit(
+        "--",
+        "sh",
+        "-c",
+        f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}',
+        env={"QEX_CRASH_AT": "commit.before_index:2", **fast},
+    )  # (hit 1: the submission's commit; hit 2: its waker's, of the start)
+    os.unlink(os.path.join(q.state, layout.PAUSE, layout.PAUSE_QUEUE))  # a pause file removed by hand: the waker passes
+    q.wait_for(lambda: not q.processes(), what="the armed waker to die at its commit of the start")
+    events = [e for e in map(json.loads, open(os.path.join(q.state, layout.JOURNAL))) if e["id"] == job]
+    assert events[-1]["state"] == "starting", events  # (else the crash point hit another commit)
+    with open(os.path.join(q.state, layout.INDEX)) as fh:
+        assert json.load(fh)["jobs"][job]["state"] == "queued"  # the journal ahead of the index file
+    rec = q.record(job)
+    assert rec["state"] == "starting" and rec["supervisor_pid"] is None, rec
+    assert not os.path.lexists(os.path.join(job_dir(q.state, job), layout.PID)) and _runs(runs) == {}
+    q.run("list", check=0, env=fast)
+    rec = q.wait_state(job, "completed", timeout=20)
+    assert _runs(runs) == {(job, 1): 1} and len(rec["attempts"]) == 1, (_runs(runs), rec)
+    assert _requeued(q, job)
+    q.wait_for(lambda: not q.processes(), what="no qex process")
+    assert not inv.check(inv.read_view(q.state), known=[job], quiescent=True, runs=_runs(runs))
+
+
+def test_a_first_submission_killed_after_its_record_has_its_job_run_by_the_next_reading_command(q):
+    # Found by the multi-user rounds once they saw the wakers: the first pass of a fresh
+    # state directory dies after its record, before any index.json: its job is 'starting'
+    # in the journal, its early supervisor left without the commit's byte, no waker was
+    # forked. A reader (`qex list`) passes only for work it sees: it read no index file as
+    # no work, and the job stayed 'starting' until some other command's pass.
+    from qex.store import layout
+
+    runs = os.path.join(q.root, "runs.log")
+    died = q.run(
+        "submit",
+        "--",
+        "sh",
+        "-c",
+        f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}',
+        env={"QEX_CRASH_AT": "commit.after_status:1"},
+    )
+    assert died.returncode == -signal.SIGKILL and not died.stdout
+    (job,) = {e["id"] for e in map(json.loads, open(os.path.join(q.state, layout.JOURNAL))) if e["state"] == "starting"}
+    q.wait_for(lambda: not q.processes(), what="its early supervisor to leave")
+    assert not os.path.exists(os.path.join(q.state, layout.INDEX)) and q.record(job)["state"] == "starting"
+    q.run("list", check=0)
+    rec = q.wait_state(job, "completed", timeout=20)
+    assert _runs(runs) == {(job, 1): 1} and len(rec["attempts"]) == 1 and _requeued(q, job)
+    q.wait_for(lambda: not q.processes(), what="no qex process")
+    assert not inv.check(inv.read_view(q.state), known=[job], quiescent=True, runs=_runs(runs))
+
+
+def test_a_pass_that_dies_after_its_append_leaves_no_stale_record_to_the_next_reader(q):
+    # Found by the multi-user rounds: a pass recorded a lost supervisor's job 'failed' in the
+    # journal and died before its status.json. That user had nothing else queued or
+    # running, so no later command passed (a reader passes only for work it sees, and the
+    # journal says the job ended): status.json said 'running' for good, and so did
+    # `qex status` and `qex list`. A command now has a dead pass's append replayed first.
+    from qex.store import layout
+
+    job = q.submit("--", "sleep", "60")
+    sup = q.wait_state(job, "running")["supervisor_pid"]
+    for pid in q.processes():  # the waker first: it would notice the lost supervisor itself
+        if (_cmdline(pid) or b"").startswith(b"qex: waker"):
+            os.kill(pid, signal.SIGKILL)
+    q.wait_for(lambda: not any((_cmdline(p) or b"").startswith(b"qex: waker") for p in q.processes()))
+    os.kill(sup, signal.SIGKILL)
+    q.wait_for(lambda: sup not in q.processes(), what="the supervisor to be gone")
+    died = q.run("list", env={"QEX_CRASH_AT": "commit.after_journal:1"})  # (its pass records the loss, dies)
+    assert died.returncode == -signal.SIGKILL, (died.returncode, died.stderr)
+    events = [e for e in map(json.loads, open(os.path.join(q.state, layout.JOURNAL))) if e["id"] == job]
+    assert events[-1]["state"] == "failed" and q.record(job)["state"] == "running", events[-1]
+    shown = json.loads(q.run("status", "--json", job, check=0).stdout)[0]
+    assert shown["state"] == "failed" and shown["supervisor_lost"], shown
+    assert q.record(job)["state"] == "failed"
+    q.wait_for(lambda: not inv.job_processes([job]), what="the job to be stopped")

@@ -1,5 +1,6 @@
 """Multi-user crash rounds (issue 34) in the suite: real users, both layouts, random
-SIGKILLs of any user's qex processes; one budget, final states, no job run
+SIGKILLs of any user's qex commands and wakers (supervisors too in the soak, or with
+QEX_MU_KILL_SUPERVISORS=1: multiuser.KILL_SUPERVISORS says why); one budget, final states, no job run
 twice, true owners, private secrets (tests/crash/multiuser.py says how each is
 observed). Needs root (to make the users); skips elsewhere, with the reason.
 
@@ -13,9 +14,12 @@ import random
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
+from crash import invariants as inv
+from crash import multiuser
 from crash.multiuser import BUDGET, GB, LAYOUTS, TAG_VAR, MultiHarness, Sampler, run_rounds, users_or_skip
 
 ROUNDS = int(os.environ.get("QEX_MU_ROUNDS", "3"))  # ~3 s each on 2 cores
@@ -53,7 +57,7 @@ def test_multiuser_rounds_for_qex_soak_minutes_keep_one_budget_owners_and_secret
     minutes = float(os.environ["QEX_SOAK_MINUTES"])
     seed = int(os.environ.get("QEX_CRASH_SEED") or random.randrange(1 << 32))
     for u in users_or_skip(int(os.environ.get("QEX_SOAK_USERS", "3"))):
-        problems, totals = run_rounds(u, layout, seed, minutes=minutes, stop_at_first=False)
+        problems, totals = run_rounds(u, layout, seed, minutes=minutes, stop_at_first=False, kill_supervisors=True)
         print(
             f"{totals['last']}; {totals['rounds']} rounds, {totals['jobs']} jobs, {totals['kills']} kills "
             f"{totals['kinds']}, {len(problems)} violations"
@@ -137,6 +141,39 @@ def test_the_sampler_counts_live_job_processes_and_sees_an_overrun():
     assert "4 cores of 3" in over and "device gpu:1" in over, over
     assert {e["job"] for e in episodes[0]["jobs"]} == {"job-t1", "job-t2"}
     assert all(e["orphaned"] for e in episodes[0]["jobs"])  # their parent is no qex
+
+
+def test_the_rounds_see_the_waker_and_the_supervisors_under_their_titles(q):
+    """A waker or a supervisor writes its title over its argv (``qex: waker for uid ...``:
+    qex.linux.title). The rounds took neither for a qex process: the settling never
+    waited for a waker armed with a crash point, which then died at its commit of a
+    start after the users' last commands, leaving a job 'starting' that nothing
+    requeued (QEX_CRASH_SEED=2511588720); no random SIGKILL ever hit a waker or a
+    supervisor; and every job was called orphaned."""
+    gate = q.gate("g")
+    armed = {"QEX_CRASH_AT": "engine.early_gate:99"}  # (a count never reached: armed, never fired)
+    holder = q.submit("--cpu", "1", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done", env=armed)
+    after = q.submit("--needs", holder, "--", "true")  # (queued: a waker stays for it)
+    try:
+        sup = q.wait_state(holder, "running")["supervisor_pid"]
+
+        def titled() -> dict[int, bytes]:
+            cmds = {pid: multiuser._read(f"/proc/{pid}/cmdline") or b"" for pid in q.processes()}
+            return {pid: cmd for pid, cmd in cmds.items() if cmd.startswith(b"qex: ")}
+
+        seen = q.wait_for(
+            lambda: (t := titled()) and sup in t and any(c.startswith(b"qex: waker") for c in t.values()) and t,
+            what="the job's supervisor and the waker under their titles",
+        )
+        assert set(seen) <= set(multiuser.qex_processes([q.state])), seen
+        assert set(seen) <= set(multiuser.MultiHarness.armed_processes(SimpleNamespace(states=[q.state]))), seen
+        pids = inv.job_processes([holder])[holder]  # (the sampler's "orphaned": the leader's parent is no qex)
+        parents = {st[1] for st in map(multiuser._stat, map(str, pids)) if st} - set(pids)
+        assert parents == {sup} and multiuser._is_qex_cmdline(multiuser._read(f"/proc/{sup}/cmdline") or b""), parents
+    finally:
+        open(gate, "w").close()
+    q.wait_state(holder, "completed")
+    q.wait_state(after, "completed")
 
 
 def test_a_file_another_user_can_read_with_a_secret_in_it_is_found(users):
