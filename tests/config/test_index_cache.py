@@ -430,7 +430,7 @@ def test_a_pass_takes_the_records_its_own_commit_wrote_and_reads_those_another_c
     """A process that keeps its index keeps the records it wrote (Index.records): its
     next pass reads no status.json of theirs, unless another process's commit for that
     job was replayed since; a read without the lock takes one only while nothing was
-    appended to the journal since (Store.cached_record)."""
+    appended to the journal since (Store.cached_status)."""
     monkeypatch.setattr(index, "LAZY_SECS", 3600.0)
     a, b = view(tmp_path), view(tmp_path)
     one, two = add_jobs(a, 2)
@@ -441,7 +441,7 @@ def test_a_pass_takes_the_records_its_own_commit_wrote_and_reads_those_another_c
     monkeypatch.setattr(
         state.Store, "read_status_data", lambda self, job_id: (reads.append(job_id), real(self, job_id))[1]
     )
-    assert a.store.cached_record(one)["blocked_reason"] == "a's words"
+    assert a.store.cached_status(one).blocked_reason == "a's words"
     with a.store.lock():
         txn = Txn(a.store, a.store.load_index_locked(save_replayed=False))
         assert txn.record(one).blocked_reason == "a's words" and txn.record(two).blocked_reason == "a's words too"
@@ -449,7 +449,7 @@ def test_a_pass_takes_the_records_its_own_commit_wrote_and_reads_those_another_c
     assert reads == []
 
     lazy_reason(b, one, "b's words")  # another process changes one of them
-    assert a.store.cached_record(one) is None and a.store.cached_record(two) is None  # the journal grew
+    assert a.store.cached_status(one) is None and a.store.cached_status(two) is None  # the journal grew
     with a.store.lock():
         txn = Txn(a.store, a.store.load_index_locked(save_replayed=False))
         assert txn.record(one).blocked_reason == "b's words"
