@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from qex.base.states import FINAL, HOLDING
 from qex.linux import pidfile
@@ -16,6 +17,9 @@ TYPE_CHECKING = False  # (typing itself is not imported: start-up)
 if TYPE_CHECKING:
     from qex.config.context import Context
     from qex.store.records import Status
+
+
+STOP_WAIT = 1.0  # seconds a pass waits for a lost job's SIGKILLed processes to let go of its lock
 
 
 def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
@@ -56,8 +60,14 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
             _requeue(ctx, txn, job_id)
             continue
         stopped = "the job's processes were stopped"
-        if spawning and not _has_cgroup(ctx, job_id):  # no pid, no cgroup: nothing to stop it by
-            stopped = "it may have started, and if it did it was not stopped (it had no memory cgroup)"
+        if spawning and not _has_cgroup(ctx, job_id):  # no pid, no cgroup: its peer lock tells
+            found = _stop_by_lock(ctx, rec)
+            if found == "held":
+                continue  # it still runs and could not be stopped yet: its claim stays, the next pass looks again
+            if found == "gone":
+                stopped = "nothing of the job runs any more (it may have run)"
+            elif found is None:
+                stopped = "it may have started, and if it did it was not stopped (it had no memory cgroup)"
         _stop_orphan(launched)
         release_cgroup(ctx, job_id)  # with only an intent, the job's cgroup is all that holds it
         attempt = rec.attempt
@@ -111,6 +121,55 @@ def _sweep_cgroups(ctx: Context, txn: Txn) -> None:
 
     try:
         cgroup.sweep(ctx.store, {j for j, e in txn.idx.jobs.items() if e["state"] in HOLDING})
+    except OSError:
+        pass
+
+
+def _stop_by_lock(ctx: Context, rec: Status) -> str | None:
+    """A lost job with neither a pid line nor a cgroup: what still holds its peer lock is
+    the job (it got a copy of it, ``qex.supervisor.spawn``, and so does what it forks).
+    SIGKILL each holder's process group (this user's processes only), then wait up to
+    ``STOP_WAIT`` for the lock to go. "gone": nothing held it; "stopped": what held it
+    is gone now; "held": something still holds it (its claim must stay); None: no lock
+    tells (none recorded, or no peer directory)."""
+    from qex.linux import proc
+    from qex.users import peer_dir
+
+    if not rec.peer_lock:
+        return None
+    where = peer_dir.directory(ctx)
+    fd_dir, _problem, _note = peer_dir.open_dir(where, create=False)
+    if fd_dir is None:
+        return None
+    try:
+        if not peer_dir.lock_held(fd_dir, rec.peer_lock, rec.uid):
+            return "gone"
+        for pid in proc.holders(os.path.join(where, rec.peer_lock)):
+            _kill_holder(pid)
+        deadline = time.monotonic() + STOP_WAIT
+        while peer_dir.lock_held(fd_dir, rec.peer_lock, rec.uid):
+            if time.monotonic() >= deadline:
+                return "held"
+            time.sleep(0.01)
+        return "stopped"
+    finally:
+        os.close(fd_dir)
+
+
+def _kill_holder(pid: int) -> None:
+    """SIGKILL the process group of ``pid`` (a job's own, ``setpgroup``), and ``pid`` itself
+    if it left that group; never this process's group, never another user's process."""
+    import _signal as signal
+
+    from qex.base.machine import process_real_uid
+
+    if process_real_uid(pid) != os.getuid():
+        return
+    try:
+        group = os.getpgid(pid)
+        if group > 1 and group != os.getpgrp():
+            os.killpg(group, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
 

@@ -3,8 +3,8 @@
 Two or three real Unix users (made as root: ``tests/e2e/multiuser_helpers.py``)
 each submit, cancel, wait for and kill their own jobs, and try (and fail) to
 act on the others', while random SIGKILLs hit any user's qex commands and
-wakers, and (``kill_supervisors``: the soak, or ``QEX_MU_KILL_SUPERVISORS=1``)
-supervisors. Two layouts (docs/multiuser.md):
+wakers and supervisors (``kill_supervisors``; ``QEX_MU_KILL_SUPERVISORS=0``
+spares the supervisors). Two layouts (docs/multiuser.md):
 
 - ``private``: a state directory per user, one peer directory (mode 1777, made
   by root) and one config;
@@ -90,13 +90,12 @@ LAYOUTS = ("private", "shared")
 KINDS = ("command", "waker", "supervisor")
 ADMIT_WAIT = 0.5  # qex.users.peer_admission.ADMIT_WAIT: a pass waits that long for the admission lock
 KILL_WEIGHTS = {"command": 1, "waker": 1, "supervisor": 2, "other": 0.5}
-# A supervisor SIGKILLed between its spawn and its pid line, of a user who gets no memory
-# cgroup (an unprivileged one here), leaves a job that nothing can stop: the pass records it
-# lost ("it may have started, and if it did it was not stopped") and frees its claim while it
-# runs, and the sampler sees the budget exceeded (seed 3043910452, private, no crash point armed).
-# So the suite's rounds kill no supervisor (they hardly ever did: the supervisors' ps titles hid them
-# until the rounds learned them); the soak does, and so does a replay with this set to 1.
-KILL_SUPERVISORS = os.environ.get("QEX_MU_KILL_SUPERVISORS") == "1"
+# Supervisors are SIGKILLed too, by default (QEX_MU_KILL_SUPERVISORS=0: not). For a while they
+# were not: one killed between its spawn and its pid line, of a user with no memory cgroup (an
+# unprivileged one here), left a job that ran on while the pass recorded it lost and freed its
+# claim, and the sampler saw the budget exceeded (seed 3043910452). The pass now finds such a job
+# by the peer lock it holds and stops it before its claim goes (qex.queue.reconcile).
+KILL_SUPERVISORS = os.environ.get("QEX_MU_KILL_SUPERVISORS", "1") != "0"
 
 
 # ---- /proc -----------------------------------------------------------------------------------

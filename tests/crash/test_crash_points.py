@@ -189,6 +189,27 @@ def test_a_job_spawned_by_a_supervisor_that_died_before_its_pid_line_is_stopped_
     assert not inv.check(inv.read_view(q.state), known=[job], quiescent=True, runs=_runs(runs))
 
 
+def test_a_job_spawned_by_a_supervisor_that_died_before_its_pid_line_is_stopped_without_a_cgroup(q):
+    # No pid line and no cgroup (an unprivileged user's, here QEX_CGROUP=off): the job is found
+    # by the copy of its peer lock it holds, and stopped before its claim is let go. It was
+    # recorded lost while it ran on, its claim freed: another job could overrun the budget.
+    runs = os.path.join(q.root, "runs.log")
+    env = {"QEX_CGROUP": "off"}
+    job = q.submit(
+        "--",
+        "sh",
+        "-c",
+        f'echo "$QEX_JOB_ID $QEX_ATTEMPT" >> {runs}; exec sleep 60',
+        env={**env, "QEX_CRASH_AT": "supervisor.after_spawn:1"},
+    )
+    rec = q.wait_state(job, "failed", timeout=20)
+    assert rec["supervisor_lost"] and "processes were stopped" in rec["error"], rec
+    assert not inv.job_processes([job])  # (stopped before the record said so)
+    q.wait_for(lambda: not q.processes(), what="no qex process")
+    assert _runs(runs) == {(job, 1): 1}
+    assert not inv.check(inv.read_view(q.state), known=[job], quiescent=True, runs=_runs(runs))
+
+
 def test_a_lost_supervisor_is_noticed_with_no_command_typed_and_its_job_stopped(q):
     job = q.submit("--", "sleep", "30")
     rec = q.wait_state(job, "running")

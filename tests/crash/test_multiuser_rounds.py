@@ -1,6 +1,6 @@
 """Multi-user crash rounds (issue 34) in the suite: real users, both layouts, random
-SIGKILLs of any user's qex commands and wakers (supervisors too in the soak, or with
-QEX_MU_KILL_SUPERVISORS=1: multiuser.KILL_SUPERVISORS says why); one budget, final states, no job run
+SIGKILLs of any user's qex commands, wakers and supervisors (QEX_MU_KILL_SUPERVISORS=0
+spares the supervisors: multiuser.KILL_SUPERVISORS); one budget, final states, no job run
 twice, true owners, private secrets (tests/crash/multiuser.py says how each is
 observed). Needs root (to make the users); skips elsewhere, with the reason.
 
