@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from qex.store.records import Status
 
 
-STOP_WAIT = 1.0  # seconds a pass waits for a lost job's SIGKILLed processes to let go of its lock
+STOP_WAIT = 0.5  # seconds a pass waits for a lost job's SIGKILLed processes to let go of its lock
 
 
 def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
@@ -59,17 +59,17 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         if launched is None and entry["state"] == "starting" and not spawning:
             _requeue(ctx, txn, job_id)
             continue
-        stopped = "the job's processes were stopped"
-        if spawning and not _has_cgroup(ctx, job_id):  # no pid, no cgroup: its peer lock tells
-            found = _stop_by_lock(ctx, rec)
-            if found == "held":
-                continue  # it still runs and could not be stopped yet: its claim stays, the next pass looks again
-            if found == "gone":
-                stopped = "nothing of the job runs any more (it may have run)"
-            elif found is None:
-                stopped = "it may have started, and if it did it was not stopped (it had no memory cgroup)"
+        unfound = spawning and not _has_cgroup(ctx, job_id)  # no pid, no cgroup: only its peer lock tells
         _stop_orphan(launched)
         release_cgroup(ctx, job_id)  # with only an intent, the job's cgroup is all that holds it
+        found = _stop_by_lock(ctx, rec)  # (what escaped its group, or dies slowly: its claim stays until it is gone)
+        if found == "held":
+            continue  # something of it still runs: its claim stays, the next pass looks again
+        stopped = "the job's processes were stopped"
+        if unfound and found == "gone":
+            stopped = "nothing of the job runs any more (it may have run)"
+        elif unfound and found is None:
+            stopped = "it may have started, and if it did it was not stopped (it had no memory cgroup)"
         attempt = rec.attempt
         error = (
             f"its supervisor (pid {rec.supervisor_pid or intent or '?'}) was lost; {stopped} and the result is unknown"
@@ -129,9 +129,10 @@ def _stop_by_lock(ctx: Context, rec: Status) -> str | None:
     """A lost job with neither a pid line nor a cgroup: what still holds its peer lock is
     the job (it got a copy of it, ``qex.supervisor.spawn``, and so does what it forks).
     SIGKILL each holder's process group (this user's processes only), then wait up to
-    ``STOP_WAIT`` for the lock to go. "gone": nothing held it; "stopped": what held it
-    is gone now; "held": something still holds it (its claim must stay); None: no lock
-    tells (none recorded, or no peer directory)."""
+    ``STOP_WAIT`` for the lock to go (only when it killed one: a holder that is not this
+    user's to stop costs a pass nothing). "gone": nothing held it; "stopped": what held
+    it is gone now; "held": something still holds it (its claim must stay); None: no
+    lock tells (none recorded, or no peer directory)."""
     from qex.linux import proc
     from qex.users import peer_dir
 
@@ -144,8 +145,9 @@ def _stop_by_lock(ctx: Context, rec: Status) -> str | None:
     try:
         if not peer_dir.lock_held(fd_dir, rec.peer_lock, rec.uid):
             return "gone"
-        for pid in proc.holders(os.path.join(where, rec.peer_lock)):
-            _kill_holder(pid)
+        killed = [pid for pid in proc.holders(os.path.join(where, rec.peer_lock)) if _kill_holder(pid)]
+        if not killed:
+            return "held"
         deadline = time.monotonic() + STOP_WAIT
         while peer_dir.lock_held(fd_dir, rec.peer_lock, rec.uid):
             if time.monotonic() >= deadline:
@@ -156,22 +158,24 @@ def _stop_by_lock(ctx: Context, rec: Status) -> str | None:
         os.close(fd_dir)
 
 
-def _kill_holder(pid: int) -> None:
+def _kill_holder(pid: int) -> bool:
     """SIGKILL the process group of ``pid`` (a job's own, ``setpgroup``), and ``pid`` itself
-    if it left that group; never this process's group, never another user's process."""
+    if it left that group; never this process's group, never another user's process.
+    Whether it was sent."""
     import _signal as signal
 
     from qex.base.machine import process_real_uid
 
-    if process_real_uid(pid) != os.getuid():
-        return
+    if pid == os.getpid() or process_real_uid(pid) != os.getuid():
+        return False
     try:
         group = os.getpgid(pid)
         if group > 1 and group != os.getpgrp():
             os.killpg(group, signal.SIGKILL)
         os.kill(pid, signal.SIGKILL)
     except OSError:
-        pass
+        return False
+    return True
 
 
 def _stop_orphan(launched) -> None:

@@ -220,6 +220,21 @@ def test_a_lost_supervisor_is_noticed_with_no_command_typed_and_its_job_stopped(
     q.wait_for(lambda: not q.processes(), what="the waker to leave")
 
 
+def test_a_lost_supervisors_job_is_stopped_whole_with_what_left_its_process_group(q):
+    # Without a cgroup the pass stopped the job's process group only: a child that left it
+    # (setsid, a daemon) ran on, its claim freed. It holds the job's peer lock: found by it.
+    env = {"QEX_CGROUP": "off"}
+    child = os.path.join(q.root, "child")
+    job = q.submit("--", "sh", "-c", f"setsid sleep 60 & echo $! > {child}; wait", env=env)
+    rec = q.wait_state(job, "running")
+    q.wait_for(lambda: os.path.exists(child) and open(child).read().strip(), what="the escaped child")
+    os.kill(rec["supervisor_pid"], signal.SIGKILL)
+    rec = q.wait_state(job, "failed", timeout=10)
+    assert "processes were stopped" in rec["error"], rec
+    assert not inv.job_processes([job])  # (all of it, before the record said so)
+    q.wait_for(lambda: not q.processes(), what="the waker to leave")
+
+
 def test_a_supervisor_that_dies_between_two_forks_strands_no_job(q):
     q.write_config('[budget]\ncpu = 2\nmem = "4GB"\n[defaults]\nmem = "100MB"\n')  # (claims within 2 cores)
     gate = q.gate("g")
