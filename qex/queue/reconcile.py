@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from qex.store.records import Status
 
 
-STOP_WAIT = 0.5  # seconds a pass waits for a lost job's SIGKILLed processes to let go of its lock
+STOP_WAIT = 0.2  # seconds a pass waits for a lost job's SIGKILLed processes to let go of its lock (it holds the
+# admission lock, which the other users' passes wait for only ADMIT_WAIT: beyond, the next pass looks again)
 
 
 def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
