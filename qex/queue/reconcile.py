@@ -147,19 +147,10 @@ def _stop_by_lock(ctx: Context, rec: Status) -> str | None:
     try:
         if not peer_dir.lock_held(fd_dir, rec.peer_lock, rec.uid):
             return "gone"
-        path, me = os.path.join(where, rec.peer_lock), os.getpid()
-        holders = proc.holders(path)
-        mine = me in holders  # (a copy of this process's own is not the job: a test stands in for a supervisor so)
-        if mine and holders == [me]:
-            return "gone"
-        if not [pid for pid in holders if _kill_holder(pid)]:
+        if not [pid for pid in proc.holders(os.path.join(where, rec.peer_lock)) if _kill_holder(pid)]:
             return "held"
         deadline = time.monotonic() + STOP_WAIT
-        while (
-            [pid for pid in proc.holders(path) if pid != me]
-            if mine
-            else peer_dir.lock_held(fd_dir, rec.peer_lock, rec.uid)
-        ):
+        while peer_dir.lock_held(fd_dir, rec.peer_lock, rec.uid):
             if time.monotonic() >= deadline:
                 return "held"
             time.sleep(0.01)

@@ -18,8 +18,16 @@ def supervisors_live_on():
 
 
 def lose_supervisor(ctx, job_id: str) -> None:
-    """The job's supervisor dies: its liveness lock goes (the test held it for it)."""
-    alive = [fd for fd in HELD if os.readlink(f"/proc/self/fd/{fd}") == ctx.store.path(job_id, "alive.lock")]
+    """The job's supervisor dies and nothing of the job runs: its liveness lock and its
+    peer lock go (the test held them for both; a peer lock still held is a job still
+    running, whose claim the pass keeps)."""
+    rec = ctx.store.read_status(job_id)
+    ours = {ctx.store.path(job_id, "alive.lock")}
+    if rec.peer_lock:
+        from qex.users import peer_dir
+
+        ours.add(os.path.join(peer_dir.directory(ctx), rec.peer_lock))
+    alive = [fd for fd in HELD if os.readlink(f"/proc/self/fd/{fd}") in ours]
     for fd in alive:
         HELD.remove(fd)
         os.close(fd)
