@@ -27,12 +27,21 @@ the end of the file).
 ``posix`` and builtins only: the minimal watcher (``qex.supervisor.watch``) imports this.
 """
 
-import binascii
 import posix as os
 
 CUT_RECORD = 256  # bytes of the .cut record
 COPY_CHUNK = 1 << 20
 SLICE = 1 << 16  # newlines are counted in pieces of this size (a larger bytes object is an mmap and page faults)
+
+
+def _crc32(data: bytes) -> int:
+    """binascii's crc32, imported at the first use: binascii loads libz, about 150 kB of a
+    process's own memory, which a minimal watcher whose logs are never cut does not pay
+    (issue 10's 3 MiB). The first call rebinds this name to the C function."""
+    global _crc32
+    from binascii import crc32 as _crc32
+
+    return _crc32(data)
 
 
 class CutState:
@@ -64,7 +73,7 @@ class CutState:
 
     def encode(self) -> bytes:
         fields = ("qexcut2 " + " ".join(str(int(getattr(self, n))) for n in self.FIELDS)).encode()
-        line = fields + b" %08x" % binascii.crc32(fields)
+        line = fields + b" %08x" % _crc32(fields)
         return line.ljust(CUT_RECORD - 1) + b"\n"
 
     @classmethod
@@ -72,7 +81,7 @@ class CutState:
         """None for a record that is absent, torn or damaged (the caller retries)."""
         fields, _, crc = data.rstrip().rpartition(b" ")
         try:
-            if int(crc, 16) != binascii.crc32(fields):
+            if int(crc, 16) != _crc32(fields):
                 return None
             n = [int(x) for x in fields.split()[1:]]
             if fields.startswith(b"qexcut2 ") and len(n) == len(cls.FIELDS):

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 
+FIRST_READ_SIZE = 1 << 12  # the watch loop's buffer at first (``_buffer``)
 READ_SIZE = 1 << 16  # a pipe's whole buffer in one read
 FOLLOWED_READ_SIZE = 1 << 20  # a followed job's pipes are this large (qex.supervisor.pipes.grow)
 MAX_WAIT = 3600.0  # seconds one poll() may sleep at most
@@ -204,8 +205,18 @@ def _sample(sampler, now: float, poll, wait_status, peak: object = None) -> floa
 
 
 def _buffer(sinks: dict) -> bytearray:
-    """One for the whole loop (a bytes object per read would grow the heap); a followed job's is larger."""
-    return bytearray(FOLLOWED_READ_SIZE if any(s.tee >= 0 for s in sinks.values()) else READ_SIZE)
+    """One for the whole loop (a bytes object per read would grow the heap). It starts at
+    one page, which the output of most jobs never fills: a bytearray's every byte is written
+    when it is made, and a watcher holds at most 3 MiB of its own (issue 10). ``_grow``
+    makes it full size at its first full read."""
+    return bytearray(FIRST_READ_SIZE)
+
+
+def _grow(buffer: bytearray, sinks: dict) -> None:
+    """A read filled ``buffer``: the next takes a pipe's whole buffer (a followed job's is larger)."""
+    size = FOLLOWED_READ_SIZE if any(s.tee >= 0 for s in sinks.values()) else READ_SIZE
+    if len(buffer) < size:
+        buffer.extend(bytes(size - len(buffer)))
 
 
 def _stop_asked(interrupt, timeout_at: float | None, now: float, wait_status) -> str | None:
@@ -268,6 +279,8 @@ def _copy(fd: int, mask: int, buffer: bytearray, sinks: dict, poll, open_pipes: 
     elif not n:
         poll.unregister(fd)
         open_pipes.discard(fd)
+    elif n == len(buffer):
+        _grow(buffer, sinks)
 
 
 def _let_go(held: dict, sinks: dict, poll, open_pipes: set) -> None:
