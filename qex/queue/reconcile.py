@@ -19,13 +19,14 @@ if TYPE_CHECKING:
     from qex.store.records import Status
 
 
-STOP_WAIT = 0.2  # seconds a pass waits for a lost job's SIGKILLed processes to let go of its lock (it holds the
-# admission lock, which the other users' passes wait for only ADMIT_WAIT: beyond, the next pass looks again)
+STOP_WAIT = 0.2  # seconds a pass waits, in all, for lost jobs' SIGKILLed processes to let go of their locks (it
+# holds the admission lock, which the other users' passes wait for only ADMIT_WAIT: beyond, the next pass looks again)
 
 
 def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
     """Jobs whose supervisor is gone: requeue what never ran, fail what did."""
     lost = False
+    until = None  # (the one deadline of this pass's waits for lost jobs' locks: _stop_by_lock)
     idx = txn.idx
     if idx.view is not None:  # (kept by a supervisor: no walk of a long queue)
         from qex.queue import queueview
@@ -63,7 +64,8 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         unfound = spawning and not _has_cgroup(ctx, job_id)  # no pid, no cgroup: only its peer lock tells
         _stop_orphan(launched)
         release_cgroup(ctx, job_id)  # with only an intent, the job's cgroup is all that holds it
-        found = _stop_by_lock(ctx, rec)  # (what escaped its group, or dies slowly: its claim stays until it is gone)
+        until = until or time.monotonic() + STOP_WAIT
+        found = _stop_by_lock(ctx, rec, until)  # (what escaped its group, or dies slowly: its claim stays until gone)
         if found == "held":
             continue  # something of it still runs: its claim stays, the next pass looks again
         stopped = "the job's processes were stopped"
@@ -126,12 +128,13 @@ def _sweep_cgroups(ctx: Context, txn: Txn) -> None:
         pass
 
 
-def _stop_by_lock(ctx: Context, rec: Status) -> str | None:
+def _stop_by_lock(ctx: Context, rec: Status, until: float) -> str | None:
     """What still holds a lost job's peer lock is the job or what it started (it got a
     copy, ``qex.supervisor.spawn``, and so does what it forks), whatever left its process
     group or had no cgroup. SIGKILL each holder's process group (this user's processes,
-    never this one), then wait up to ``STOP_WAIT`` for them to let go (only when one was
-    killed: a holder that is not this user's to stop costs a pass nothing). "gone":
+    never this one), then wait until ``until`` (``time.monotonic``; one deadline for the
+    whole pass) for them to let go, only when one was killed: a holder that is not this
+    user's to stop costs a pass nothing. "gone":
     nothing of the job held it; "stopped": what held it is gone now; "held": something
     still holds it (its claim must stay); None: no lock tells (none recorded, or no peer
     directory)."""
@@ -149,9 +152,8 @@ def _stop_by_lock(ctx: Context, rec: Status) -> str | None:
             return "gone"
         if not [pid for pid in proc.holders(os.path.join(where, rec.peer_lock)) if _kill_holder(pid)]:
             return "held"
-        deadline = time.monotonic() + STOP_WAIT
         while peer_dir.lock_held(fd_dir, rec.peer_lock, rec.uid):
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= until:
                 return "held"
             time.sleep(0.01)
         return "stopped"

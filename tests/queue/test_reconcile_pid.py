@@ -81,3 +81,39 @@ def test_a_pass_signals_only_on_its_own_evidence(tmp_path):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_pass_waits_once_in_all_for_the_locks_of_several_lost_jobs(tmp_path, monkeypatch):
+    """A pass holds the admission lock while it waits for lost jobs' killed processes to
+    let go of their peer locks; the other users wait for that lock only ADMIT_WAIT. So
+    three lost jobs whose processes are slow to die cost the pass one STOP_WAIT, not
+    three; each keeps its claim, and the next pass, once the locks are gone, ends them."""
+    import types
+
+    from qex.queue import reconcile
+
+    ctx = two_cores(tmp_path, monkeypatch)
+    ctx.cores = 8
+    jobs = queue(ctx, 3)
+    assert sorted(run(ctx, save_index=True)) == sorted(jobs)
+    for job in jobs:  # each supervisor died as it spawned (an empty pid file: the job may run)
+        alive = ctx.store.path(job, "alive.lock")
+        fd = next(fd for fd in HELD if os.readlink(f"/proc/self/fd/{fd}") == alive)
+        HELD.remove(fd)
+        os.close(fd)
+        open(ctx.store.path(job, "pid"), "wb").close()
+    clock = [100.0]  # (a clock that moves only when the pass sleeps: no real timing)
+    fake = types.SimpleNamespace(monotonic=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(reconcile, "time", fake)
+    killed = []  # the test holds the peer locks (it stands in for the jobs): "killed", they stay held
+    monkeypatch.setattr(reconcile, "_kill_holder", lambda pid: killed.append(pid) or True)
+    run(ctx, save_index=True)
+    assert len(killed) == 3
+    assert 100.0 + reconcile.STOP_WAIT <= clock[0] < 100.0 + reconcile.STOP_WAIT + 0.05
+    assert {ctx.store.read_status_dict(j)["state"] for j in jobs} <= {"starting", "running"}  # claims kept
+    while HELD:  # the jobs' processes are gone
+        os.close(HELD.pop())
+    run(ctx, save_index=True)
+    for job in jobs:
+        rec = ctx.store.read_status_dict(job)
+        assert rec["state"] == "failed" and "nothing of the job runs any more" in rec["error"], rec
