@@ -329,8 +329,9 @@ def forget(job_dir: str) -> None:
         pass
 
 
-def stop_and_remove(job_dir: str, job_id: str, kill: bool) -> bool:
-    """Remove the job's cgroup (after SIGKILLing what is left in it when ``kill``).
+def stop_and_remove(job_dir: str, job_id: str, kill: bool, wait: float = 0.2) -> bool:
+    """Remove the job's cgroup (after SIGKILLing what is left in it when ``kill``, then
+    waiting up to ``wait`` seconds for them to leave it).
 
     Every process in ``qex-<id>`` is provably the job's: the supervisor made the
     cgroup for it, and only the job and its descendants are in it.
@@ -340,7 +341,7 @@ def stop_and_remove(job_dir: str, job_id: str, kill: bool) -> bool:
         return True
     if kill:
         _kill_all(cg)
-    done = cg.remove() if not kill else remove_dir(cg.path, wait=0.2)
+    done = cg.remove() if not kill else remove_dir(cg.path, wait=wait)
     if done:
         forget(job_dir)
     return done

@@ -19,14 +19,15 @@ if TYPE_CHECKING:
     from qex.store.records import Status
 
 
-STOP_WAIT = 0.2  # seconds a pass waits, in all, for lost jobs' SIGKILLed processes to let go of their locks (it
-# holds the admission lock, which the other users' passes wait for only ADMIT_WAIT: beyond, the next pass looks again)
+STOP_WAIT = 0.2  # seconds a pass waits, in all, for lost jobs' SIGKILLed processes to leave their cgroups and let
+# go of their locks (it holds the admission lock, which the other users' passes wait for only ADMIT_WAIT: what is
+# still there then keeps its claim, and the next pass looks again; the sweep removes a cgroup left)
 
 
 def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
     """Jobs whose supervisor is gone: requeue what never ran, fail what did."""
     lost = False
-    until = None  # (the one deadline of this pass's waits for lost jobs' locks: _stop_by_lock)
+    until = None  # (the one deadline of this pass's waits for lost jobs: STOP_WAIT)
     idx = txn.idx
     if idx.view is not None:  # (kept by a supervisor: no walk of a long queue)
         from qex.queue import queueview
@@ -45,6 +46,7 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         pid_path = ctx.store.path(job_id, layout.PID)
         launched = pidfile.launched(pid_path)
         lost = True
+        until = until or time.monotonic() + STOP_WAIT
         try:
             rec = txn.record(job_id)
         except Exception:
@@ -59,12 +61,11 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         # job may have run: it is never started again.
         spawning = intent is not None or (launched is None and os.path.lexists(pid_path))
         if launched is None and entry["state"] == "starting" and not spawning:
-            _requeue(ctx, txn, job_id)
+            _requeue(ctx, txn, job_id, until)
             continue
         unfound = spawning and not _has_cgroup(ctx, job_id)  # no pid, no cgroup: only its peer lock tells
         _stop_orphan(launched)
-        release_cgroup(ctx, job_id)  # with only an intent, the job's cgroup is all that holds it
-        until = until or time.monotonic() + STOP_WAIT
+        release_cgroup(ctx, job_id, until)  # with only an intent, the job's cgroup is all that holds it
         found = _stop_by_lock(ctx, rec, until)  # (what escaped its group, or dies slowly: its claim stays until gone)
         if found == "held":
             continue  # something of it still runs: its claim stays, the next pass looks again
@@ -83,10 +84,10 @@ def reconcile_locked(ctx: Context, txn: Txn, now: float) -> None:
         _sweep_cgroups(ctx, txn)
 
 
-def _requeue(ctx: Context, txn: Txn, job_id: str) -> None:
+def _requeue(ctx: Context, txn: Txn, job_id: str, until: float) -> None:
     """Queue again a job whose starting qex died before it ran (no pid file: it never ran),
     once what its memory cgroup holds is stopped and the cgroup removed."""
-    release_cgroup(ctx, job_id)
+    release_cgroup(ctx, job_id, until)
     txn.update(
         job_id,
         state="queued",
@@ -102,12 +103,14 @@ def with_failed_attempt(rec: Status, attempt: int, error: str, now: float) -> tu
     return (*rec.attempts, failed)
 
 
-def release_cgroup(ctx: Context, job_id: str) -> None:
-    """Stop what is left in a lost job's memory cgroup and remove it (qex.linux.cgroup)."""
+def release_cgroup(ctx: Context, job_id: str, until: float | None = None) -> None:
+    """Stop what is left in a lost job's memory cgroup and remove it (qex.linux.cgroup),
+    waiting for its processes to leave it until ``until`` (``time.monotonic``), or 0.2 s."""
     from qex.linux import cgroup
 
+    wait = STOP_WAIT if until is None else max(0.0, until - time.monotonic())
     try:
-        cgroup.stop_and_remove(ctx.store.job_dir(job_id), job_id, kill=True)
+        cgroup.stop_and_remove(ctx.store.job_dir(job_id), job_id, kill=True, wait=wait)
     except OSError:
         pass
 

@@ -83,13 +83,15 @@ def test_a_pass_signals_only_on_its_own_evidence(tmp_path):
         other.wait()
 
 
-def test_a_pass_waits_once_in_all_for_the_locks_of_several_lost_jobs(tmp_path, monkeypatch):
+def test_a_pass_waits_once_in_all_for_the_cgroups_and_locks_of_several_lost_jobs(tmp_path, monkeypatch):
     """A pass holds the admission lock while it waits for lost jobs' killed processes to
-    let go of their peer locks; the other users wait for that lock only ADMIT_WAIT. So
-    three lost jobs whose processes are slow to die cost the pass one STOP_WAIT, not
-    three; each keeps its claim, and the next pass, once the locks are gone, ends them."""
+    leave their cgroups and let go of their peer locks; the other users wait for that
+    lock only ADMIT_WAIT. So three lost jobs whose processes are slow to die cost the
+    pass one STOP_WAIT, not three (or six); each keeps its claim, and the next pass,
+    once the locks are gone, ends them."""
     import types
 
+    from qex.linux import cgroup
     from qex.queue import reconcile
 
     ctx = two_cores(tmp_path, monkeypatch)
@@ -107,8 +109,16 @@ def test_a_pass_waits_once_in_all_for_the_locks_of_several_lost_jobs(tmp_path, m
     monkeypatch.setattr(reconcile, "time", fake)
     killed = []  # the test holds the peer locks (it stands in for the jobs): "killed", they stay held
     monkeypatch.setattr(reconcile, "_kill_holder", lambda pid: killed.append(pid) or True)
+    waits = []  # each job's cgroup never empties: its removal waits all it is given
+
+    def slow_cgroup(job_dir, job_id, kill, wait):
+        waits.append(wait)
+        fake.sleep(wait)
+        return False
+
+    monkeypatch.setattr(cgroup, "stop_and_remove", slow_cgroup)
     run(ctx, save_index=True)
-    assert len(killed) == 3
+    assert len(killed) == 3 and len(waits) == 3 and waits[0] == pytest.approx(reconcile.STOP_WAIT)
     assert 100.0 + reconcile.STOP_WAIT <= clock[0] < 100.0 + reconcile.STOP_WAIT + 0.05
     assert {ctx.store.read_status_dict(j)["state"] for j in jobs} <= {"starting", "running"}  # claims kept
     while HELD:  # the jobs' processes are gone
