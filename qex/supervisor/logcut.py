@@ -35,8 +35,8 @@ SLICE = 1 << 16  # newlines are counted in pieces of this size (a larger bytes o
 
 
 def _crc32(data: bytes) -> int:
-    """binascii's crc32, imported at the first use: binascii loads libz, about 150 kB of a
-    process's own memory, which a minimal watcher whose logs are never cut does not pay
+    """binascii's crc32, imported at the first use: binascii and the libz it loads are
+    memory of its own that a minimal watcher whose logs are never cut need not hold
     (issue 10's 3 MiB). The first call rebinds this name to the C function."""
     global _crc32
     from binascii import crc32 as _crc32
