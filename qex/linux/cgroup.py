@@ -329,7 +329,7 @@ def forget(job_dir: str) -> None:
         pass
 
 
-def stop_and_remove(job_dir: str, job_id: str, kill: bool, wait: float = 0.2) -> bool:
+def stop_and_remove(job_dir: str, job_id: str, kill: bool, wait: float = 0.0) -> bool:
     """Remove the job's cgroup (after SIGKILLing what is left in it when ``kill``, then
     waiting up to ``wait`` seconds for them to leave it).
 

@@ -105,7 +105,7 @@ def with_failed_attempt(rec: Status, attempt: int, error: str, now: float) -> tu
 
 def release_cgroup(ctx: Context, job_id: str, until: float | None = None) -> None:
     """Stop what is left in a lost job's memory cgroup and remove it (qex.linux.cgroup),
-    waiting for its processes to leave it until ``until`` (``time.monotonic``), or 0.2 s."""
+    waiting for its processes to leave it until ``until`` (``time.monotonic``), or ``STOP_WAIT``."""
     from qex.linux import cgroup
 
     wait = STOP_WAIT if until is None else max(0.0, until - time.monotonic())

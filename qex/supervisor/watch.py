@@ -279,7 +279,7 @@ def _copy(fd: int, mask: int, buffer: bytearray, sinks: dict, poll, open_pipes: 
     elif not n:
         poll.unregister(fd)
         open_pipes.discard(fd)
-    elif n == len(buffer):
+    elif n == len(buffer) < FOLLOWED_READ_SIZE:  # (full size: no more to look at)
         _grow(buffer, sinks)
 
 
