@@ -10,13 +10,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PROFILE = os.path.join(REPO, "integrations", "snakemake", "qex")
 
 
-def qex_on_path(q) -> dict:
-    """The queue's environment with a `qex` command first on the PATH (this checkout's qex)."""
+def qex_on_path(q, calls: str | None = None) -> dict:
+    """The queue's environment with a `qex` command first on the PATH (this checkout's qex);
+    ``calls``: a file that gets a line ``start ARGS`` as each call begins, ``end ARGS`` as it ends."""
     bin_dir = os.path.join(q.root, "bin")
     os.makedirs(bin_dir, exist_ok=True)
     path = os.path.join(bin_dir, "qex")
+    run = f'"{sys.executable}" -m qex "$@"'
+    if calls:
+        run = f'echo "start $*" >> "{calls}"\n{run}\nrc=$?\necho "end $*" >> "{calls}"\nexit $rc'
     with open(path, "w") as fh:
-        fh.write(f'#!/bin/sh\nexec "{sys.executable}" -m qex "$@"\n')
+        fh.write(f"#!/bin/sh\n{run if calls else 'exec ' + run}\n")
     os.chmod(path, 0o755)
     pythonpath = os.pathsep.join(p for p in (REPO, q.env.get("PYTHONPATH")) if p)
     return {**q.env, "PATH": f"{bin_dir}{os.pathsep}{q.env.get('PATH', '')}", "PYTHONPATH": pythonpath}
