@@ -66,7 +66,31 @@ def read_bytes(path: str, limit: int | None = None, owner: int | None = None) ->
 
     With ``owner``: the file must belong to that uid, have one link, and be
     writable by nobody else (what it says must be that user's word alone).
+
+    On NFS a file that another machine replaced (a record's rename) while this one
+    held its name answers ESTALE (its ``fstat``): the name is looked up afresh and the
+    file opened again, a few times. An open at once finds the same stale file again
+    more often than not; a ``stat`` of the path first makes the kernel look the name
+    up again on the server (its retry of a path's ESTALE): measured in the NFS guest
+    (tests/vm/test_nfs.py) against a record rewritten every ~10 ms, 3 opens at most.
     """
+    for tries_left in range(STALE_TRIES - 1, -1, -1):
+        try:
+            return _read_bytes(path, limit, owner)
+        except OSError as exc:
+            if exc.errno != errno.ESTALE or not tries_left:
+                raise
+        try:
+            os.stat(path, follow_symlinks=False)
+        except OSError:
+            pass  # (the next open says what is wrong)
+    raise AssertionError("unreachable")  # (the loop returns or raises)
+
+
+STALE_TRIES = 5
+
+
+def _read_bytes(path: str, limit: int | None, owner: int | None) -> bytes:
     fd = open_regular(path)
     try:
         if owner is not None:

@@ -139,6 +139,7 @@ def followers(out: dict) -> None:
         rec = json.load(fh)
     out["record"] = {k: rec.get(k) for k in ("state", "submitted_at", "started_at", "ended_at")}
     out["wait_rc"], out["logs_lines"] = wait.proc.returncode, [line for _, line in logs.lines]
+    out["stderr"] = {"wait": wait.why(), "logs": logs.why()}  # (what a follower said, if anything)
     # From the moment B's qex committed each change (its journal event's time, read through B):
     # the job's own end (ended_at) comes earlier by what its supervisor takes to record it.
     committed = {}
@@ -219,6 +220,43 @@ def one_budget(out: dict) -> None:
     out["max_running"] = most
 
 
+def stale_reads(out: dict, writes: int = 200) -> None:
+    """A record rewritten through B (``fs.write_atomic``, as qex writes status.json) while A reads
+    it: qex's read (``fs.read_json``) never fails; one open-fstat-read without its retry is counted
+    beside it, to show how often the other mount's rename left A's open file stale (ESTALE)."""
+    import errno
+
+    from qex.store import fs
+
+    os.makedirs("/run/b/stale", exist_ok=True)
+    fs.write_atomic("/run/b/stale/status.json", b'{"n": 0}')
+    done = threading.Event()
+
+    def writer() -> None:
+        for n in range(1, writes + 1):
+            fs.write_atomic("/run/b/stale/status.json", b'{"n": %d}' % n, sync_dir=False)
+        done.set()
+
+    threading.Thread(target=writer, daemon=True).start()
+    reads = raw_stale = 0
+    failures: list = []
+    while not done.is_set():
+        try:
+            fs._read_bytes("/run/a/stale/status.json", None, None)  # (one try: what the retry is for)
+        except OSError as exc:
+            raw_stale += exc.errno == errno.ESTALE
+        try:
+            fs.read_json("/run/a/stale/status.json")
+        except (OSError, ValueError) as exc:
+            failures.append(repr(exc))
+        reads += 1
+    out["stale"] = {"reads": reads, "one_try_estale": raw_stale, "qex_read_failures": failures[:5]}
+    say(
+        f"stale: {reads} reads through A while B rewrote {writes} times: {raw_stale} single tries ESTALE, "
+        f"{len(failures)} of qex's failed"
+    )
+
+
 FINAL = ("completed", "failed", "killed", "timeout", "oom", "expired", "cancelled", "skipped")
 
 
@@ -253,7 +291,9 @@ def main() -> None:
     followers(out)
     t1 = time.time()
     one_budget(out)
-    out["seconds"] = {"followers": t1 - t0, "budget": time.time() - t1}
+    t2 = time.time()
+    stale_reads(out)
+    out["seconds"] = {"followers": t1 - t0, "budget": t2 - t1, "stale": time.time() - t2}
     with open(sys.argv[1], "w") as fh:
         json.dump(out, fh, indent=1)
     print(json.dumps(out, indent=1))

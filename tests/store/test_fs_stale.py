@@ -1,0 +1,59 @@
+"""A record replaced by another NFS client between a reader's open and its read answers
+ESTALE there (tests/vm/test_nfs.py met it: ``qex wait`` ended 121 on a completed job). The
+real case needs two NFS mounts (the VM test); here the read's failure is injected, to check
+that the reader looks the name up again and gets the new file, and gives up after a few."""
+
+import errno
+import os
+
+import pytest
+
+from qex.store import fs
+
+
+def test_a_stale_handle_is_looked_up_again_and_the_new_file_read(tmp_path, monkeypatch):
+    path = tmp_path / "status.json"
+    path.write_bytes(b'{"state": "completed"}')
+    real_read, stale = os.read, [2]
+
+    def read(fd, n):
+        if stale[0]:
+            stale[0] -= 1
+            raise OSError(errno.ESTALE, "Stale file handle")
+        return real_read(fd, n)
+
+    monkeypatch.setattr(fs.os, "read", read)
+    before = len(os.listdir("/proc/self/fd"))
+    assert fs.read_json(str(path)) == {"state": "completed"}
+    assert stale[0] == 0
+    assert len(os.listdir("/proc/self/fd")) == before  # (each stale descriptor closed)
+
+
+def test_a_handle_that_stays_stale_is_an_error_after_a_few_lookups(tmp_path, monkeypatch):
+    path = tmp_path / "status.json"
+    path.write_bytes(b"{}")
+    tries = []
+
+    def read(fd, n):
+        tries.append(fd)
+        raise OSError(errno.ESTALE, "Stale file handle")
+
+    monkeypatch.setattr(fs.os, "read", read)
+    with pytest.raises(OSError) as caught:
+        fs.read_bytes(str(path))
+    assert caught.value.errno == errno.ESTALE and len(tries) == fs.STALE_TRIES
+
+
+def test_other_read_errors_are_not_retried(tmp_path, monkeypatch):
+    path = tmp_path / "status.json"
+    path.write_bytes(b"{}")
+    tries = []
+
+    def read(fd, n):
+        tries.append(fd)
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(fs.os, "read", read)
+    with pytest.raises(OSError):
+        fs.read_bytes(str(path))
+    assert len(tries) == 1
