@@ -13,7 +13,7 @@ import pytest
 from crash.harness import Harness
 
 ROUNDS = int(
-    os.environ.get("QEX_CRASH_ROUNDS", "36")
+    os.environ.get("QEX_CRASH_ROUNDS", "24")
 )  # ~2 s each on 2 cores (the README's test command stays under 10 minutes there); the soak runs more
 
 
