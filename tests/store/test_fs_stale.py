@@ -14,18 +14,24 @@ from qex.store import fs
 def test_a_stale_handle_is_looked_up_again_and_the_new_file_read(tmp_path, monkeypatch):
     path = tmp_path / "status.json"
     path.write_bytes(b'{"state": "completed"}')
-    real_read, stale = os.read, [2]
+    real_fstat, real_stat, stale, calls = os.fstat, os.stat, [2], []
 
-    def read(fd, n):
+    def fstat(fd):  # (where the guest met it: the open file's attributes)
+        calls.append("fstat")
         if stale[0]:
             stale[0] -= 1
             raise OSError(errno.ESTALE, "Stale file handle")
-        return real_read(fd, n)
+        return real_fstat(fd)
 
-    monkeypatch.setattr(fs.os, "read", read)
+    def stat(p, **kw):
+        calls.append("stat")
+        return real_stat(p, **kw)
+
+    monkeypatch.setattr(fs.os, "fstat", fstat)
+    monkeypatch.setattr(fs.os, "stat", stat)
     before = len(os.listdir("/proc/self/fd"))
     assert fs.read_json(str(path)) == {"state": "completed"}
-    assert stale[0] == 0
+    assert calls == ["fstat", "stat", "fstat", "stat", "fstat"]  # (the name looked up again before each reopen)
     assert len(os.listdir("/proc/self/fd")) == before  # (each stale descriptor closed)
 
 
