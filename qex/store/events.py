@@ -141,8 +141,13 @@ class _File:
     @classmethod
     def open(cls, path: str, offset: int = 0) -> "_File | None":
         try:
-            return cls(path, os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), offset)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
+            return None
+        try:
+            return cls(path, fd, offset)
+        except OSError:  # (ESTALE on NFS: replaced as it was opened; the next poll opens it again)
+            os.close(fd)
             return None
 
     def lines(self) -> list[bytes]:
@@ -175,7 +180,11 @@ class _File:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return False
-        if os.fstat(fd).st_ino != self.ino:
+        try:
+            same = os.fstat(fd).st_ino == self.ino
+        except OSError:  # (ESTALE on NFS: another machine replaced it as it was opened)
+            same = False
+        if not same:
             os.close(fd)
             return False
         self.fd, self.path = fd, path
