@@ -35,31 +35,22 @@ def test_a_stale_handle_is_looked_up_again_and_the_new_file_read(tmp_path, monke
     assert len(os.listdir("/proc/self/fd")) == before  # (each stale descriptor closed)
 
 
-def test_a_handle_that_stays_stale_is_an_error_after_a_few_lookups(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "code, tries", [(errno.ESTALE, "STALE_TRIES"), (errno.EIO, 1)], ids=["stale-stays", "other-error"]
+)
+def test_a_handle_that_stays_stale_is_an_error_after_a_few_lookups_and_other_errors_at_once(
+    tmp_path, monkeypatch, code, tries
+):
     path = tmp_path / "status.json"
     path.write_bytes(b"{}")
-    tries = []
+    seen = []
 
     def read(fd, n):
-        tries.append(fd)
-        raise OSError(errno.ESTALE, "Stale file handle")
+        seen.append(fd)
+        raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(fs.os, "read", read)
     with pytest.raises(OSError) as caught:
         fs.read_bytes(str(path))
-    assert caught.value.errno == errno.ESTALE and len(tries) == fs.STALE_TRIES
-
-
-def test_other_read_errors_are_not_retried(tmp_path, monkeypatch):
-    path = tmp_path / "status.json"
-    path.write_bytes(b"{}")
-    tries = []
-
-    def read(fd, n):
-        tries.append(fd)
-        raise OSError(errno.EIO, "Input/output error")
-
-    monkeypatch.setattr(fs.os, "read", read)
-    with pytest.raises(OSError):
-        fs.read_bytes(str(path))
-    assert len(tries) == 1
+    assert caught.value.errno == code
+    assert len(seen) == (fs.STALE_TRIES if tries == "STALE_TRIES" else tries)
