@@ -26,6 +26,12 @@ mode 700 where pyenv lives under it): in the guest's overlay only.
 Timings on a loaded 2-core host (TCG): a trivial script, start to power-off, ~20 s for
 ``systemd-user``, ~17 s ``systemd-root``, ~6 s ``root``. Boot as few times as you can:
 one guest per scenario script.
+
+A guest whose kernel locks up (a soft lockup of 60 s or more in the serial log: seen once
+in CI, both vCPUs of the NFS guest spinning in the kernel for 7 minutes) is stopped at
+once and booted again, once, with a warning; a second lockup fails the test. The first
+boot's serial log stays beside the second's (``serial-lockup-1.log``); the kernel's
+warnings, stacks among them, go there (``loglevel=5``).
 """
 
 from __future__ import annotations
@@ -59,6 +65,12 @@ class VmResult:
     console: str  # the script's stdout and stderr (pre_root's first), then "vm: rc=N"
     out: pathlib.Path  # the guest's /tmp, on the host
     seconds: float = 0.0  # start to power-off
+    lockups: list = dataclasses.field(default_factory=list)  # earlier boots whose guest kernel locked up
+
+
+LOCKUP = re.compile(rb"watchdog: BUG: soft lockup - CPU#\d+ stuck for (\d+)s![^\r\n]*")
+LOCKUP_SECONDS = 60  # (a spin this long is the guest kernel's own, not a host that starved it a moment)
+LOCKUP_BOOTS = 2  # (a guest kernel that locks up is booted again once; a second lockup fails the test)
 
 
 def kernel_version() -> str | None:
@@ -260,8 +272,29 @@ def run_vm(
     why = skip_reason()
     if why:
         raise RuntimeError(f"no VM here: {why}")
-    k = kernel_version()
     work = pathlib.Path(workdir) if workdir else pathlib.Path(tempfile.mkdtemp(prefix="qexvm-"))
+    lockups: list = []
+    for boot in range(LOCKUP_BOOTS):
+        res, lockup = _boot(script, kind, mb, pre_root, timeout, linger, journal, work, cpus)
+        res.lockups = lockups
+        if lockup is None or boot == LOCKUP_BOOTS - 1:
+            if lockup is not None:
+                res.console += f"\nvm: the guest kernel locked up in every boot: {lockup}\n"
+            return res
+        # The guest kernel itself spun with preemption off (seen once in CI, both vCPUs, in the NFS
+        # guest: "soft lockup ... [python:151]"), which nothing in a guest's user space can do on a
+        # sound kernel: said, and booted again, rather than waiting out the timeout.
+        lockups.append(lockup)
+        import warnings
+
+        warnings.warn(f"the {kind} guest's kernel locked up ({lockup}); booted again", stacklevel=2)
+        shutil.copy(work / "serial.log", work / f"serial-lockup-{boot + 1}.log")
+    raise AssertionError("unreachable")
+
+
+def _boot(script, kind, mb, pre_root, timeout, linger, journal, work, cpus) -> tuple[VmResult, str | None]:
+    """One boot of ``run_vm``; the line of a guest kernel lockup (then QEMU is stopped at once), or None."""
+    k = kernel_version()
     out = work / "tmp"
     if out.exists():
         shutil.rmtree(out)
@@ -274,7 +307,7 @@ def run_vm(
     for name in ("cmd.sh", "pre-root.sh"):
         if (out / name).exists():
             os.chmod(out / name, 0o644)
-    append = "console=ttyS0 quiet panic=-1 cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1"
+    append = "console=ttyS0 quiet loglevel=5 panic=-1 cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1"
     if kind != "root":
         unit = "qexvm-user" if kind == "systemd-user" else "qexvm-root"
         append += f" systemd.show_status=auto systemd.wants=qexvm-after-boot@{unit}.service qexvm.cache=loose"
@@ -308,12 +341,23 @@ def run_vm(
         mounts.append(f"hosttmp{i} {folder}\n")
     (out / "qexvm-mounts").write_text("".join(mounts))
     start = time.monotonic()
-    timed_out = False
+    timed_out, lockup = False, None
     with open(work / "serial.log", "wb") as serial:
+        qemu = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=serial, stderr=subprocess.STDOUT)
         try:
-            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=serial, stderr=subprocess.STDOUT, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            while qemu.poll() is None:
+                if time.monotonic() - start > timeout:
+                    timed_out = True
+                    break
+                spins = [m for m in LOCKUP.finditer((work / "serial.log").read_bytes()) if int(m[1]) >= LOCKUP_SECONDS]
+                if spins:
+                    lockup = spins[0].group().decode(errors="replace")
+                    break
+                time.sleep(1)
+        finally:
+            if qemu.poll() is None:
+                qemu.kill()
+            qemu.wait()
     seconds = time.monotonic() - start
     try:
         console = (out / "console.log").read_text(errors="replace")
@@ -321,7 +365,7 @@ def run_vm(
         console = "no console.log; the end of serial.log:\n" + (work / "serial.log").read_text(errors="replace")[-4000:]
     found = re.findall(r"^vm: rc=(\d+)$", console, re.M)
     rc = int(found[-1]) if found else (124 if timed_out else -1)
-    return VmResult(rc=rc, console=console, out=out, seconds=seconds)
+    return VmResult(rc=rc, console=console, out=out, seconds=seconds), lockup
 
 
 if __name__ == "__main__":  # python tests/vm/harness.py SCRIPT [KIND]: run one script, print its console
