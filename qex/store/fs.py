@@ -76,7 +76,7 @@ def read_bytes(path: str, limit: int | None = None, owner: int | None = None) ->
     held its name answers ESTALE (its ``fstat``): the name is looked up afresh and the
     file opened again, a few times. An open at once often finds the same stale file
     again (in the NFS guest of tests/vm/test_nfs.py, against a record rewritten every
-    ~10 ms: 21 reads in 133 met it 8 opens in a row); a ``stat`` of the path first
+    ~10 ms: 21 reads in 118 met it 8 opens in a row); a ``stat`` of the path first
     makes the kernel look the name up again on the server (its own retry of a path's
     ESTALE): then 3 opens at most in 203 reads.
     """
