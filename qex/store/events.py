@@ -131,24 +131,30 @@ def _peek(path: str, which) -> bytes | None:
         os.close(fd)
 
 
+def _open_ino(path: str) -> tuple[int, int] | None:
+    """A descriptor of ``path`` and its inode, or None (none there; or ESTALE on NFS: another
+    machine replaced it as it was opened, and the next look opens it again), nothing left open."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return fd, os.fstat(fd).st_ino
+    except OSError:
+        os.close(fd)
+        return None
+
+
 class _File:
     """One journal file being read: its descriptor, inode and read offset."""
 
-    def __init__(self, path: str, fd: int, offset: int = 0):
-        self.path, self.fd, self.offset = path, fd, offset
-        self.ino = os.fstat(fd).st_ino
+    def __init__(self, path: str, fd: int, ino: int, offset: int = 0):
+        self.path, self.fd, self.ino, self.offset = path, fd, ino, offset
 
     @classmethod
     def open(cls, path: str, offset: int = 0) -> "_File | None":
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            return cls(path, fd, offset)
-        except OSError:  # (ESTALE on NFS: replaced as it was opened; the next poll opens it again)
-            os.close(fd)
-            return None
+        opened = _open_ino(path)
+        return None if opened is None else cls(path, *opened, offset)
 
     def lines(self) -> list[bytes]:
         """The complete lines after the offset; a shrunk file is read again from 0."""
@@ -176,15 +182,11 @@ class _File:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
+        opened = _open_ino(path)
+        if opened is None:
             return False
-        try:
-            same = os.fstat(fd).st_ino == self.ino
-        except OSError:  # (ESTALE on NFS: another machine replaced it as it was opened)
-            same = False
-        if not same:
+        fd, ino = opened
+        if ino != self.ino:
             os.close(fd)
             return False
         self.fd, self.path = fd, path
