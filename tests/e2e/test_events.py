@@ -105,7 +105,10 @@ def _reader_thread(q, name, results, stop, kill_after=None):
 
 def test_two_readers_restarting_with_since_lose_and_repeat_nothing_over_200_jobs(q):
     q.write_config(MANY)
-    env = {"QEX_JOURNAL_MAX_BYTES": "600000"}  # rotates during the test
+    # The 200 jobs write about 1.3 MB of events: the journal rotates once during the test, and
+    # the one old file it keeps still holds the first event. With 600 kB it rotated twice under
+    # CPU load (more events), and a reader down meanwhile rightly got a gap.
+    env = {"QEX_JOURNAL_MAX_BYTES": "1000000"}
     q.env.update(env)
     results, stop = {}, threading.Event()
     threads = [
