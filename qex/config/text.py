@@ -8,6 +8,7 @@ opened. tomlkit is imported only when there is a text to parse.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -27,12 +28,37 @@ def fail_file(path: str, message: str) -> NoReturn:
     raise ConfigError(f"{path} {message}")
 
 
+class _Replaced(Exception):
+    """The file at the path was replaced while it was read: read it again."""
+
+
+def _again_if_stale(e: OSError, last: bool) -> None:
+    if e.errno == errno.ESTALE and not last:
+        raise _Replaced from None
+
+
 def read_text(path: str, stat_out: list | None = None) -> str | None:
     """The file's text, or None when nothing is at ``path``. Never opens a
     FIFO or a device: the type is checked with ``stat`` first, and the open is
     non-blocking and re-checked with ``fstat``. ``stat_out`` receives the
     stat of the file read, taken before the read (the parsed-config cache
-    stores only when the file still has it after the parse)."""
+    stores only when the file still has it after the parse).
+
+    A file replaced under its name meanwhile (an editor's save: a new file
+    renamed over the old; on NFS, another machine's, whose old file then
+    answers ESTALE) is read again from its name, as ``fs.read_bytes`` does
+    for records, a few times before the command is refused."""
+    from qex.store.fs import STALE_TRIES
+
+    for _ in range(STALE_TRIES - 1):
+        try:
+            return _read_text(path, stat_out, last=False)
+        except _Replaced:
+            pass
+    return _read_text(path, stat_out, last=True)
+
+
+def _read_text(path: str, stat_out: list | None, last: bool) -> str | None:
     where = "set QEX_CONFIG to another file, or move this one away to use the defaults"
     try:
         st = os.stat(path)
@@ -59,14 +85,15 @@ def read_text(path: str, stat_out: list | None = None) -> str | None:
     except PermissionError:
         fail_file(path, f"cannot be read (permission denied); make it readable (chmod u+r), or {where}")
     except OSError as e:
+        _again_if_stale(e, last)
         fail_file(path, f"cannot be opened ({e.strerror}); {where}")
     try:
         st2 = os.fstat(fd)
         if not stat.S_ISREG(st2.st_mode) or (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino):
+            if not last:
+                raise _Replaced
             fail_file(path, "changed while qex was reading it; run the command again")
         trust.check_file(path, st2)  # the file read: the caller's or root's, and only theirs to write
-        if stat_out is not None:
-            stat_out.append(st2)
         chunks, size = [], 0
         while size <= MAX_CONFIG_BYTES:
             chunk = os.read(fd, 65536)
@@ -75,9 +102,12 @@ def read_text(path: str, stat_out: list | None = None) -> str | None:
             chunks.append(chunk)
             size += len(chunk)
     except OSError as e:
+        _again_if_stale(e, last)
         fail_file(path, f"cannot be read ({e.strerror}); {where}")
     finally:
         os.close(fd)
+    if stat_out is not None:
+        stat_out.append(st2)
     if size > MAX_CONFIG_BYTES:
         fail_file(path, f"is too large for a config (at most 1MB); {where}")
     raw = b"".join(chunks)
