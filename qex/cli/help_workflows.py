@@ -11,21 +11,15 @@ Snakemake 9 (pip install snakemake snakemake-executor-plugin-cluster-generic):
   cp -r integrations/snakemake/qex ~/.config/snakemake/    then: snakemake --profile qex
   The profile's config.yaml:
     executor: cluster-generic
-    cluster-generic-submit-cmd: "qex submit --cpu {threads} --mem {resources.mem_mb}MB --name smk-{rule} --tag snakemake --tag \\"$SNAKEMAKE_CLUSTER_SIDECAR_VARS\\" --"
+    cluster-generic-submit-cmd: "qex submit --cpu {threads} --mem {resources.mem_mb}MB --name smk-{rule} --tag snakemake --"
     cluster-generic-status-cmd: "qex status --word"
     cluster-generic-cancel-cmd: qex-cancel
-    cluster-generic-sidecar-cmd: qex-sidecar
     jobs: 64
     default-resources:
       mem_mb: 1000
     seconds-between-status-checks: 5
   and beside it an executable qex-cancel:  #!/bin/sh  exec qex kill "$@"
     (Snakemake runs its cancel command without a shell, as one word.)
-  and qex-sidecar, one per run of Snakemake: it prints the run's name (each
-    job is tagged with it) and kills the run's queued and running jobs when
-    the run ends in any way (Snakemake's own cancel misses some: a Ctrl-C
-    during its status checks). With --immediate-submit, leave out the
-    sidecar line and the submit command's second --tag.
   qex submit prints the id alone; Snakemake appends the job script's path.
   qex status --word ID prints one word and exits 0: running (queued,
   starting, running), success (completed), failed (any other end). A failed

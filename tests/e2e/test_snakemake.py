@@ -4,10 +4,9 @@ failing rule fails the workflow and `qex status --word` reports it; Ctrl-C of
 Snakemake kills its jobs. Marker ``workflow`` (pip install -e '.[workflow]'; .ci/run)."""
 
 import json
-import os
-import signal
 import subprocess
 import sys
+import time
 from importlib.util import find_spec
 
 import pytest
@@ -49,7 +48,7 @@ rule bad:
 """
 
 
-def _snakemake(snakefile: str) -> list[str]:
+def _snakemake(snakefile: str, checks_every: int = 1) -> list[str]:
     # The test's status checks every second (the profile's 5 s is for a shared machine); the rest is the profile's.
     return [
         sys.executable,
@@ -60,7 +59,7 @@ def _snakemake(snakefile: str) -> list[str]:
         "--profile",
         PROFILE,
         "--seconds-between-status-checks",
-        "1",
+        str(checks_every),
         "--latency-wait",
         "5",
     ]
@@ -92,6 +91,13 @@ def test_fan_in_workflow_runs_every_rule_as_a_qex_job(q, tmp_path):
     log = proc.stdout + proc.stderr
     for job in jobs:  # the id Snakemake got back is the qex job's id
         assert f"external jobid '{job['id']}'" in log
+    # Run again, all up to date: Snakemake ends at once and submits nothing (a profile's sidecar
+    # would keep it from ever exiting here: docs/integrations.md).
+    again = subprocess.run(
+        _snakemake("Snakefile"), env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=60
+    )
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout + again.stderr
+    assert len(_jobs(q, env, "--tag", "snakemake")) == 5
 
 
 def test_failing_rule_fails_the_workflow_and_status_word_says_failed(q, tmp_path):
@@ -110,24 +116,33 @@ def test_failing_rule_fails_the_workflow_and_status_word_says_failed(q, tmp_path
     assert "Error in rule bad" in rule_log and "exit 3" in rule_log
 
 
-# Snakemake's cancel kills only the jobs it counts as active, and it counts none while it
+# Snakemake's cancel kills only the jobs it counts as active, and it does not count them while it
 # checks their states: a round of checks takes every active job out of its list and puts back
 # those still running only when the round ends (snakemake-interface-executor-plugins,
-# RemoteExecutor._wait_for_jobs). A Ctrl-C during a round cancels nothing through Snakemake's
-# cancel command (CI pressed it there once); the profile's sidecar (qex-sidecar) kills the run's
-# jobs all the same. The test presses it there on purpose: the first job's check of a round has
-# ended, the second's has not begun (both have been checked before: both are Snakemake's).
-ACTIVE = {"queued", "starting", "running"}
+# RemoteExecutor._wait_for_jobs). A Ctrl-C during a round therefore cancels nothing (CI pressed
+# it between two jobs' checks once), one during a check breaks the cancel ("cannot access local
+# variable 'ret'"), and one between the log line "with external jobid" and the bookkeeping
+# misses that job; docs/integrations.md says so. A person's Ctrl-C mostly comes between rounds,
+# so the test presses it there: the calls file shows a whole round ended (each id's check
+# started and ended, nothing started since), SETTLE seconds ago (the few lines of Python that
+# put the jobs back after the last check's end leave nothing to see from outside), and the next
+# round is ROUND_EVERY seconds away.
+ROUND_EVERY = 3
+SETTLE = 0.5
 
 
-def _mid_round(calls, ids) -> bool:
+def _between_rounds(calls, ids) -> bool:
     lines = calls.read_text().splitlines() if calls.exists() else []
-    return bool(lines) and lines[-1] == f"end status --word {ids[0]}" and f"end status --word {ids[1]}" in lines
+    checks = [x for x in lines if " status --word " in x]
+    round_ = checks[-2 * len(ids) :]
+    whole = sorted(round_) == sorted(f"{w} status --word {i}" for w in ("start", "end") for i in ids)
+    if not (whole and checks and checks[-1].startswith("end ") and lines[-1] == checks[-1]):
+        return False
+    quiet_for = time.time() - calls.stat().st_mtime
+    return SETTLE <= quiet_for < ROUND_EVERY - SETTLE
 
 
-def _start_hanging(q, tmp_path):
-    """Snakemake running two rules that wait on a gate file, both submitted and checked once;
-    returns Snakemake, its environment, the gate, the calls file and the two job ids."""
+def test_ctrl_c_of_snakemake_kills_its_queued_and_running_jobs(q, tmp_path):
     calls = tmp_path / "qex-calls"
     env = qex_on_path(q, str(calls))
     gate = str(tmp_path / "gate")
@@ -137,7 +152,7 @@ def _start_hanging(q, tmp_path):
         'rule hang:\n    output: "h/{s}.txt"\n    resources: mem_mb=64\n'
         f'    shell: "{wait}; touch {{output}}"\n'
     )
-    smk = start(_snakemake("Snakefile"), env, str(tmp_path))
+    smk = start(_snakemake("Snakefile", checks_every=ROUND_EVERY), env, str(tmp_path))
     try:
         q.wait_for(
             lambda: len(_jobs(q, env, "--tag", "snakemake", "--state", "running")) >= 1,
@@ -148,49 +163,14 @@ def _start_hanging(q, tmp_path):
         # `qex submit` would leave a job Snakemake never heard of, as it would from a terminal.
         q.wait_for(lambda: _log(tmp_path).count("with external jobid") == 2, timeout=60, what="both submitted")
         ids = [line.split("'")[1] for line in _log(tmp_path).splitlines() if "with external jobid" in line]
-        q.wait_for(lambda: all(f"end status --word {i}" in calls.read_text() for i in ids), timeout=60, what="checks")
-    except BaseException:
-        smk.kill()
-        smk.communicate()
-        release(gate)
-        raise
-    return smk, env, gate, calls, ids
-
-
-def _all_stopped(q, env, tmp_path, ids) -> None:
-    """Both jobs end killed or cancelled (the sidecar's kill may end after Snakemake), one of
-    them killed while it ran; both carry the run's tag; no rule's output was made."""
-    final = q.wait_for(
-        lambda: (jobs := _jobs(q, env, "--tag", "snakemake")) and all(j["state"] not in ACTIVE for j in jobs) and jobs,
-        timeout=60,
-        what="the workflow's jobs to end",
-    )
-    assert sorted(j["id"] for j in final) == sorted(ids)
-    assert {j["state"] for j in final} <= {"killed", "cancelled"} and "killed" in {j["state"] for j in final}, final
-    [run] = {t for j in final for t in j["tags"] if t.startswith("smk-")}  # one run, the sidecar's name for it
-    assert all(run in j["tags"] for j in final)
-    assert not (tmp_path / "h" / "a.txt").exists() and not (tmp_path / "h" / "b.txt").exists()
-
-
-def test_ctrl_c_during_status_checks_kills_its_queued_and_running_jobs(q, tmp_path):
-    smk, env, gate, calls, ids = _start_hanging(q, tmp_path)
-    try:
-        q.wait_for(lambda: _mid_round(calls, ids), timeout=60, what="Snakemake between two checks of one round")
+        q.wait_for(
+            lambda: _between_rounds(calls, ids), timeout=60, what="Snakemake between two rounds of status checks"
+        )
         ctrl_c(smk)
         out = smk.communicate(timeout=120)[0]
-        assert smk.returncode != 0, out
-        _all_stopped(q, env, tmp_path, ids)
-        assert any(x.startswith("start kill --tag smk-") for x in calls.read_text().splitlines())  # the sidecar's
     finally:
         release(gate)
-
-
-def test_snakemake_killed_outright_leaves_no_job_behind(q, tmp_path):
-    """SIGKILL of Snakemake alone (no cancel runs): its sidecar sees it gone and kills the jobs."""
-    smk, env, gate, calls, ids = _start_hanging(q, tmp_path)
-    try:
-        os.kill(smk.pid, signal.SIGKILL)
-        smk.communicate(timeout=60)
-        _all_stopped(q, env, tmp_path, ids)
-    finally:
-        release(gate)
+    assert smk.returncode != 0, out
+    jobs = _jobs(q, env, "--tag", "snakemake")
+    assert {j["state"] for j in jobs} <= {"killed", "cancelled"} and "killed" in {j["state"] for j in jobs}, out
+    assert not (tmp_path / "h" / "a.txt").exists() and not (tmp_path / "h" / "b.txt").exists()
