@@ -6,6 +6,7 @@ are injected at the moment between the reader's look at the name and its open.""
 
 import errno
 import os
+import pathlib
 
 import pytest
 
@@ -41,14 +42,10 @@ def test_a_config_saved_again_while_it_is_read_is_read_from_its_new_file(tmp_pat
     def open_(p, flags, *a):
         if saves[0] and p == os.path.realpath(path):  # an editor's save between the stat and the open
             saves[0] -= 1
-            new = f"{path}.new"
-            with real_open_text(new) as fh:
-                fh.write(f"[system]\nnice = {10 + saves[0]}\n")
-            os.rename(new, path)
+            new = pathlib.Path(f"{path}.new")
+            new.write_text(f"[system]\nnice = {10 + saves[0]}\n")  # (the built-in open: not os.open)
+            new.rename(path)
         return real_open(p, flags, *a)
-
-    def real_open_text(p):
-        return os.fdopen(real_open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
 
     monkeypatch.setattr(text.os, "open", open_)
     stat_out: list = []
